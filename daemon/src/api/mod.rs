@@ -1,0 +1,168 @@
+//! The HTTP/1.1 + JSON API on the Unix socket, Docker-daemon style.
+//!
+//! Each accepted connection's peer credentials (SO_PEERCRED) are checked against the
+//! allow-list before any request is read; a refused caller gets 403 on every request
+//! and a log line. Routes live one resource per file; handlers only parse and call the
+//! store or the scheduler.
+
+mod access;
+mod candidates;
+mod error;
+mod events;
+mod problems;
+mod system;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::UnixListener;
+use tokio_util::sync::CancellationToken;
+
+pub use access::Access;
+pub use error::{ApiError, parse_json};
+
+use crate::config::Config;
+use crate::events::EventBus;
+use crate::metrics::Metrics;
+use crate::sched::Scheduler;
+use crate::store::Store;
+
+/// Everything a handler may need.
+#[derive(Clone)]
+pub struct AppState {
+    /// The store.
+    pub store: Arc<Store>,
+    /// The scheduler (to wake it on submit).
+    pub sched: Arc<Scheduler>,
+    /// Event bus for SSE.
+    pub events: EventBus,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+    /// Configuration in force.
+    pub config: Arc<Config>,
+    /// Facts gathered once at start (GPUs, jail layers, backends).
+    pub facts: Arc<system::Facts>,
+    /// Start time, for uptime.
+    pub started: Instant,
+}
+
+pub use system::Facts;
+
+/// The router with every route, limits and request metrics.
+pub fn router(state: AppState) -> Router {
+    let limit = state.config.server.max_body_bytes;
+    Router::new()
+        .route("/v1/health", get(system::health))
+        .route("/v1/info", get(system::info))
+        .route("/metrics", get(system::metrics))
+        .route("/v1/problems", get(problems::list).post(problems::register))
+        .route("/v1/problems/{name}", get(problems::show))
+        .route("/v1/candidates", get(candidates::list).post(candidates::submit))
+        .route("/v1/candidates/{id}", get(candidates::show))
+        .route("/v1/jobs/{id}", get(candidates::job))
+        .route("/v1/events", get(events::stream))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(state.clone(), count_requests))
+        .with_state(state)
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::not_found(format!("no route for {} {}", req.method(), req.uri().path()))
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} is not allowed on {}", req.method(), req.uri().path()),
+    )
+}
+
+async fn count_requests(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let method = req.method().to_string();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let resp = next.run(req).await;
+    state.metrics.request(&method, &route, resp.status().as_u16());
+    resp
+}
+
+/// Serves the API on `listener` until `shutdown` is cancelled.
+pub async fn serve(
+    listener: UnixListener,
+    state: AppState,
+    access: Arc<Access>,
+    shutdown: CancellationToken,
+) {
+    let app = router(state.clone());
+    let refused = Router::new().fallback(refused_handler);
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => break,
+        };
+        let service = match stream.peer_cred() {
+            Ok(cred) if access.allows(cred.uid(), cred.gid()) => app.clone(),
+            Ok(cred) => {
+                tracing::warn!(
+                    uid = cred.uid(),
+                    gid = cred.gid(),
+                    pid = ?cred.pid(),
+                    "refused a connection: caller is not in the allow-list"
+                );
+                state.metrics.refused();
+                refused.clone()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "refused a connection: no peer credentials");
+                state.metrics.refused();
+                refused.clone()
+            }
+        };
+        let conn_shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                }
+                _ = conn_shutdown.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), conn).await;
+                }
+            }
+        });
+    }
+}
+
+async fn refused_handler() -> Response {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        "this user is not allowed to use kilnd (see [access] in the daemon's config)",
+    )
+    .into_response()
+}

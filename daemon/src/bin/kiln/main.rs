@@ -1,0 +1,83 @@
+//! `kiln`, the command-line client of kilnd: one file per subcommand.
+
+mod doctor;
+mod output;
+mod problems;
+mod show;
+mod status;
+mod submit;
+mod watch;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use kiln_daemon::client::Client;
+
+pub use output::Output;
+
+/// kiln — trustworthy verdicts and times for machine-written kernels.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None)]
+struct Args {
+    /// kilnd's socket (default: the user socket if it exists, else /run/kiln/kiln.sock).
+    #[arg(long, global = true, env = "KILN_SOCKET")]
+    socket: Option<PathBuf>,
+    /// Output format.
+    #[arg(short, long, global = true, value_enum, default_value_t = Output::Text)]
+    output: Output,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Is kilnd up? Version, backends, queue.
+    Status,
+    /// GPUs kilnd sees.
+    Devices,
+    /// Check that this machine can evaluate kernels: backends, jail layers, GPUs.
+    Doctor,
+    /// Register, list and show problems.
+    #[command(subcommand)]
+    Problems(problems::ProblemsCmd),
+    /// Submit a candidate (JSON file, `-` for stdin).
+    Submit(submit::SubmitArgs),
+    /// Show a candidate, its job and its evaluation.
+    Show(show::ShowArgs),
+    /// Follow job progress live.
+    Watch(watch::WatchArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    let socket = kiln_daemon::config::client_socket(args.socket.clone());
+    let client = Client::new(socket);
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("kiln: cannot start: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args, client)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("kiln: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args, client: Client) -> Result<std::process::ExitCode> {
+    let out = args.output;
+    match args.command {
+        Command::Status => status::status(&client, out).await,
+        Command::Devices => status::devices(&client, out).await,
+        Command::Doctor => doctor::doctor(&client, out).await,
+        Command::Problems(cmd) => problems::run(&client, out, cmd).await,
+        Command::Submit(a) => submit::submit(&client, out, a).await,
+        Command::Show(a) => show::show(&client, out, a).await,
+        Command::Watch(a) => watch::watch(&client, out, a).await,
+    }
+}

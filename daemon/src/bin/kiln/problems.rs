@@ -1,0 +1,101 @@
+//! `kiln problems add DIR | list | show NAME`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Subcommand;
+use kiln_daemon::client::Client;
+use kiln_types::ProblemSpec;
+
+use crate::Output;
+use crate::output::{print_json, text};
+
+/// Problem subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ProblemsCmd {
+    /// Register the problem in DIR (problem.toml and the sources it names).
+    /// A folder holding several problem folders registers each of them.
+    Add {
+        /// The problem folder.
+        dir: PathBuf,
+    },
+    /// List registered problems.
+    List,
+    /// Show one problem: tensors, sizes, roofline figures.
+    Show {
+        /// Problem name.
+        name: String,
+    },
+}
+
+fn problem_dirs(dir: &std::path::Path) -> Result<Vec<PathBuf>> {
+    if dir.join("problem.toml").is_file() {
+        return Ok(vec![dir.to_path_buf()]);
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("problem.toml").is_file())
+        .collect();
+    dirs.sort();
+    anyhow::ensure!(!dirs.is_empty(), "{} holds no problem.toml (nor folders with one)", dir.display());
+    Ok(dirs)
+}
+
+/// Runs a problems subcommand.
+pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::process::ExitCode> {
+    match cmd {
+        ProblemsCmd::Add { dir } => {
+            let mut results = Vec::new();
+            for d in problem_dirs(&dir)? {
+                let spec = ProblemSpec::load_dir(&d).with_context(|| format!("in {}", d.display()))?;
+                let (status, v) = client.post("/v1/problems", &serde_json::to_value(&spec)?).await?;
+                if out == Output::Text {
+                    let what = if status == 201 { "registered" } else { "already registered" };
+                    println!("{what}: {}", spec.name);
+                }
+                results.push(v);
+            }
+            if out == Output::Json {
+                print_json(&serde_json::Value::Array(results));
+            }
+        }
+        ProblemsCmd::List => {
+            let v = client.get("/v1/problems").await?;
+            if out == Output::Json {
+                print_json(&v);
+            } else {
+                let list = v["problems"].as_array().cloned().unwrap_or_default();
+                if list.is_empty() {
+                    println!("no problems registered; add one with `kiln problems add DIR`");
+                }
+                for p in list {
+                    let backends: Vec<String> = p["backends"].as_array().into_iter().flatten().map(text).collect();
+                    println!("{:<28} [{}]  {}", text(&p["name"]), backends.join(","), text(&p["summary"]));
+                }
+            }
+        }
+        ProblemsCmd::Show { name } => {
+            let v = client.get(&format!("/v1/problems/{name}")).await?;
+            if out == Output::Json {
+                print_json(&v);
+            } else {
+                let spec = &v["spec"];
+                println!("{} — {}", text(&spec["name"]), text(&spec["summary"]));
+                for t in spec["tensor"].as_array().into_iter().flatten() {
+                    println!("  {:<7} {:<10} {:<5} {}", text(&t["role"]), text(&t["name"]), text(&t["dtype"]), t["shape"]);
+                }
+                println!("  tolerance  atol {}  rtol {}", text(&spec["tolerance"]["atol"]), text(&spec["tolerance"]["rtol"]));
+                if let Some(tier) = spec.get("required_tier") {
+                    println!("  requires   {}", text(tier));
+                }
+                let d = &v["derived"];
+                println!("  bytes      in {}  out {}  roofline min {}", text(&d["input_bytes"]), text(&d["output_bytes"]), text(&d["min_bytes"]));
+                println!("  flops      {}", text(&d["flops"]));
+                let backends: Vec<String> = d["backends"].as_array().into_iter().flatten().map(text).collect();
+                println!("  backends   {}", backends.join(", "));
+            }
+        }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}

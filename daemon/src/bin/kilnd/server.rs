@@ -1,0 +1,198 @@
+//! Assembling and running the service: state directory and lock, store and recovery,
+//! backends, the socket, the scheduler, signals, systemd notifications and the drain.
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use kiln_daemon::api::{self, Access, AppState, Facts};
+use kiln_daemon::config::Config;
+use kiln_daemon::events::EventBus;
+use kiln_daemon::metrics::Metrics;
+use kiln_daemon::sched::Scheduler;
+use kiln_daemon::store::Store;
+use kiln_daemon::{backends, gpu, systemd};
+use nix::fcntl::{Flock, FlockArg};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+/// Everything set up before the async runtime starts.
+pub struct Prepared {
+    socket: PathBuf,
+    listener: std::os::unix::net::UnixListener,
+    owns_socket: bool,
+    config: Config,
+    store: Arc<Store>,
+    backends: backends::Built,
+    facts: Facts,
+    access: Access,
+    _lock: Flock<std::fs::File>,
+}
+
+/// Synchronous set-up, run while the process is single-threaded.
+pub fn prepare(socket: PathBuf, state_dir: PathBuf, config: Config) -> Result<Prepared> {
+    std::fs::create_dir_all(&state_dir)
+        .with_context(|| format!("cannot create state directory {}", state_dir.display()))?;
+    let _ = std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o700));
+    let lock_path = state_dir.join("kilnd.lock");
+    let lock_file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("cannot open {}", lock_path.display()))?;
+    let lock = Flock::lock(lock_file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+        anyhow::anyhow!(
+            "another kilnd is using the state directory {} ({e})",
+            state_dir.display()
+        )
+    })?;
+
+    let store = Store::open(&state_dir)
+        .with_context(|| format!("cannot open the store in {}", state_dir.display()))?;
+    let recovery = store
+        .recover_running(config.queue.max_attempts)
+        .context("cannot recover interrupted jobs")?;
+    if recovery.requeued + recovery.failed > 0 {
+        tracing::warn!(
+            requeued = recovery.requeued,
+            failed = recovery.failed,
+            "recovered jobs left running by a previous daemon"
+        );
+    }
+
+    // Backends and jail probes fork: do them now, before any thread exists.
+    let built = backends::build(&config, &state_dir);
+    let gpu = gpu::inventory();
+    if let Some(e) = &gpu.error {
+        tracing::info!(reason = %e, "no GPUs listed");
+    }
+    let access = Access::resolve(&config.access);
+    let (listener, owns_socket) = bind(&socket, &config)?;
+    let facts = Facts {
+        backends: built.status.clone(),
+        gpu,
+        jail: built.jail.clone(),
+        socket: socket.display().to_string(),
+        state_dir: state_dir.display().to_string(),
+    };
+    Ok(Prepared {
+        socket,
+        listener,
+        owns_socket,
+        config,
+        store: Arc::new(store),
+        backends: built,
+        facts,
+        access,
+        _lock: lock,
+    })
+}
+
+/// Binds the API socket, or takes the one systemd passed. The flag says whether the
+/// socket file is ours to remove at exit (not when systemd owns it).
+fn bind(socket: &Path, config: &Config) -> Result<(std::os::unix::net::UnixListener, bool)> {
+    if let Some(l) = systemd::activated_listener() {
+        tracing::info!("using the socket passed by systemd");
+        return Ok((l, false));
+    }
+    if let Some(parent) = socket.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    match std::fs::symlink_metadata(socket) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+                bail!("another kilnd is already serving {}", socket.display());
+            }
+            std::fs::remove_file(socket)
+                .with_context(|| format!("cannot remove the stale socket {}", socket.display()))?;
+            tracing::info!(socket = %socket.display(), "removed a stale socket");
+        }
+        Ok(_) => bail!(
+            "{} exists and is not a socket; refusing to replace it",
+            socket.display()
+        ),
+        Err(_) => {}
+    }
+    let listener = std::os::unix::net::UnixListener::bind(socket)
+        .with_context(|| format!("cannot bind {}", socket.display()))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o660))
+        .with_context(|| format!("cannot chmod {}", socket.display()))?;
+    if !config.access.group.is_empty()
+        && let Ok(Some(g)) = nix::unistd::Group::from_name(&config.access.group)
+        && let Err(e) = nix::unistd::chown(socket, None, Some(g.gid))
+    {
+        tracing::warn!(group = %config.access.group, error = %e, "cannot give the socket to the access group");
+    }
+    Ok((listener, true))
+}
+
+/// Runs the service until SIGTERM or SIGINT, then drains.
+pub async fn serve(p: Prepared) -> Result<()> {
+    p.listener
+        .set_nonblocking(true)
+        .context("cannot make the socket non-blocking")?;
+    let listener = tokio::net::UnixListener::from_std(p.listener).context("cannot use the socket")?;
+    let events = EventBus::new(1024);
+    let drain = Duration::from_secs(p.config.server.shutdown_timeout_secs);
+    let sched = Scheduler::new(
+        p.store.clone(),
+        events.clone(),
+        p.backends.backends.clone(),
+        p.config.clone(),
+    );
+    let state = AppState {
+        store: p.store.clone(),
+        sched: sched.clone(),
+        events,
+        metrics: Arc::new(Metrics::default()),
+        config: Arc::new(p.config.clone()),
+        facts: Arc::new(p.facts),
+        started: Instant::now(),
+    };
+    let shutdown = CancellationToken::new();
+    let sched_task = tokio::spawn(sched.clone().run(drain));
+    let api_task = tokio::spawn(api::serve(listener, state, Arc::new(p.access), shutdown.clone()));
+
+    if let Some(every) = systemd::watchdog_interval() {
+        let store = p.store.clone();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stop.cancelled() => break,
+                }
+                // Ping only while the store answers: a wedged daemon should be restarted.
+                if store.job_counts().is_ok() {
+                    systemd::watchdog_ping();
+                }
+            }
+        });
+    }
+    let usable = sched.usable_backends();
+    let status = format!("serving {} (backends: {})", p.socket.display(), if usable.is_empty() { "none usable".to_string() } else { usable.join(", ") });
+    tracing::info!(socket = %p.socket.display(), backends = ?usable, "kilnd ready");
+    systemd::ready(&status);
+
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: draining"),
+        _ = int.recv() => tracing::info!("SIGINT: draining"),
+    }
+    systemd::stopping();
+    shutdown.cancel();
+    sched.stop();
+    let _ = api_task.await;
+    let _ = sched_task.await;
+    if p.owns_socket && std::fs::remove_file(&p.socket).is_ok() {
+        tracing::debug!("removed the socket");
+    }
+    tracing::info!("kilnd stopped");
+    Ok(())
+}

@@ -1,0 +1,374 @@
+//! kilnd's configuration: the TOML schema, its defaults, and where files live.
+//!
+//! Every key is optional. [`DEFAULT_CONFIG_TOML`] is the commented reference printed by
+//! `kilnd --print-default-config`; a unit test checks that it parses to exactly
+//! [`Config::default`], so the two cannot drift apart.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// The commented default configuration, printed by `kilnd --print-default-config`.
+pub const DEFAULT_CONFIG_TOML: &str = include_str!("default-config.toml");
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the key.
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("config: {0}")]
+    Invalid(String),
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Socket, state and limits of the API server.
+    pub server: ServerConfig,
+    /// Who may talk to the daemon.
+    pub access: AccessConfig,
+    /// The durable job queue and its workers.
+    pub queue: QueueConfig,
+    /// How candidates are evaluated.
+    pub evaluation: EvaluationConfig,
+    /// The jail for untrusted code.
+    pub jail: JailConfig,
+    /// GPUs and clock policy.
+    pub gpu: GpuConfig,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+/// `[server]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Unix socket path; empty means the mode's default.
+    pub socket: String,
+    /// State directory; empty means the mode's default.
+    pub state_dir: String,
+    /// Largest accepted request body, bytes.
+    pub max_body_bytes: usize,
+    /// How long SIGTERM waits for running jobs before stopping anyway, seconds.
+    pub shutdown_timeout_secs: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            socket: String::new(),
+            state_dir: String::new(),
+            max_body_bytes: 4 << 20,
+            shutdown_timeout_secs: 30,
+        }
+    }
+}
+
+/// `[access]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessConfig {
+    /// Allow the uid the daemon runs as.
+    pub allow_daemon_user: bool,
+    /// Allow uid 0.
+    pub allow_root: bool,
+    /// Members of this group (primary or supplementary) are allowed; empty disables.
+    pub group: String,
+    /// Further uids allowed.
+    pub allow_uids: Vec<u32>,
+    /// Further gids allowed (matched against the caller's primary gid).
+    pub allow_gids: Vec<u32>,
+}
+
+impl Default for AccessConfig {
+    fn default() -> Self {
+        AccessConfig {
+            allow_daemon_user: true,
+            allow_root: true,
+            group: "kiln".into(),
+            allow_uids: Vec::new(),
+            allow_gids: Vec::new(),
+        }
+    }
+}
+
+/// `[queue]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueConfig {
+    /// A job whose run was cut short by a daemon crash this many times is marked failed.
+    pub max_attempts: u32,
+    /// Concurrent compile jobs; 0 means one per CPU.
+    pub compile_workers: usize,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            max_attempts: 3,
+            compile_workers: 0,
+        }
+    }
+}
+
+/// `[evaluation]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EvaluationConfig {
+    /// Correctness trials on the problem's distributions (a shifted one is added).
+    pub trials: u32,
+    /// Wall-clock limit for one run of a launch plan, milliseconds.
+    pub run_timeout_ms: u64,
+    /// Wall-clock limit for one compile, seconds.
+    pub compile_timeout_secs: u64,
+    /// Memory limit for each jailed child, MiB.
+    pub memory_limit_mb: u64,
+    /// Host backend peak memory bandwidth for the floor check, bytes/s (0 disables).
+    pub host_peak_bytes_per_s: f64,
+    /// Host backend peak compute for the floor check, flop/s (0 disables).
+    pub host_peak_flops: f64,
+    /// The timing stop rule.
+    pub timing: kiln_types::TimingPlan,
+}
+
+impl Default for EvaluationConfig {
+    fn default() -> Self {
+        EvaluationConfig {
+            trials: 3,
+            run_timeout_ms: 5_000,
+            compile_timeout_secs: 60,
+            memory_limit_mb: 2048,
+            host_peak_bytes_per_s: 0.0,
+            host_peak_flops: 0.0,
+            timing: kiln_types::TimingPlan::default(),
+        }
+    }
+}
+
+/// `[jail]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct JailConfig {
+    /// Do not create namespaces even where the kernel allows them (other layers stay).
+    pub disable_namespaces: bool,
+    /// A delegated cgroup v2 directory under which each child gets its own cgroup with
+    /// `memory.max` and `pids.max`; empty means none (the log says so).
+    pub cgroup_parent: String,
+}
+
+/// `[gpu]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GpuConfig {
+    /// `observe` (never touch clocks) or `lock` (not available yet).
+    pub clock_policy: String,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        GpuConfig {
+            clock_policy: "observe".into(),
+        }
+    }
+}
+
+/// `[log]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// Filter in `tracing` syntax; `KILN_LOG` overrides it.
+    pub level: String,
+    /// `text` or `json` (stderr); journald is used instead when run under systemd.
+    pub format: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".into(),
+            format: "text".into(),
+        }
+    }
+}
+
+impl Config {
+    /// Parses TOML text; `origin` names the file in errors.
+    pub fn from_toml(text: &str, origin: &Path) -> Result<Self, ConfigError> {
+        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Reads and parses a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_toml(&text, path)
+    }
+
+    /// Range checks that the schema cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
+        if self.server.max_body_bytes < 1024 {
+            return bad("server.max_body_bytes must be at least 1024");
+        }
+        if self.queue.max_attempts == 0 {
+            return bad("queue.max_attempts must be at least 1");
+        }
+        if self.evaluation.trials == 0 {
+            return bad("evaluation.trials must be at least 1");
+        }
+        if self.evaluation.run_timeout_ms == 0 || self.evaluation.compile_timeout_secs == 0 {
+            return bad("evaluation timeouts must be positive");
+        }
+        let t = &self.evaluation.timing;
+        if t.min_samples == 0 || t.max_samples < t.min_samples {
+            return bad("evaluation.timing: need 1 <= min_samples <= max_samples");
+        }
+        if !(t.max_rse > 0.0) || !(t.wall_cap_ms > 0.0) {
+            return bad("evaluation.timing: max_rse and wall_cap_ms must be positive");
+        }
+        if !(0.0..=1.0).contains(&t.recheck_fraction) {
+            return bad("evaluation.timing.recheck_fraction must be within 0..=1");
+        }
+        if self.gpu.clock_policy != "observe" {
+            return bad("gpu.clock_policy: only \"observe\" is available in this version");
+        }
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            return bad("log.format must be \"text\" or \"json\"");
+        }
+        Ok(())
+    }
+}
+
+/// Which set of default paths applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A user's daemon: socket under `$XDG_RUNTIME_DIR`, state under the XDG data dir.
+    User,
+    /// The machine's service: `/run/kiln/kiln.sock`, `/var/lib/kiln`, `/etc/kiln/kiln.toml`.
+    System,
+}
+
+/// Default paths for a mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefaultPaths {
+    /// API socket.
+    pub socket: PathBuf,
+    /// State directory (SQLite database, scratch).
+    pub state_dir: PathBuf,
+    /// Config file read when present.
+    pub config: PathBuf,
+}
+
+fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// The user-mode runtime directory: `$XDG_RUNTIME_DIR`, else `/run/user/UID` when it
+/// exists, else a private folder under the temp dir.
+fn user_runtime_dir() -> PathBuf {
+    if let Some(p) = env_path("XDG_RUNTIME_DIR") {
+        return p;
+    }
+    let uid = nix::unistd::getuid().as_raw();
+    let run_user = PathBuf::from(format!("/run/user/{uid}"));
+    if run_user.is_dir() {
+        return run_user;
+    }
+    std::env::temp_dir().join(format!("kiln-{uid}"))
+}
+
+impl DefaultPaths {
+    /// The defaults for `mode`, resolved from the environment.
+    pub fn for_mode(mode: Mode) -> Self {
+        match mode {
+            Mode::System => DefaultPaths {
+                socket: PathBuf::from("/run/kiln/kiln.sock"),
+                state_dir: PathBuf::from("/var/lib/kiln"),
+                config: PathBuf::from("/etc/kiln/kiln.toml"),
+            },
+            Mode::User => {
+                let home = env_path("HOME").unwrap_or_else(std::env::temp_dir);
+                let data = env_path("XDG_DATA_HOME").unwrap_or_else(|| home.join(".local/share"));
+                let conf = env_path("XDG_CONFIG_HOME").unwrap_or_else(|| home.join(".config"));
+                DefaultPaths {
+                    socket: user_runtime_dir().join("kiln/kiln.sock"),
+                    state_dir: data.join("kiln"),
+                    config: conf.join("kiln/kiln.toml"),
+                }
+            }
+        }
+    }
+}
+
+/// The socket a client should use: `explicit` (flag or `KILN_SOCKET`), else the user
+/// socket if it exists, else the system socket if it exists, else the user default.
+pub fn client_socket(explicit: Option<PathBuf>) -> PathBuf {
+    if let Some(p) = explicit {
+        return p;
+    }
+    let user = DefaultPaths::for_mode(Mode::User).socket;
+    if user.exists() {
+        return user;
+    }
+    let system = DefaultPaths::for_mode(Mode::System).socket;
+    if system.exists() {
+        return system;
+    }
+    user
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commented_default_parses_to_the_defaults() {
+        let cfg = Config::from_toml(DEFAULT_CONFIG_TOML, Path::new("default"))
+            .expect("default config parses");
+        assert_eq!(cfg, Config::default());
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = Config::from_toml("[queue]\nmax_attempt = 3\n", Path::new("x.toml"))
+            .expect_err("unknown key");
+        assert!(err.to_string().contains("max_attempt"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_is_refused() {
+        let err = Config::from_toml("[queue]\nmax_attempts = 0\n", Path::new("x.toml"))
+            .expect_err("zero attempts");
+        assert!(err.to_string().contains("max_attempts"), "{err}");
+        assert!(
+            Config::from_toml("[gpu]\nclock_policy = \"lock\"\n", Path::new("x")).is_err(),
+            "lock is not available yet"
+        );
+    }
+}

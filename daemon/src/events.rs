@@ -1,0 +1,70 @@
+//! The event bus: job (and, later, search) state changes fanned out to SSE clients.
+//!
+//! A bounded broadcast channel: a client that falls behind misses events (it is told so
+//! with a `lagged` event) rather than slowing the daemon down.
+
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+/// One state change.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// A job changed state or stage.
+    Job {
+        /// Job id.
+        job_id: i64,
+        /// Candidate id.
+        candidate_id: String,
+        /// Problem name.
+        problem: String,
+        /// `queued`, `running`, `done` or `failed`.
+        state: String,
+        /// `compiling` or `evaluating` while running.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        stage: Option<String>,
+        /// The verdict, once done.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        verdict: Option<String>,
+        /// Median time in µs, for `ok`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        median_us: Option<f64>,
+        /// Why it failed, for `failed`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+}
+
+impl Event {
+    /// The SSE event name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Job { .. } => "job",
+        }
+    }
+}
+
+/// Cloneable handle to the bus.
+#[derive(Clone)]
+pub struct EventBus {
+    tx: broadcast::Sender<Event>,
+}
+
+impl EventBus {
+    /// A bus that buffers up to `capacity` events per slow subscriber.
+    pub fn new(capacity: usize) -> Self {
+        let (tx, _) = broadcast::channel(capacity);
+        EventBus { tx }
+    }
+
+    /// Publishes an event; it is fine for nobody to be listening.
+    pub fn publish(&self, event: Event) {
+        tracing::debug!(?event, "event");
+        let _ = self.tx.send(event);
+    }
+
+    /// A new subscription, starting from now.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.tx.subscribe()
+    }
+}

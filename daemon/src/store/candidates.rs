@@ -1,0 +1,188 @@
+//! Candidates, content-addressed, and their submission as jobs.
+
+use kiln_types::{Candidate, Evaluation};
+use rusqlite::{OptionalExtension, params};
+use serde::Serialize;
+
+use super::jobs::{JOB_COLUMNS, JobRecord, job_from_row};
+use super::{Result, Store, StoreError, corrupt, now_ms};
+
+/// What a submission did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Submitted {
+    /// The candidate's content hash.
+    pub id: String,
+    /// The job evaluating it.
+    pub job_id: i64,
+    /// True if the same candidate was already stored; nothing new was queued.
+    pub duplicate: bool,
+}
+
+/// A stored candidate with its latest job and evaluation.
+#[derive(Debug, Clone, Serialize)]
+pub struct CandidateRecord {
+    /// Content hash.
+    pub id: String,
+    /// The candidate as submitted.
+    pub candidate: Candidate,
+    /// Backend it runs on.
+    pub backend: String,
+    /// Submission time, ms since the epoch.
+    pub created_at: i64,
+    /// Latest job.
+    pub job: Option<JobRecord>,
+    /// Latest evaluation, once there is one.
+    pub evaluation: Option<Evaluation>,
+}
+
+impl Store {
+    /// Stores a candidate and queues a job for it, in one transaction. A candidate already
+    /// stored (same content hash) is not queued again.
+    pub fn submit(&self, candidate: &Candidate) -> Result<Submitted> {
+        let id = candidate.content_hash();
+        let backend = candidate.language.backend();
+        let json = serde_json::to_string(candidate).map_err(|e| corrupt("candidate", e))?;
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let known: bool = tx
+            .query_row("SELECT 1 FROM problems WHERE name = ?1", [&candidate.problem], |_| Ok(()))
+            .optional()?
+            .is_some();
+        if !known {
+            return Err(StoreError::NotFound(format!("problem {:?}", candidate.problem)));
+        }
+        let existing: Option<i64> = tx
+            .query_row(
+                "SELECT j.id FROM candidates c JOIN jobs j ON j.candidate_id = c.id
+                 WHERE c.id = ?1 ORDER BY j.id DESC LIMIT 1",
+                [&id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(job_id) = existing {
+            return Ok(Submitted {
+                id,
+                job_id,
+                duplicate: true,
+            });
+        }
+        let now = now_ms();
+        tx.execute(
+            "INSERT INTO candidates (id, problem, backend, candidate_json, parent, note, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![id, candidate.problem, backend, json, candidate.parent, candidate.note, now],
+        )?;
+        tx.execute(
+            "INSERT INTO jobs (candidate_id, backend, state, created_at) VALUES (?1, ?2, 'queued', ?3)",
+            params![id, backend, now],
+        )?;
+        let job_id = tx.last_insert_rowid();
+        tx.commit()?;
+        Ok(Submitted {
+            id,
+            job_id,
+            duplicate: false,
+        })
+    }
+
+    /// A candidate by id (content hash), with its latest job and evaluation.
+    pub fn get_candidate(&self, id: &str) -> Result<Option<CandidateRecord>> {
+        let conn = self.lock();
+        let row: Option<(String, String, i64)> = conn
+            .query_row(
+                "SELECT candidate_json, backend, created_at FROM candidates WHERE id = ?1",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()?;
+        let Some((json, backend, created_at)) = row else {
+            return Ok(None);
+        };
+        let candidate: Candidate =
+            serde_json::from_str(&json).map_err(|e| corrupt(format!("candidate {id}"), e))?;
+        let job = conn
+            .query_row(
+                &format!(
+                    "SELECT {JOB_COLUMNS} FROM jobs WHERE candidate_id = ?1 ORDER BY id DESC LIMIT 1"
+                ),
+                [id],
+                job_from_row,
+            )
+            .optional()?;
+        let evaluation = latest_evaluation(&conn, id)?;
+        Ok(Some(CandidateRecord {
+            id: id.to_string(),
+            candidate,
+            backend,
+            created_at,
+            job,
+            evaluation,
+        }))
+    }
+
+    /// Ids of the newest candidates, optionally for one problem.
+    pub fn list_candidates(&self, problem: Option<&str>, limit: u32) -> Result<Vec<String>> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT id FROM candidates WHERE (?1 IS NULL OR problem = ?1)
+             ORDER BY created_at DESC, id LIMIT ?2",
+        )?;
+        let ids = stmt
+            .query_map(params![problem, limit], |r| r.get::<_, String>(0))?
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(ids)
+    }
+}
+
+pub(super) fn latest_evaluation(
+    conn: &rusqlite::Connection,
+    candidate_id: &str,
+) -> Result<Option<Evaluation>> {
+    let json: Option<String> = conn
+        .query_row(
+            "SELECT evaluation_json FROM evaluations WHERE candidate_id = ?1 ORDER BY id DESC LIMIT 1",
+            [candidate_id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    json.map(|j| {
+        serde_json::from_str(&j).map_err(|e| corrupt(format!("evaluation of {candidate_id}"), e))
+    })
+    .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::problems::sample_spec;
+    use super::*;
+
+    pub(crate) fn sample_candidate(problem: &str, source: &str) -> Candidate {
+        serde_json::from_value(serde_json::json!({
+            "problem": problem, "language": "c", "source": source,
+            "launches": [{"kernel": "f", "args": ["x", "y"]}]
+        }))
+        .expect("candidate")
+    }
+
+    #[test]
+    fn duplicate_returns_the_existing_job() {
+        let (_d, store) = super::super::open_temp();
+        store.put_problem(&sample_spec("p")).expect("problem");
+        let c = sample_candidate("p", "void f(){}");
+        let a = store.submit(&c).expect("submit");
+        assert!(!a.duplicate);
+        let b = store.submit(&c).expect("submit again");
+        assert!(b.duplicate);
+        assert_eq!((a.id.clone(), a.job_id), (b.id, b.job_id));
+        let rec = store.get_candidate(&a.id).expect("get").expect("exists");
+        assert_eq!(rec.job.map(|j| j.id), Some(a.job_id));
+        assert!(rec.evaluation.is_none());
+    }
+
+    #[test]
+    fn unknown_problem_is_not_found() {
+        let (_d, store) = super::super::open_temp();
+        let c = sample_candidate("missing", "void f(){}");
+        assert!(matches!(store.submit(&c), Err(StoreError::NotFound(_))));
+    }
+}

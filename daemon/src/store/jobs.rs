@@ -1,0 +1,329 @@
+//! The durable job queue: queued → running → done | failed.
+//!
+//! A job is claimed by flipping it to `running` (and counting the attempt) in one
+//! statement. Jobs found `running` when the daemon starts were cut short by a crash: they
+//! are queued again, or failed once they have used up their attempts.
+
+use kiln_types::Evaluation;
+use rusqlite::{OptionalExtension, Row, params};
+use serde::Serialize;
+
+use super::{Result, Store, StoreError, corrupt, now_ms};
+
+/// Queue states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Waiting for a worker.
+    Queued,
+    /// Being compiled or evaluated.
+    Running,
+    /// Finished with an evaluation (whatever its verdict).
+    Done,
+    /// Could not be evaluated (infrastructure failure or attempts used up).
+    Failed,
+}
+
+impl JobState {
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "queued" => JobState::Queued,
+            "running" => JobState::Running,
+            "done" => JobState::Done,
+            "failed" => JobState::Failed,
+            _ => return None,
+        })
+    }
+
+    /// The name stored and sent on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Done => "done",
+            JobState::Failed => "failed",
+        }
+    }
+
+    /// Every state, for metrics.
+    pub const ALL: [JobState; 4] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Done,
+        JobState::Failed,
+    ];
+}
+
+/// A job as stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobRecord {
+    /// Job id.
+    pub id: i64,
+    /// Candidate it evaluates.
+    pub candidate_id: String,
+    /// Backend it runs on.
+    pub backend: String,
+    /// Queue state.
+    pub state: JobState,
+    /// Stage within `running`: `compiling` or `evaluating`.
+    pub stage: Option<String>,
+    /// Times it was started.
+    pub attempts: u32,
+    /// Why it failed, for `failed`.
+    pub error: Option<String>,
+    /// Queued at, ms since the epoch.
+    pub created_at: i64,
+    /// Last started at.
+    pub started_at: Option<i64>,
+    /// Finished at.
+    pub finished_at: Option<i64>,
+    /// Compile stage wall time, ms.
+    pub compile_ms: Option<f64>,
+    /// Evaluation stage wall time, ms.
+    pub eval_ms: Option<f64>,
+}
+
+pub(super) const JOB_COLUMNS: &str = "id, candidate_id, backend, state, stage, attempts, error, \
+     created_at, started_at, finished_at, compile_ms, eval_ms";
+
+pub(super) fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
+    let state: String = r.get(3)?;
+    Ok(JobRecord {
+        id: r.get(0)?,
+        candidate_id: r.get(1)?,
+        backend: r.get(2)?,
+        state: JobState::parse(&state).unwrap_or(JobState::Failed),
+        stage: r.get(4)?,
+        attempts: r.get(5)?,
+        error: r.get(6)?,
+        created_at: r.get(7)?,
+        started_at: r.get(8)?,
+        finished_at: r.get(9)?,
+        compile_ms: r.get(10)?,
+        eval_ms: r.get(11)?,
+    })
+}
+
+/// What start-up recovery did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Recovery {
+    /// Jobs queued again.
+    pub requeued: usize,
+    /// Jobs failed for having used up their attempts.
+    pub failed: usize,
+}
+
+impl Store {
+    /// A job by id.
+    pub fn get_job(&self, id: i64) -> Result<Option<JobRecord>> {
+        let conn = self.lock();
+        Ok(conn
+            .query_row(
+                &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"),
+                [id],
+                job_from_row,
+            )
+            .optional()?)
+    }
+
+    /// Claims the oldest queued job for one of `backends`: marks it running, stage
+    /// `compiling`, and counts the attempt.
+    pub fn claim_next(&self, backends: &[&str]) -> Result<Option<JobRecord>> {
+        if backends.is_empty() {
+            return Ok(None);
+        }
+        let list = backends
+            .iter()
+            .map(|b| format!("'{}'", b.replace('\'', "")))
+            .collect::<Vec<_>>()
+            .join(",");
+        let conn = self.lock();
+        Ok(conn
+            .query_row(
+                &format!(
+                    "UPDATE jobs SET state = 'running', stage = 'compiling', attempts = attempts + 1,
+                            started_at = ?1
+                     WHERE id = (SELECT id FROM jobs WHERE state = 'queued' AND backend IN ({list})
+                                 ORDER BY id LIMIT 1)
+                     RETURNING {JOB_COLUMNS}"
+                ),
+                [now_ms()],
+                job_from_row,
+            )
+            .optional()?)
+    }
+
+    /// Records the stage of a running job.
+    pub fn set_stage(&self, id: i64, stage: &str) -> Result<()> {
+        self.lock().execute(
+            "UPDATE jobs SET stage = ?2 WHERE id = ?1 AND state = 'running'",
+            params![id, stage],
+        )?;
+        Ok(())
+    }
+
+    /// Stores the evaluation and marks the job done, in one transaction.
+    pub fn finish_job(
+        &self,
+        id: i64,
+        evaluation: &Evaluation,
+        compile_ms: f64,
+        eval_ms: f64,
+    ) -> Result<()> {
+        let json = serde_json::to_string(evaluation).map_err(|e| corrupt("evaluation", e))?;
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let candidate_id: String = tx
+            .query_row("SELECT candidate_id FROM jobs WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
+        let now = now_ms();
+        tx.execute(
+            "INSERT INTO evaluations (candidate_id, job_id, verdict, median_us, evaluation_json, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                candidate_id,
+                id,
+                evaluation.verdict.as_str(),
+                evaluation.timing.as_ref().map(|t| t.median_us),
+                json,
+                now
+            ],
+        )?;
+        tx.execute(
+            "UPDATE jobs SET state = 'done', stage = NULL, finished_at = ?2, compile_ms = ?3,
+                    eval_ms = ?4, error = NULL
+             WHERE id = ?1",
+            params![id, now, compile_ms, eval_ms],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Marks a job failed with a reason (infrastructure failure, not a verdict).
+    pub fn fail_job(&self, id: i64, error: &str) -> Result<()> {
+        self.lock().execute(
+            "UPDATE jobs SET state = 'failed', stage = NULL, error = ?2, finished_at = ?3 WHERE id = ?1",
+            params![id, error, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    /// Puts a running job back in the queue without counting the attempt (a clean stop
+    /// that could not wait for it).
+    pub fn requeue_job(&self, id: i64) -> Result<()> {
+        self.lock().execute(
+            "UPDATE jobs SET state = 'queued', stage = NULL, attempts = max(attempts - 1, 0)
+             WHERE id = ?1 AND state = 'running'",
+            [id],
+        )?;
+        Ok(())
+    }
+
+    /// At start: jobs left `running` by a crash are queued again, or failed once they
+    /// have been started `max_attempts` times.
+    pub fn recover_running(&self, max_attempts: u32) -> Result<Recovery> {
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let failed = tx.execute(
+            "UPDATE jobs SET state = 'failed', stage = NULL, finished_at = ?2,
+                    error = 'the daemon stopped while running this job ' || attempts || ' times; giving up'
+             WHERE state = 'running' AND attempts >= ?1",
+            params![max_attempts, now_ms()],
+        )?;
+        let requeued = tx.execute(
+            "UPDATE jobs SET state = 'queued', stage = NULL WHERE state = 'running'",
+            [],
+        )?;
+        tx.commit()?;
+        Ok(Recovery { requeued, failed })
+    }
+
+    /// Number of jobs in each state.
+    pub fn job_counts(&self) -> Result<Vec<(JobState, i64)>> {
+        let conn = self.lock();
+        let mut out = Vec::new();
+        for s in JobState::ALL {
+            let n: i64 = conn.query_row(
+                "SELECT count(*) FROM jobs WHERE state = ?1",
+                [s.as_str()],
+                |r| r.get(0),
+            )?;
+            out.push((s, n));
+        }
+        Ok(out)
+    }
+
+    /// Number of evaluations per verdict.
+    pub fn verdict_counts(&self) -> Result<Vec<(String, i64)>> {
+        let conn = self.lock();
+        let mut stmt =
+            conn.prepare("SELECT verdict, count(*) FROM evaluations GROUP BY verdict ORDER BY verdict")?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::problems::sample_spec;
+    use super::*;
+    use kiln_types::{Candidate, Verdict};
+
+    fn setup() -> (tempfile::TempDir, Store, i64) {
+        let (d, store) = super::super::open_temp();
+        store.put_problem(&sample_spec("p")).expect("problem");
+        let c: Candidate = serde_json::from_value(serde_json::json!({
+            "problem": "p", "language": "c", "source": "void f(){}",
+            "launches": [{"kernel": "f"}]
+        }))
+        .expect("candidate");
+        let s = store.submit(&c).expect("submit");
+        (d, store, s.job_id)
+    }
+
+    #[test]
+    fn claim_runs_oldest_for_a_usable_backend() {
+        let (_d, store, id) = setup();
+        assert!(store.claim_next(&["cuda"]).expect("claim").is_none());
+        let job = store.claim_next(&["host"]).expect("claim").expect("job");
+        assert_eq!((job.id, job.state, job.attempts), (id, JobState::Running, 1));
+        assert!(store.claim_next(&["host"]).expect("claim").is_none());
+        let eval = Evaluation::early(Verdict::CompileError, "host", "bad");
+        store.finish_job(id, &eval, 1.0, 0.0).expect("finish");
+        let job = store.get_job(id).expect("get").expect("job");
+        assert_eq!(job.state, JobState::Done);
+        assert_eq!(store.verdict_counts().expect("counts"), vec![("compile_error".into(), 1)]);
+    }
+
+    #[test]
+    fn recovery_requeues_then_gives_up() {
+        let (_d, store, id) = setup();
+        for round in 1..=3 {
+            let job = store.claim_next(&["host"]).expect("claim").expect("job");
+            assert_eq!(job.attempts, round);
+            let r = store.recover_running(3).expect("recover");
+            if round < 3 {
+                assert_eq!(r, Recovery { requeued: 1, failed: 0 });
+            } else {
+                assert_eq!(r, Recovery { requeued: 0, failed: 1 });
+            }
+        }
+        let job = store.get_job(id).expect("get").expect("job");
+        assert_eq!(job.state, JobState::Failed);
+        assert!(job.error.unwrap_or_default().contains("3 times"));
+    }
+
+    #[test]
+    fn clean_requeue_does_not_count_the_attempt() {
+        let (_d, store, id) = setup();
+        store.claim_next(&["host"]).expect("claim").expect("job");
+        store.requeue_job(id).expect("requeue");
+        let job = store.get_job(id).expect("get").expect("job");
+        assert_eq!((job.state, job.attempts), (JobState::Queued, 0));
+    }
+}

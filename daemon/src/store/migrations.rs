@@ -1,0 +1,155 @@
+//! Schema migrations, applied in order and recorded in `PRAGMA user_version`.
+//!
+//! A migration is never edited once released: a change is a new entry at the end.
+
+use rusqlite::Connection;
+
+use super::{Result, StoreError};
+
+/// Each entry moves the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: problems, candidates, jobs, evaluations, compile cache.
+    r#"
+    CREATE TABLE problems (
+        name        TEXT PRIMARY KEY,
+        spec_json   TEXT NOT NULL,
+        spec_hash   TEXT NOT NULL,
+        created_at  INTEGER NOT NULL
+    );
+    CREATE TABLE candidates (
+        id              TEXT PRIMARY KEY,
+        problem         TEXT NOT NULL REFERENCES problems(name),
+        backend         TEXT NOT NULL,
+        candidate_json  TEXT NOT NULL,
+        parent          TEXT,
+        note            TEXT,
+        created_at      INTEGER NOT NULL
+    );
+    CREATE INDEX candidates_problem ON candidates(problem, created_at);
+    CREATE TABLE jobs (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        candidate_id  TEXT NOT NULL REFERENCES candidates(id),
+        backend       TEXT NOT NULL,
+        state         TEXT NOT NULL CHECK (state IN ('queued', 'running', 'done', 'failed')),
+        stage         TEXT,
+        attempts      INTEGER NOT NULL DEFAULT 0,
+        error         TEXT,
+        created_at    INTEGER NOT NULL,
+        started_at    INTEGER,
+        finished_at   INTEGER,
+        compile_ms    REAL,
+        eval_ms       REAL
+    );
+    CREATE INDEX jobs_state ON jobs(state, id);
+    CREATE INDEX jobs_candidate ON jobs(candidate_id);
+    CREATE TABLE evaluations (
+        id               INTEGER PRIMARY KEY AUTOINCREMENT,
+        candidate_id     TEXT NOT NULL REFERENCES candidates(id),
+        job_id           INTEGER NOT NULL REFERENCES jobs(id),
+        verdict          TEXT NOT NULL,
+        median_us        REAL,
+        evaluation_json  TEXT NOT NULL,
+        created_at       INTEGER NOT NULL
+    );
+    CREATE INDEX evaluations_candidate ON evaluations(candidate_id, id);
+    CREATE TABLE artifacts (
+        key           TEXT PRIMARY KEY,
+        backend       TEXT NOT NULL,
+        bytes         BLOB NOT NULL,
+        compile_json  TEXT NOT NULL,
+        created_at    INTEGER NOT NULL
+    );
+    "#,
+];
+
+/// Tables every current schema has; checked after migrating.
+const EXPECTED_TABLES: &[&str] = &["problems", "candidates", "jobs", "evaluations", "artifacts"];
+
+/// The schema version this build writes.
+pub fn latest() -> i64 {
+    i64::try_from(MIGRATIONS.len()).unwrap_or(i64::MAX)
+}
+
+fn version(conn: &Connection) -> Result<i64> {
+    Ok(conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
+}
+
+/// Applies every migration past the database's version, each in its own transaction.
+pub fn apply(conn: &mut Connection) -> Result<()> {
+    let current = version(conn)?;
+    if current > latest() {
+        return Err(StoreError::Schema(format!(
+            "the database is at version {current}, newer than this kilnd knows ({}); upgrade kilnd",
+            latest()
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(current).unwrap_or(0)) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", i64::try_from(i + 1).unwrap_or(i64::MAX))?;
+        tx.commit()?;
+        tracing::info!(version = i + 1, "applied schema migration");
+    }
+    Ok(())
+}
+
+/// Reads the schema back: the version must be the latest and every table present.
+pub fn check(conn: &Connection) -> Result<()> {
+    let v = version(conn)?;
+    if v != latest() {
+        return Err(StoreError::Schema(format!(
+            "version {v} after migrating, expected {}",
+            latest()
+        )));
+    }
+    for table in EXPECTED_TABLES {
+        let n: i64 = conn.query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [table],
+            |r| r.get(0),
+        )?;
+        if n != 1 {
+            return Err(StoreError::Schema(format!("table {table} is missing")));
+        }
+    }
+    let ok: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+    if ok != "ok" {
+        return Err(StoreError::Schema(format!("quick_check: {ok}")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrates_from_empty_and_is_idempotent() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.db");
+        let mut conn = Connection::open(&path).expect("open");
+        apply(&mut conn).expect("migrate");
+        check(&conn).expect("check");
+        apply(&mut conn).expect("second apply is a no-op");
+        assert_eq!(version(&conn).expect("version"), latest());
+    }
+
+    #[test]
+    fn refuses_a_newer_database() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut conn = Connection::open(dir.path().join("t.db")).expect("open");
+        conn.pragma_update(None, "user_version", latest() + 1)
+            .expect("set version");
+        let err = apply(&mut conn).expect_err("newer schema");
+        assert!(err.to_string().contains("newer"), "{err}");
+    }
+
+    #[test]
+    fn check_notices_a_missing_table() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut conn = Connection::open(dir.path().join("t.db")).expect("open");
+        apply(&mut conn).expect("migrate");
+        conn.execute_batch("DROP TABLE artifacts").expect("drop");
+        assert!(check(&conn).is_err());
+    }
+}

@@ -1,0 +1,341 @@
+//! Candidates: device code plus a declarative launch plan, never host code.
+//!
+//! The JSON shape is the one in the design guide (§3). kiln launches every kernel itself
+//! from the plan, so a candidate cannot patch timers, use side streams or fall back to a
+//! library. For the host backend (`language = "c"`), each launch names a C function that is
+//! called with the args; grid and block are ignored.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Longest accepted source, in bytes.
+pub const MAX_SOURCE_BYTES: usize = 1 << 20;
+/// Most launches in one plan.
+pub const MAX_LAUNCHES: usize = 64;
+/// Most arguments to one launch.
+pub const MAX_ARGS: usize = 64;
+/// Most scratch buffers.
+pub const MAX_SCRATCH: usize = 16;
+/// Most compile flags.
+pub const MAX_FLAGS: usize = 32;
+/// Largest scratch buffer, in elements (1 Gi elements).
+pub const MAX_SCRATCH_ELEMS: u64 = 1 << 30;
+/// Longest free-text note.
+pub const MAX_NOTE_BYTES: usize = 16 << 10;
+
+/// The language a candidate's source is written in, which picks the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    /// CUDA C++, compiled by NVRTC; runs on the cuda backend.
+    Cuda,
+    /// C, compiled by the system C compiler; runs on the host backend.
+    C,
+}
+
+impl Language {
+    /// The backend that runs candidates in this language.
+    pub fn backend(self) -> &'static str {
+        match self {
+            Language::Cuda => "cuda",
+            Language::C => "host",
+        }
+    }
+}
+
+/// One argument of a launch: a tensor or scratch buffer by name, or a typed literal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Arg {
+    /// A problem tensor or a scratch buffer, by name.
+    Buffer(String),
+    /// A typed scalar literal.
+    Scalar(Scalar),
+}
+
+/// A typed scalar literal, written `{"i32": 5}` and so on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum Scalar {
+    /// 32-bit signed integer.
+    I32(i32),
+    /// 64-bit signed integer.
+    I64(i64),
+    /// 32-bit unsigned integer.
+    U32(u32),
+    /// 64-bit unsigned integer.
+    U64(u64),
+    /// 32-bit float.
+    F32(f32),
+    /// 64-bit float.
+    F64(f64),
+}
+
+fn default_dim() -> [u32; 3] {
+    [1, 1, 1]
+}
+
+/// One kernel launch in the plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Launch {
+    /// The kernel (CUDA) or function (C) to call; an identifier.
+    pub kernel: String,
+    /// Grid dimensions (CUDA only).
+    #[serde(default = "default_dim")]
+    pub grid: [u32; 3],
+    /// Block dimensions (CUDA only).
+    #[serde(default = "default_dim")]
+    pub block: [u32; 3],
+    /// Dynamic shared memory in bytes (CUDA only).
+    #[serde(default)]
+    pub shared_bytes: u32,
+    /// Arguments, in order.
+    #[serde(default)]
+    pub args: Vec<Arg>,
+}
+
+/// A scratch buffer the candidate may use between launches; zeroed before each run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScratchBuffer {
+    /// Name used in launch args; an identifier distinct from every tensor name.
+    pub name: String,
+    /// Element type.
+    pub dtype: crate::Dtype,
+    /// Number of elements.
+    pub elems: u64,
+}
+
+/// A candidate kernel as submitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Candidate {
+    /// The problem this candidate solves (a registered problem's name).
+    pub problem: String,
+    /// Source language; picks the backend.
+    pub language: Language,
+    /// Device code (CUDA) or C source (host).
+    pub source: String,
+    /// The launch plan, executed in order by trusted code.
+    pub launches: Vec<Launch>,
+    /// Scratch buffers.
+    #[serde(default)]
+    pub scratch: Vec<ScratchBuffer>,
+    /// Compile flags, each checked against the backend's allow-list.
+    #[serde(default)]
+    pub flags: Vec<String>,
+    /// Id of the candidate this one was derived from, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Free text: the idea or change this candidate tries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Why a candidate is structurally invalid (before any problem-specific check).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CandidateError {
+    /// The source is empty.
+    #[error("source is empty")]
+    EmptySource,
+    /// The source is longer than [`MAX_SOURCE_BYTES`].
+    #[error("source is {0} bytes; the limit is {MAX_SOURCE_BYTES}")]
+    SourceTooLong(usize),
+    /// The source contains a NUL byte.
+    #[error("source contains a NUL byte")]
+    NulInSource,
+    /// No launches, or too many.
+    #[error("launches: {0} given; between 1 and {MAX_LAUNCHES} are allowed")]
+    LaunchCount(usize),
+    /// Too many args in one launch.
+    #[error("launches[{0}].args: more than {MAX_ARGS} arguments")]
+    TooManyArgs(usize),
+    /// A name that is not an identifier.
+    #[error("{field}: {name:?} is not an identifier (letters, digits and _, not starting with a digit, at most 128 characters)")]
+    BadIdentifier {
+        /// Where the name appears.
+        field: String,
+        /// The offending name.
+        name: String,
+    },
+    /// A zero grid or block dimension.
+    #[error("launches[{0}]: grid and block dimensions must be at least 1")]
+    ZeroDim(usize),
+    /// Too many scratch buffers or one too large.
+    #[error("scratch: {0}")]
+    Scratch(String),
+    /// Too many flags.
+    #[error("flags: more than {MAX_FLAGS} given")]
+    TooManyFlags,
+    /// The note is too long.
+    #[error("note is longer than {MAX_NOTE_BYTES} bytes")]
+    NoteTooLong,
+}
+
+/// True if and only if `s` is a C identifier of at most 128 characters.
+pub fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(c) if c.is_ascii_alphabetic() || c == '_' => {}
+        _ => return false,
+    }
+    s.len() <= 128 && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+impl Candidate {
+    /// Checks the candidate's structure: sizes, names and dimensions.
+    ///
+    /// Problem-specific checks (do the args name real tensors?) happen at evaluation and
+    /// end in `invalid_launch`.
+    pub fn validate(&self) -> Result<(), CandidateError> {
+        if self.source.trim().is_empty() {
+            return Err(CandidateError::EmptySource);
+        }
+        if self.source.len() > MAX_SOURCE_BYTES {
+            return Err(CandidateError::SourceTooLong(self.source.len()));
+        }
+        if self.source.contains('\0') {
+            return Err(CandidateError::NulInSource);
+        }
+        if self.launches.is_empty() || self.launches.len() > MAX_LAUNCHES {
+            return Err(CandidateError::LaunchCount(self.launches.len()));
+        }
+        for (i, l) in self.launches.iter().enumerate() {
+            if !is_identifier(&l.kernel) {
+                return Err(CandidateError::BadIdentifier {
+                    field: format!("launches[{i}].kernel"),
+                    name: l.kernel.clone(),
+                });
+            }
+            if l.args.len() > MAX_ARGS {
+                return Err(CandidateError::TooManyArgs(i));
+            }
+            if l.grid.contains(&0) || l.block.contains(&0) {
+                return Err(CandidateError::ZeroDim(i));
+            }
+            for (j, a) in l.args.iter().enumerate() {
+                if let Arg::Buffer(name) = a
+                    && !is_identifier(name)
+                {
+                    return Err(CandidateError::BadIdentifier {
+                        field: format!("launches[{i}].args[{j}]"),
+                        name: name.clone(),
+                    });
+                }
+            }
+        }
+        if self.scratch.len() > MAX_SCRATCH {
+            return Err(CandidateError::Scratch(format!(
+                "more than {MAX_SCRATCH} buffers"
+            )));
+        }
+        for (i, s) in self.scratch.iter().enumerate() {
+            if !is_identifier(&s.name) {
+                return Err(CandidateError::BadIdentifier {
+                    field: format!("scratch[{i}].name"),
+                    name: s.name.clone(),
+                });
+            }
+            if s.elems == 0 || s.elems > MAX_SCRATCH_ELEMS {
+                return Err(CandidateError::Scratch(format!(
+                    "scratch[{i}].elems must be between 1 and {MAX_SCRATCH_ELEMS}"
+                )));
+            }
+            if self.scratch[..i].iter().any(|o| o.name == s.name) {
+                return Err(CandidateError::Scratch(format!(
+                    "scratch[{i}].name {:?} is used twice",
+                    s.name
+                )));
+            }
+        }
+        if self.flags.len() > MAX_FLAGS {
+            return Err(CandidateError::TooManyFlags);
+        }
+        if self.note.as_ref().is_some_and(|n| n.len() > MAX_NOTE_BYTES) {
+            return Err(CandidateError::NoteTooLong);
+        }
+        Ok(())
+    }
+
+    /// The content hash that identifies this candidate: blake3 over the normalised
+    /// candidate (line endings and trailing whitespace of the source normalised;
+    /// `parent` and `note` left out, since they describe where it came from, not what it is).
+    pub fn content_hash(&self) -> String {
+        let source: String = self
+            .source
+            .replace("\r\n", "\n")
+            .lines()
+            .map(str::trim_end)
+            .collect::<Vec<_>>()
+            .join("\n");
+        let normalised = serde_json::json!({
+            "problem": self.problem,
+            "language": self.language,
+            "source": source.trim_end(),
+            "launches": self.launches,
+            "scratch": self.scratch,
+            "flags": self.flags,
+        });
+        let bytes = serde_json::to_vec(&normalised).unwrap_or_default();
+        blake3::hash(&bytes).to_hex()[..32].to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Candidate {
+        serde_json::from_str(
+            r#"{"problem":"p","language":"c","source":"void f(float*x){}\n",
+                "launches":[{"kernel":"f","args":["x",{"i32":4}]}]}"#,
+        )
+        .expect("sample parses")
+    }
+
+    #[test]
+    fn parses_design_shape_and_validates() {
+        let c = sample();
+        assert_eq!(c.launches[0].grid, [1, 1, 1]);
+        assert_eq!(c.launches[0].args[1], Arg::Scalar(Scalar::I32(4)));
+        assert_eq!(c.validate(), Ok(()));
+    }
+
+    #[test]
+    fn unknown_field_is_refused_by_name() {
+        let err = serde_json::from_str::<Candidate>(
+            r#"{"problem":"p","language":"c","source":"x","launches":[],"bogus":1}"#,
+        )
+        .expect_err("unknown field must fail");
+        assert!(err.to_string().contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn hash_ignores_note_and_whitespace_but_not_code() {
+        let a = sample();
+        let mut b = a.clone();
+        b.note = Some("idea".into());
+        b.source = "void f(float*x){}   \r\n\n".into();
+        assert_eq!(a.content_hash(), b.content_hash());
+        let mut c = a.clone();
+        c.source = "void f(float*y){}".into();
+        assert_ne!(a.content_hash(), c.content_hash());
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        let mut c = sample();
+        c.launches[0].kernel = "1bad".into();
+        assert!(matches!(
+            c.validate(),
+            Err(CandidateError::BadIdentifier { .. })
+        ));
+        let mut c = sample();
+        c.launches.clear();
+        assert_eq!(c.validate(), Err(CandidateError::LaunchCount(0)));
+        let mut c = sample();
+        c.source = " \n".into();
+        assert_eq!(c.validate(), Err(CandidateError::EmptySource));
+    }
+}

@@ -1,0 +1,27 @@
+//! Wire types shared by every part of kiln.
+//!
+//! kilnd, the `kiln` CLI, `kiln-worker` and (later) the plugin SDK all speak in these
+//! types, so a candidate or a verdict means the same thing wherever it travels.
+//!
+//! - [`candidate`]: what a proposer submits — device code plus a declarative launch plan.
+//! - [`problem`]: a problem's spec as read from `problem.toml`, with its sources inlined.
+//! - [`verdict`]: the verdicts of the evaluation contract, their evidence and timing statistics.
+//! - [`plan`]: how an evaluation is run (trials, stop rule, secret seed).
+//!
+//! Every type that is read from untrusted input denies unknown fields, so a typo is a
+//! `400` naming the field rather than a silently ignored setting.
+#![deny(missing_docs)]
+
+pub mod candidate;
+pub mod plan;
+pub mod problem;
+pub mod verdict;
+
+pub use candidate::{Arg, Candidate, CandidateError, Language, Launch, ScratchBuffer};
+pub use plan::{EvalPlan, TimingPlan};
+pub use problem::{
+    Dtype, Init, KernelSource, ProblemError, ProblemSpec, Role, Roofline, TensorSpec, Tolerance,
+};
+pub use verdict::{
+    CompileInfo, ErrorMetrics, Evaluation, Evidence, PrecisionTier, TimingStats, Verdict,
+};
