@@ -60,13 +60,19 @@ impl Client {
         &self.socket
     }
 
-    async fn send(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> Result<Response<Incoming>, ClientError> {
-        let stream = UnixStream::connect(&self.socket)
-            .await
-            .map_err(|source| ClientError::NotRunning {
-                socket: self.socket.clone(),
-                source,
-            })?;
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Response<Incoming>, ClientError> {
+        let stream =
+            UnixStream::connect(&self.socket)
+                .await
+                .map_err(|source| ClientError::NotRunning {
+                    socket: self.socket.clone(),
+                    source,
+                })?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| ClientError::Http(e.to_string()))?;
@@ -104,7 +110,10 @@ impl Client {
                 .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
         };
         if !status.is_success() {
-            let code = value["error"]["code"].as_str().unwrap_or("unknown").to_string();
+            let code = value["error"]["code"]
+                .as_str()
+                .unwrap_or("unknown")
+                .to_string();
             let message = value["error"]["message"]
                 .as_str()
                 .map_or_else(|| value.to_string(), str::to_string);

@@ -247,7 +247,8 @@ impl Config {
         if t.min_samples == 0 || t.max_samples < t.min_samples {
             return bad("evaluation.timing: need 1 <= min_samples <= max_samples");
         }
-        if !(t.max_rse > 0.0) || !(t.wall_cap_ms > 0.0) {
+        if t.max_rse.is_nan() || t.max_rse <= 0.0 || t.wall_cap_ms.is_nan() || t.wall_cap_ms <= 0.0
+        {
             return bad("evaluation.timing: max_rse and wall_cap_ms must be positive");
         }
         if !(0.0..=1.0).contains(&t.recheck_fraction) {

@@ -13,7 +13,10 @@ pub fn init(level: &str, json: bool) {
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let under_systemd = std::env::var_os("JOURNAL_STREAM").is_some();
     if under_systemd && let Ok(layer) = tracing_journald::layer() {
-        let _ = tracing_subscriber::registry().with(filter).with(layer).try_init();
+        let _ = tracing_subscriber::registry()
+            .with(filter)
+            .with(layer)
+            .try_init();
         return;
     }
     let ansi = std::io::stderr().is_terminal();

@@ -31,7 +31,9 @@ impl Metrics {
     /// Renders the Prometheus text exposition format.
     pub fn render(&self, store: &Store) -> String {
         let mut out = String::new();
-        out.push_str("# HELP kiln_requests_total API requests answered, by method, route and status.\n");
+        out.push_str(
+            "# HELP kiln_requests_total API requests answered, by method, route and status.\n",
+        );
         out.push_str("# TYPE kiln_requests_total counter\n");
         {
             let map = self.requests.lock().unwrap_or_else(|p| p.into_inner());
@@ -43,7 +45,9 @@ impl Metrics {
                 );
             }
         }
-        out.push_str("# HELP kiln_refused_connections_total Connections refused by the peer allow-list.\n");
+        out.push_str(
+            "# HELP kiln_refused_connections_total Connections refused by the peer allow-list.\n",
+        );
         out.push_str("# TYPE kiln_refused_connections_total counter\n");
         let _ = writeln!(
             out,
@@ -72,7 +76,11 @@ impl Metrics {
                 out.push_str("# HELP kiln_evaluations_total Evaluations stored, by verdict.\n");
                 out.push_str("# TYPE kiln_evaluations_total counter\n");
                 for (verdict, n) in counts {
-                    let _ = writeln!(out, "kiln_evaluations_total{{verdict=\"{}\"}} {n}", escape(&verdict));
+                    let _ = writeln!(
+                        out,
+                        "kiln_evaluations_total{{verdict=\"{}\"}} {n}",
+                        escape(&verdict)
+                    );
                 }
             }
             Err(e) => tracing::warn!(error = %e, "metrics: cannot read verdict counts"),
@@ -82,5 +90,7 @@ impl Metrics {
 }
 
 fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

@@ -42,7 +42,10 @@ pub fn activated_listener() -> Option<std::os::unix::net::UnixListener> {
     let fds: Vec<RawFd> = sd_notify::listen_fds().ok()?.collect();
     let fd = *fds.first()?;
     if fds.len() > 1 {
-        tracing::warn!(count = fds.len(), "several sockets passed by systemd; using the first");
+        tracing::warn!(
+            count = fds.len(),
+            "several sockets passed by systemd; using the first"
+        );
     }
     // SAFETY: systemd passed this fd to us (LISTEN_PID matched our pid); nothing else in
     // the process owns it, so taking ownership here is sound.

@@ -42,7 +42,11 @@ async fn a_caller_outside_the_allow_list_gets_403() {
         }
         other => panic!("expected 403, got {other}"),
     }
-    assert!(d.log().contains("refused a connection"), "log:\n{}", d.log());
+    assert!(
+        d.log().contains("refused a connection"),
+        "log:\n{}",
+        d.log()
+    );
 }
 
 #[tokio::test]
@@ -65,12 +69,20 @@ async fn bad_requests_get_json_errors_and_the_daemon_keeps_serving() {
         let mut bytes = req.into_bytes();
         bytes.extend_from_slice(body);
         let (status, text) = raw_request(&d.socket, &bytes);
-        assert_eq!(status, want_status, "body {}: {text}", String::from_utf8_lossy(body));
+        assert_eq!(
+            status,
+            want_status,
+            "body {}: {text}",
+            String::from_utf8_lossy(body)
+        );
         let v: serde_json::Value = serde_json::from_str(&text).expect("JSON error body");
         assert!(v["error"]["code"].is_string(), "{v}");
         let code = v["error"]["code"].as_str().unwrap_or("");
         let message = v["error"]["message"].as_str().unwrap_or("");
-        assert!(code == needle || message.contains(needle), "expected {needle:?} in {v}");
+        assert!(
+            code == needle || message.contains(needle),
+            "expected {needle:?} in {v}"
+        );
     }
     // Oversized body.
     let big = vec![b' '; 10_000];
@@ -108,7 +120,12 @@ async fn problems_register_list_show_and_conflict() {
     assert_eq!(list["problems"][0]["name"], "double-1024");
     let shown = c.get("/v1/problems/double-1024").await.expect("show");
     assert_eq!(shown["derived"]["input_bytes"], 4096);
-    assert!(shown["spec"]["reference"]["host"]["source"].as_str().unwrap_or("").contains("ref_double"));
+    assert!(
+        shown["spec"]["reference"]["host"]["source"]
+            .as_str()
+            .unwrap_or("")
+            .contains("ref_double")
+    );
     // Same name, different spec: conflict.
     let mut spec = shown["spec"].clone();
     spec["summary"] = json!("changed");
@@ -119,7 +136,9 @@ async fn problems_register_list_show_and_conflict() {
     // An invalid spec names what is wrong.
     spec["name"] = json!("Bad Name");
     match c.post("/v1/problems", &spec).await {
-        Err(ClientError::Api { status, message, .. }) => {
+        Err(ClientError::Api {
+            status, message, ..
+        }) => {
             assert_eq!(status, 400);
             assert!(message.contains("name"), "{message}");
         }
@@ -144,7 +163,10 @@ async fn a_duplicate_candidate_returns_the_stored_record() {
     let mut again = cand.clone();
     again["note"] = json!("resubmitted");
     again["source"] = json!(format!("{}   \n\n", cand["source"].as_str().unwrap_or("")));
-    let (s2, second) = c.post("/v1/candidates", &again).await.expect("submit again");
+    let (s2, second) = c
+        .post("/v1/candidates", &again)
+        .await
+        .expect("submit again");
     assert_eq!(s2, 200);
     assert_eq!(second["duplicate"], true);
     assert_eq!(second["id"], first["id"]);
@@ -163,7 +185,10 @@ async fn sse_client_sees_a_state_change() {
     let (name, _) = events.next().await.expect("hello");
     assert_eq!(name, "hello");
     let (_, sub) = c
-        .post("/v1/candidates", &double_candidate("sse", "for (int i = 0; i < n; i++) y[i] = x[i] + x[i];"))
+        .post(
+            "/v1/candidates",
+            &double_candidate("sse", "for (int i = 0; i < n; i++) y[i] = x[i] + x[i];"),
+        )
         .await
         .expect("submit");
     let (name, data) = tokio::time::timeout(std::time::Duration::from_secs(20), events.next())
@@ -188,8 +213,13 @@ fn valid_sample_line(line: &str) -> bool {
     let name_end = head.find('{').unwrap_or(head.len());
     let name = &head[..name_end];
     let name_ok = !name.is_empty()
-        && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
     if !name_ok {
         return false;
     }
@@ -215,7 +245,10 @@ async fn metrics_parse_as_prometheus_text() {
             continue;
         }
         if let Some(rest) = line.strip_prefix("# ") {
-            assert!(rest.starts_with("HELP ") || rest.starts_with("TYPE "), "bad comment {line:?}");
+            assert!(
+                rest.starts_with("HELP ") || rest.starts_with("TYPE "),
+                "bad comment {line:?}"
+            );
             continue;
         }
         assert!(valid_sample_line(line), "bad sample line {line:?}");
@@ -240,16 +273,28 @@ async fn sigkill_and_restart_lose_no_accepted_job() {
     let mut ids = Vec::new();
     for i in 0..12 {
         let body = format!("for (int i = 0; i < n; i++) y[i] = 2.0f * x[i] + 0.0f * {i};");
-        let (_, sub) = c.post("/v1/candidates", &double_candidate("durable", &body)).await.expect("submit");
-        ids.push((sub["id"].as_str().expect("id").to_string(), sub["job_id"].as_i64().expect("job")));
+        let (_, sub) = c
+            .post("/v1/candidates", &double_candidate("durable", &body))
+            .await
+            .expect("submit");
+        ids.push((
+            sub["id"].as_str().expect("id").to_string(),
+            sub["job_id"].as_i64().expect("job"),
+        ));
     }
     d.kill9();
     d.spawn();
     let c = d.client();
     for (id, job) in &ids {
-        let rec = c.get(&format!("/v1/candidates/{id}")).await.expect("candidate survives");
+        let rec = c
+            .get(&format!("/v1/candidates/{id}"))
+            .await
+            .expect("candidate survives");
         assert_eq!(rec["id"], id.as_str());
-        let j = c.get(&format!("/v1/jobs/{job}")).await.expect("job survives");
+        let j = c
+            .get(&format!("/v1/jobs/{job}"))
+            .await
+            .expect("job survives");
         assert!(
             matches!(j["state"].as_str(), Some("queued" | "running" | "done")),
             "job {job} after restart: {j}"

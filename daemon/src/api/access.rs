@@ -40,7 +40,9 @@ impl Access {
                     group = %cfg.group,
                     "access.group does not exist on this machine; ignoring it"
                 ),
-                Err(e) => tracing::warn!(group = %cfg.group, error = %e, "cannot look up access.group"),
+                Err(e) => {
+                    tracing::warn!(group = %cfg.group, error = %e, "cannot look up access.group")
+                }
             }
         }
         tracing::info!(uids = ?a.uids, gids = ?a.gids, members = ?a.members, "peer allow-list");
@@ -71,7 +73,6 @@ impl Access {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -99,7 +100,10 @@ mod tests {
         };
         let a = Access::resolve(&cfg);
         assert!(!a.allows(0, 0));
-        assert!(!a.allows(Uid::current().as_raw(), nix::unistd::Gid::current().as_raw()));
+        assert!(!a.allows(
+            Uid::current().as_raw(),
+            nix::unistd::Gid::current().as_raw()
+        ));
         assert!(Access::only(&[7], &[]).allows(7, 1));
         assert!(Access::only(&[], &[9]).allows(1, 9));
     }

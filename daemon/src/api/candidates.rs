@@ -27,10 +27,9 @@ pub async fn submit(
         .validate()
         .map_err(|e| ApiError::bad_request("invalid_candidate", e.to_string()))?;
     let backend = candidate.language.backend();
-    let problem = s
-        .store
-        .get_problem(&candidate.problem)?
-        .ok_or_else(|| ApiError::not_found(format!("problem {:?} is not registered", candidate.problem)))?;
+    let problem = s.store.get_problem(&candidate.problem)?.ok_or_else(|| {
+        ApiError::not_found(format!("problem {:?} is not registered", candidate.problem))
+    })?;
     if !problem.reference.contains_key(backend) {
         return Err(ApiError::bad_request(
             "invalid_candidate",
@@ -46,7 +45,9 @@ pub async fn submit(
         let record = s.store.get_candidate(&submitted.id)?;
         return Ok((
             StatusCode::OK,
-            Json(json!({"id": submitted.id, "job_id": submitted.job_id, "duplicate": true, "record": record})),
+            Json(
+                json!({"id": submitted.id, "job_id": submitted.job_id, "duplicate": true, "record": record}),
+            ),
         ));
     }
     tracing::info!(candidate = %submitted.id, job = submitted.job_id, problem = %candidate.problem, "candidate queued");
@@ -114,7 +115,9 @@ pub async fn show(
             .get_candidate(&id)?
             .ok_or_else(|| ApiError::not_found(format!("candidate {id:?} not found")))?;
         if wait == 0 || finished(&record) {
-            return Ok(Json(serde_json::to_value(record).map_err(ApiError::internal)?));
+            return Ok(Json(
+                serde_json::to_value(record).map_err(ApiError::internal)?,
+            ));
         }
         // Wake on any event (or every second, in case one was missed), then look again.
         let tick = tokio::time::sleep(Duration::from_secs(1));
@@ -168,10 +171,13 @@ pub async fn list(
 }
 
 /// `GET /v1/jobs/{id}`
-pub async fn job(State(s): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
-    let id: i64 = id
-        .parse()
-        .map_err(|_| ApiError::bad_request("invalid_field", format!("job id {id:?} is not a number")))?;
+pub async fn job(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id: i64 = id.parse().map_err(|_| {
+        ApiError::bad_request("invalid_field", format!("job id {id:?} is not a number"))
+    })?;
     let job = s
         .store
         .get_job(id)?

@@ -121,7 +121,10 @@ where
 /// Parses JSON strictly, naming the field at fault.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.is_empty() {
-        return Err(ApiError::bad_request("invalid_json", "request body is empty; JSON expected"));
+        return Err(ApiError::bad_request(
+            "invalid_json",
+            "request body is empty; JSON expected",
+        ));
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
@@ -139,8 +142,12 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         };
         ApiError::bad_request(code, msg)
     })?;
-    de.end()
-        .map_err(|e| ApiError::bad_request("invalid_json", format!("trailing data after the JSON value: {e}")))?;
+    de.end().map_err(|e| {
+        ApiError::bad_request(
+            "invalid_json",
+            format!("trailing data after the JSON value: {e}"),
+        )
+    })?;
     Ok(value)
 }
 
@@ -152,15 +159,26 @@ mod tests {
     #[test]
     fn wrong_type_names_the_field() {
         let body = br#"{"problem":"p","language":"c","source":"x","launches":[{"kernel":"k","grid":"big"}]}"#;
-        let err = parse_json::<Candidate>(body).err().expect("error");
+        let err = parse_json::<Candidate>(body).expect_err("error");
         assert_eq!(err.code, "invalid_field");
         assert!(err.message.contains("launches[0].grid"), "{}", err.message);
     }
 
     #[test]
     fn syntax_errors_and_trailing_data_are_invalid_json() {
-        assert_eq!(parse_json::<Candidate>(b"{").err().map(|e| e.code), Some("invalid_json"));
-        assert_eq!(parse_json::<serde_json::Value>(b"{} {}").err().map(|e| e.code), Some("invalid_json"));
-        assert_eq!(parse_json::<serde_json::Value>(b"").err().map(|e| e.code), Some("invalid_json"));
+        assert_eq!(
+            parse_json::<Candidate>(b"{").err().map(|e| e.code),
+            Some("invalid_json")
+        );
+        assert_eq!(
+            parse_json::<serde_json::Value>(b"{} {}")
+                .err()
+                .map(|e| e.code),
+            Some("invalid_json")
+        );
+        assert_eq!(
+            parse_json::<serde_json::Value>(b"").err().map(|e| e.code),
+            Some("invalid_json")
+        );
     }
 }

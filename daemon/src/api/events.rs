@@ -13,10 +13,14 @@ use super::AppState;
 
 /// Streams every event from the moment of connection; a client that falls behind gets a
 /// `lagged` event saying how many it missed.
-pub async fn stream(State(s): State<AppState>) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+pub async fn stream(
+    State(s): State<AppState>,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let rx = s.events.subscribe();
     let hello = futures_util::stream::once(async {
-        Ok(SseEvent::default().event("hello").data(r#"{"type":"hello"}"#))
+        Ok(SseEvent::default()
+            .event("hello")
+            .data(r#"{"type":"hello"}"#))
     });
     let events = BroadcastStream::new(rx).map(|item| {
         Ok(match item {

@@ -65,19 +65,29 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(system::metrics))
         .route("/v1/problems", get(problems::list).post(problems::register))
         .route("/v1/problems/{name}", get(problems::show))
-        .route("/v1/candidates", get(candidates::list).post(candidates::submit))
+        .route(
+            "/v1/candidates",
+            get(candidates::list).post(candidates::submit),
+        )
         .route("/v1/candidates/{id}", get(candidates::show))
         .route("/v1/jobs/{id}", get(candidates::job))
         .route("/v1/events", get(events::stream))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
-        .layer(middleware::from_fn_with_state(state.clone(), count_requests))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ))
         .with_state(state)
 }
 
 async fn not_found(req: Request) -> ApiError {
-    ApiError::not_found(format!("no route for {} {}", req.method(), req.uri().path()))
+    ApiError::not_found(format!(
+        "no route for {} {}",
+        req.method(),
+        req.uri().path()
+    ))
 }
 
 async fn method_not_allowed(req: Request) -> ApiError {
@@ -95,7 +105,9 @@ async fn count_requests(State(state): State<AppState>, req: Request, next: Next)
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let resp = next.run(req).await;
-    state.metrics.request(&method, &route, resp.status().as_u16());
+    state
+        .metrics
+        .request(&method, &route, resp.status().as_u16());
     resp
 }
 

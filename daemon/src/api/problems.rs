@@ -25,7 +25,10 @@ pub async fn register(
         if ks.source.trim().is_empty() {
             return Err(ApiError::bad_request(
                 "invalid_problem",
-                format!("reference.{backend}.source is empty: inline the source of {}", ks.file),
+                format!(
+                    "reference.{backend}.source is empty: inline the source of {}",
+                    ks.file
+                ),
             ));
         }
     }
@@ -57,8 +60,18 @@ pub async fn show(
         .store
         .get_problem(&name)?
         .ok_or_else(|| ApiError::not_found(format!("problem {name:?} not found")))?;
-    let input_bytes: u64 = spec.tensors.iter().filter(|t| t.role == Role::Input).map(|t| t.bytes()).sum();
-    let output_bytes: u64 = spec.tensors.iter().filter(|t| t.role == Role::Output).map(|t| t.bytes()).sum();
+    let input_bytes: u64 = spec
+        .tensors
+        .iter()
+        .filter(|t| t.role == Role::Input)
+        .map(|t| t.bytes())
+        .sum();
+    let output_bytes: u64 = spec
+        .tensors
+        .iter()
+        .filter(|t| t.role == Role::Output)
+        .map(|t| t.bytes())
+        .sum();
     Ok(Json(json!({
         "spec": spec,
         "derived": {

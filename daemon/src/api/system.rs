@@ -85,7 +85,10 @@ fn host_facts() -> Value {
 pub async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
     let body = s.metrics.render(&s.store);
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         body,
     )
 }

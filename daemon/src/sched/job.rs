@@ -55,9 +55,15 @@ impl Scheduler {
 
     /// Runs one claimed job to its end. Never panics on the candidate's account: every
     /// outcome is stored.
-    pub(super) async fn run_job(self: Arc<Self>, job: JobRecord, compile_permit: OwnedSemaphorePermit) {
+    pub(super) async fn run_job(
+        self: Arc<Self>,
+        job: JobRecord,
+        compile_permit: OwnedSemaphorePermit,
+    ) {
         let span = tracing::info_span!("job", id = job.id, candidate = %job.candidate_id);
-        self.run_job_inner(job, compile_permit).instrument(span).await;
+        self.run_job_inner(job, compile_permit)
+            .instrument(span)
+            .await;
     }
 
     async fn run_job_inner(self: Arc<Self>, job: JobRecord, compile_permit: OwnedSemaphorePermit) {
@@ -65,12 +71,21 @@ impl Scheduler {
             Ok(Some(rec)) => rec.candidate.problem.clone(),
             _ => String::new(),
         };
-        self.publish_job(&job, &problem_name, "running", Some("compiling"), None, None);
+        self.publish_job(
+            &job,
+            &problem_name,
+            "running",
+            Some("compiling"),
+            None,
+            None,
+        );
         match self.clone().pipeline(&job, compile_permit).await {
             Ok((eval, compile_ms, eval_ms)) => {
                 tracing::info!(verdict = %eval.verdict, message = %eval.message, "job done");
                 match self.store.finish_job(job.id, &eval, compile_ms, eval_ms) {
-                    Ok(()) => self.publish_job(&job, &problem_name, "done", None, Some(&eval), None),
+                    Ok(()) => {
+                        self.publish_job(&job, &problem_name, "done", None, Some(&eval), None)
+                    }
                     Err(e) => {
                         tracing::error!(error = %e, "cannot store the evaluation");
                         let msg = format!("cannot store the evaluation: {e}");
@@ -101,12 +116,19 @@ impl Scheduler {
         let problem = self
             .store
             .get_problem(&rec.candidate.problem)?
-            .ok_or_else(|| JobFailure::Infra(format!("problem {:?} is not registered", rec.candidate.problem)))?;
+            .ok_or_else(|| {
+                JobFailure::Infra(format!(
+                    "problem {:?} is not registered",
+                    rec.candidate.problem
+                ))
+            })?;
         let backend = self
             .backends
             .get(job.backend.as_str())
             .cloned()
-            .ok_or_else(|| JobFailure::Infra(format!("backend {:?} is not built in", job.backend)))?;
+            .ok_or_else(|| {
+                JobFailure::Infra(format!("backend {:?} is not built in", job.backend))
+            })?;
 
         // Compile stage: the reference (cached after its first use) and the candidate.
         let t0 = Instant::now();
@@ -114,7 +136,11 @@ impl Scheduler {
             let eval = Evaluation::early(
                 kiln_types::Verdict::InvalidLaunch,
                 backend.name(),
-                format!("problem {:?} has no reference for the {} backend", problem.name, backend.name()),
+                format!(
+                    "problem {:?} has no reference for the {} backend",
+                    problem.name,
+                    backend.name()
+                ),
             );
             return Ok((eval, 0.0, 0.0));
         };
@@ -143,14 +169,24 @@ impl Scheduler {
         let artifact = match artifact {
             Ok(a) => a,
             Err(mut failure) => {
-                failure.compile.get_or_insert_with(Default::default).duration_ms = compile_ms;
+                failure
+                    .compile
+                    .get_or_insert_with(Default::default)
+                    .duration_ms = compile_ms;
                 return Ok((failure, compile_ms, 0.0));
             }
         };
 
         // Evaluation stage: one job per lane at a time.
         self.store.set_stage(job.id, "evaluating")?;
-        self.publish_job(job, &problem.name, "running", Some("evaluating"), None, None);
+        self.publish_job(
+            job,
+            &problem.name,
+            "running",
+            Some("evaluating"),
+            None,
+            None,
+        );
         let lane = self
             .lanes
             .get(backend.name())
@@ -165,8 +201,14 @@ impl Scheduler {
         let candidate = rec.candidate.clone();
         let be = backend.clone();
         let mut eval = tokio::task::spawn_blocking(move || {
-            be.evaluate(&problem, &reference_art.bytes, &candidate, &artifact.bytes, &plan)
-                .map(|e| (e, artifact.info))
+            be.evaluate(
+                &problem,
+                &reference_art.bytes,
+                &candidate,
+                &artifact.bytes,
+                &plan,
+            )
+            .map(|e| (e, artifact.info))
         })
         .await
         .map_err(|e| JobFailure::Infra(format!("evaluation task: {e}")))?
@@ -176,7 +218,11 @@ impl Scheduler {
         })?;
         let eval_ms = t1.elapsed().as_secs_f64() * 1e3;
         if let Some(c) = eval.compile.as_mut() {
-            c.duration_ms = if c.cached { c.duration_ms } else { compile_ms.max(c.duration_ms) };
+            c.duration_ms = if c.cached {
+                c.duration_ms
+            } else {
+                compile_ms.max(c.duration_ms)
+            };
         }
         Ok((eval, compile_ms, eval_ms))
     }
@@ -228,7 +274,9 @@ impl Scheduler {
                 failure.compile = Some(outcome.info);
                 Ok(Err(failure))
             }
-            (None, None) => Err(JobFailure::Infra("compile returned neither an artifact nor a verdict".into())),
+            (None, None) => Err(JobFailure::Infra(
+                "compile returned neither an artifact nor a verdict".into(),
+            )),
         }
     }
 }

@@ -22,7 +22,6 @@ use crate::config::Config;
 use crate::events::EventBus;
 use crate::store::Store;
 
-
 /// Shared state of the scheduler.
 pub struct Scheduler {
     pub(crate) store: Arc<Store>,

@@ -26,7 +26,8 @@ impl Store {
             )
             .optional()?;
         row.map(|(bytes, json)| {
-            let info = serde_json::from_str(&json).map_err(|e| corrupt(format!("artifact {key}"), e))?;
+            let info =
+                serde_json::from_str(&json).map_err(|e| corrupt(format!("artifact {key}"), e))?;
             Ok(Artifact { bytes, info })
         })
         .transpose()

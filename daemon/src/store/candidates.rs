@@ -45,11 +45,18 @@ impl Store {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let known: bool = tx
-            .query_row("SELECT 1 FROM problems WHERE name = ?1", [&candidate.problem], |_| Ok(()))
+            .query_row(
+                "SELECT 1 FROM problems WHERE name = ?1",
+                [&candidate.problem],
+                |_| Ok(()),
+            )
             .optional()?
             .is_some();
         if !known {
-            return Err(StoreError::NotFound(format!("problem {:?}", candidate.problem)));
+            return Err(StoreError::NotFound(format!(
+                "problem {:?}",
+                candidate.problem
+            )));
         }
         let existing: Option<i64> = tx
             .query_row(

@@ -259,8 +259,9 @@ impl Store {
     /// Number of evaluations per verdict.
     pub fn verdict_counts(&self) -> Result<Vec<(String, i64)>> {
         let conn = self.lock();
-        let mut stmt =
-            conn.prepare("SELECT verdict, count(*) FROM evaluations GROUP BY verdict ORDER BY verdict")?;
+        let mut stmt = conn.prepare(
+            "SELECT verdict, count(*) FROM evaluations GROUP BY verdict ORDER BY verdict",
+        )?;
         let rows = stmt
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<std::result::Result<Vec<_>, _>>()?;
@@ -291,13 +292,19 @@ mod tests {
         let (_d, store, id) = setup();
         assert!(store.claim_next(&["cuda"]).expect("claim").is_none());
         let job = store.claim_next(&["host"]).expect("claim").expect("job");
-        assert_eq!((job.id, job.state, job.attempts), (id, JobState::Running, 1));
+        assert_eq!(
+            (job.id, job.state, job.attempts),
+            (id, JobState::Running, 1)
+        );
         assert!(store.claim_next(&["host"]).expect("claim").is_none());
         let eval = Evaluation::early(Verdict::CompileError, "host", "bad");
         store.finish_job(id, &eval, 1.0, 0.0).expect("finish");
         let job = store.get_job(id).expect("get").expect("job");
         assert_eq!(job.state, JobState::Done);
-        assert_eq!(store.verdict_counts().expect("counts"), vec![("compile_error".into(), 1)]);
+        assert_eq!(
+            store.verdict_counts().expect("counts"),
+            vec![("compile_error".into(), 1)]
+        );
     }
 
     #[test]
@@ -308,9 +315,21 @@ mod tests {
             assert_eq!(job.attempts, round);
             let r = store.recover_running(3).expect("recover");
             if round < 3 {
-                assert_eq!(r, Recovery { requeued: 1, failed: 0 });
+                assert_eq!(
+                    r,
+                    Recovery {
+                        requeued: 1,
+                        failed: 0
+                    }
+                );
             } else {
-                assert_eq!(r, Recovery { requeued: 0, failed: 1 });
+                assert_eq!(
+                    r,
+                    Recovery {
+                        requeued: 0,
+                        failed: 1
+                    }
+                );
             }
         }
         let job = store.get_job(id).expect("get").expect("job");

@@ -141,7 +141,10 @@ mod tests {
         let (_d, store) = super::super::open_temp();
         let spec = sample_spec("double");
         assert_eq!(store.put_problem(&spec).expect("put"), PutProblem::Created);
-        assert_eq!(store.put_problem(&spec).expect("put"), PutProblem::Unchanged);
+        assert_eq!(
+            store.put_problem(&spec).expect("put"),
+            PutProblem::Unchanged
+        );
         let mut changed = spec.clone();
         changed.summary = "different".into();
         assert!(matches!(

@@ -42,7 +42,13 @@ impl Daemon {
         let state = dir.path().join("state");
         let config = dir.path().join("kiln.toml");
         std::fs::write(&config, format!("{FAST_CONFIG}\n{extra}")).expect("write config");
-        let mut d = Daemon { dir, socket, state, config, child: None };
+        let mut d = Daemon {
+            dir,
+            socket,
+            state,
+            config,
+            child: None,
+        };
         d.spawn();
         d
     }
@@ -197,7 +203,8 @@ pub fn double_candidate(problem: &str, body: &str) -> Value {
 pub fn raw_request(socket: &Path, request: &[u8]) -> (u16, String) {
     use std::io::{Read, Write};
     let mut s = std::os::unix::net::UnixStream::connect(socket).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
     s.write_all(request).expect("write");
     let mut buf = Vec::new();
     let _ = s.read_to_end(&mut buf);

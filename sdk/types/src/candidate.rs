@@ -152,7 +152,9 @@ pub enum CandidateError {
     #[error("launches[{0}].args: more than {MAX_ARGS} arguments")]
     TooManyArgs(usize),
     /// A name that is not an identifier.
-    #[error("{field}: {name:?} is not an identifier (letters, digits and _, not starting with a digit, at most 128 characters)")]
+    #[error(
+        "{field}: {name:?} is not an identifier (letters, digits and _, not starting with a digit, at most 128 characters)"
+    )]
     BadIdentifier {
         /// Where the name appears.
         field: String,

@@ -257,7 +257,10 @@ impl ProblemSpec {
             if ks.file.contains('/') || ks.file.starts_with('.') || ks.file.is_empty() {
                 return Err(ProblemError::Invalid {
                     name,
-                    message: format!("source file {:?} must be a plain file name in the problem folder", ks.file),
+                    message: format!(
+                        "source file {:?} must be a plain file name in the problem folder",
+                        ks.file
+                    ),
                 });
             }
             let path = dir.join(&ks.file);
@@ -311,7 +314,10 @@ impl ProblemSpec {
                 return Err(bad(format!("tensor {:?} is declared twice", t.name)));
             }
             if t.shape.is_empty() || t.shape.contains(&0) {
-                return Err(bad(format!("tensor {:?} has an empty or zero shape", t.name)));
+                return Err(bad(format!(
+                    "tensor {:?} has an empty or zero shape",
+                    t.name
+                )));
             }
             let elems = t
                 .shape

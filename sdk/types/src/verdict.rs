@@ -77,10 +77,51 @@ pub enum PrecisionTier {
 pub struct Mismatch {
     /// Flat index into the tensor.
     pub index: u64,
-    /// The candidate's value.
+    /// The candidate's value (NaN and infinities travel as the strings `"NaN"`, `"inf"`,
+    /// `"-inf"`, since JSON numbers cannot hold them).
+    #[serde(with = "nonfinite")]
     pub got: f64,
-    /// The reference's value.
+    /// The reference's value (same encoding as `got`).
+    #[serde(with = "nonfinite")]
     pub want: f64,
+}
+
+/// Serde for an `f64` that may be NaN or infinite: finite values as JSON numbers, the
+/// others as `"NaN"`, `"inf"` and `"-inf"` (serde_json would write `null` and then fail to
+/// read it back).
+pub mod nonfinite {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes a finite value as a number, the others as strings.
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_nan() {
+            s.serialize_str("NaN")
+        } else if v.is_infinite() {
+            s.serialize_str(if *v > 0.0 { "inf" } else { "-inf" })
+        } else {
+            s.serialize_f64(*v)
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum NumOrStr {
+        Num(f64),
+        Str(String),
+    }
+
+    /// Reads a number, or one of the strings written by [`serialize`].
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        match NumOrStr::deserialize(d)? {
+            NumOrStr::Num(v) => Ok(v),
+            NumOrStr::Str(s) => match s.as_str() {
+                "NaN" | "nan" => Ok(f64::NAN),
+                "inf" | "+inf" => Ok(f64::INFINITY),
+                "-inf" => Ok(f64::NEG_INFINITY),
+                other => Err(serde::de::Error::custom(format!("not a number: {other:?}"))),
+            },
+        }
+    }
 }
 
 /// Error of one output tensor against the reference.
@@ -230,6 +271,25 @@ impl Evaluation {
             timing: None,
             tier: None,
             telemetry: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nonfinite_mismatch_values_round_trip() {
+        for v in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1.5] {
+            let m = Mismatch {
+                index: 3,
+                got: v,
+                want: 0.0,
+            };
+            let json = serde_json::to_string(&m).expect("serializes");
+            let back: Mismatch = serde_json::from_str(&json).expect("reads back");
+            assert!(back.got == v || (v.is_nan() && back.got.is_nan()), "{json}");
         }
     }
 }

@@ -17,7 +17,10 @@ pub async fn doctor(client: &Client, out: Output) -> Result<std::process::ExitCo
         .filter(|b| b["usable"].as_bool() == Some(true))
         .map(|b| text(&b["name"]))
         .collect();
-    let layers = info["jail"]["layers"].as_array().cloned().unwrap_or_default();
+    let layers = info["jail"]["layers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let essential_ok = !usable.is_empty();
     if out == Output::Json {
         print_json(&json!({
@@ -32,10 +35,18 @@ pub async fn doctor(client: &Client, out: Output) -> Result<std::process::ExitCo
             "clock_policy": info["clock_policy"],
         }));
     } else {
-        println!("kilnd {} at {}", text(&info["version"]), client.socket().display());
+        println!(
+            "kilnd {} at {}",
+            text(&info["version"]),
+            client.socket().display()
+        );
         println!("backends:");
         for b in &backends {
-            let mark = if b["usable"].as_bool() == Some(true) { "ok  " } else { "MISS" };
+            let mark = if b["usable"].as_bool() == Some(true) {
+                "ok  "
+            } else {
+                "MISS"
+            };
             println!("  [{mark}] {:<5} {}", text(&b["name"]), text(&b["detail"]));
         }
         println!("jail layers:");
@@ -43,17 +54,43 @@ pub async fn doctor(client: &Client, out: Output) -> Result<std::process::ExitCo
             println!("  (none reported)");
         }
         for l in &layers {
-            let mark = if l["active"].as_bool() == Some(true) { "on  " } else { "off " };
+            let mark = if l["active"].as_bool() == Some(true) {
+                "on  "
+            } else {
+                "off "
+            };
             println!("  [{mark}] {:<12} {}", text(&l["name"]), text(&l["detail"]));
         }
         let gpus = info["gpus"].as_array().cloned().unwrap_or_default();
-        println!("gpus: {}", if gpus.is_empty() { format!("none ({})", text(&info["gpu_error"])) } else { gpus.iter().map(|g| text(&g["name"])).collect::<Vec<_>>().join(", ") });
-        println!("driver: {}  cuda: {}  clock policy: {}", text(&info["driver_version"]), text(&info["cuda_driver_version"]), text(&info["clock_policy"]));
+        println!(
+            "gpus: {}",
+            if gpus.is_empty() {
+                format!("none ({})", text(&info["gpu_error"]))
+            } else {
+                gpus.iter()
+                    .map(|g| text(&g["name"]))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        );
+        println!(
+            "driver: {}  cuda: {}  clock policy: {}",
+            text(&info["driver_version"]),
+            text(&info["cuda_driver_version"]),
+            text(&info["clock_policy"])
+        );
         if essential_ok {
-            println!("ready: candidates for {} will be evaluated", usable.join(", "));
+            println!(
+                "ready: candidates for {} will be evaluated",
+                usable.join(", ")
+            );
         } else {
             println!("NOT READY: no usable backend; jobs will wait in the queue");
         }
     }
-    Ok(if essential_ok { std::process::ExitCode::SUCCESS } else { std::process::ExitCode::FAILURE })
+    Ok(if essential_ok {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    })
 }

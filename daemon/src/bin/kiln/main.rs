@@ -53,7 +53,10 @@ fn main() -> std::process::ExitCode {
     let args = Args::parse();
     let socket = kiln_daemon::config::client_socket(args.socket.clone());
     let client = Client::new(socket);
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("kiln: cannot start: {e}");

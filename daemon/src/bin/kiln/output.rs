@@ -14,7 +14,10 @@ pub enum Output {
 
 /// Prints a JSON value, pretty.
 pub fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()));
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+    );
 }
 
 /// A JSON value as short text: strings without quotes, null as `-`.

@@ -38,7 +38,11 @@ fn problem_dirs(dir: &std::path::Path) -> Result<Vec<PathBuf>> {
         .filter(|p| p.join("problem.toml").is_file())
         .collect();
     dirs.sort();
-    anyhow::ensure!(!dirs.is_empty(), "{} holds no problem.toml (nor folders with one)", dir.display());
+    anyhow::ensure!(
+        !dirs.is_empty(),
+        "{} holds no problem.toml (nor folders with one)",
+        dir.display()
+    );
     Ok(dirs)
 }
 
@@ -48,10 +52,17 @@ pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::
         ProblemsCmd::Add { dir } => {
             let mut results = Vec::new();
             for d in problem_dirs(&dir)? {
-                let spec = ProblemSpec::load_dir(&d).with_context(|| format!("in {}", d.display()))?;
-                let (status, v) = client.post("/v1/problems", &serde_json::to_value(&spec)?).await?;
+                let spec =
+                    ProblemSpec::load_dir(&d).with_context(|| format!("in {}", d.display()))?;
+                let (status, v) = client
+                    .post("/v1/problems", &serde_json::to_value(&spec)?)
+                    .await?;
                 if out == Output::Text {
-                    let what = if status == 201 { "registered" } else { "already registered" };
+                    let what = if status == 201 {
+                        "registered"
+                    } else {
+                        "already registered"
+                    };
                     println!("{what}: {}", spec.name);
                 }
                 results.push(v);
@@ -70,8 +81,18 @@ pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::
                     println!("no problems registered; add one with `kiln problems add DIR`");
                 }
                 for p in list {
-                    let backends: Vec<String> = p["backends"].as_array().into_iter().flatten().map(text).collect();
-                    println!("{:<28} [{}]  {}", text(&p["name"]), backends.join(","), text(&p["summary"]));
+                    let backends: Vec<String> = p["backends"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(text)
+                        .collect();
+                    println!(
+                        "{:<28} [{}]  {}",
+                        text(&p["name"]),
+                        backends.join(","),
+                        text(&p["summary"])
+                    );
                 }
             }
         }
@@ -83,16 +104,36 @@ pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::
                 let spec = &v["spec"];
                 println!("{} — {}", text(&spec["name"]), text(&spec["summary"]));
                 for t in spec["tensor"].as_array().into_iter().flatten() {
-                    println!("  {:<7} {:<10} {:<5} {}", text(&t["role"]), text(&t["name"]), text(&t["dtype"]), t["shape"]);
+                    println!(
+                        "  {:<7} {:<10} {:<5} {}",
+                        text(&t["role"]),
+                        text(&t["name"]),
+                        text(&t["dtype"]),
+                        t["shape"]
+                    );
                 }
-                println!("  tolerance  atol {}  rtol {}", text(&spec["tolerance"]["atol"]), text(&spec["tolerance"]["rtol"]));
+                println!(
+                    "  tolerance  atol {}  rtol {}",
+                    text(&spec["tolerance"]["atol"]),
+                    text(&spec["tolerance"]["rtol"])
+                );
                 if let Some(tier) = spec.get("required_tier") {
                     println!("  requires   {}", text(tier));
                 }
                 let d = &v["derived"];
-                println!("  bytes      in {}  out {}  roofline min {}", text(&d["input_bytes"]), text(&d["output_bytes"]), text(&d["min_bytes"]));
+                println!(
+                    "  bytes      in {}  out {}  roofline min {}",
+                    text(&d["input_bytes"]),
+                    text(&d["output_bytes"]),
+                    text(&d["min_bytes"])
+                );
                 println!("  flops      {}", text(&d["flops"]));
-                let backends: Vec<String> = d["backends"].as_array().into_iter().flatten().map(text).collect();
+                let backends: Vec<String> = d["backends"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(text)
+                    .collect();
                 println!("  backends   {}", backends.join(", "));
             }
         }

@@ -37,15 +37,21 @@ pub async fn show(client: &Client, out: Output, a: ShowArgs) -> Result<std::proc
 pub async fn wait_for(client: &Client, id: &str, timeout_s: u64) -> Result<Value> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout_s);
     loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now()).as_secs();
+        let left = deadline
+            .saturating_duration_since(std::time::Instant::now())
+            .as_secs();
         let chunk = left.clamp(1, 60);
-        let r = client.get(&format!("/v1/candidates/{id}?wait={chunk}")).await?;
+        let r = client
+            .get(&format!("/v1/candidates/{id}?wait={chunk}"))
+            .await?;
         let state = r["job"]["state"].as_str().unwrap_or("");
         if !r["evaluation"].is_null() || state == "failed" {
             return Ok(r);
         }
         if left == 0 {
-            bail!("no verdict for {id} within {timeout_s} s (job state: {state}); `kiln show {id}` looks again later");
+            bail!(
+                "no verdict for {id} within {timeout_s} s (job state: {state}); `kiln show {id}` looks again later"
+            );
         }
     }
 }
@@ -62,12 +68,22 @@ pub fn exit_code(record: &Value) -> std::process::ExitCode {
 /// Prints a candidate record for people.
 pub fn print_record(r: &Value) {
     let c = &r["candidate"];
-    println!("candidate {}  problem {}  backend {}", text(&r["id"]), text(&c["problem"]), text(&r["backend"]));
+    println!(
+        "candidate {}  problem {}  backend {}",
+        text(&r["id"]),
+        text(&c["problem"]),
+        text(&r["backend"])
+    );
     if !c["note"].is_null() {
         println!("  note      {}", text(&c["note"]));
     }
     let job = &r["job"];
-    println!("  job       {} {} (attempts {})", text(&job["id"]), text(&job["state"]), text(&job["attempts"]));
+    println!(
+        "  job       {} {} (attempts {})",
+        text(&job["id"]),
+        text(&job["state"]),
+        text(&job["attempts"])
+    );
     if !job["error"].is_null() {
         println!("  error     {}", text(&job["error"]));
     }
@@ -76,7 +92,11 @@ pub fn print_record(r: &Value) {
         println!("  verdict   (not yet)");
         return;
     }
-    println!("  verdict   {} — {}", text(&e["verdict"]), text(&e["message"]));
+    println!(
+        "  verdict   {} — {}",
+        text(&e["verdict"]),
+        text(&e["message"])
+    );
     if !e["tier"].is_null() {
         println!("  tier      {}", text(&e["tier"]));
     }
@@ -84,32 +104,51 @@ pub fn print_record(r: &Value) {
         let f = |k: &str| t.get(k).and_then(Value::as_f64).map_or("-".into(), fmt_us);
         println!(
             "  time      median {}  mean {}  min {}  max {}  stdev {}",
-            f("median_us"), f("mean_us"), f("min_us"), f("max_us"), f("stdev_us")
+            f("median_us"),
+            f("mean_us"),
+            f("min_us"),
+            f("max_us"),
+            f("stdev_us")
         );
         println!(
             "            n {}  rse {:.3} %  stop {}  fresh inputs {}  rechecks {}",
             text(&t["n"]),
             t.get("rse").and_then(Value::as_f64).unwrap_or(0.0) * 100.0,
-            text(&t["stop_reason"]), text(&t["fresh_inputs"]), text(&t["rechecks"])
+            text(&t["stop_reason"]),
+            text(&t["fresh_inputs"]),
+            text(&t["rechecks"])
         );
     }
     let ev = &e["evidence"];
     if !ev.is_null() {
-        println!("  trials    {}/{} passed", text(&ev["trials_passed"]), text(&ev["trials_run"]));
+        println!(
+            "  trials    {}/{} passed",
+            text(&ev["trials_passed"]),
+            text(&ev["trials_run"])
+        );
         if let Some(f) = ev["fault"].as_str() {
             println!("  fault     {f}");
         }
         for m in ev["errors"].as_array().into_iter().flatten() {
             println!(
                 "  error     {}: max abs {}  max rel {}  rel L2 {}  mismatches {}",
-                text(&m["tensor"]), text(&m["max_abs"]), text(&m["max_rel"]), text(&m["rel_l2"]), text(&m["mismatches"])
+                text(&m["tensor"]),
+                text(&m["max_abs"]),
+                text(&m["max_rel"]),
+                text(&m["rel_l2"]),
+                text(&m["mismatches"])
             );
         }
         for t in ev["tampered_inputs"].as_array().into_iter().flatten() {
             println!("  tampered  {}", text(t));
         }
         for u in ev["unwritten"].as_array().into_iter().flatten() {
-            println!("  unwritten {} elements of {} (first {})", text(&u[1]), text(&u[0]), u[2]);
+            println!(
+                "  unwritten {} elements of {} (first {})",
+                text(&u[1]),
+                text(&u[0]),
+                u[2]
+            );
         }
         if let Some(o) = ev["output_excerpt"].as_str() {
             println!("  output    {}", o.lines().next().unwrap_or(""));
@@ -118,7 +157,10 @@ pub fn print_record(r: &Value) {
             println!("  note      {}", text(n));
         }
     }
-    if let Some(log) = e["compile"]["log"].as_str().filter(|l| !l.trim().is_empty()) {
+    if let Some(log) = e["compile"]["log"]
+        .as_str()
+        .filter(|l| !l.trim().is_empty())
+    {
         println!("  compiler:");
         for line in log.lines().take(20) {
             println!("    {line}");

@@ -15,16 +15,31 @@ pub async fn status(client: &Client, out: Output) -> Result<std::process::ExitCo
         print_json(&json!({"health": health, "info": info}));
         return Ok(std::process::ExitCode::SUCCESS);
     }
-    println!("kilnd {} — {}", text(&health["version"]), text(&health["status"]));
+    println!(
+        "kilnd {} — {}",
+        text(&health["version"]),
+        text(&health["status"])
+    );
     println!("  socket     {}", client.socket().display());
     println!("  state dir  {}", text(&info["state_dir"]));
     println!("  uptime     {} s", text(&health["uptime_s"]));
     println!("  queued     {}", text(&health["queued"]));
     for b in info["backends"].as_array().into_iter().flatten() {
-        let mark = if b["usable"].as_bool() == Some(true) { "usable" } else { "unavailable" };
-        println!("  backend    {:<5} {mark}: {}", text(&b["name"]), text(&b["detail"]));
+        let mark = if b["usable"].as_bool() == Some(true) {
+            "usable"
+        } else {
+            "unavailable"
+        };
+        println!(
+            "  backend    {:<5} {mark}: {}",
+            text(&b["name"]),
+            text(&b["detail"])
+        );
     }
-    println!("  gpus       {}", info["gpus"].as_array().map_or(0, Vec::len));
+    println!(
+        "  gpus       {}",
+        info["gpus"].as_array().map_or(0, Vec::len)
+    );
     Ok(std::process::ExitCode::SUCCESS)
 }
 
@@ -43,14 +58,25 @@ pub async fn devices(client: &Client, out: Output) -> Result<std::process::ExitC
         println!("no GPUs: {}", text(&info["gpu_error"]));
         return Ok(std::process::ExitCode::SUCCESS);
     }
-    println!("driver {}  cuda {}", text(&info["driver_version"]), text(&info["cuda_driver_version"]));
+    println!(
+        "driver {}  cuda {}",
+        text(&info["driver_version"]),
+        text(&info["cuda_driver_version"])
+    );
     for g in gpus {
-        let mem_gib = g["memory_total_bytes"].as_f64().map_or("-".into(), |b| format!("{:.0} GiB", b / (1u64 << 30) as f64));
+        let mem_gib = g["memory_total_bytes"].as_f64().map_or("-".into(), |b| {
+            format!("{:.0} GiB", b / (1u64 << 30) as f64)
+        });
         println!(
             "  gpu{}  {}  sm {}  mem {}  sm clock {}/{} MHz  mem clock {}/{} MHz",
-            text(&g["index"]), text(&g["name"]), text(&g["compute_capability"]), mem_gib,
-            text(&g["sm_clock_mhz"]), text(&g["sm_clock_max_mhz"]),
-            text(&g["mem_clock_mhz"]), text(&g["mem_clock_max_mhz"]),
+            text(&g["index"]),
+            text(&g["name"]),
+            text(&g["compute_capability"]),
+            mem_gib,
+            text(&g["sm_clock_mhz"]),
+            text(&g["sm_clock_max_mhz"]),
+            text(&g["mem_clock_mhz"]),
+            text(&g["mem_clock_max_mhz"]),
         );
     }
     Ok(std::process::ExitCode::SUCCESS)

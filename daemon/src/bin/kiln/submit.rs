@@ -18,7 +18,14 @@ pub struct SubmitArgs {
     #[arg(long)]
     problem: Option<String>,
     /// Candidate JSON file, or `-` for stdin.
-    file: PathBuf,
+    #[arg(required_unless_present = "seed")]
+    file: Option<PathBuf>,
+    /// Submit the problem's own seed kernel instead of a file (needs --problem).
+    #[arg(long, requires = "problem", conflicts_with = "file")]
+    seed: bool,
+    /// With --seed: the backend whose seed to submit (default: the first usable one).
+    #[arg(long, requires = "seed")]
+    backend: Option<String>,
     /// Wait for the evaluation and print it.
     #[arg(long)]
     wait: bool,
@@ -29,24 +36,19 @@ pub struct SubmitArgs {
 
 /// Submits a candidate.
 pub async fn submit(client: &Client, out: Output, a: SubmitArgs) -> Result<std::process::ExitCode> {
-    let text = if a.file.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).context("cannot read stdin")?;
-        s
-    } else {
-        std::fs::read_to_string(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?
-    };
-    let mut body: Value = serde_json::from_str(&text).with_context(|| format!("{} is not JSON", a.file.display()))?;
-    if let Some(p) = a.problem {
-        match body.as_object_mut() {
-            Some(obj) => {
-                obj.insert("problem".into(), Value::String(p));
-            }
-            None => anyhow::bail!("{} must hold a JSON object", a.file.display()),
+    let body = match (&a.file, a.seed) {
+        (_, true) => {
+            let problem = a.problem.as_deref().context("--seed needs --problem")?;
+            seed_candidate(client, problem, a.backend.as_deref()).await?
         }
-    }
+        (Some(file), false) => read_candidate(file, a.problem.as_deref())?,
+        (None, false) => anyhow::bail!("give a candidate file, or --seed"),
+    };
     let (_, resp) = client.post("/v1/candidates", &body).await?;
-    let id = resp["id"].as_str().context("kilnd's reply has no id")?.to_string();
+    let id = resp["id"]
+        .as_str()
+        .context("kilnd's reply has no id")?
+        .to_string();
     if let Some(w) = resp["warning"].as_str() {
         eprintln!("warning: {w}");
     }
@@ -67,4 +69,56 @@ pub async fn submit(client: &Client, out: Output, a: SubmitArgs) -> Result<std::
         crate::show::print_record(&record);
     }
     Ok(crate::show::exit_code(&record))
+}
+
+fn read_candidate(file: &std::path::Path, problem: Option<&str>) -> Result<Value> {
+    let text = if file.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("cannot read stdin")?;
+        s
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?
+    };
+    let mut body: Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))?;
+    if let Some(p) = problem {
+        match body.as_object_mut() {
+            Some(obj) => {
+                obj.insert("problem".into(), Value::String(p.to_string()));
+            }
+            None => anyhow::bail!("{} must hold a JSON object", file.display()),
+        }
+    }
+    Ok(body)
+}
+
+/// The problem's seed kernel for `backend`, or for the first usable backend it has one for.
+async fn seed_candidate(client: &Client, problem: &str, backend: Option<&str>) -> Result<Value> {
+    let shown = client.get(&format!("/v1/problems/{problem}")).await?;
+    let spec: kiln_types::ProblemSpec = serde_json::from_value(shown["spec"].clone())
+        .context("kilnd sent a problem spec this kiln cannot read")?;
+    let backend = match backend {
+        Some(b) => b.to_string(),
+        None => {
+            let info = client.get("/v1/info").await?;
+            let usable: Vec<String> = info["backends"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|b| b["usable"].as_bool() == Some(true))
+                .filter_map(|b| b["name"].as_str().map(str::to_string))
+                .collect();
+            usable
+                .into_iter()
+                .find(|b| spec.seed.contains_key(b))
+                .or_else(|| spec.seed.keys().next().cloned())
+                .with_context(|| format!("problem {problem} has no seed kernel"))?
+        }
+    };
+    let cand = spec.seed_candidate(&backend).with_context(|| {
+        format!("problem {problem} has no seed kernel for the {backend} backend")
+    })?;
+    Ok(serde_json::to_value(cand)?)
 }

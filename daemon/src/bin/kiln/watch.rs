@@ -21,7 +21,10 @@ pub async fn watch(client: &Client, out: Output, a: WatchArgs) -> Result<std::pr
     let mut events = client.events().await?;
     let bar = if out == Output::Text {
         let b = ProgressBar::new_spinner();
-        b.set_style(ProgressStyle::with_template("{spinner} {pos} finished  {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+        b.set_style(
+            ProgressStyle::with_template("{spinner} {pos} finished  {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
         b.enable_steady_tick(std::time::Duration::from_millis(200));
         Some(b)
     } else {
@@ -42,10 +45,21 @@ pub async fn watch(client: &Client, out: Output, a: WatchArgs) -> Result<std::pr
             if done {
                 b.inc(1);
                 let time = data["median_us"].as_f64().map(fmt_us).unwrap_or_default();
-                let what = if state == "failed" { format!("failed: {}", text(&data["error"])) } else { format!("{} {time}", text(&data["verdict"])) };
-                b.println(format!("job {job} {} {}: {what}", text(&data["problem"]), text(&data["candidate_id"])));
+                let what = if state == "failed" {
+                    format!("failed: {}", text(&data["error"]))
+                } else {
+                    format!("{} {time}", text(&data["verdict"]))
+                };
+                b.println(format!(
+                    "job {job} {} {}: {what}",
+                    text(&data["problem"]),
+                    text(&data["candidate_id"])
+                ));
             } else {
-                b.set_message(format!("job {job} {state} {}", data["stage"].as_str().unwrap_or("")));
+                b.set_message(format!(
+                    "job {job} {state} {}",
+                    data["stage"].as_str().unwrap_or("")
+                ));
             }
         }
         if done {

@@ -51,7 +51,11 @@ fn run() -> Result<()> {
         print!("{DEFAULT_CONFIG_TOML}");
         return Ok(());
     }
-    let mode = if args.system { Mode::System } else { Mode::User };
+    let mode = if args.system {
+        Mode::System
+    } else {
+        Mode::User
+    };
     let defaults = DefaultPaths::for_mode(mode);
     let config = match &args.config {
         Some(path) => Config::load(path)?,

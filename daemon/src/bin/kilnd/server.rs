@@ -135,7 +135,8 @@ pub async fn serve(p: Prepared) -> Result<()> {
     p.listener
         .set_nonblocking(true)
         .context("cannot make the socket non-blocking")?;
-    let listener = tokio::net::UnixListener::from_std(p.listener).context("cannot use the socket")?;
+    let listener =
+        tokio::net::UnixListener::from_std(p.listener).context("cannot use the socket")?;
     let events = EventBus::new(1024);
     let drain = Duration::from_secs(p.config.server.shutdown_timeout_secs);
     let sched = Scheduler::new(
@@ -155,7 +156,12 @@ pub async fn serve(p: Prepared) -> Result<()> {
     };
     let shutdown = CancellationToken::new();
     let sched_task = tokio::spawn(sched.clone().run(drain));
-    let api_task = tokio::spawn(api::serve(listener, state, Arc::new(p.access), shutdown.clone()));
+    let api_task = tokio::spawn(api::serve(
+        listener,
+        state,
+        Arc::new(p.access),
+        shutdown.clone(),
+    ));
 
     if let Some(every) = systemd::watchdog_interval() {
         let store = p.store.clone();
@@ -175,7 +181,15 @@ pub async fn serve(p: Prepared) -> Result<()> {
         });
     }
     let usable = sched.usable_backends();
-    let status = format!("serving {} (backends: {})", p.socket.display(), if usable.is_empty() { "none usable".to_string() } else { usable.join(", ") });
+    let status = format!(
+        "serving {} (backends: {})",
+        p.socket.display(),
+        if usable.is_empty() {
+            "none usable".to_string()
+        } else {
+            usable.join(", ")
+        }
+    );
     tracing::info!(socket = %p.socket.display(), backends = ?usable, "kilnd ready");
     systemd::ready(&status);
 

@@ -1,0 +1,172 @@
+//! The `kiln` CLI and `kilnd`'s own flags, run as the real binaries.
+
+mod common;
+
+use std::process::Command;
+
+use common::{Daemon, write_double_problem};
+
+fn kiln(d: &Daemon, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .env("KILN_SOCKET", &d.socket)
+        .args(args)
+        .output()
+        .expect("run kiln")
+}
+
+#[test]
+fn status_json_is_valid_json() {
+    let d = Daemon::start("");
+    let out = kiln(&d, &["status", "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status -o json is JSON");
+    assert_eq!(v["health"]["status"], "ok");
+    assert!(v["info"]["backends"].is_array());
+}
+
+#[test]
+fn status_without_a_daemon_says_how_to_start_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["--socket"])
+        .arg(dir.path().join("none.sock"))
+        .arg("status")
+        .output()
+        .expect("run kiln");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("kilnd is not running"), "{err}");
+    assert!(err.contains("Start it with `kilnd`"), "{err}");
+    assert_eq!(err.trim().lines().count(), 2, "short and clear: {err}");
+}
+
+#[test]
+fn problems_add_list_show_through_the_cli() {
+    let d = Daemon::start("");
+    let dir = write_double_problem(d.dir.path(), "cli-double");
+    let out = kiln(&d, &["problems", "add", dir.to_str().expect("utf8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("registered: cli-double"));
+    let out = kiln(&d, &["problems", "list", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["problems"][0]["name"], "cli-double");
+    let out = kiln(&d, &["problems", "show", "cli-double"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("input") && text.contains("1024"), "{text}");
+    // A folder without problem.toml is a clear error, not a panic.
+    let out = kiln(
+        &d,
+        &[
+            "problems",
+            "add",
+            d.dir.path().join("state").to_str().expect("utf8"),
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("problem.toml"));
+}
+
+#[test]
+fn submit_refuses_bad_files_clearly() {
+    let d = Daemon::start("");
+    let bad = d.dir.path().join("bad.json");
+    std::fs::write(&bad, "{ not json").expect("write");
+    let out = kiln(
+        &d,
+        &["submit", "--problem", "x", bad.to_str().expect("utf8")],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not JSON"));
+    let out = kiln(&d, &["submit", "--problem", "missing", "--seed"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("404"));
+}
+
+#[test]
+fn print_default_config_is_the_whole_commented_toml() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kilnd"))
+        .arg("--print-default-config")
+        .output()
+        .expect("run kilnd");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let cfg = kiln_daemon::config::Config::from_toml(&text, std::path::Path::new("stdout"))
+        .expect("printed config parses");
+    assert_eq!(cfg, kiln_daemon::config::Config::default());
+    for section in [
+        "[server]",
+        "[access]",
+        "[queue]",
+        "[evaluation]",
+        "[evaluation.timing]",
+        "[jail]",
+        "[gpu]",
+        "[log]",
+    ] {
+        assert!(text.contains(section), "missing {section}");
+    }
+}
+
+#[test]
+fn kilnd_refuses_a_bad_config_file_by_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(&cfg, "[queue]\nmax_attempts = \"three\"\n").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_kilnd"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--socket")
+        .arg(dir.path().join("s.sock"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .output()
+        .expect("run kilnd");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.toml") && err.contains("max_attempts"),
+        "{err}"
+    );
+}
+
+#[test]
+fn systemd_hears_ready_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let notify_path = dir.path().join("notify.sock");
+    let notify = UnixDatagram::bind(&notify_path).expect("bind notify socket");
+    notify
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .expect("timeout");
+    let socket = dir.path().join("k.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kilnd"))
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn kilnd");
+    let mut buf = [0u8; 512];
+    let n = notify.recv(&mut buf).expect("a notification");
+    let msg = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert!(msg.contains("READY=1"), "{msg}");
+    assert!(msg.contains("STATUS=serving"), "{msg}");
+    // The socket answers once READY has been sent.
+    assert!(std::os::unix::net::UnixStream::connect(&socket).is_ok());
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let n = notify.recv(&mut buf).expect("a stopping notification");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1"));
+    assert!(child.wait().expect("wait").success());
+    assert!(!socket.exists(), "the socket is removed at exit");
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, every Rust test, the Python client's tests.
+# Run from anywhere; CI runs exactly this (see .ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "== cargo test"
+cargo build --workspace --locked
+cargo test --workspace --locked
+
+if [ -d sdk/python/tests ]; then
+  echo "== python client tests"
+  KILND_BIN="$PWD/target/debug/kilnd" python3 -m unittest discover -s sdk/python/tests -t sdk/python -v
+fi
