@@ -52,8 +52,96 @@ pub struct Config {
     pub jail: JailConfig,
     /// GPUs and clock policy.
     pub gpu: GpuConfig,
+    /// Searches and their proposer plugins.
+    pub search: SearchConfig,
+    /// The LLM gateway.
+    pub llm: LlmConfig,
     /// Logging.
     pub log: LogConfig,
+}
+
+/// `[search]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SearchConfig {
+    /// Folder of installed proposers (`NAME.wasm`); empty: `proposers/` beside kilnd, then
+    /// `../share/kiln/proposers` beside kilnd, then `/usr/lib/kiln/proposers`.
+    pub proposers_dir: String,
+    /// The plugin host binary; empty: `kiln-plugin-host` beside kilnd.
+    pub plugin_host: String,
+    /// Memory cap of a plugin's linear memory, MiB.
+    pub plugin_memory_mb: u64,
+    /// Candidate budget when a search does not give one.
+    pub default_budget: u64,
+    /// Time limit when a search does not give one, seconds.
+    pub default_time_limit_secs: u64,
+    /// LLM token budget when a search does not give one.
+    pub default_llm_tokens: u64,
+    /// Jobs one search may have queued or running at once; more submissions wait.
+    pub queue_cap: u64,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        SearchConfig {
+            proposers_dir: String::new(),
+            plugin_host: String::new(),
+            plugin_memory_mb: 256,
+            default_budget: 50,
+            default_time_limit_secs: 1800,
+            default_llm_tokens: 200_000,
+            queue_cap: 8,
+        }
+    }
+}
+
+/// `[llm]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmConfig {
+    /// `none`, `openai` (any OpenAI-compatible endpoint) or `replay`.
+    pub provider: String,
+    /// Endpoint base URL (`…/v1`).
+    pub base_url: String,
+    /// Model name sent to the endpoint.
+    pub model: String,
+    /// Environment variable holding the API key.
+    pub api_key_env: String,
+    /// File holding the API key (wins over the variable).
+    pub api_key_file: String,
+    /// Timeout of one HTTP attempt, seconds.
+    pub timeout_secs: u64,
+    /// Retries after a rate limit, server error, timeout or network failure.
+    pub max_retries: u32,
+    /// First backoff between retries, ms (doubles each retry).
+    pub backoff_ms: u64,
+    /// Most tokens one call may generate.
+    pub max_tokens_per_call: u32,
+    /// JSONL file of recorded replies for the `replay` provider.
+    pub replay_file: String,
+    /// Price per 1000 prompt tokens (0: cost not recorded).
+    pub price_prompt_per_1k: f64,
+    /// Price per 1000 completion tokens.
+    pub price_completion_per_1k: f64,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        LlmConfig {
+            provider: "none".into(),
+            base_url: "https://api.openai.com/v1".into(),
+            model: String::new(),
+            api_key_env: "OPENAI_API_KEY".into(),
+            api_key_file: String::new(),
+            timeout_secs: 120,
+            max_retries: 3,
+            backoff_ms: 500,
+            max_tokens_per_call: 4096,
+            replay_file: String::new(),
+            price_prompt_per_1k: 0.0,
+            price_completion_per_1k: 0.0,
+        }
+    }
 }
 
 /// `[server]`
@@ -256,6 +344,12 @@ impl Config {
         }
         if self.gpu.clock_policy != "observe" {
             return bad("gpu.clock_policy: only \"observe\" is available in this version");
+        }
+        if !matches!(self.llm.provider.as_str(), "none" | "openai" | "replay") {
+            return bad("llm.provider must be \"none\", \"openai\" or \"replay\"");
+        }
+        if self.search.queue_cap == 0 || self.search.plugin_memory_mb == 0 {
+            return bad("search.queue_cap and search.plugin_memory_mb must be positive");
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return bad("log.format must be \"text\" or \"json\"");

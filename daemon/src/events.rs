@@ -33,6 +33,36 @@ pub enum Event {
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// A search made progress or changed state.
+    Search {
+        /// Search id.
+        search_id: String,
+        /// Problem name.
+        problem: String,
+        /// `running`, `done`, `failed`, `cancelled`.
+        state: String,
+        /// Distinct candidates submitted.
+        submitted: u64,
+        /// Of those, evaluated.
+        evaluated: u64,
+        /// Candidate budget.
+        budget: u64,
+        /// Best candidate so far.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        best_candidate: Option<String>,
+        /// Its median time, µs.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        best_median_us: Option<f64>,
+    },
+    /// A line of a search's log.
+    SearchLog {
+        /// Search id.
+        search_id: String,
+        /// Level.
+        level: String,
+        /// Text.
+        message: String,
+    },
 }
 
 impl Event {
@@ -40,6 +70,8 @@ impl Event {
     pub fn name(&self) -> &'static str {
         match self {
             Event::Job { .. } => "job",
+            Event::Search { .. } => "search",
+            Event::SearchLog { .. } => "search_log",
         }
     }
 }

@@ -40,7 +40,7 @@ pub async fn submit(
             ),
         ));
     }
-    let submitted = s.store.submit(&candidate)?;
+    let submitted = s.store.submit(&candidate, None)?;
     if submitted.duplicate {
         let record = s.store.get_candidate(&submitted.id)?;
         return Ok((

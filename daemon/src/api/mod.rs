@@ -9,7 +9,9 @@ mod access;
 mod candidates;
 mod error;
 mod events;
+pub mod plugin;
 mod problems;
+mod searches;
 mod system;
 
 use std::sync::Arc;
@@ -20,7 +22,7 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::UnixListener;
@@ -52,6 +54,10 @@ pub struct AppState {
     pub facts: Arc<system::Facts>,
     /// Start time, for uptime.
     pub started: Instant,
+    /// Runs the plugin hosts of searches.
+    pub supervisor: Arc<crate::search::Supervisor>,
+    /// The LLM gateway.
+    pub llm: Arc<crate::llm::Gateway>,
 }
 
 pub use system::Facts;
@@ -72,6 +78,25 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/candidates/{id}", get(candidates::show))
         .route("/v1/jobs/{id}", get(candidates::job))
         .route("/v1/events", get(events::stream))
+        .route("/v1/searches", get(searches::list).post(searches::start))
+        .route("/v1/searches/{id}", get(searches::show))
+        .route(
+            "/v1/searches/{id}/log",
+            get(searches::log).post(plugin::post_log),
+        )
+        .route("/v1/searches/{id}/archive", get(plugin::archive))
+        .route("/v1/searches/{id}/llm-calls", get(searches::llm_calls))
+        .route("/v1/searches/{id}/cancel", post(searches::cancel))
+        .route("/v1/searches/{id}/context", get(plugin::context))
+        .route("/v1/searches/{id}/candidates", post(plugin::submit))
+        .route("/v1/searches/{id}/wait", post(plugin::wait))
+        .route("/v1/searches/{id}/llm", post(plugin::llm))
+        .route(
+            "/v1/searches/{id}/checkpoint",
+            get(plugin::get_checkpoint).put(plugin::put_checkpoint),
+        )
+        .route("/v1/searches/{id}/budget", get(plugin::budget))
+        .route("/v1/searches/{id}/finish", post(plugin::finish))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

@@ -56,6 +56,8 @@ pub async fn info(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
         "cuda_driver_version": s.facts.gpu.cuda_driver_version,
         "clock_policy": s.config.gpu.clock_policy,
         "jail": s.facts.jail,
+        "searches": {"usable": s.supervisor.status().0, "detail": s.supervisor.status().1},
+        "llm": {"provider": s.llm.provider_name(), "usable": s.llm.status().0, "detail": s.llm.status().1},
         "host": host,
         "socket": s.facts.socket,
         "state_dir": s.facts.state_dir,

@@ -37,8 +37,9 @@ pub struct CandidateRecord {
 
 impl Store {
     /// Stores a candidate and queues a job for it, in one transaction. A candidate already
-    /// stored (same content hash) is not queued again.
-    pub fn submit(&self, candidate: &Candidate) -> Result<Submitted> {
+    /// stored (same content hash) is not queued again. With `search`, the candidate is also
+    /// added to that search's archive (duplicates included: the search sees their results).
+    pub fn submit(&self, candidate: &Candidate, search: Option<&str>) -> Result<Submitted> {
         let id = candidate.content_hash();
         let backend = candidate.language.backend();
         let json = serde_json::to_string(candidate).map_err(|e| corrupt("candidate", e))?;
@@ -67,6 +68,10 @@ impl Store {
             )
             .optional()?;
         if let Some(job_id) = existing {
+            if let Some(sid) = search {
+                link_to_search(&tx, sid, &id)?;
+                tx.commit()?;
+            }
             return Ok(Submitted {
                 id,
                 job_id,
@@ -80,10 +85,14 @@ impl Store {
             params![id, candidate.problem, backend, json, candidate.parent, candidate.note, now],
         )?;
         tx.execute(
-            "INSERT INTO jobs (candidate_id, backend, state, created_at) VALUES (?1, ?2, 'queued', ?3)",
-            params![id, backend, now],
+            "INSERT INTO jobs (candidate_id, backend, state, created_at, search_id)
+             VALUES (?1, ?2, 'queued', ?3, ?4)",
+            params![id, backend, now, search],
         )?;
         let job_id = tx.last_insert_rowid();
+        if let Some(sid) = search {
+            link_to_search(&tx, sid, &id)?;
+        }
         tx.commit()?;
         Ok(Submitted {
             id,
@@ -141,6 +150,15 @@ impl Store {
     }
 }
 
+fn link_to_search(tx: &rusqlite::Transaction<'_>, search: &str, candidate: &str) -> Result<()> {
+    tx.execute(
+        "INSERT OR IGNORE INTO search_candidates (search_id, candidate_id, seq, created_at)
+         VALUES (?1, ?2, (SELECT count(*) + 1 FROM search_candidates WHERE search_id = ?1), ?3)",
+        params![search, candidate, now_ms()],
+    )?;
+    Ok(())
+}
+
 pub(super) fn latest_evaluation(
     conn: &rusqlite::Connection,
     candidate_id: &str,
@@ -176,9 +194,9 @@ mod tests {
         let (_d, store) = super::super::open_temp();
         store.put_problem(&sample_spec("p")).expect("problem");
         let c = sample_candidate("p", "void f(){}");
-        let a = store.submit(&c).expect("submit");
+        let a = store.submit(&c, None).expect("submit");
         assert!(!a.duplicate);
-        let b = store.submit(&c).expect("submit again");
+        let b = store.submit(&c, None).expect("submit again");
         assert!(b.duplicate);
         assert_eq!((a.id.clone(), a.job_id), (b.id, b.job_id));
         let rec = store.get_candidate(&a.id).expect("get").expect("exists");
@@ -190,6 +208,9 @@ mod tests {
     fn unknown_problem_is_not_found() {
         let (_d, store) = super::super::open_temp();
         let c = sample_candidate("missing", "void f(){}");
-        assert!(matches!(store.submit(&c), Err(StoreError::NotFound(_))));
+        assert!(matches!(
+            store.submit(&c, None),
+            Err(StoreError::NotFound(_))
+        ));
     }
 }

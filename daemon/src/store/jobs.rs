@@ -126,8 +126,10 @@ impl Store {
             .optional()?)
     }
 
-    /// Claims the oldest queued job for one of `backends`: marks it running, stage
-    /// `compiling`, and counts the attempt.
+    /// Claims the next queued job for one of `backends`: marks it running, stage
+    /// `compiling`, and counts the attempt. Searches are served round-robin: the job comes
+    /// from the search (or the pool of single submissions) that was served least recently,
+    /// oldest job first within it, so one busy search cannot starve the others.
     pub fn claim_next(&self, backends: &[&str]) -> Result<Option<JobRecord>> {
         if backends.is_empty() {
             return Ok(None);
@@ -143,8 +145,13 @@ impl Store {
                 &format!(
                     "UPDATE jobs SET state = 'running', stage = 'compiling', attempts = attempts + 1,
                             started_at = ?1
-                     WHERE id = (SELECT id FROM jobs WHERE state = 'queued' AND backend IN ({list})
-                                 ORDER BY id LIMIT 1)
+                     WHERE id = (SELECT j.id FROM jobs j
+                                 WHERE j.state = 'queued' AND j.backend IN ({list})
+                                 ORDER BY (SELECT max(r.started_at) FROM jobs r
+                                           WHERE r.search_id IS j.search_id
+                                             AND r.started_at IS NOT NULL) NULLS FIRST,
+                                          j.id
+                                 LIMIT 1)
                      RETURNING {JOB_COLUMNS}"
                 ),
                 [now_ms()],
@@ -283,7 +290,7 @@ mod tests {
             "launches": [{"kernel": "f"}]
         }))
         .expect("candidate");
-        let s = store.submit(&c).expect("submit");
+        let s = store.submit(&c, None).expect("submit");
         (d, store, s.job_id)
     }
 

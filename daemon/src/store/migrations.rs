@@ -60,10 +60,86 @@ const MIGRATIONS: &[&str] = &[
         created_at    INTEGER NOT NULL
     );
     "#,
+    // 2: searches driven by proposer plugins, their log, the LLM calls they made, and
+    //    the link from jobs to the search that submitted them (for fairness).
+    r#"
+    CREATE TABLE plugins (
+        hash        TEXT PRIMARY KEY,
+        name        TEXT NOT NULL,
+        wasm        BLOB NOT NULL,
+        created_at  INTEGER NOT NULL
+    );
+    CREATE TABLE searches (
+        id                 TEXT PRIMARY KEY,
+        problem            TEXT NOT NULL REFERENCES problems(name),
+        proposer           TEXT NOT NULL,
+        plugin_hash        TEXT NOT NULL REFERENCES plugins(hash),
+        config_json        TEXT NOT NULL,
+        seed               INTEGER NOT NULL,
+        budget_candidates  INTEGER NOT NULL,
+        time_limit_ms      INTEGER NOT NULL,
+        llm_tokens         INTEGER NOT NULL,
+        state              TEXT NOT NULL
+                           CHECK (state IN ('running', 'done', 'failed', 'cancelled')),
+        token_hash         TEXT,
+        checkpoint         BLOB,
+        summary            TEXT,
+        error              TEXT,
+        elapsed_ms         INTEGER NOT NULL DEFAULT 0,
+        tokens_used        INTEGER NOT NULL DEFAULT 0,
+        starts             INTEGER NOT NULL DEFAULT 0,
+        created_at         INTEGER NOT NULL,
+        finished_at        INTEGER
+    );
+    CREATE TABLE search_candidates (
+        search_id     TEXT NOT NULL REFERENCES searches(id),
+        candidate_id  TEXT NOT NULL REFERENCES candidates(id),
+        seq           INTEGER NOT NULL,
+        created_at    INTEGER NOT NULL,
+        PRIMARY KEY (search_id, candidate_id)
+    );
+    CREATE TABLE search_log (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        search_id   TEXT NOT NULL REFERENCES searches(id),
+        level       TEXT NOT NULL,
+        message     TEXT NOT NULL,
+        created_at  INTEGER NOT NULL
+    );
+    CREATE INDEX search_log_search ON search_log(search_id, id);
+    CREATE TABLE llm_calls (
+        id                 INTEGER PRIMARY KEY AUTOINCREMENT,
+        search_id          TEXT,
+        provider           TEXT NOT NULL,
+        model              TEXT,
+        request_json       TEXT NOT NULL,
+        reply_json         TEXT,
+        error              TEXT,
+        prompt_tokens      INTEGER NOT NULL DEFAULT 0,
+        completion_tokens  INTEGER NOT NULL DEFAULT 0,
+        attempts           INTEGER NOT NULL DEFAULT 1,
+        latency_ms         REAL NOT NULL DEFAULT 0,
+        cost               REAL,
+        created_at         INTEGER NOT NULL
+    );
+    CREATE INDEX llm_calls_search ON llm_calls(search_id, id);
+    ALTER TABLE jobs ADD COLUMN search_id TEXT;
+    CREATE INDEX jobs_search ON jobs(search_id, started_at);
+    "#,
 ];
 
 /// Tables every current schema has; checked after migrating.
-const EXPECTED_TABLES: &[&str] = &["problems", "candidates", "jobs", "evaluations", "artifacts"];
+const EXPECTED_TABLES: &[&str] = &[
+    "problems",
+    "candidates",
+    "jobs",
+    "evaluations",
+    "artifacts",
+    "plugins",
+    "searches",
+    "search_candidates",
+    "search_log",
+    "llm_calls",
+];
 
 /// The schema version this build writes.
 pub fn latest() -> i64 {

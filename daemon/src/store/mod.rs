@@ -10,6 +10,7 @@ mod candidates;
 mod jobs;
 mod migrations;
 mod problems;
+mod searches;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -21,6 +22,7 @@ pub use artifacts::Artifact;
 pub use candidates::{CandidateRecord, Submitted};
 pub use jobs::{JobRecord, JobState};
 pub use problems::{ProblemSummary, PutProblem};
+pub use searches::{ArchiveEntry, LlmCallRecord, LogLine, NewSearch, SearchRecord};
 
 /// Errors from the store.
 #[derive(Debug, Error)]

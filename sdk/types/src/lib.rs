@@ -14,6 +14,7 @@
 
 pub mod candidate;
 pub mod plan;
+pub mod plugin;
 pub mod problem;
 pub mod verdict;
 

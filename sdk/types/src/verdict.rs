@@ -156,6 +156,10 @@ pub struct KernelResources {
     pub local_bytes: u32,
     /// Largest block the kernel can be launched with.
     pub max_threads_per_block: u32,
+    /// Theoretical occupancy (resident warps / the SM's maximum, 0 to 1) for the block size
+    /// and dynamic shared memory of the kernel's launch in the plan; absent where not computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occupancy: Option<f64>,
 }
 
 /// What the compile step produced.

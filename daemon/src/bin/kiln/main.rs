@@ -3,6 +3,7 @@
 mod doctor;
 mod output;
 mod problems;
+mod search;
 mod show;
 mod status;
 mod submit;
@@ -45,6 +46,9 @@ enum Command {
     Submit(submit::SubmitArgs),
     /// Show a candidate, its job and its evaluation.
     Show(show::ShowArgs),
+    /// Start, follow and inspect searches.
+    #[command(subcommand)]
+    Search(search::SearchCmd),
     /// Follow job progress live.
     Watch(watch::WatchArgs),
 }
@@ -81,6 +85,7 @@ async fn run(args: Args, client: Client) -> Result<std::process::ExitCode> {
         Command::Problems(cmd) => problems::run(&client, out, cmd).await,
         Command::Submit(a) => submit::submit(&client, out, a).await,
         Command::Show(a) => show::show(&client, out, a).await,
+        Command::Search(cmd) => search::run(&client, out, cmd).await,
         Command::Watch(a) => watch::watch(&client, out, a).await,
     }
 }

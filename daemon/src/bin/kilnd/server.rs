@@ -28,6 +28,7 @@ pub struct Prepared {
     backends: backends::Built,
     facts: Facts,
     access: Access,
+    state_dir: PathBuf,
     _lock: Flock<std::fs::File>,
 }
 
@@ -87,6 +88,7 @@ pub fn prepare(socket: PathBuf, state_dir: PathBuf, config: Config) -> Result<Pr
         backends: built,
         facts,
         access,
+        state_dir,
         _lock: lock,
     })
 }
@@ -145,9 +147,19 @@ pub async fn serve(p: Prepared) -> Result<()> {
         p.backends.backends.clone(),
         p.config.clone(),
     );
+    let supervisor = kiln_daemon::search::Supervisor::new(
+        p.store.clone(),
+        events.clone(),
+        p.config.clone(),
+        p.socket.clone(),
+        &p.state_dir,
+    );
+    let llm = Arc::new(kiln_daemon::llm::Gateway::from_config(&p.config.llm));
     let state = AppState {
         store: p.store.clone(),
         sched: sched.clone(),
+        supervisor: supervisor.clone(),
+        llm,
         events,
         metrics: Arc::new(Metrics::default()),
         config: Arc::new(p.config.clone()),
@@ -180,6 +192,7 @@ pub async fn serve(p: Prepared) -> Result<()> {
             }
         });
     }
+    supervisor.resume_all();
     let usable = sched.usable_backends();
     let status = format!(
         "serving {} (backends: {})",
@@ -202,6 +215,7 @@ pub async fn serve(p: Prepared) -> Result<()> {
     systemd::stopping();
     shutdown.cancel();
     sched.stop();
+    supervisor.stop_all();
     let _ = api_task.await;
     let _ = sched_task.await;
     if p.owns_socket && std::fs::remove_file(&p.socket).is_ok() {
