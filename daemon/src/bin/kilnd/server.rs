@@ -166,6 +166,9 @@ pub async fn serve(p: Prepared) -> Result<()> {
         facts: Arc::new(p.facts),
         started: Instant::now(),
     };
+    // Signal handlers go in before READY, so a stop right after start-up drains cleanly.
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
     let shutdown = CancellationToken::new();
     let sched_task = tokio::spawn(sched.clone().run(drain));
     let api_task = tokio::spawn(api::serve(
@@ -206,8 +209,6 @@ pub async fn serve(p: Prepared) -> Result<()> {
     tracing::info!(socket = %p.socket.display(), backends = ?usable, "kilnd ready");
     systemd::ready(&status);
 
-    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: draining"),
         _ = int.recv() => tracing::info!("SIGINT: draining"),
