@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Checks kiln's cuda backend on a GPU host, from binaries built elsewhere
+# (scripts/build-gpu-bundle.sh). Read-only towards the GPU: nvidia-smi is only queried,
+# and nothing here changes clocks, power limits or persistence mode.
+#
+#   1. nvidia-smi summary (query flags only);
+#   2. the probe: gpu_probe (compile, resources, GPU inputs, correctness, timing with L2
+#      flush and blocking kernel vs plain, NVML telemetry, faults in child processes,
+#      invalid launches); its checks also go to $OUT/gpu-probe.json;
+#   3. GPU tests, when the bundle has any (gpu-tests/*: test binaries, run one at a time);
+#   4. `kiln doctor`, when the bundle has a kiln binary.
+#
+# Everything printed also goes to $OUT/gpu-check.log when $OUT is set.
+# Usage: gpu-check.sh [BUNDLE_DIR]   (default: the directory of this script if it holds
+#        gpu_probe, else <repo>/gpu-bundle)
+# Exit status: 0 when every step passed, 1 otherwise (2 when CUDA is unavailable).
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+if [ $# -ge 1 ]; then
+    bundle=$(cd "$1" 2>/dev/null && pwd) || {
+        echo "gpu-check: no bundle directory $1" >&2
+        exit 1
+    }
+elif [ -x "$here/gpu_probe" ]; then
+    bundle=$here
+else
+    bundle=$(cd "$here/.." && pwd)/gpu-bundle
+fi
+
+out=${OUT:-}
+if [ -n "$out" ]; then
+    mkdir -p "$out"
+    exec > >(tee -a "$out/gpu-check.log") 2>&1
+fi
+
+status=0
+section() { printf '\n=== %s ===\n' "$*"; }
+
+section "host"
+echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "host: $(uname -srm)"
+echo "bundle: $bundle"
+[ -f "$bundle/BUILD-INFO" ] && sed 's/^/  /' "$bundle/BUILD-INFO"
+
+section "nvidia-smi (read-only queries)"
+if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi -L
+    nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,persistence_mode,power.limit \
+        --format=csv
+    nvidia-smi --query-gpu=index,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu \
+        --format=csv
+    nvidia-smi --query-gpu=index,clocks_event_reasons.active --format=csv 2>/dev/null ||
+        nvidia-smi --query-gpu=index,clocks_throttle_reasons.active --format=csv 2>/dev/null ||
+        echo "(clock event reasons not queryable)"
+    nvidia-smi --query-gpu=index,clocks.applications.graphics,clocks.default_applications.graphics \
+        --format=csv 2>/dev/null || true
+else
+    echo "nvidia-smi not found"
+fi
+
+section "libraries"
+# cudarc dlopens libcuda.so.1 and libnvrtc.so.13 by name, nvml-wrapper libnvidia-ml.so.1.
+# When one is not on the loader path (the toolkit's lib64 is often unknown to ldconfig),
+# add the usual places, then the pip wheel that PyTorch images carry (nvidia-cuda-nvrtc).
+found() { # found LIBNAME: true if the loader would find it
+    ldconfig -p 2>/dev/null | grep -q "$1" && return 0
+    local IFS=: d
+    for d in ${LD_LIBRARY_PATH:-}; do
+        [ -n "$d" ] && [ -e "$d/$1" ] && return 0
+    done
+    return 1
+}
+add_dir() { export LD_LIBRARY_PATH="$1${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; }
+for lib in libcuda.so.1 libnvidia-ml.so.1 libnvrtc.so.13; do
+    found "$lib" && continue
+    for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu \
+        /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+        /usr/local/cuda-13*/lib64 /usr/local/cuda-13*/targets/x86_64-linux/lib; do
+        if [ -e "$d/$lib" ]; then
+            add_dir "$d"
+            break
+        fi
+    done
+done
+if ! found libnvrtc.so.13 && command -v python3 >/dev/null 2>&1; then
+    d=$(python3 - <<'PY' 2>/dev/null
+import glob, os, site
+dirs = site.getsitepackages() + [site.getusersitepackages()]
+for base in dirs:
+    for hit in glob.glob(os.path.join(base, "nvidia", "**", "libnvrtc.so.13"), recursive=True):
+        print(os.path.dirname(hit))
+        raise SystemExit
+PY
+    )
+    [ -n "$d" ] && add_dir "$d"
+fi
+echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+for lib in libcuda.so.1 libnvidia-ml.so.1 libnvrtc.so.13; do
+    if found "$lib"; then echo "  $lib: found"; else echo "  $lib: NOT FOUND"; fi
+done
+
+section "gpu_probe"
+if [ ! -x "$bundle/gpu_probe" ]; then
+    echo "no gpu_probe in $bundle: run scripts/build-gpu-bundle.sh first"
+    exit 1
+fi
+json_args=()
+[ -n "$out" ] && json_args=(--json "$out/gpu-probe.json")
+"$bundle/gpu_probe" "${json_args[@]}"
+rc=$?
+echo "gpu_probe exit status: $rc"
+if [ $rc -eq 2 ]; then
+    echo "CUDA is unavailable on this host (see the UNAVAILABLE line above)"
+    exit 2
+fi
+[ $rc -ne 0 ] && status=1
+
+if [ -d "$bundle/gpu-tests" ]; then
+    section "gpu tests"
+    for t in "$bundle"/gpu-tests/*; do
+        [ -x "$t" ] || continue
+        echo "--- $(basename "$t")"
+        KILN_GPU_TESTS=1 "$t" --test-threads=1 --include-ignored || status=1
+    done
+fi
+
+if [ -x "$bundle/kiln" ]; then
+    section "kiln doctor"
+    "$bundle/kiln" doctor || status=1
+fi
+
+section "after"
+command -v nvidia-smi >/dev/null 2>&1 &&
+    nvidia-smi --query-gpu=index,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv
+echo "gpu-check: $([ $status -eq 0 ] && echo passed || echo FAILED)"
+exit $status
