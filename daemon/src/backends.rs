@@ -1,16 +1,23 @@
 //! Builds the evaluation backends this daemon can offer, and reports on each.
+//!
+//! The host backend is `kiln-sandbox`: C candidates compiled and run in jailed
+//! `kiln-worker` children. The jail's layers are probed once at start (this forks, so it
+//! runs before the async runtime) and shown by `/v1/info` and `kiln doctor`.
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
+use kiln_sandbox::SandboxConfig;
+use kiln_types::{Candidate, EvalPlan, Evaluation, ProblemSpec};
 use serde_json::{Value, json};
 
-use crate::backend::{Backend, BackendStatus};
+use crate::backend::{Backend, BackendError, BackendStatus, CompileOutcome};
 use crate::config::Config;
 
 /// The backends built at start, their status and the jail's layers.
 pub struct Built {
-    /// Backends that take jobs (usable or not; the scheduler asks each).
+    /// Backends that take jobs (the scheduler asks each whether it is usable).
     pub backends: Vec<Arc<dyn Backend>>,
     /// Status of every backend kiln knows, usable or not.
     pub status: Vec<BackendStatus>,
@@ -18,23 +25,92 @@ pub struct Built {
     pub jail: Value,
 }
 
-/// Builds the backends. Runs before the async runtime starts (probes fork).
-pub fn build(_config: &Config, _state_dir: &Path) -> Built {
-    let status = vec![
-        BackendStatus {
-            name: "host".into(),
-            usable: false,
-            detail: "the host backend is not built into this kilnd yet".into(),
-        },
-        BackendStatus {
-            name: "cuda".into(),
-            usable: false,
-            detail: "the cuda backend is not built into this kilnd yet".into(),
-        },
-    ];
+/// The host backend: C on the CPU, through the sandbox.
+struct HostBackend {
+    cfg: SandboxConfig,
+    status: BackendStatus,
+}
+
+impl Backend for HostBackend {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn status(&self) -> BackendStatus {
+        self.status.clone()
+    }
+
+    fn compile(&self, candidate: &Candidate) -> Result<CompileOutcome, BackendError> {
+        let out = kiln_sandbox::compile(&self.cfg, candidate).map_err(|e| BackendError(e.to_string()))?;
+        Ok(CompileOutcome {
+            artifact: out.artifact,
+            info: out.info,
+            failure: out.failure,
+        })
+    }
+
+    fn evaluate(
+        &self,
+        problem: &ProblemSpec,
+        reference: &[u8],
+        candidate: &Candidate,
+        artifact: &[u8],
+        plan: &EvalPlan,
+    ) -> Result<Evaluation, BackendError> {
+        kiln_sandbox::evaluate(&self.cfg, problem, reference, candidate, artifact, plan)
+            .map_err(|e| BackendError(e.to_string()))
+    }
+}
+
+/// The sandbox settings derived from the config: scratch under the state directory, the
+/// rest of the state directory hidden from jailed children.
+pub fn sandbox_config(config: &Config, state_dir: &Path) -> SandboxConfig {
+    let mut cfg = SandboxConfig::new(state_dir.join("scratch"));
+    cfg.hidden_paths = vec![state_dir.to_path_buf()];
+    cfg.compile_timeout = Duration::from_secs(config.evaluation.compile_timeout_secs);
+    cfg.memory_limit_bytes = config.evaluation.memory_limit_mb.saturating_mul(1 << 20);
+    cfg.disable_namespaces = config.jail.disable_namespaces;
+    cfg.cgroup_parent = (!config.jail.cgroup_parent.is_empty()).then(|| config.jail.cgroup_parent.clone().into());
+    cfg
+}
+
+/// Builds the backends. Runs before the async runtime starts (the jail probe forks).
+pub fn build(config: &Config, state_dir: &Path) -> Built {
+    let cfg = sandbox_config(config, state_dir);
+    let layers = kiln_sandbox::probe_layers(&cfg);
+    for l in &layers {
+        if l.active {
+            tracing::info!(layer = %l.name, detail = %l.detail, "jail layer active");
+        } else {
+            tracing::warn!(layer = %l.name, detail = %l.detail, "jail layer not active");
+        }
+    }
+    let payload_ok = layers.iter().any(|l| l.name == "payload" && l.active);
+    let mut status: Vec<BackendStatus> = kiln_sandbox::backend_status()
+        .into_iter()
+        .map(|b| BackendStatus {
+            name: b.name,
+            usable: b.usable,
+            detail: b.reason,
+        })
+        .collect();
+    let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
+    if let Some(host) = status.iter_mut().find(|b| b.name == "host") {
+        if host.usable && !payload_ok {
+            host.usable = false;
+            host.detail = format!(
+                "the jail cannot start kiln-worker ({}): see the jail layers",
+                cfg.worker_exe.display()
+            );
+        }
+        backends.push(Arc::new(HostBackend {
+            cfg,
+            status: host.clone(),
+        }));
+    }
     Built {
-        backends: Vec::new(),
+        backends,
         status,
-        jail: json!({"layers": []}),
+        jail: json!({"layers": layers}),
     }
 }

@@ -37,11 +37,16 @@ recheck_fraction = 0.2
 impl Daemon {
     /// Starts kilnd with `extra` appended to the fast config.
     pub fn start(extra: &str) -> Daemon {
+        Self::start_with_config(&format!("{FAST_CONFIG}\n{extra}"))
+    }
+
+    /// Starts kilnd with exactly this config file.
+    pub fn start_with_config(text: &str) -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("kiln.sock");
         let state = dir.path().join("state");
         let config = dir.path().join("kiln.toml");
-        std::fs::write(&config, format!("{FAST_CONFIG}\n{extra}")).expect("write config");
+        std::fs::write(&config, text).expect("write config");
         let mut d = Daemon {
             dir,
             socket,

@@ -1,0 +1,208 @@
+//! Element data: drawing inputs from the plan's secret seed, the poison pattern for
+//! outputs, and reading elements back as `f64` for comparison.
+//!
+//! Every input set is drawn from its own generator, keyed by blake3 over (secret seed,
+//! purpose, index), so trials and timing input sets are independent, reproducible by
+//! kiln, and unpredictable to a candidate that never sees the seed.
+
+use kiln_types::{Dtype, Init};
+
+/// f32 poison: a signalling NaN with a payload that no arithmetic produces (arithmetic
+/// yields quiet NaNs), so an element still holding it was never written.
+pub const POISON_F32: u32 = 0x7FA5_A5A5;
+/// f64 poison (see [`POISON_F32`]).
+pub const POISON_F64: u64 = 0x7FF4_A5A5_A5A5_A5A5;
+/// Byte pattern for integer outputs (0xA5 in every byte).
+pub const POISON_BYTE: u8 = 0xA5;
+
+/// The distribution of the contract's shifted/scaled trial (design guide §5): mean 1000,
+/// std 0.1, which breaks the naive `E[x²] − E[x]²` variance formula in f32.
+pub const SHIFTED: Init = Init::Normal {
+    mean: 1000.0,
+    std: 0.1,
+};
+
+/// xoshiro256** keyed by blake3: statistically good test data, and cheap enough per
+/// element that drawing a fresh input set every few timing samples costs little (the
+/// secrecy comes from the key, not from the generator).
+pub struct Rng {
+    s: [u64; 4],
+    spare: Option<f64>,
+}
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        let s = &mut self.s;
+        let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        result
+    }
+
+    /// Uniform on [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// One standard normal sample (Box-Muller, both halves used).
+    fn std_normal(&mut self) -> f64 {
+        if let Some(z) = self.spare.take() {
+            return z;
+        }
+        let u1 = 1.0 - self.next_f64(); // (0, 1]
+        let u2 = self.next_f64();
+        let r = (-2.0 * u1.ln()).sqrt();
+        let (sin, cos) = (std::f64::consts::TAU * u2).sin_cos();
+        self.spare = Some(r * sin);
+        r * cos
+    }
+}
+
+/// A generator for one input set, keyed by (secret seed, purpose, index).
+pub fn rng_for(seed: u64, purpose: &str, index: u64) -> Rng {
+    let mut h = blake3::Hasher::new();
+    h.update(&seed.to_le_bytes());
+    h.update(purpose.as_bytes());
+    h.update(&index.to_le_bytes());
+    let b = h.finalize();
+    let mut s = [0u64; 4];
+    for (i, w) in s.iter_mut().enumerate() {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&b.as_bytes()[i * 8..i * 8 + 8]);
+        *w = u64::from_le_bytes(bytes);
+    }
+    if s == [0; 4] {
+        s[0] = 1; // the one state xoshiro cannot leave
+    }
+    Rng { s, spare: None }
+}
+
+fn sample(rng: &mut Rng, init: Init) -> f64 {
+    match init {
+        Init::Normal { mean, std } => mean + std * rng.std_normal(),
+        Init::Uniform { low, high } => low + (high - low) * rng.next_f64(),
+        Init::Randint { low, high } => {
+            if high > low {
+                let span = high.abs_diff(low);
+                low.wrapping_add((rng.next_u64() % span) as i64) as f64
+            } else {
+                low as f64
+            }
+        }
+    }
+}
+
+/// Fills `buf` (elements of `dtype`) with draws from `init`.
+pub fn fill(buf: &mut [u8], dtype: Dtype, init: Init, rng: &mut Rng) {
+    match dtype {
+        Dtype::F32 => buf
+            .chunks_exact_mut(4)
+            .for_each(|c| c.copy_from_slice(&(sample(rng, init) as f32).to_le_bytes())),
+        Dtype::F64 => buf
+            .chunks_exact_mut(8)
+            .for_each(|c| c.copy_from_slice(&sample(rng, init).to_le_bytes())),
+        Dtype::I32 => buf
+            .chunks_exact_mut(4)
+            .for_each(|c| c.copy_from_slice(&(sample(rng, init).round() as i32).to_le_bytes())),
+        Dtype::I64 => buf
+            .chunks_exact_mut(8)
+            .for_each(|c| c.copy_from_slice(&(sample(rng, init).round() as i64).to_le_bytes())),
+        Dtype::U8 => buf
+            .iter_mut()
+            .for_each(|b| *b = sample(rng, init).round().clamp(0.0, 255.0) as u8),
+        // Refused by `layout::dtype_supported` before any data is drawn.
+        Dtype::F16 | Dtype::Bf16 => buf.fill(0),
+    }
+}
+
+/// Writes the poison pattern over every element.
+pub fn poison(buf: &mut [u8], dtype: Dtype) {
+    let pattern: &[u8] = match dtype {
+        Dtype::F32 => &POISON_F32.to_le_bytes(),
+        Dtype::F64 => &POISON_F64.to_le_bytes(),
+        _ => {
+            buf.fill(POISON_BYTE);
+            return;
+        }
+    };
+    if buf.len() < pattern.len() {
+        return;
+    }
+    buf[..pattern.len()].copy_from_slice(pattern);
+    // Double the filled prefix with memcpy: a few calls instead of one per element.
+    let mut filled = pattern.len();
+    while filled < buf.len() {
+        let n = filled.min(buf.len() - filled);
+        buf.copy_within(..n, filled);
+        filled += n;
+    }
+}
+
+/// Counts elements still holding the poison; returns (count, first few flat indices).
+pub fn unwritten(buf: &[u8], dtype: Dtype) -> (u64, Vec<u64>) {
+    let size = dtype.size() as usize;
+    let mut count = 0u64;
+    let mut first = Vec::new();
+    for (i, c) in buf.chunks_exact(size).enumerate() {
+        let poisoned = match dtype {
+            Dtype::F32 => c == POISON_F32.to_le_bytes(),
+            Dtype::F64 => c == POISON_F64.to_le_bytes(),
+            _ => c.iter().all(|&b| b == POISON_BYTE),
+        };
+        if poisoned {
+            count += 1;
+            if first.len() < 8 {
+                first.push(i as u64);
+            }
+        }
+    }
+    (count, first)
+}
+
+/// Element `i` of `buf` as f64.
+pub fn get(buf: &[u8], dtype: Dtype, i: usize) -> f64 {
+    let s = dtype.size() as usize;
+    let c = &buf[i * s..(i + 1) * s];
+    let mut b8 = [0u8; 8];
+    b8[..s].copy_from_slice(c);
+    match dtype {
+        Dtype::F32 => f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        Dtype::F64 => f64::from_le_bytes(b8),
+        Dtype::I32 => f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        Dtype::I64 => i64::from_le_bytes(b8) as f64,
+        Dtype::U8 => f64::from(c[0]),
+        Dtype::F16 | Dtype::Bf16 => f64::NAN,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_are_keyed_and_poison_is_found() {
+        let mut a = vec![0u8; 4096];
+        let mut b = vec![0u8; 4096];
+        fill(&mut a, Dtype::F32, SHIFTED, &mut rng_for(7, "trial", 0));
+        fill(&mut b, Dtype::F32, SHIFTED, &mut rng_for(7, "trial", 0));
+        assert_eq!(a, b, "same key, same draws");
+        fill(&mut b, Dtype::F32, SHIFTED, &mut rng_for(8, "trial", 0));
+        assert_ne!(a, b, "another seed, other draws");
+        let mean = (0..1024).map(|i| get(&a, Dtype::F32, i)).sum::<f64>() / 1024.0;
+        assert!((mean - 1000.0).abs() < 0.05, "{mean}");
+        poison(&mut a, Dtype::F32);
+        a[8..12].copy_from_slice(&1.0f32.to_le_bytes());
+        let (n, first) = unwritten(&a, Dtype::F32);
+        assert_eq!(n, 1023);
+        assert_eq!(first[..3], [0, 1, 3]);
+        // Arithmetic on the poison gives a quiet NaN, which does not count as unwritten.
+        let q = f32::from_bits(POISON_F32) + 1.0;
+        assert_ne!(q.to_bits(), POISON_F32);
+    }
+}

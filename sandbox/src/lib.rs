@@ -1,0 +1,47 @@
+//! kiln's sandbox: the jail that isolates untrusted code, and the machinery of
+//! `kiln-worker`, which compiles, runs, checks and times candidates.
+//!
+//! # Brief overview
+//!
+//! - [`compile`], [`evaluate`], [`probe_layers`], [`backend_status`]: the blocking API
+//!   kilnd calls (wrap it in `spawn_blocking`). Each call starts a fresh jailed
+//!   `kiln-worker` ([`SandboxConfig::worker_exe`], see [`default_worker_exe`]).
+//! - [`jail`]: start a command isolated from the host (namespaces, private root, rlimits,
+//!   cgroup, `no_new_privs`, seccomp, parent-death signal, tree kill on a deadline).
+//! - [`protocol`]: the framed messages between caller and worker.
+//! - [`host`]: the host backend (C on the CPU) and the evaluation contract.
+//!
+//! Errors ([`SandboxError`]) are infrastructure failures only; anything a candidate does
+//! ends as a verdict inside an [`kiln_types::Evaluation`].
+//!
+//! Trust zones (docs/security.md): the caller is trusted; `kiln-worker serve` is trusted
+//! code handling hostile data; a runner is hostile from the instruction that loads the
+//! candidate's artifact.
+//!
+//! ```no_run
+//! use kiln_sandbox::{SandboxConfig, compile};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let cfg = SandboxConfig::new("/var/lib/kiln/scratch");
+//! let candidate: kiln_types::Candidate = serde_json::from_str(r#"{"problem":"vecadd-4096",
+//!     "language":"c","source":"void f(const float*a,float*y,int n){}",
+//!     "launches":[{"kernel":"f","args":["a","y",{"i32":4096}]}]}"#)?;
+//! let outcome = compile(&cfg, &candidate)?;
+//! assert!(outcome.artifact.is_some() || outcome.failure.is_some());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod api;
+mod error;
+pub mod host;
+pub mod jail;
+pub mod protocol;
+pub mod worker;
+
+pub use api::{
+    BackendStatus, CompileOutcome, SandboxConfig, backend_status, compile, default_worker_exe,
+    evaluate, probe_layers,
+};
+pub use error::SandboxError;
+pub use jail::{JailReport, LayerStatus};

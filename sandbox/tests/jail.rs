@@ -1,0 +1,273 @@
+//! The jail on its own: which layers hold on this machine, the fallback without
+//! namespaces, the private root, hidden paths, and the deadline's tree kill.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kiln_sandbox::jail::{self, JailSpec, Limits, Role};
+use kiln_types::Verdict;
+
+fn layer<'a>(layers: &'a [kiln_sandbox::LayerStatus], name: &str) -> &'a kiln_sandbox::LayerStatus {
+    layers
+        .iter()
+        .find(|l| l.name == name)
+        .unwrap_or_else(|| panic!("no layer {name} in {layers:?}"))
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn jail_probe_reports_every_layer() {
+    let (dir, cfg) = common::setup();
+    let layers = kiln_sandbox::probe_layers(&cfg);
+    for name in [
+        "fds-closed",
+        "rlimits",
+        "no-new-privs",
+        "seccomp",
+        "parent-death-signal",
+        "env-cleared",
+        "payload",
+    ] {
+        assert!(layer(&layers, name).active, "{name}: {layers:#?}");
+    }
+    if is_root() {
+        // As root (this CI machine) the kernel grants every namespace.
+        for name in [
+            "user-namespace",
+            "mount-namespace",
+            "network-namespace",
+            "ipc-namespace",
+            "pid-namespace",
+            "private-root",
+            "hidden-paths",
+        ] {
+            assert!(layer(&layers, name).active, "{name}: {layers:#?}");
+        }
+    }
+    let cg = layer(&layers, "cgroup");
+    assert!(
+        !cg.active && cg.detail.contains("no delegated cgroup"),
+        "{cg:?}"
+    );
+    common::assert_clean(dir.path());
+}
+
+#[test]
+fn jail_cgroup_v1_machine_degrades_with_a_reason() {
+    let (dir, mut cfg) = common::setup();
+    // Not a delegated cgroup v2 directory: the layer must be off, with the reason.
+    cfg.cgroup_parent = Some(dir.path().to_path_buf());
+    let layers = kiln_sandbox::probe_layers(&cfg);
+    let cg = layer(&layers, "cgroup");
+    assert!(
+        !cg.active && cg.detail.contains("not a cgroup v2 directory"),
+        "{cg:?}"
+    );
+    assert!(layer(&layers, "payload").active, "{layers:#?}");
+    common::assert_clean(dir.path());
+}
+
+#[test]
+fn jail_without_namespaces_degrades_and_still_evaluates() {
+    let (dir, mut cfg) = common::setup();
+    cfg.disable_namespaces = true;
+    let layers = kiln_sandbox::probe_layers(&cfg);
+    for name in [
+        "user-namespace",
+        "pid-namespace",
+        "network-namespace",
+        "mount-namespace",
+        "ipc-namespace",
+    ] {
+        let l = layer(&layers, name);
+        assert!(!l.active && l.detail.contains("disabled"), "{l:?}");
+    }
+    assert!(!layer(&layers, "private-root").active);
+    assert!(
+        layer(&layers, "seccomp").active && layer(&layers, "payload").active,
+        "{layers:#?}"
+    );
+    let p = common::problem("vecadd-4096");
+    let e = common::run(
+        &cfg,
+        &p,
+        &p.seed_candidate("host").expect("seed"),
+        &common::plan(),
+    );
+    assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+    let inactive = &e.telemetry.as_ref().expect("telemetry")["jail"]["inactive"];
+    assert!(inactive.get("pid-namespace").is_some(), "{inactive}");
+    // The runner's seccomp filter still holds without namespaces.
+    let mut bad = p.seed_candidate("host").expect("seed");
+    bad.source = "#include <sys/socket.h>\nvoid vecadd(const float*a,const float*b,float*y,int n){socket(2,1,0);}\n".into();
+    let e = common::run(&cfg, &p, &bad, &common::plan());
+    assert_eq!(e.verdict, Verdict::RuntimeFault, "{e:#?}");
+    common::assert_clean(dir.path());
+}
+
+#[test]
+fn jail_seccomp_stops_a_forbidden_syscall_in_the_runner() {
+    let (dir, cfg) = common::setup();
+    let p = common::problem("vecadd-4096");
+    let mut c = p.seed_candidate("host").expect("seed");
+    c.source = "#include <sys/socket.h>\nvoid vecadd(const float*a,const float*b,float*y,int n){socket(2,1,0);for(int i=0;i<n;i++)y[i]=a[i]+b[i];}\n".into();
+    let e = common::run(&cfg, &p, &c, &common::plan());
+    assert_eq!(e.verdict, Verdict::RuntimeFault, "{e:#?}");
+    assert_eq!(
+        e.evidence
+            .fault
+            .as_deref()
+            .map(|f| f.starts_with("forbidden syscall socket")),
+        Some(true),
+        "{e:#?}"
+    );
+    common::assert_clean(dir.path());
+}
+
+/// A spec running `/bin/sh -c SCRIPT` under the compile role.
+fn shell_spec(
+    root: &Path,
+    script: &str,
+    marker: &str,
+    namespaces: bool,
+    ro: Vec<PathBuf>,
+    hidden: Vec<PathBuf>,
+) -> JailSpec {
+    let job = root.join("job");
+    std::fs::create_dir_all(job.join("root")).expect("root dir");
+    std::fs::create_dir_all(job.join("work")).expect("work dir");
+    let mut ro_paths: Vec<PathBuf> = ["/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    ro_paths.extend(ro);
+    JailSpec {
+        role: Role::Compile,
+        program: std::fs::canonicalize("/bin/sh").expect("sh"),
+        args: vec!["-c".into(), script.into(), marker.into()],
+        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        scratch: job.join("work"),
+        root_dir: job.join("root"),
+        ro_paths,
+        hidden_paths: hidden,
+        namespaces,
+        limits: Limits {
+            cpu_s: 10,
+            nofile: 64,
+            nproc: 64,
+            fsize_bytes: 1 << 20,
+            as_bytes: None,
+        },
+        cgroup: None,
+    }
+}
+
+fn helper() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_kiln-worker"))
+}
+
+#[test]
+fn jail_private_root_keeps_writes_in_scratch_and_hides_paths() {
+    if !is_root() {
+        return; // needs the mount namespace
+    }
+    let (dir, _cfg) = common::setup();
+    let visible = dir.path().join("visible");
+    std::fs::create_dir_all(visible.join("state")).expect("dirs");
+    std::fs::write(visible.join("public"), "public").expect("write");
+    std::fs::write(visible.join("state/secret"), "secret").expect("write");
+    let escape = dir.path().join("escape-attempt");
+    let script = format!(
+        "echo inside > /scratch/ok; \
+         (echo x > {esc}) 2>/dev/null && echo WROTE_HOST_PATH; \
+         (echo x > /rootfile) 2>/dev/null && echo WROTE_ROOT; \
+         (echo x > /usr/kiln-escape) 2>/dev/null && echo WROTE_USR; \
+         cat {vis}/public; cat {vis}/state/secret 2>/dev/null && echo READ_HIDDEN; \
+         echo done",
+        esc = escape.display(),
+        vis = visible.display()
+    );
+    let spec = shell_spec(
+        dir.path(),
+        &script,
+        "kiln-jail-test-fs",
+        true,
+        vec![visible.clone()],
+        vec![visible.join("state")],
+    );
+    let mut child = jail::spawn(&helper(), &spec, Duration::from_secs(10)).expect("spawn");
+    assert!(child.report.is_active("private-root"), "{:?}", child.report);
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout, &mut out).expect("read");
+    let ended = child.finish();
+    assert!(
+        out.contains("public") && out.contains("done"),
+        "{out:?} {ended:?}"
+    );
+    for bad in ["WROTE_HOST_PATH", "WROTE_ROOT", "WROTE_USR", "READ_HIDDEN"] {
+        assert!(!out.contains(bad), "{bad}: {out:?}");
+    }
+    assert!(!escape.exists() && !Path::new("/usr/kiln-escape").exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("job/work/ok")).expect("scratch file"),
+        "inside\n"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("job/root"))
+            .expect("root")
+            .count(),
+        0,
+        "mount point stays empty on the host"
+    );
+}
+
+fn deadline_kills_tree(namespaces: bool) {
+    let (dir, _cfg) = common::setup();
+    let marker = format!("kiln-jail-tree-{}-{namespaces}", std::process::id());
+    let script = "sh -c 'sleep 60' \"$0\" & sh -c 'sleep 60' \"$0\" & sleep 60; wait";
+    let spec = shell_spec(dir.path(), script, &marker, namespaces, vec![], vec![]);
+    let started = Instant::now();
+    let mut child = jail::spawn(&helper(), &spec, Duration::from_millis(700)).expect("spawn");
+    let mut out = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut child.stdout, &mut out);
+    let ended = child.finish();
+    assert!(ended.timed_out, "{ended:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // Every process of the tree is gone (the grandchildren carry the marker in argv).
+    let until = Instant::now() + Duration::from_secs(2);
+    loop {
+        let left = common::processes_mentioning(Path::new(&marker));
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < until, "left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn jail_deadline_kills_the_whole_tree() {
+    deadline_kills_tree(true);
+}
+
+#[test]
+fn jail_deadline_kills_the_whole_tree_without_namespaces() {
+    deadline_kills_tree(false);
+}
+
+#[test]
+fn jail_refuses_a_relative_path_in_the_spec() {
+    let (dir, _cfg) = common::setup();
+    let mut spec = shell_spec(dir.path(), "true", "x", false, vec![], vec![]);
+    spec.scratch = PathBuf::from("relative/scratch");
+    let err = jail::spawn(&helper(), &spec, Duration::from_secs(5))
+        .err()
+        .expect("refused");
+    assert!(err.to_string().contains("not an absolute path"), "{err}");
+}
