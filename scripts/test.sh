@@ -10,6 +10,9 @@ cargo fmt --all -- --check
 echo "== systemd unit (hardening score must stay at 3.0 or better)"
 scripts/check-unit.sh
 
+echo "== problem suite (problem.toml, launch plans, knob grammar)"
+python3 scripts/check-problems.py
+
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 

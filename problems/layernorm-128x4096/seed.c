@@ -16,9 +16,9 @@
 // @knob UNROLL 1|4|8
 #define UNROLL 1
 
-// @idea one-pass-stats: PASSES=2 gathers sum and sum of squares of the shifted row in one sweep (safe only because of the shift)
-// @idea float-acc: ACC_T=float halves the width of every accumulator and lets the compiler use 8-wide vectors
-// @idea independent-accumulators: UNROLL>1 splits each reduction into independent partial sums
+// @idea one_pass_stats: PASSES=2 gathers sum and sum of squares of the shifted row in one sweep (safe only because of the shift)
+// @idea float_acc: ACC_T=float halves the width of every accumulator and lets the compiler use 8-wide vectors
+// @idea independent_accumulators: UNROLL>1 splits each reduction into independent partial sums
 // @idea vectorise: add -O3 -march=native to flags
 
 void layernorm(const float *x, float *y, int rows, int cols) {

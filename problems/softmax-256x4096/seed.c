@@ -16,8 +16,8 @@
 #define UNROLL 1
 
 // @idea online: ONLINE=1 finds the maximum and the sum of exponentials in one pass (rescaling the running sum when the maximum grows), then writes in a second pass
-// @idea float-math: ACC_T=float with EXP=expf halves the cost of every exponential
-// @idea independent-accumulators: UNROLL>1 keeps several partial maxima and sums so the loop is not one long dependency chain
+// @idea float_math: ACC_T=float with EXP=expf halves the cost of every exponential
+// @idea independent_accumulators: UNROLL>1 keeps several partial maxima and sums so the loop is not one long dependency chain
 // @idea vectorise: add -O3 -march=native -ffast-math to flags once the loops are unrolled
 
 static void row_max_sum(const float *xr, int cols, ACC_T *out_m, ACC_T *out_s) {

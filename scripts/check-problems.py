@@ -1,0 +1,553 @@
+#!/usr/bin/env python3
+"""Static checks of the problem suite: every problems/*/problem.toml against the schema that
+kiln_types::ProblemSpec::load_dir accepts, plus consistency checks that need no compiler.
+
+Checked, per problem:
+  - problem.toml parses (tomllib) and has no key the Rust types would refuse (they deny
+    unknown fields); name rules; the folder is named after the problem;
+  - tensors: identifier names, unique; dtype; shape (positive, at most 2^32 elements);
+    role; init (normal/uniform/randint with their parameters); shifted_trial a boolean;
+    at least one output;
+  - tolerance (non-negative atol, rtol), required_tier, roofline (non-negative integers;
+    min_bytes not above the bytes of all tensors together: the floor must never exceed
+    what the best kernel has to move);
+  - reference/seed per backend (host|cuda): the file is a plain name in the folder, exists,
+    is at most 1 MiB; scratch buffers (identifiers, not tensor names, 1..2^30 elements);
+    flags are strings; launches: kernel identifier, grid/block of three positive integers
+    (cuda: at most 1024 threads, block.z <= 64, grid.y/z <= 65535, shared_bytes <= 227 KiB),
+    every arg a declared tensor or scratch name or a typed scalar {i32|i64|u32|u64|f32|f64}
+    in range;
+  - the kernel (cuda: `extern "C" __global__`) or C function a launch names is defined in
+    the file, takes as many parameters as the launch passes, pointers where the launch
+    passes buffers and matching scalar types where it passes scalars;
+  - knob and idea annotations in every source follow the SDK's grammar
+    (sdk/rust/src/knobs.rs): `// @knob NAME V1|V2` directly above `#define NAME VALUE`,
+    `// @idea NAME: text` with NAME an identifier; misspelt @knob/@idea words are errors;
+    stricter than the SDK on one point: a seed's default value must be one of the knob's
+    listed values (so a proposer can always return to it);
+  - cuda sources: no #include (kiln's NVRTC has no include path and, in 13.0, no header
+    of its own to offer: see NVRTC_HEADERS), no printf, no host code markers (__host__),
+    no dynamic parallelism (<<<).
+
+Usage: scripts/check-problems.py [PROBLEMS_DIR ...]   (default: <repo>/problems)
+Exit status 0 when every problem passes, 1 otherwise. The last line is
+'N passed, M failed' (one count per problem).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+import tomllib
+
+IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+NAME = re.compile(r"^[a-z0-9_.-]{1,128}$")
+DTYPES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i32": 4, "i64": 8, "u8": 1}
+ROLES = {"input", "output"}
+TIERS = {"fp32-faithful", "tf32-like", "fp16-like", "bf16-like", "coarse"}
+BACKENDS = {"host", "cuda"}
+MAX_TENSOR_ELEMS = 1 << 32
+MAX_SCRATCH_ELEMS = 1 << 30
+MAX_SOURCE = 1 << 20
+MAX_LAUNCHES = 64
+MAX_ARGS = 64
+MAX_SCRATCH = 16
+MAX_FLAGS = 32
+MAX_SHARED = 227 * 1024
+# Headers kiln's NVRTC can open. kiln compiles with --no-source-include and no include path,
+# and NVRTC 13.0 then opens none: cuda_fp16.h, cuda_bf16.h, cuda_fp8.h, mma.h and
+# cuda/std/cstdint all fail with "could not open source file ... (no directories in search
+# list)" (measured on an H200, 2026-11). Convert fp16 with PTX cvt instead.
+NVRTC_HEADERS: set[str] = set()
+
+TOP_KEYS = {"name", "summary", "tensor", "tolerance", "required_tier", "roofline", "reference", "seed"}
+TENSOR_KEYS = {"name", "dtype", "shape", "role", "init", "shifted_trial"}
+INIT_KEYS = {"normal": ({"dist", "mean", "std"}, set()), "uniform": ({"dist", "low", "high"}, {"low", "high"}),
+             "randint": ({"dist", "low", "high"}, {"low", "high"})}
+KS_KEYS = {"file", "source", "launches", "scratch", "flags"}
+LAUNCH_KEYS = {"kernel", "grid", "block", "shared_bytes", "args"}
+SCRATCH_KEYS = {"name", "dtype", "elems"}
+SCALARS = {"i32": (-(1 << 31), (1 << 31) - 1), "i64": (-(1 << 63), (1 << 63) - 1),
+           "u32": (0, (1 << 32) - 1), "u64": (0, (1 << 64) - 1), "f32": None, "f64": None}
+
+# C parameter types (after dropping const/volatile/restrict) accepted for each scalar kind.
+SCALAR_CTYPES = {
+    "i32": {"int", "signed", "signed int", "int32_t"},
+    "u32": {"unsigned", "unsigned int", "uint32_t"},
+    "i64": {"long long", "long long int", "signed long long", "int64_t", "long", "long int"},
+    "u64": {"unsigned long long", "unsigned long long int", "uint64_t", "size_t", "unsigned long"},
+    "f32": {"float"},
+    "f64": {"double"},
+}
+
+
+def is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_num(v) -> bool:
+    return (isinstance(v, (int, float))) and not isinstance(v, bool)
+
+
+def strip_comments(src: str) -> str:
+    """Removes // and /* */ comments (keeping line breaks) and blanks string literals."""
+    out = []
+    i, n = 0, len(src)
+    while i < n:
+        c = src[i]
+        if src.startswith("//", i):
+            j = src.find("\n", i)
+            i = n if j < 0 else j
+        elif src.startswith("/*", i):
+            j = src.find("*/", i + 2)
+            chunk = src[i:] if j < 0 else src[i:j + 2]
+            out.append("\n" * chunk.count("\n"))
+            i = n if j < 0 else j + 2
+        elif c == '"':
+            j = i + 1
+            while j < n and src[j] != '"':
+                j += 2 if src[j] == "\\" else 1
+            out.append('""')
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def split_params(text: str) -> list[str]:
+    """Splits a parameter list at top-level commas."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "(<[":
+            depth += 1
+        elif ch in ")>]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    last = "".join(cur).strip()
+    if last and last != "void":
+        parts.append(last)
+    return parts
+
+
+def find_function(code: str, name: str, cuda: bool) -> tuple[list[str] | None, str]:
+    """Returns the parameter list of the definition of `name` (None if absent) and a note."""
+    for m in re.finditer(r"\b" + re.escape(name) + r"\s*\(", code):
+        # Find the matching parenthesis, then require a function body.
+        depth, j = 0, m.end() - 1
+        while j < len(code):
+            if code[j] == "(":
+                depth += 1
+            elif code[j] == ")":
+                depth -= 1
+                if depth == 0:
+                    break
+            j += 1
+        rest = code[j + 1:j + 200].lstrip()
+        if not rest.startswith("{"):
+            continue
+        head_start = code.rfind(";", 0, m.start())
+        head_start = max(head_start, code.rfind("}", 0, m.start()))
+        head = code[head_start + 1:m.start()]
+        if cuda and not ("__global__" in head and re.search(r'extern\s+"C"|extern\s+""', head)):
+            return None, 'defined, but not as extern "C" __global__'
+        return split_params(code[m.end():j]), ""
+    return None, "not defined in the file"
+
+
+def param_kind(param: str) -> tuple[str, str]:
+    """('ptr', text) or ('scalar', normalised type) for one C parameter declaration."""
+    p = re.sub(r"\b(__restrict__|__restrict|restrict|const|volatile)\b", " ", param)
+    p = re.sub(r"\[\s*\]", "*", p)
+    if "*" in p:
+        return "ptr", p
+    words = p.split()
+    if len(words) >= 2 and IDENT.match(words[-1]):
+        words = words[:-1]
+    return "scalar", " ".join(words)
+
+
+def check_annotations(src: str, where: str, errs: list[str]) -> None:
+    lines = src.split("\n")
+    knobs = set()
+    for i, raw in enumerate(lines):
+        line = i + 1
+        t = raw.lstrip()
+        if not t.startswith("//"):
+            continue
+        t = t[2:].lstrip()
+        if not t.startswith("@"):
+            continue
+        t = t[1:].rstrip()
+        m = re.match(r"[A-Za-z0-9_]*", t)
+        word, rest = m.group(0), t[m.end():]
+        if word == "knob":
+            parts = rest.split()
+            if len(parts) != 2:
+                errs.append(f"{where}:{line}: `// @knob` needs a name and values: `// @knob NAME V1|V2`")
+                continue
+            name, values = parts
+            if not IDENT.match(name) or len(name) > 128:
+                errs.append(f"{where}:{line}: knob name {name!r} is not an identifier")
+                continue
+            vals = values.split("|")
+            if any(v == "" for v in vals):
+                errs.append(f"{where}:{line}: knob {name}: empty value in {values!r}")
+            if len(set(vals)) != len(vals):
+                errs.append(f"{where}:{line}: knob {name}: a value is listed twice")
+            if name in knobs:
+                errs.append(f"{where}:{line}: knob {name} is declared twice")
+            knobs.add(name)
+            nxt = lines[i + 1] if i + 1 < len(lines) else ""
+            dm = re.match(r"^\s*#\s*define[ \t]+([A-Za-z0-9_]+)(.*)$", nxt)
+            if not dm or dm.group(1) != name:
+                errs.append(f"{where}:{line}: `// @knob {name}` must be directly followed by `#define {name} VALUE`")
+                continue
+            body = dm.group(2)
+            cut = min([k for k in (body.find("//"), body.find("/*")) if k >= 0], default=len(body))
+            value = body[:cut].strip()
+            if not value:
+                errs.append(f"{where}:{line + 1}: `#define {name}` has no value")
+            elif value not in vals:
+                errs.append(f"{where}:{line + 1}: knob {name}'s value {value!r} is not one of {vals}")
+        elif word == "idea":
+            if ":" not in rest:
+                errs.append(f"{where}:{line}: `// @idea` needs a name and text: `// @idea NAME: text`")
+                continue
+            name, text = rest.split(":", 1)
+            name, text = name.strip(), text.strip()
+            if not name or not text:
+                errs.append(f"{where}:{line}: `// @idea` needs a name and text: `// @idea NAME: text`")
+            elif not IDENT.match(name) or len(name) > 128:
+                errs.append(f"{where}:{line}: idea name {name!r} is not an identifier (the SDK refuses it)")
+        elif word.lower().startswith(("knob", "idea")):
+            errs.append(f"{where}:{line}: unknown annotation `@{word}` (known: @knob, @idea)")
+
+
+def check_cuda_source(src: str, where: str, errs: list[str]) -> None:
+    for i, raw in enumerate(src.split("\n")):
+        m = re.match(r"^\s*#\s*(include|include_next|import|embed)\b\s*(.*)$", raw)
+        if m:
+            target = m.group(2).strip()
+            inner = target[1:-1] if len(target) >= 2 and target[0] in "<\"" else target
+            if inner not in NVRTC_HEADERS:
+                errs.append(f"{where}:{i + 1}: #{m.group(1)} {target}: kiln's NVRTC (no include path) "
+                            "cannot open it")
+    code = strip_comments(src)
+    if re.search(r"\bprintf\s*\(", code):
+        errs.append(f"{where}: calls printf")
+    if "__host__" in code:
+        errs.append(f"{where}: contains host code (__host__)")
+    if "<<<" in code:
+        errs.append(f"{where}: launches kernels from the device (<<<)")
+
+
+def check_kernel_source(spec: dict, problem_dir: str, role: str, backend: str, ks,
+                        tensors: dict, errs: list[str]) -> None:
+    where = f"[{role}.{backend}]"
+    if not isinstance(ks, dict):
+        errs.append(f"{where}: must be a table")
+        return
+    for key in ks:
+        if key not in KS_KEYS:
+            errs.append(f"{where}: unknown key {key!r}")
+    file = ks.get("file")
+    src = None
+    if not isinstance(file, str) or not file or "/" in file or file.startswith("."):
+        errs.append(f"{where}: file {file!r} must be a plain file name in the problem folder")
+    else:
+        path = os.path.join(problem_dir, file)
+        if not os.path.isfile(path):
+            errs.append(f"{where}: {file} does not exist")
+        elif os.path.getsize(path) > MAX_SOURCE:
+            errs.append(f"{where}: {file} is larger than {MAX_SOURCE} bytes")
+        else:
+            with open(path, encoding="utf-8") as fh:
+                src = fh.read()
+            if "\0" in src:
+                errs.append(f"{where}: {file} contains a NUL byte")
+            check_annotations(src, f"{os.path.basename(problem_dir)}/{file}", errs)
+            if backend == "cuda":
+                check_cuda_source(src, f"{os.path.basename(problem_dir)}/{file}", errs)
+
+    scratch = ks.get("scratch", [])
+    names = {}
+    if not isinstance(scratch, list) or len(scratch) > MAX_SCRATCH:
+        errs.append(f"{where}: scratch must be a list of at most {MAX_SCRATCH} tables")
+        scratch = []
+    for j, s in enumerate(scratch):
+        if not isinstance(s, dict):
+            errs.append(f"{where}: scratch[{j}] must be a table")
+            continue
+        for key in s:
+            if key not in SCRATCH_KEYS:
+                errs.append(f"{where}: scratch[{j}]: unknown key {key!r}")
+        n = s.get("name")
+        if not isinstance(n, str) or not IDENT.match(n) or len(n) > 128:
+            errs.append(f"{where}: scratch[{j}].name {n!r} is not an identifier")
+            continue
+        if n in tensors:
+            errs.append(f"{where}: scratch {n!r} has the name of a tensor")
+        if n in names:
+            errs.append(f"{where}: scratch {n!r} is declared twice")
+        if s.get("dtype") not in DTYPES:
+            errs.append(f"{where}: scratch {n!r}: dtype {s.get('dtype')!r} is not one of {sorted(DTYPES)}")
+        e = s.get("elems")
+        if not is_int(e) or not (1 <= e <= MAX_SCRATCH_ELEMS):
+            errs.append(f"{where}: scratch {n!r}: elems must be an integer in 1..{MAX_SCRATCH_ELEMS}")
+        names[n] = s
+
+    flags = ks.get("flags", [])
+    if not isinstance(flags, list) or len(flags) > MAX_FLAGS or not all(isinstance(f, str) for f in flags):
+        errs.append(f"{where}: flags must be a list of at most {MAX_FLAGS} strings")
+
+    launches = ks.get("launches")
+    if not isinstance(launches, list) or not (1 <= len(launches) <= MAX_LAUNCHES):
+        errs.append(f"{where}: launches must be a list of 1..{MAX_LAUNCHES} launches")
+        return
+    code = strip_comments(src) if src is not None else None
+    for li, launch in enumerate(launches):
+        lw = f"{where} launches[{li}]"
+        if not isinstance(launch, dict):
+            errs.append(f"{lw}: must be a table")
+            continue
+        for key in launch:
+            if key not in LAUNCH_KEYS:
+                errs.append(f"{lw}: unknown key {key!r}")
+        kernel = launch.get("kernel")
+        if not isinstance(kernel, str) or not IDENT.match(kernel) or len(kernel) > 128:
+            errs.append(f"{lw}: kernel {kernel!r} is not an identifier")
+            continue
+        lw = f"{where} launches[{li}] ({kernel})"
+        dims = {}
+        for dim in ("grid", "block"):
+            v = launch.get(dim, [1, 1, 1])
+            if not (isinstance(v, list) and len(v) == 3 and all(is_int(x) and 1 <= x < (1 << 32) for x in v)):
+                errs.append(f"{lw}: {dim} must be three integers >= 1")
+                v = [1, 1, 1]
+            dims[dim] = v
+        sh = launch.get("shared_bytes", 0)
+        if not is_int(sh) or sh < 0 or sh >= (1 << 32):
+            errs.append(f"{lw}: shared_bytes must be a non-negative 32-bit integer")
+        if backend == "cuda":
+            b, g = dims["block"], dims["grid"]
+            if b[0] * b[1] * b[2] > 1024 or b[2] > 64:
+                errs.append(f"{lw}: block {b} has more than 1024 threads or z > 64")
+            if g[0] > (1 << 31) - 1 or g[1] > 65535 or g[2] > 65535:
+                errs.append(f"{lw}: grid {g} is beyond the device's limits")
+            if is_int(sh) and sh > MAX_SHARED:
+                errs.append(f"{lw}: shared_bytes {sh} is above 227 KiB")
+        args = launch.get("args", [])
+        if not isinstance(args, list) or len(args) > MAX_ARGS:
+            errs.append(f"{lw}: args must be a list of at most {MAX_ARGS} items")
+            continue
+        kinds = []
+        for ai, a in enumerate(args):
+            if isinstance(a, str):
+                if a not in tensors and a not in names:
+                    errs.append(f"{lw}: arg {ai} names unknown buffer {a!r}")
+                kinds.append(("buffer", a))
+            elif isinstance(a, dict) and len(a) == 1:
+                (k, v), = a.items()
+                if k not in SCALARS:
+                    errs.append(f"{lw}: arg {ai}: unknown scalar type {k!r}")
+                    kinds.append(("scalar", None))
+                    continue
+                rng = SCALARS[k]
+                if rng is None:
+                    if not is_num(v) or (isinstance(v, float) and not math.isfinite(v)):
+                        errs.append(f"{lw}: arg {ai}: {k} value {v!r} is not a finite number")
+                    elif k == "f32" and abs(v) > 3.4028234663852886e38:
+                        errs.append(f"{lw}: arg {ai}: {v!r} is out of f32 range")
+                elif not is_int(v) or not (rng[0] <= v <= rng[1]):
+                    errs.append(f"{lw}: arg {ai}: {k} value {v!r} is not an integer in range")
+                kinds.append(("scalar", k))
+            else:
+                errs.append(f"{lw}: arg {ai} must be a buffer name or a typed scalar like {{ i32 = 4 }}")
+                kinds.append(("scalar", None))
+        if code is None:
+            continue
+        params, note = find_function(code, kernel, backend == "cuda")
+        if params is None:
+            errs.append(f"{lw}: {kernel} is {note} ({file})")
+            continue
+        if len(params) != len(kinds):
+            errs.append(f"{lw}: {kernel} takes {len(params)} parameters, the launch passes {len(kinds)}")
+            continue
+        for pi, (param, (kind, what)) in enumerate(zip(params, kinds)):
+            pk, ptype = param_kind(param)
+            if kind == "buffer" and pk != "ptr":
+                errs.append(f"{lw}: arg {pi} is buffer {what!r} but parameter {param!r} is not a pointer")
+            elif kind == "scalar" and pk == "ptr":
+                errs.append(f"{lw}: arg {pi} is a scalar but parameter {param!r} is a pointer")
+            elif kind == "scalar" and what is not None and ptype not in SCALAR_CTYPES[what]:
+                errs.append(f"{lw}: arg {pi} is {what} but parameter {param!r} has type {ptype!r}")
+
+
+def check_problem(problem_dir: str) -> list[str]:
+    errs: list[str] = []
+    path = os.path.join(problem_dir, "problem.toml")
+    try:
+        with open(path, "rb") as fh:
+            spec = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        return [f"problem.toml: {e}"]
+    for key in spec:
+        if key not in TOP_KEYS:
+            errs.append(f"unknown top-level key {key!r}")
+    name = spec.get("name")
+    if not isinstance(name, str) or not NAME.match(name):
+        errs.append(f"name {name!r} must be 1-128 characters of a-z, 0-9, '-', '_' and '.'")
+    elif name != os.path.basename(os.path.normpath(problem_dir)):
+        errs.append(f"name {name!r} differs from the folder name {os.path.basename(problem_dir)!r}")
+    if "summary" in spec and not isinstance(spec["summary"], str):
+        errs.append("summary must be a string")
+
+    tensors: dict[str, dict] = {}
+    total_bytes = 0
+    tlist = spec.get("tensor")
+    if not isinstance(tlist, list) or not tlist:
+        errs.append("no [[tensor]]")
+        tlist = []
+    for i, t in enumerate(tlist):
+        if not isinstance(t, dict):
+            errs.append(f"tensor[{i}] must be a table")
+            continue
+        for key in t:
+            if key not in TENSOR_KEYS:
+                errs.append(f"tensor[{i}]: unknown key {key!r}")
+        n = t.get("name")
+        if not isinstance(n, str) or not IDENT.match(n) or len(n) > 128:
+            errs.append(f"tensor[{i}]: name {n!r} is not an identifier")
+            continue
+        if n in tensors:
+            errs.append(f"tensor {n!r} is declared twice")
+        dt = t.get("dtype")
+        if dt not in DTYPES:
+            errs.append(f"tensor {n!r}: dtype {dt!r} is not one of {sorted(DTYPES)}")
+        shape = t.get("shape")
+        if not (isinstance(shape, list) and shape and all(is_int(d) and d > 0 for d in shape)):
+            errs.append(f"tensor {n!r}: shape must be a non-empty list of positive integers")
+        else:
+            elems = math.prod(shape)
+            if elems > MAX_TENSOR_ELEMS:
+                errs.append(f"tensor {n!r}: more than {MAX_TENSOR_ELEMS} elements")
+            elif dt in DTYPES:
+                total_bytes += elems * DTYPES[dt]
+        if t.get("role") not in ROLES:
+            errs.append(f"tensor {n!r}: role {t.get('role')!r} is not input or output")
+        init = t.get("init")
+        if init is not None:
+            dist = init.get("dist") if isinstance(init, dict) else None
+            if dist not in INIT_KEYS:
+                errs.append(f"tensor {n!r}: init.dist {dist!r} is not normal, uniform or randint")
+            else:
+                allowed, required = INIT_KEYS[dist]
+                for key in init:
+                    if key not in allowed:
+                        errs.append(f"tensor {n!r}: init: unknown key {key!r} for {dist}")
+                for key in required:
+                    if key not in init:
+                        errs.append(f"tensor {n!r}: init: {dist} needs {key!r}")
+                for key, val in init.items():
+                    if key == "dist":
+                        continue
+                    ok = is_int(val) if dist == "randint" else is_num(val)
+                    if not ok:
+                        errs.append(f"tensor {n!r}: init.{key} = {val!r} has the wrong type")
+                if dist == "normal" and is_num(init.get("std", 1.0)) and init.get("std", 1.0) < 0:
+                    errs.append(f"tensor {n!r}: init.std is negative")
+                if dist in ("uniform", "randint") and all(is_num(init.get(k)) for k in ("low", "high")) \
+                        and not init["low"] < init["high"]:
+                    errs.append(f"tensor {n!r}: init.low must be below init.high")
+        if "shifted_trial" in t and not isinstance(t["shifted_trial"], bool):
+            errs.append(f"tensor {n!r}: shifted_trial must be true or false")
+        tensors[n] = t
+    if tlist and not any(t.get("role") == "output" for t in tlist if isinstance(t, dict)):
+        errs.append("no output tensor")
+
+    tol = spec.get("tolerance")
+    if not isinstance(tol, dict):
+        errs.append("[tolerance] is missing")
+    else:
+        for key in tol:
+            if key not in ("atol", "rtol"):
+                errs.append(f"tolerance: unknown key {key!r}")
+        for key in ("atol", "rtol"):
+            v = tol.get(key)
+            if not is_num(v) or v < 0 or not math.isfinite(v):
+                errs.append(f"tolerance.{key} must be a non-negative number")
+    if "required_tier" in spec and spec["required_tier"] not in TIERS:
+        errs.append(f"required_tier {spec['required_tier']!r} is not one of {sorted(TIERS)}")
+    roof = spec.get("roofline", {})
+    if not isinstance(roof, dict):
+        errs.append("[roofline] must be a table")
+        roof = {}
+    for key in roof:
+        if key not in ("min_bytes", "flops"):
+            errs.append(f"roofline: unknown key {key!r}")
+    for key in ("min_bytes", "flops"):
+        v = roof.get(key, 0)
+        if not is_int(v) or v < 0 or v >= (1 << 64):
+            errs.append(f"roofline.{key} must be a non-negative integer")
+    mb = roof.get("min_bytes", 0)
+    if is_int(mb) and total_bytes and mb > total_bytes:
+        errs.append(f"roofline.min_bytes {mb} is more than all tensors together ({total_bytes} bytes)")
+
+    for role in ("reference", "seed"):
+        table = spec.get(role, {})
+        if not isinstance(table, dict):
+            errs.append(f"[{role}] must be a table of backends")
+            continue
+        if role == "reference" and not table:
+            errs.append("no reference kernel")
+        for backend, ks in table.items():
+            if backend not in BACKENDS:
+                errs.append(f"[{role}.{backend}]: unknown backend (host or cuda)")
+                continue
+            check_kernel_source(spec, problem_dir, role, backend, ks, tensors, errs)
+    return errs
+
+
+def main(argv: list[str]) -> int:
+    roots = argv[1:] or [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "problems")]
+    dirs = []
+    for root in roots:
+        root = os.path.normpath(root)
+        if os.path.isfile(os.path.join(root, "problem.toml")):
+            dirs.append(root)
+            continue
+        if not os.path.isdir(root):
+            print(f"check-problems: {root} is not a directory", file=sys.stderr)
+            return 1
+        for entry in sorted(os.listdir(root)):
+            d = os.path.join(root, entry)
+            if os.path.isdir(d):
+                if os.path.isfile(os.path.join(d, "problem.toml")):
+                    dirs.append(d)
+                elif not entry.startswith("."):
+                    print(f"check-problems: note: {d} has no problem.toml (skipped)")
+    passed = failed = 0
+    for d in dirs:
+        errs = check_problem(d)
+        name = os.path.basename(d)
+        if errs:
+            failed += 1
+            print(f"FAIL {name}")
+            for e in errs:
+                print(f"  - {e}")
+        else:
+            passed += 1
+            print(f"ok   {name}")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed or not dirs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
