@@ -1,7 +1,8 @@
 //! Builds the evaluation backends this daemon can offer, and reports on each.
 //!
-//! The host backend is `kiln-sandbox`: C candidates compiled and run in jailed
-//! `kiln-worker` children. The jail's layers are probed once at start (this forks, so it
+//! Both backends are `kiln-sandbox`: C candidates (host) and CUDA candidates (cuda)
+//! compiled and run in jailed `kiln-worker` children. The cuda backend is registered when
+//! `kiln_cuda::available()` finds a GPU at start; its workers use the first GPU. The jail's layers are probed once at start (this forks, so it
 //! runs before the async runtime) and shown by `/v1/info` and `kiln doctor`.
 
 use std::path::Path;
@@ -25,15 +26,26 @@ pub struct Built {
     pub jail: Value,
 }
 
-/// The host backend: C on the CPU, through the sandbox.
-struct HostBackend {
+/// Peak figures of an H200 for the cuda floor check: HBM3e bandwidth, and a dense
+/// tensor-core rate (fp16/bf16 ~990 Tflop/s) so that TF32 and fp16 kernels are never
+/// refused as impossible.
+const CUDA_PEAKS: (f64, f64) = (4.3e12, 990e12);
+
+/// A backend through the sandbox: host (C on the CPU) or cuda (CUDA on a GPU).
+struct SandboxBackend {
+    name: &'static str,
     cfg: SandboxConfig,
     status: BackendStatus,
+    peaks: (f64, f64),
 }
 
-impl Backend for HostBackend {
+impl Backend for SandboxBackend {
     fn name(&self) -> &'static str {
-        "host"
+        self.name
+    }
+
+    fn peaks(&self) -> (f64, f64) {
+        self.peaks
     }
 
     fn status(&self) -> BackendStatus {
@@ -103,9 +115,33 @@ pub fn build(config: &Config, state_dir: &Path) -> Built {
                 cfg.worker_exe.display()
             );
         }
-        backends.push(Arc::new(HostBackend {
-            cfg,
+        backends.push(Arc::new(SandboxBackend {
+            name: "host",
+            cfg: cfg.clone(),
             status: host.clone(),
+            peaks: (0.0, 0.0),
+        }));
+    }
+    if let Some(cuda) = status.iter_mut().find(|b| b.name == "cuda")
+        && cuda.usable
+    {
+        let mut gpu_cfg = cfg.clone();
+        if !gpu_cfg.use_first_gpu() {
+            tracing::warn!("cuda: no GPU facts; workers use ordinal 0 and arch {}", gpu_cfg.cuda_arch);
+        }
+        if !payload_ok {
+            cuda.usable = false;
+            cuda.detail = format!(
+                "the jail cannot start kiln-worker ({}): see the jail layers",
+                cfg.worker_exe.display()
+            );
+        }
+        tracing::info!(arch = %gpu_cfg.cuda_arch, gpu = ?gpu_cfg.gpu_uuid, "cuda backend");
+        backends.push(Arc::new(SandboxBackend {
+            name: "cuda",
+            cfg: gpu_cfg,
+            status: cuda.clone(),
+            peaks: CUDA_PEAKS,
         }));
     }
     Built {

@@ -51,7 +51,6 @@ pub async fn submit(
         ));
     }
     tracing::info!(candidate = %submitted.id, job = submitted.job_id, problem = %candidate.problem, "candidate queued");
-    s.sched.wake();
     s.events.publish(crate::events::Event::Job {
         job_id: submitted.job_id,
         candidate_id: submitted.id.clone(),
@@ -62,6 +61,8 @@ pub async fn submit(
         median_us: None,
         error: None,
     });
+    // Wake the scheduler only after `queued` is published, so events arrive in order.
+    s.sched.wake();
     let mut body = json!({"id": submitted.id, "job_id": submitted.job_id, "duplicate": false, "state": "queued"});
     if !s.sched.usable_backends().contains(&backend) {
         let why = s

@@ -1,0 +1,507 @@
+"""The blocking client: :class:`Client`."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import queue
+import threading
+import time
+from typing import Iterable, Iterator, List, Literal, Mapping, Optional, TypeVar, Union, overload
+
+from . import _http, _wire
+from ._batch import Tracker
+from ._paths import resolve_socket
+from .candidate import CandidateLike, candidate_dict
+from .errors import ApiError, BackendUnavailable, JobFailed, KilnError, Timeout, TransportError
+from .models import (
+    ArchiveEntry,
+    CandidateRecord,
+    CandidateSummary,
+    Devices,
+    Evaluation,
+    Event,
+    Health,
+    Info,
+    Job,
+    Outcome,
+    Problem,
+    ProblemAdded,
+    ProblemSummary,
+    Search,
+    SearchLogLine,
+    Submission,
+)
+from .problem_folder import load_problem, problem_folders
+
+__all__ = ["Client", "DEFAULT_TIMEOUT_S", "DEFAULT_WAIT_S"]
+
+T = TypeVar("T")
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: Default limit for one plain request, seconds.
+DEFAULT_TIMEOUT_S = 60.0
+#: Default limit for waiting for a verdict, seconds.
+DEFAULT_WAIT_S = 600.0
+#: Longest single long-poll (the server accepts up to 600 s).
+LONG_POLL_S = 60
+#: Silence on the event stream after which a batch stops trusting it (kilnd sends a
+#: keep-alive every 15 s) and falls back to polling.
+FOLLOW_IDLE_S = 60.0
+
+
+def settled(sub: Submission) -> Optional[Evaluation]:
+    """What a submission's answer already says: the stored evaluation of a duplicate, or
+    ``None`` if the caller must wait. Raises :class:`JobFailed` for a duplicate whose
+    job failed and :class:`BackendUnavailable` when the answer warns that the job
+    cannot run on this kilnd."""
+    rec = sub.record
+    if rec is not None and rec.finished:
+        return evaluation_of(rec)
+    if sub.warning:
+        raise BackendUnavailable(sub.id, sub.job_id, sub.warning)
+    return None
+
+
+def unfinished_duplicate(sub: Submission) -> bool:
+    """True for a duplicate still waiting: its answer carries no backend warning, so the
+    caller must ask ``/v1/info`` whether its backend runs here."""
+    return sub.duplicate and sub.record is not None and not sub.record.finished
+
+
+def backend_warning(info: Info, backend: str) -> Optional[str]:
+    """Why jobs for ``backend`` wait forever on this kilnd, or ``None`` if they run."""
+    b = info.backend(backend)
+    if b is not None and b.usable:
+        return None
+    why = b.detail if b is not None else "it is not built in"
+    return f"the {backend} backend is not usable here ({why}); the job waits in the queue"
+
+
+def with_warning(sub: Submission, warning: Optional[str]) -> Submission:
+    """``sub`` with ``warning`` (when there is one)."""
+    return dataclasses.replace(sub, warning=warning) if warning else sub
+
+
+def evaluation_of(record: CandidateRecord) -> Evaluation:
+    """The evaluation of a finished record; raises :class:`JobFailed` if its job failed."""
+    if record.evaluation is not None:
+        return record.evaluation
+    job = record.job
+    raise JobFailed(record.id, job.id if job else None, job.error if job else None)
+
+
+def wasm_bytes(wasm: Union[bytes, PathLike, None]) -> Optional[bytes]:
+    """A proposer component's bytes, from bytes or a path to a ``.wasm`` file."""
+    if wasm is None or isinstance(wasm, (bytes, bytearray)):
+        return bytes(wasm) if wasm is not None else None
+    with open(wasm, "rb") as f:
+        return f.read()
+
+
+def poll_chunk(deadline: float) -> int:
+    """Seconds for the next long-poll before ``deadline`` (0 once it has passed)."""
+    left = deadline - time.monotonic()
+    return 0 if left <= 0 else min(LONG_POLL_S, math.ceil(left))
+
+
+class Client:
+    """A blocking client of kilnd over its Unix socket. Safe to share between threads.
+
+    Args:
+        socket: kilnd's socket. Default: ``$KILN_SOCKET``, else the user socket
+            (``$XDG_RUNTIME_DIR/kiln/kiln.sock``) if it exists, else
+            ``/run/kiln/kiln.sock`` if it exists, else the user socket.
+        timeout: limit for one plain request, seconds (long-polls get their wait on top).
+
+    Nothing is contacted until the first call; a missing daemon raises
+    :class:`~kiln.errors.DaemonNotRunning` then.
+    """
+
+    def __init__(self, socket: Optional[PathLike] = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        self._socket = resolve_socket(socket)
+        self.timeout = timeout
+
+    def __repr__(self) -> str:
+        return f"kiln.Client(socket={self._socket!r})"
+
+    @property
+    def socket(self) -> str:
+        """The socket this client talks to."""
+        return self._socket
+
+    def _call(self, call: "_wire.Call[T]") -> T:
+        timeout = self.timeout + call.server_wait_s
+        status, data = _http.request(self._socket, call.method, call.target, call.body, timeout)
+        return _wire.decode_response(call, status, data)
+
+    # -- the daemon --------------------------------------------------------------------
+
+    def health(self) -> Health:
+        """``GET /v1/health``: status, version, uptime and queued jobs."""
+        return self._call(_wire.health())
+
+    def info(self) -> Info:
+        """``GET /v1/info``: version, backends (and whether each is usable), GPUs, jail
+        layers, host CPUs and memory."""
+        return self._call(_wire.info())
+
+    def devices(self) -> Devices:
+        """The GPUs kilnd sees, with the driver versions (or why there are none)."""
+        return self.info().devices
+
+    def metrics(self) -> str:
+        """``GET /metrics``: Prometheus text."""
+        return self._call(_wire.metrics())
+
+    # -- problems ----------------------------------------------------------------------
+
+    def problems(self) -> List[ProblemSummary]:
+        """Registered problems."""
+        return self._call(_wire.problems())
+
+    def problem(self, name: str) -> Problem:
+        """One problem's spec (sources inlined) and derived figures; :class:`NotFound` if
+        it is not registered."""
+        return self._call(_wire.problem(name))
+
+    def add_problem(self, problem: Union[PathLike, Mapping[str, object]]) -> ProblemAdded:
+        """Registers a problem: a folder with ``problem.toml`` (read here, sources
+        inlined, like ``kiln problems add``), or an already loaded spec dict.
+
+        Returns ``created=True`` when new, ``False`` when already registered with the
+        same spec; raises :class:`~kiln.errors.Conflict` when the name is taken by a
+        different spec and :class:`~kiln.errors.BadRequest` for an invalid spec.
+        """
+        spec = problem if isinstance(problem, Mapping) else load_problem(problem)
+        return self._call(_wire.add_problem(spec))
+
+    def add_problems(self, root: PathLike) -> List[ProblemAdded]:
+        """Registers every problem folder under ``root`` (or ``root`` itself)."""
+        return [self.add_problem(folder) for folder in problem_folders(root)]
+
+    # -- candidates --------------------------------------------------------------------
+
+    @overload
+    def submit(
+        self,
+        candidate: CandidateLike,
+        problem: Optional[str] = ...,
+        *,
+        wait: Literal[True] = ...,
+        timeout: float = ...,
+    ) -> Evaluation: ...
+
+    @overload
+    def submit(
+        self,
+        candidate: CandidateLike,
+        problem: Optional[str] = ...,
+        *,
+        wait: Literal[False],
+        timeout: float = ...,
+    ) -> Submission: ...
+
+    def submit(
+        self,
+        candidate: CandidateLike,
+        problem: Optional[str] = None,
+        *,
+        wait: bool = True,
+        timeout: float = DEFAULT_WAIT_S,
+    ) -> Union[Evaluation, Submission]:
+        """Submits a candidate (a dict in the wire shape or a :class:`kiln.Candidate`).
+
+        ``problem``, when given, overrides the candidate's ``problem``. With ``wait``
+        (the default) returns its :class:`Evaluation` once there is one, waiting up to
+        ``timeout`` seconds; a candidate submitted before is answered from the store.
+        Without ``wait`` returns the :class:`Submission` (id, job id, duplicate).
+
+        Raises :class:`~kiln.errors.BadRequest` / :class:`~kiln.errors.NotFound` when
+        kilnd refuses it, and, with ``wait``: :class:`~kiln.errors.BackendUnavailable`
+        when its backend is not usable here (it stays queued),
+        :class:`~kiln.errors.JobFailed` when kilnd could not evaluate it, and
+        :class:`~kiln.errors.Timeout` when no verdict came in time.
+        """
+        deadline = time.monotonic() + timeout
+        sub = self._call(_wire.submit(candidate_dict(candidate, problem)))
+        if not wait:
+            return sub
+        if unfinished_duplicate(sub):
+            sub = with_warning(sub, backend_warning(self.info(), sub.backend))
+        evaluation = settled(sub)
+        if evaluation is not None:
+            return evaluation
+        return self._wait_until(sub.id, deadline, timeout)
+
+    def get(self, candidate_id: str, *, wait: int = 0) -> CandidateRecord:
+        """A candidate with its latest job and evaluation (``None`` until there is one).
+
+        With ``wait`` (seconds, at most 600), kilnd holds the answer until the
+        evaluation exists or the job failed, or the time is up.
+        """
+        return self._call(_wire.get_candidate(candidate_id, int(wait)))
+
+    def wait(self, candidate_id: str, timeout: float = DEFAULT_WAIT_S) -> Evaluation:
+        """Waits (long-polling) for a submitted candidate's evaluation.
+
+        Raises :class:`~kiln.errors.JobFailed` or :class:`~kiln.errors.Timeout`.
+        """
+        return self._wait_until(candidate_id, time.monotonic() + timeout, timeout)
+
+    def _wait_until(self, candidate_id: str, deadline: float, timeout: float) -> Evaluation:
+        while True:
+            record = self.get(candidate_id, wait=poll_chunk(deadline))
+            if record.finished:
+                return evaluation_of(record)
+            if time.monotonic() >= deadline:
+                state = record.job.state if record.job else None
+                raise Timeout(
+                    f"no verdict for {candidate_id} within {timeout} s (job state: {state})",
+                    candidate_id,
+                    state,
+                )
+
+    def candidates(self, problem: Optional[str] = None, limit: int = 50) -> List[CandidateSummary]:
+        """Candidates, newest first (``limit`` 1..1000), optionally of one problem."""
+        return self._call(_wire.candidates(problem, limit))
+
+    def job(self, job_id: int) -> Job:
+        """One job of the queue."""
+        return self._call(_wire.job(job_id))
+
+    def events(self, timeout: Optional[float] = None) -> _http.EventStream:
+        """Opens ``GET /v1/events``; iterate the stream for :class:`Event`\\ s (the first
+        is ``hello``). Close it (or use ``with``) when done.
+
+        ``timeout`` bounds the silence between reads (keep-alives come every 15 s).
+        """
+        return _http.EventStream(self._socket, timeout)
+
+    # -- searches ----------------------------------------------------------------------
+
+    def start_search(
+        self,
+        problem: str,
+        proposer: Optional[str] = None,
+        *,
+        wasm: Union[bytes, PathLike, None] = None,
+        config: object = None,
+        budget: Optional[int] = None,
+        time_limit_s: Optional[int] = None,
+        llm_tokens: Optional[int] = None,
+        seed: Optional[int] = None,
+    ) -> Search:
+        """Starts a search: a proposer plugin submitting candidates for ``problem``.
+
+        ``proposer`` names a proposer installed with kilnd, or (with ``wasm``: the
+        component's bytes or a path to its ``.wasm``) the name to give an uploaded one.
+        ``config`` (any JSON) is passed to the plugin; ``budget`` (distinct candidates),
+        ``time_limit_s``, ``llm_tokens`` and ``seed`` default to kilnd's ``[search]``.
+
+        Raises :class:`NotFound` for an unknown problem, :class:`BadRequest`
+        (``unknown_proposer``, ``invalid_plugin``, ``no_backend``, ...) and
+        :class:`ServerError` ``searches_unavailable`` when kilnd cannot run plugins.
+        """
+        body = _wire.search_request(problem, proposer, wasm_bytes(wasm), config, budget, time_limit_s, llm_tokens, seed)
+        return self.search(self._call(_wire.start_search(body)))
+
+    def searches(self, state: Optional[str] = None) -> List[Search]:
+        """Searches, newest first, optionally only those in ``state``."""
+        return self._call(_wire.searches(state))
+
+    def search(self, search_id: str) -> Search:
+        """One search: state, progress, best candidate so far."""
+        return self._call(_wire.search(search_id))
+
+    def cancel_search(self, search_id: str) -> None:
+        """Cancels a running search (:class:`Conflict` if it is not running)."""
+        self._call(_wire.cancel_search(search_id))
+
+    def search_log(self, search_id: str, after: int = 0, limit: int = 500) -> List[SearchLogLine]:
+        """A search's log lines with ids above ``after`` (page with the last line's id)."""
+        return self._call(_wire.search_log(search_id, after, limit))
+
+    def search_archive(self, search_id: str) -> List[ArchiveEntry]:
+        """Every candidate the search submitted, oldest first, with its evaluation."""
+        return self._call(_wire.search_archive(search_id))
+
+    def follow_search(
+        self, search_id: str, *, timeout: Optional[float] = None, poll_interval: float = 2.0
+    ) -> Iterator[Event]:
+        """Yields the search's ``search`` (progress) and ``search_log`` events until it
+        ends; the last event yielded is always a ``search`` event with its final state
+        (read from the search itself if the stream missed it, or if it had ended
+        already). Raises :class:`Timeout` if it is still running after ``timeout`` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        follower = _Follower.start(self._socket)  # subscribed before the state is read
+        try:
+            current, checked = self.search(search_id), time.monotonic()
+            while not current.finished:
+                wait = poll_interval
+                if deadline is not None:
+                    if time.monotonic() >= deadline:
+                        raise Timeout(f"search {search_id} still running after {timeout} s", state="running")
+                    wait = min(wait, deadline - time.monotonic())
+                ev: Optional[Event] = None
+                if follower is not None and follower.alive:
+                    ev = follower.next_event(wait)
+                else:
+                    time.sleep(wait)
+                if ev is not None and ev.search_id == search_id and ev.name in ("search", "search_log"):
+                    yield ev
+                    if ev.search_ended:
+                        return
+                elif ev is None or ev.name == "lagged" or time.monotonic() - checked >= poll_interval:
+                    current, checked = self.search(search_id), time.monotonic()
+            yield current.as_event()
+        finally:
+            if follower is not None:
+                follower.close()
+
+    def submit_many(
+        self,
+        candidates: Iterable[CandidateLike],
+        problem: Optional[str] = None,
+        *,
+        timeout: float = DEFAULT_WAIT_S,
+        window: int = 64,
+        poll_interval: float = 10.0,
+    ) -> Iterator[Outcome]:
+        """Submits many candidates and yields an :class:`Outcome` for each as it finishes.
+
+        Pipelined: up to ``window`` candidates are in flight at once (submitted, not
+        yet finished); results are followed on the event stream, with a poll of the
+        unfinished ones every ``poll_interval`` seconds (and long-polls if the stream
+        is unavailable), so a missed event cannot hang the batch. Each candidate has
+        ``timeout`` seconds from its submission to finish.
+
+        Outcomes come in completion order; ``Outcome.index`` is the input position.
+        One candidate's failure (refused by kilnd, job failed, no verdict in time,
+        backend not usable) is its outcome's ``error``, never an exception; only a
+        daemon that cannot be reached raises. Leaving the loop early stops following;
+        candidates already submitted are still evaluated by kilnd.
+        """
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        tracker = Tracker(timeout)
+        follower = _Follower.start(self._socket)
+        inputs = iter(enumerate(candidates))
+        exhausted = False
+        info: Optional[Info] = None
+        last_sweep = time.monotonic()
+        try:
+            while True:
+                while not exhausted and tracker.in_flight < window:
+                    item = next(inputs, None)
+                    if item is None:
+                        exhausted = True
+                        break
+                    index, cand = item
+                    try:
+                        sub = self._call(_wire.submit(candidate_dict(cand, problem)))
+                    except (ApiError, TypeError, ValueError) as e:
+                        yield Outcome(index, None, None, e)
+                        continue
+                    if unfinished_duplicate(sub):
+                        info = info or self.info()
+                        sub = with_warning(sub, backend_warning(info, sub.backend))
+                    yield from tracker.add(index, sub)
+                if exhausted and tracker.in_flight == 0:
+                    return
+                wait = poll_interval
+                to_deadline = tracker.seconds_to_deadline()
+                if to_deadline is not None:
+                    wait = min(wait, to_deadline)
+                if follower is not None and follower.alive:
+                    follower.drain(tracker, wait)
+                else:
+                    yield from self._long_poll_one(tracker, wait)
+                for cid in tracker.take_ready():
+                    yield from tracker.resolve(self.get(cid))
+                now = time.monotonic()
+                stream_ok = follower is not None and follower.alive and not follower.take_lagged()
+                if not stream_ok or now - last_sweep >= poll_interval:
+                    for cid in tracker.waiting_ids():
+                        yield from tracker.resolve(self.get(cid))
+                    last_sweep = now
+                yield from tracker.expired()
+        finally:
+            if follower is not None:
+                follower.close()
+
+    def _long_poll_one(self, tracker: Tracker, wait: float) -> Iterator[Outcome]:
+        ids = tracker.waiting_ids()
+        if ids:
+            yield from tracker.resolve(self.get(ids[0], wait=min(LONG_POLL_S, math.ceil(wait))))
+
+
+class _Follower:
+    """Reads the event stream on a thread and hands the events to the batch's thread."""
+
+    def __init__(self, stream: _http.EventStream) -> None:
+        self._stream = stream
+        self._queue: "queue.Queue[Optional[Event]]" = queue.Queue()
+        self.alive = True
+        self._lagged = False
+        self._thread = threading.Thread(target=self._run, name="kiln-events", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def start(cls, socket_path: str) -> Optional["_Follower"]:
+        """Subscribes and waits for ``hello`` (so no later event can be missed); ``None``
+        if the stream is not available (the batch then polls). A missing daemon raises."""
+        try:
+            stream = _http.EventStream(socket_path, FOLLOW_IDLE_S)
+        except (ApiError, Timeout, TransportError):
+            return None
+        try:
+            next(stream)
+        except (StopIteration, KilnError):
+            stream.close()
+            return None
+        return cls(stream)
+
+    def _run(self) -> None:
+        try:
+            for ev in self._stream:
+                self._queue.put(ev)
+        except KilnError:
+            pass
+        finally:
+            self._queue.put(None)
+
+    def next_event(self, wait: float) -> Optional[Event]:
+        """The next event, waiting up to ``wait`` seconds; ``None`` if none came or the
+        stream ended (then :attr:`alive` is False)."""
+        try:
+            ev = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+        except queue.Empty:
+            return None
+        if ev is None:
+            self.alive = False
+        return ev
+
+    def drain(self, tracker: Tracker, wait: float) -> None:
+        """Feeds events to ``tracker`` until one of ours finished, or ``wait`` seconds."""
+        deadline = time.monotonic() + wait
+        while self.alive:
+            ev = self.next_event(deadline - time.monotonic())
+            if ev is None:
+                return
+            if ev.name == "lagged":
+                self._lagged = True  # events were missed: the batch polls now
+                return
+            tracker.on_event(ev)
+            if tracker.has_ready and self._queue.empty():
+                return
+
+    def take_lagged(self) -> bool:
+        """True (once) if the stream reported missed events since the last call."""
+        lagged, self._lagged = self._lagged, False
+        return lagged
+
+    def close(self) -> None:
+        self._stream.close()
+        self._thread.join(timeout=5)

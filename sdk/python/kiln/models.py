@@ -1,0 +1,898 @@
+"""Typed views of kilnd's JSON answers.
+
+Every class is a frozen dataclass built with ``from_dict``, which tolerates missing and
+extra fields: a field kilnd does not send (yet) is ``None`` or empty, and one this
+client does not know is kept in ``raw`` (the dictionary as received), so newer daemons
+never break older clients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+__all__ = [
+    "VERDICTS",
+    "JOB_STATES",
+    "Health",
+    "Backend",
+    "Gpu",
+    "Devices",
+    "Info",
+    "ProblemSummary",
+    "Problem",
+    "ProblemAdded",
+    "TimingStats",
+    "ErrorMetrics",
+    "Unwritten",
+    "Evidence",
+    "CompileInfo",
+    "Evaluation",
+    "Job",
+    "CandidateRecord",
+    "CandidateSummary",
+    "Submission",
+    "Event",
+    "Outcome",
+    "SEARCH_STATES",
+    "Search",
+    "SearchLogLine",
+    "ArchiveEntry",
+]
+
+#: The verdicts of the evaluation contract, as sent on the wire.
+VERDICTS: Tuple[str, ...] = (
+    "compile_error",
+    "invalid_launch",
+    "runtime_fault",
+    "timeout",
+    "wrong_answer",
+    "incomplete_output",
+    "input_tampered",
+    "nondeterministic",
+    "implausible_time",
+    "ok",
+)
+
+#: Job states: ``queued`` → ``running`` → ``done`` | ``failed``.
+JOB_STATES: Tuple[str, ...] = ("queued", "running", "done", "failed")
+
+#: Search states: ``running`` → ``done`` | ``failed`` | ``cancelled``.
+SEARCH_STATES: Tuple[str, ...] = ("running", "done", "failed", "cancelled")
+
+Json = Dict[str, Any]
+
+
+def _obj(v: Any) -> Json:
+    return v if isinstance(v, dict) else {}
+
+
+def _str(v: Any) -> Optional[str]:
+    return v if isinstance(v, str) else None
+
+
+def _float(v: Any) -> Optional[float]:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v)
+
+
+def _int(v: Any) -> Optional[int]:
+    if isinstance(v, bool) or not isinstance(v, int):
+        return None
+    return v
+
+
+def _list(v: Any) -> List[Any]:
+    return v if isinstance(v, list) else []
+
+
+@dataclass(frozen=True)
+class Health:
+    """``GET /v1/health``: kilnd is up and its store answers."""
+
+    status: str
+    version: str
+    uptime_s: Optional[int]
+    queued: Optional[int]
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Health":
+        return cls(
+            status=_str(d.get("status")) or "",
+            version=_str(d.get("version")) or "",
+            uptime_s=_int(d.get("uptime_s")),
+            queued=_int(d.get("queued")),
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One evaluation backend (``host``, ``cuda``) and whether jobs for it will run."""
+
+    name: str
+    usable: bool
+    detail: str
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Backend":
+        return cls(
+            name=_str(d.get("name")) or "",
+            usable=d.get("usable") is True,
+            detail=_str(d.get("detail")) or "",
+        )
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as NVML sees it."""
+
+    index: Optional[int]
+    name: str
+    uuid: Optional[str]
+    pci_bus_id: Optional[str]
+    memory_total_bytes: Optional[int]
+    compute_capability: Optional[str]
+    sm_clock_mhz: Optional[int]
+    sm_clock_max_mhz: Optional[int]
+    mem_clock_mhz: Optional[int]
+    mem_clock_max_mhz: Optional[int]
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Gpu":
+        return cls(
+            index=_int(d.get("index")),
+            name=_str(d.get("name")) or "",
+            uuid=_str(d.get("uuid")),
+            pci_bus_id=_str(d.get("pci_bus_id")),
+            memory_total_bytes=_int(d.get("memory_total_bytes")),
+            compute_capability=_str(d.get("compute_capability")),
+            sm_clock_mhz=_int(d.get("sm_clock_mhz")),
+            sm_clock_max_mhz=_int(d.get("sm_clock_max_mhz")),
+            mem_clock_mhz=_int(d.get("mem_clock_mhz")),
+            mem_clock_max_mhz=_int(d.get("mem_clock_max_mhz")),
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class Devices:
+    """The GPUs kilnd sees (what ``kiln devices`` prints)."""
+
+    gpus: List[Gpu]
+    error: Optional[str]
+    driver_version: Optional[str]
+    cuda_driver_version: Optional[str]
+
+
+@dataclass(frozen=True)
+class Info:
+    """``GET /v1/info``: version, backends, GPUs, jail layers, host CPU and memory."""
+
+    version: str
+    api: Optional[str]
+    backends: List[Backend]
+    gpus: List[Gpu]
+    gpu_error: Optional[str]
+    driver_version: Optional[str]
+    cuda_driver_version: Optional[str]
+    clock_policy: Optional[str]
+    jail: Json
+    host: Json
+    socket: Optional[str]
+    state_dir: Optional[str]
+    uptime_s: Optional[int]
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Info":
+        return cls(
+            version=_str(d.get("version")) or "",
+            api=_str(d.get("api")),
+            backends=[Backend.from_dict(_obj(b)) for b in _list(d.get("backends"))],
+            gpus=[Gpu.from_dict(_obj(g)) for g in _list(d.get("gpus"))],
+            gpu_error=_str(d.get("gpu_error")),
+            driver_version=_str(d.get("driver_version")),
+            cuda_driver_version=_str(d.get("cuda_driver_version")),
+            clock_policy=_str(d.get("clock_policy")),
+            jail=_obj(d.get("jail")),
+            host=_obj(d.get("host")),
+            socket=_str(d.get("socket")),
+            state_dir=_str(d.get("state_dir")),
+            uptime_s=_int(d.get("uptime_s")),
+            raw=dict(d),
+        )
+
+    def backend(self, name: str) -> Optional[Backend]:
+        """The backend called ``name`` (``host``, ``cuda``), or ``None`` if kilnd has none."""
+        return next((b for b in self.backends if b.name == name), None)
+
+    @property
+    def devices(self) -> Devices:
+        """The GPU part of the answer."""
+        return Devices(self.gpus, self.gpu_error, self.driver_version, self.cuda_driver_version)
+
+
+@dataclass(frozen=True)
+class ProblemSummary:
+    """One entry of ``GET /v1/problems``."""
+
+    name: str
+    summary: str
+    backends: List[str]
+    created_at: Optional[int]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ProblemSummary":
+        return cls(
+            name=_str(d.get("name")) or "",
+            summary=_str(d.get("summary")) or "",
+            backends=[b for b in _list(d.get("backends")) if isinstance(b, str)],
+            created_at=_int(d.get("created_at")),
+        )
+
+
+@dataclass(frozen=True)
+class Problem:
+    """``GET /v1/problems/{name}``: the registered spec (sources inlined) and derived figures.
+
+    ``spec`` is the problem as registered, in the same shape as ``problem.toml``
+    (``tensor``, ``tolerance``, ``reference``, ``seed``, ...); ``derived`` holds
+    ``input_bytes``, ``output_bytes``, ``min_bytes``, ``flops`` and ``backends``.
+    """
+
+    name: str
+    summary: str
+    backends: List[str]
+    spec: Json
+    derived: Json
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Problem":
+        spec = _obj(d.get("spec"))
+        derived = _obj(d.get("derived"))
+        backends = [b for b in _list(derived.get("backends")) if isinstance(b, str)]
+        if not backends:
+            backends = sorted(_obj(spec.get("reference")))
+        return cls(
+            name=_str(spec.get("name")) or "",
+            summary=_str(spec.get("summary")) or "",
+            backends=backends,
+            spec=spec,
+            derived=derived,
+            raw=dict(d),
+        )
+
+    def seed(self, backend: str = "host") -> Optional[Json]:
+        """The seed kernel for ``backend`` (``file``, ``source``, ``launches``, ...), if any."""
+        s = _obj(self.spec.get("seed")).get(backend)
+        return s if isinstance(s, dict) else None
+
+    def seed_candidate(self, backend: str = "host") -> Optional[Json]:
+        """The seed kernel for ``backend`` as a submittable candidate, or ``None``."""
+        s = self.seed(backend)
+        if s is None:
+            return None
+        return {
+            "problem": self.name,
+            "language": "cuda" if backend == "cuda" else "c",
+            "source": s.get("source", ""),
+            "launches": s.get("launches", []),
+            "scratch": s.get("scratch", []),
+            "flags": s.get("flags", []),
+            "note": "seed kernel",
+        }
+
+
+@dataclass(frozen=True)
+class ProblemAdded:
+    """The answer to registering a problem: ``created`` is False when it was already
+    registered with the same spec."""
+
+    name: str
+    created: bool
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    """Timing statistics of the timed samples, in microseconds."""
+
+    median_us: float
+    mean_us: Optional[float]
+    stdev_us: Optional[float]
+    min_us: Optional[float]
+    max_us: Optional[float]
+    n: Optional[int]
+    rse: Optional[float]
+    stop_reason: Optional[str]
+    wall_ms: Optional[float]
+    fresh_inputs: Optional[int]
+    rechecks: Optional[int]
+    overhead_us: Optional[float]
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Optional["TimingStats"]:
+        median = _float(d.get("median_us"))
+        if median is None:
+            return None
+        return cls(
+            median_us=median,
+            mean_us=_float(d.get("mean_us")),
+            stdev_us=_float(d.get("stdev_us")),
+            min_us=_float(d.get("min_us")),
+            max_us=_float(d.get("max_us")),
+            n=_int(d.get("n")),
+            rse=_float(d.get("rse")),
+            stop_reason=_str(d.get("stop_reason")),
+            wall_ms=_float(d.get("wall_ms")),
+            fresh_inputs=_int(d.get("fresh_inputs")),
+            rechecks=_int(d.get("rechecks")),
+            overhead_us=_float(d.get("overhead_us")),
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class ErrorMetrics:
+    """Error of one output tensor against the reference."""
+
+    tensor: str
+    max_abs: Optional[float]
+    max_rel: Optional[float]
+    rel_l2: Optional[float]
+    mismatches: Optional[int]
+    first_mismatches: List[Json]
+    nonfinite_mismatches: Optional[int]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ErrorMetrics":
+        return cls(
+            tensor=_str(d.get("tensor")) or "",
+            max_abs=_float(d.get("max_abs")),
+            max_rel=_float(d.get("max_rel")),
+            rel_l2=_float(d.get("rel_l2")),
+            mismatches=_int(d.get("mismatches")),
+            first_mismatches=[_obj(m) for m in _list(d.get("first_mismatches"))],
+            nonfinite_mismatches=_int(d.get("nonfinite_mismatches")),
+        )
+
+
+@dataclass(frozen=True)
+class Unwritten:
+    """Output elements a candidate left unwritten."""
+
+    tensor: str
+    count: int
+    first_indices: List[int]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The evidence behind a verdict."""
+
+    trials_passed: int
+    trials_run: int
+    fault: Optional[str]
+    errors: List[ErrorMetrics]
+    deciding_trial: Optional[str]
+    tampered_inputs: List[str]
+    unwritten: List[Unwritten]
+    bitwise_diffs: int
+    output_excerpt: Optional[str]
+    notes: List[str]
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Evidence":
+        unwritten: List[Unwritten] = []
+        for u in _list(d.get("unwritten")):
+            if isinstance(u, list) and len(u) >= 2:
+                first = [i for i in _list(u[2]) if _int(i) is not None] if len(u) > 2 else []
+                unwritten.append(Unwritten(str(u[0]), _int(u[1]) or 0, first))
+        return cls(
+            trials_passed=_int(d.get("trials_passed")) or 0,
+            trials_run=_int(d.get("trials_run")) or 0,
+            fault=_str(d.get("fault")),
+            errors=[ErrorMetrics.from_dict(_obj(e)) for e in _list(d.get("errors"))],
+            deciding_trial=_str(d.get("deciding_trial")),
+            tampered_inputs=[t for t in _list(d.get("tampered_inputs")) if isinstance(t, str)],
+            unwritten=unwritten,
+            bitwise_diffs=_int(d.get("bitwise_diffs")) or 0,
+            output_excerpt=_str(d.get("output_excerpt")),
+            notes=[n for n in _list(d.get("notes")) if isinstance(n, str)],
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class CompileInfo:
+    """What the compile step produced: wall time, compiler log, cache hit, kernel resources."""
+
+    duration_ms: Optional[float]
+    log: str
+    cached: bool
+    kernels: List[Json]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CompileInfo":
+        return cls(
+            duration_ms=_float(d.get("duration_ms")),
+            log=_str(d.get("log")) or "",
+            cached=d.get("cached") is True,
+            kernels=[_obj(k) for k in _list(d.get("kernels"))],
+        )
+
+
+def _speedups(v: Any) -> Optional[Dict[str, float]]:
+    """Reads ``speedups`` as ``{baseline: factor}``; ``None`` when absent or not that shape.
+
+    kilnd does not send speedups yet; whatever shape it sends is also in ``raw``.
+    """
+    if not isinstance(v, dict):
+        return None
+    out: Dict[str, float] = {}
+    for name, value in v.items():
+        number = _float(value)
+        if number is None and isinstance(value, dict):
+            number = _float(value.get("speedup"))
+        if number is not None:
+            out[str(name)] = number
+    return out
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A finished evaluation: the verdict and everything behind it.
+
+    Attributes:
+        verdict: one of :data:`VERDICTS` (kept as a string, so a verdict added later
+            still parses).
+        message: one line saying why, for people.
+        backend: the backend that ran it (``host``, ``cuda``).
+        compile: the compile step, when there was one.
+        evidence: trials, error metrics, faults, tampered inputs, ...
+        timing: timing statistics (correct candidates only).
+        tier: the precision tier (``fp32-faithful``, ``tf32-like``, ...; correct only).
+        telemetry: backend-specific telemetry (GPU clocks, throttling, ...).
+        speedups: speedup factor per baseline, when kilnd reports them (not yet).
+        candidate_id: the candidate evaluated, when known.
+        job_id: the job that produced it, when known.
+        raw: the evaluation object as received.
+    """
+
+    verdict: str
+    message: str
+    backend: str
+    compile: Optional[CompileInfo]
+    evidence: Evidence
+    timing: Optional[TimingStats]
+    tier: Optional[str]
+    telemetry: Optional[Json]
+    speedups: Optional[Dict[str, float]]
+    candidate_id: Optional[str]
+    job_id: Optional[int]
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_dict(
+        cls,
+        d: Mapping[str, Any],
+        candidate_id: Optional[str] = None,
+        job_id: Optional[int] = None,
+    ) -> "Evaluation":
+        compile_info = d.get("compile")
+        telemetry = d.get("telemetry")
+        return cls(
+            verdict=_str(d.get("verdict")) or "",
+            message=_str(d.get("message")) or "",
+            backend=_str(d.get("backend")) or "",
+            compile=CompileInfo.from_dict(compile_info) if isinstance(compile_info, dict) else None,
+            evidence=Evidence.from_dict(_obj(d.get("evidence"))),
+            timing=TimingStats.from_dict(_obj(d.get("timing"))),
+            tier=_str(d.get("tier")),
+            telemetry=telemetry if isinstance(telemetry, dict) else None,
+            speedups=_speedups(d.get("speedups")),
+            candidate_id=candidate_id,
+            job_id=job_id,
+            raw=dict(d),
+        )
+
+    @property
+    def ok(self) -> bool:
+        """True if and only if the verdict is ``ok`` (correct, timed and plausible)."""
+        return self.verdict == "ok"
+
+    @property
+    def median_us(self) -> Optional[float]:
+        """The median time in microseconds, for correct candidates."""
+        return self.timing.median_us if self.timing else None
+
+    def speedup(self, baseline: Optional[str] = None) -> Optional[float]:
+        """The speedup over ``baseline``, as reported by kilnd; ``None`` if not reported.
+
+        Without ``baseline``, the only reported speedup (``None`` if there are several).
+        """
+        if not self.speedups:
+            return None
+        if baseline is not None:
+            return self.speedups.get(baseline)
+        if len(self.speedups) == 1:
+            return next(iter(self.speedups.values()))
+        return None
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job of the queue: ``queued`` → ``running`` → ``done`` | ``failed``."""
+
+    id: int
+    candidate_id: str
+    backend: str
+    state: str
+    stage: Optional[str]
+    attempts: int
+    error: Optional[str]
+    created_at: Optional[int]
+    started_at: Optional[int]
+    finished_at: Optional[int]
+    compile_ms: Optional[float]
+    eval_ms: Optional[float]
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Job":
+        return cls(
+            id=_int(d.get("id")) or 0,
+            candidate_id=_str(d.get("candidate_id")) or "",
+            backend=_str(d.get("backend")) or "",
+            state=_str(d.get("state")) or "",
+            stage=_str(d.get("stage")),
+            attempts=_int(d.get("attempts")) or 0,
+            error=_str(d.get("error")),
+            created_at=_int(d.get("created_at")),
+            started_at=_int(d.get("started_at")),
+            finished_at=_int(d.get("finished_at")),
+            compile_ms=_float(d.get("compile_ms")),
+            eval_ms=_float(d.get("eval_ms")),
+            raw=dict(d),
+        )
+
+    @property
+    def finished(self) -> bool:
+        """True once the job is ``done`` or ``failed``."""
+        return self.state in ("done", "failed")
+
+
+@dataclass(frozen=True)
+class CandidateRecord:
+    """``GET /v1/candidates/{id}``: a candidate, its latest job and its evaluation."""
+
+    id: str
+    candidate: Json
+    backend: str
+    created_at: Optional[int]
+    job: Optional[Job]
+    evaluation: Optional[Evaluation]
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CandidateRecord":
+        cid = _str(d.get("id")) or ""
+        job = Job.from_dict(d["job"]) if isinstance(d.get("job"), dict) else None
+        ev = d.get("evaluation")
+        evaluation = (
+            Evaluation.from_dict(ev, candidate_id=cid, job_id=job.id if job else None)
+            if isinstance(ev, dict)
+            else None
+        )
+        return cls(
+            id=cid,
+            candidate=_obj(d.get("candidate")),
+            backend=_str(d.get("backend")) or "",
+            created_at=_int(d.get("created_at")),
+            job=job,
+            evaluation=evaluation,
+            raw=dict(d),
+        )
+
+    @property
+    def finished(self) -> bool:
+        """True once there is an evaluation or the job failed: waiting longer changes nothing."""
+        return self.evaluation is not None or (self.job is not None and self.job.state == "failed")
+
+
+@dataclass(frozen=True)
+class CandidateSummary:
+    """One entry of ``GET /v1/candidates``: newest first, with the latest verdict."""
+
+    id: str
+    problem: str
+    backend: str
+    note: Optional[str]
+    created_at: Optional[int]
+    state: Optional[str]
+    verdict: Optional[str]
+    median_us: Optional[float]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "CandidateSummary":
+        return cls(
+            id=_str(d.get("id")) or "",
+            problem=_str(d.get("problem")) or "",
+            backend=_str(d.get("backend")) or "",
+            note=_str(d.get("note")),
+            created_at=_int(d.get("created_at")),
+            state=_str(d.get("state")),
+            verdict=_str(d.get("verdict")),
+            median_us=_float(d.get("median_us")),
+        )
+
+
+@dataclass(frozen=True)
+class Submission:
+    """The answer to ``POST /v1/candidates``.
+
+    Attributes:
+        id: the candidate's id (a content hash: the same candidate always gets the same id).
+        job_id: its job.
+        duplicate: True when the same candidate was submitted before; ``record`` then
+            holds what kilnd has for it (possibly a finished evaluation).
+        state: ``queued`` for a new candidate.
+        warning: set when the backend that runs it is not usable on this kilnd.
+    """
+
+    id: str
+    job_id: int
+    duplicate: bool
+    state: Optional[str]
+    warning: Optional[str]
+    record: Optional[CandidateRecord]
+    raw: Json = field(repr=False, compare=False)
+
+    @property
+    def backend(self) -> str:
+        """The backend that runs it, when known (from the record of a duplicate)."""
+        return self.record.backend if self.record is not None else ""
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Submission":
+        rec = d.get("record")
+        return cls(
+            id=_str(d.get("id")) or "",
+            job_id=_int(d.get("job_id")) or 0,
+            duplicate=d.get("duplicate") is True,
+            state=_str(d.get("state")),
+            warning=_str(d.get("warning")),
+            record=CandidateRecord.from_dict(rec) if isinstance(rec, dict) else None,
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class Event:
+    """One Server-Sent Event from ``GET /v1/events``.
+
+    ``name`` is the SSE event name (``hello``, ``job``, ``lagged``, ...); ``data`` is its
+    decoded JSON payload. For ``job`` events the properties read the payload's fields.
+    """
+
+    name: str
+    data: Json
+
+    @property
+    def type(self) -> str:
+        """The payload's ``type`` (same as ``name`` for kilnd's events)."""
+        return _str(self.data.get("type")) or self.name
+
+    @property
+    def job_id(self) -> Optional[int]:
+        return _int(self.data.get("job_id"))
+
+    @property
+    def candidate_id(self) -> Optional[str]:
+        return _str(self.data.get("candidate_id"))
+
+    @property
+    def problem(self) -> Optional[str]:
+        return _str(self.data.get("problem"))
+
+    @property
+    def state(self) -> Optional[str]:
+        return _str(self.data.get("state"))
+
+    @property
+    def stage(self) -> Optional[str]:
+        return _str(self.data.get("stage"))
+
+    @property
+    def verdict(self) -> Optional[str]:
+        return _str(self.data.get("verdict"))
+
+    @property
+    def median_us(self) -> Optional[float]:
+        return _float(self.data.get("median_us"))
+
+    @property
+    def error(self) -> Optional[str]:
+        return _str(self.data.get("error"))
+
+    @property
+    def search_id(self) -> Optional[str]:
+        """The search of a ``search`` or ``search_log`` event."""
+        return _str(self.data.get("search_id"))
+
+    @property
+    def finished(self) -> bool:
+        """True for a job event saying the job is ``done`` or ``failed``."""
+        return self.name == "job" and self.state in ("done", "failed")
+
+    @property
+    def search_ended(self) -> bool:
+        """True for a ``search`` event saying the search is no longer running."""
+        return self.name == "search" and self.state is not None and self.state != "running"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One result of :meth:`kiln.Client.submit_many`: an evaluation or the error that
+    stopped this candidate (the batch goes on either way).
+
+    Attributes:
+        index: position of the candidate in the input.
+        candidate_id: its id, once kilnd accepted it.
+        evaluation: the evaluation, when there is one.
+        error: why there is none: an :class:`~kiln.errors.ApiError` (kilnd refused the
+            candidate), :class:`~kiln.errors.JobFailed`,
+            :class:`~kiln.errors.BackendUnavailable`, :class:`~kiln.errors.Timeout`, or a
+            ``TypeError``/``ValueError`` for input that is not a candidate at all.
+    """
+
+    index: int
+    candidate_id: Optional[str]
+    evaluation: Optional[Evaluation]
+    error: Optional[BaseException]
+
+    @property
+    def ok(self) -> bool:
+        """True if and only if there is an evaluation with verdict ``ok``."""
+        return self.evaluation is not None and self.evaluation.ok
+
+    def result(self) -> Evaluation:
+        """The evaluation, or raises the error."""
+        if self.evaluation is not None:
+            return self.evaluation
+        assert self.error is not None
+        raise self.error
+
+
+@dataclass(frozen=True)
+class Search:
+    """A search: a proposer plugin submitting candidates for one problem within budgets.
+
+    Attributes:
+        id: the search's id (``s-…``).
+        problem: the problem searched.
+        proposer: the proposer's name.
+        state: one of :data:`SEARCH_STATES`.
+        budget: distinct candidates it may submit.
+        submitted: distinct candidates submitted so far.
+        evaluated: of those, finished (job done or failed).
+        best_candidate: the best ``ok`` candidate so far, and ``best_median_us`` its time.
+        summary: what the plugin returned, once done.
+        error: why it failed.
+    """
+
+    id: str
+    problem: str
+    proposer: str
+    state: str
+    budget: Optional[int]
+    submitted: int
+    evaluated: int
+    best_candidate: Optional[str]
+    best_median_us: Optional[float]
+    summary: Any
+    error: Optional[str]
+    config: Any
+    seed: Optional[int]
+    time_limit_ms: Optional[int]
+    llm_tokens: Optional[int]
+    tokens_used: Optional[int]
+    elapsed_ms: Optional[int]
+    created_at: Optional[int]
+    finished_at: Optional[int]
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Search":
+        best = d.get("best")
+        best_id = _str(best[0]) if isinstance(best, list) and len(best) == 2 else None
+        best_us = _float(best[1]) if isinstance(best, list) and len(best) == 2 else None
+        return cls(
+            id=_str(d.get("id")) or "",
+            problem=_str(d.get("problem")) or "",
+            proposer=_str(d.get("proposer")) or "",
+            state=_str(d.get("state")) or "",
+            budget=_int(d.get("budget_candidates")),
+            submitted=_int(d.get("submitted")) or 0,
+            evaluated=_int(d.get("evaluated")) or 0,
+            best_candidate=best_id,
+            best_median_us=best_us,
+            summary=d.get("summary"),
+            error=_str(d.get("error")),
+            config=d.get("config"),
+            seed=_int(d.get("seed")),
+            time_limit_ms=_int(d.get("time_limit_ms")),
+            llm_tokens=_int(d.get("llm_tokens")),
+            tokens_used=_int(d.get("tokens_used")),
+            elapsed_ms=_int(d.get("elapsed_ms")),
+            created_at=_int(d.get("created_at")),
+            finished_at=_int(d.get("finished_at")),
+            raw=dict(d),
+        )
+
+    @property
+    def finished(self) -> bool:
+        """True once the search is no longer running."""
+        return self.state != "running"
+
+    def as_event(self) -> Event:
+        """This search's state as a ``search`` event (what the event stream would say)."""
+        data: Json = {
+            "type": "search",
+            "search_id": self.id,
+            "problem": self.problem,
+            "state": self.state,
+            "submitted": self.submitted,
+            "evaluated": self.evaluated,
+            "budget": self.budget,
+        }
+        if self.best_candidate is not None:
+            data["best_candidate"] = self.best_candidate
+            data["best_median_us"] = self.best_median_us
+        return Event("search", data)
+
+
+@dataclass(frozen=True)
+class SearchLogLine:
+    """One line of a search's log (``id`` pages with ``after=``)."""
+
+    id: int
+    level: str
+    message: str
+    created_at: Optional[int]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SearchLogLine":
+        return cls(
+            id=_int(d.get("id")) or 0,
+            level=_str(d.get("level")) or "",
+            message=_str(d.get("message")) or "",
+            created_at=_int(d.get("created_at")),
+        )
+
+
+@dataclass(frozen=True)
+class ArchiveEntry:
+    """One candidate a search submitted, oldest first, with its evaluation once finished."""
+
+    id: str
+    candidate: Json
+    evaluation: Optional[Evaluation]
+    error: Optional[str]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ArchiveEntry":
+        cid = _str(d.get("id")) or ""
+        ev = d.get("evaluation")
+        return cls(
+            id=cid,
+            candidate=_obj(d.get("candidate")),
+            evaluation=Evaluation.from_dict(ev, candidate_id=cid) if isinstance(ev, dict) else None,
+            error=_str(d.get("error")),
+        )

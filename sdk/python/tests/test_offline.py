@@ -1,0 +1,323 @@
+"""Tests that need no daemon: socket resolution, parsing, errors, problem folders,
+batch bookkeeping, and what happens when nothing listens on the socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+from typing import Dict, Optional
+from unittest import mock
+
+import harness  # noqa: F401 - puts the package on sys.path
+import kiln
+from kiln import _paths, _wire
+from kiln._batch import Tracker
+from kiln.models import Submission
+
+
+class SocketResolution(unittest.TestCase):
+    def env(self, **values: Optional[str]) -> "mock._patch[Dict[str, str]]":
+        clean = {k: v for k, v in os.environ.items() if k not in ("KILN_SOCKET", "XDG_RUNTIME_DIR", "TMPDIR")}
+        clean.update({k: v for k, v in values.items() if v is not None})
+        return mock.patch.dict(os.environ, clean, clear=True)
+
+    def test_explicit_beats_env(self) -> None:
+        with self.env(KILN_SOCKET="/tmp/from-env.sock"):
+            self.assertEqual(kiln.resolve_socket("/tmp/explicit.sock"), "/tmp/explicit.sock")
+            self.assertEqual(kiln.resolve_socket(Path("/tmp/p.sock")), "/tmp/p.sock")
+            self.assertEqual(kiln.resolve_socket(), "/tmp/from-env.sock")
+            self.assertEqual(kiln.Client().socket, "/tmp/from-env.sock")
+
+    def test_user_socket_when_it_exists(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / "kiln").mkdir()
+            sock = Path(d) / "kiln" / "kiln.sock"
+            with self.env(XDG_RUNTIME_DIR=d):
+                self.assertEqual(_paths.user_socket(), str(sock))
+                sock.touch()
+                self.assertEqual(kiln.resolve_socket(), str(sock))
+
+    def test_system_socket_then_user_default(self) -> None:
+        with tempfile.TemporaryDirectory() as d, self.env(XDG_RUNTIME_DIR=d):
+            user = str(Path(d) / "kiln" / "kiln.sock")
+            with mock.patch.object(_paths, "SYSTEM_SOCKET", str(Path(d) / "system.sock")):
+                self.assertEqual(kiln.resolve_socket(), user)
+                (Path(d) / "system.sock").touch()
+                self.assertEqual(kiln.resolve_socket(), str(Path(d) / "system.sock"))
+
+    def test_runtime_dir_fallbacks(self) -> None:
+        uid = os.getuid()
+        with self.env(TMPDIR="/var/tmp/x"):
+            expected = (
+                f"/run/user/{uid}/kiln/kiln.sock"
+                if os.path.isdir(f"/run/user/{uid}")
+                else f"/var/tmp/x/kiln-{uid}/kiln/kiln.sock"
+            )
+            self.assertEqual(_paths.user_socket(), expected)
+
+
+class Errors(unittest.TestCase):
+    def test_status_picks_the_class_and_keeps_code_and_message(self) -> None:
+        body = b'{"error":{"code":"invalid_field","message":"field `x`: bad"}}'
+        e = kiln.ApiError.from_response(400, body)
+        self.assertIsInstance(e, kiln.BadRequest)
+        self.assertEqual((e.status, e.code, e.message), (400, "invalid_field", "field `x`: bad"))
+        self.assertIn("invalid_field", str(e))
+        for status, cls in [(403, kiln.Forbidden), (404, kiln.NotFound), (405, kiln.MethodNotAllowed),
+                            (409, kiln.Conflict), (413, kiln.PayloadTooLarge), (500, kiln.ServerError),
+                            (503, kiln.ServerError)]:
+            self.assertIsInstance(kiln.ApiError.from_response(status, body), cls)
+        odd = kiln.ApiError.from_response(418, b"teapot")
+        self.assertIs(type(odd), kiln.ApiError)
+        self.assertEqual((odd.code, odd.message), ("unknown", "teapot"))
+
+    def test_hierarchy(self) -> None:
+        for cls in (kiln.DaemonNotRunning, kiln.ApiError, kiln.Timeout, kiln.JobFailed,
+                    kiln.BackendUnavailable, kiln.TransportError, kiln.ProblemFolderError):
+            self.assertTrue(issubclass(cls, kiln.KilnError))
+        self.assertTrue(issubclass(kiln.NotFound, kiln.ApiError))
+        self.assertTrue(issubclass(kiln.Timeout, TimeoutError))
+
+
+class Models(unittest.TestCase):
+    FULL = {
+        "verdict": "ok",
+        "message": "correct on 3 trials",
+        "backend": "host",
+        "compile": {"duration_ms": 12.5, "log": "", "cached": True, "kernels": []},
+        "evidence": {"trials_passed": 3, "trials_run": 3, "bitwise_diffs": 0,
+                     "errors": [{"tensor": "y", "max_abs": 0.0, "max_rel": 0.0, "rel_l2": 0.0,
+                                 "mismatches": 0, "first_mismatches": [], "nonfinite_mismatches": 0}],
+                     "unwritten": [["y", 2, [0, 5]]]},
+        "timing": {"median_us": 4.5, "mean_us": 4.6, "stdev_us": 0.2, "min_us": 4.1, "max_us": 5.0, "n": 40,
+                   "rse": 0.004, "stop_reason": "converged", "wall_ms": 3.0, "fresh_inputs": 10,
+                   "rechecks": 8, "overhead_us": 0.3},
+        "tier": "fp32-faithful",
+        "telemetry": {"clock_mhz": 1980},
+        "speedups": {"reference": 2.5, "torch": {"speedup": 1.5}},
+        "something_new": [1, 2, 3],
+    }
+
+    def test_full_evaluation(self) -> None:
+        ev = kiln.Evaluation.from_dict(self.FULL, candidate_id="abc", job_id=7)
+        self.assertTrue(ev.ok)
+        self.assertEqual(ev.median_us, 4.5)
+        assert ev.timing is not None and ev.compile is not None
+        self.assertEqual((ev.timing.n, ev.timing.stop_reason), (40, "converged"))
+        self.assertTrue(ev.compile.cached)
+        self.assertEqual(ev.evidence.errors[0].tensor, "y")
+        self.assertEqual(ev.evidence.unwritten, [kiln.Unwritten("y", 2, [0, 5])])
+        self.assertEqual(ev.tier, "fp32-faithful")
+        self.assertEqual(ev.speedups, {"reference": 2.5, "torch": 1.5})
+        self.assertEqual(ev.speedup("torch"), 1.5)
+        self.assertIsNone(ev.speedup())  # ambiguous: two baselines
+        self.assertEqual(ev.raw["something_new"], [1, 2, 3])
+        self.assertEqual((ev.candidate_id, ev.job_id), ("abc", 7))
+
+    def test_minimal_evaluation(self) -> None:
+        ev = kiln.Evaluation.from_dict({"verdict": "compile_error", "message": "no", "backend": "host"})
+        self.assertFalse(ev.ok)
+        self.assertIsNone(ev.timing)
+        self.assertIsNone(ev.median_us)
+        self.assertIsNone(ev.speedups)
+        self.assertIsNone(ev.speedup())
+        self.assertEqual(ev.evidence.trials_run, 0)
+
+    def test_record_and_submission(self) -> None:
+        rec = {"id": "c1", "candidate": {"problem": "p"}, "backend": "host", "created_at": 1,
+               "job": {"id": 3, "candidate_id": "c1", "backend": "host", "state": "failed", "attempts": 3,
+                       "error": "boom"},
+               "evaluation": None}
+        r = kiln.CandidateRecord.from_dict(rec)
+        self.assertTrue(r.finished)
+        self.assertIsNone(r.evaluation)
+        sub = kiln.Submission.from_dict({"id": "c1", "job_id": 3, "duplicate": True, "record": rec})
+        self.assertTrue(sub.duplicate)
+        self.assertEqual(sub.backend, "host")
+        assert sub.record is not None and sub.record.job is not None
+        self.assertEqual(sub.record.job.error, "boom")
+
+
+class EventParsing(unittest.TestCase):
+    def test_frames_split_anywhere(self) -> None:
+        text = (b'event: hello\ndata: {"type":"hello"}\n\n:keep-alive\n\n'
+                b'event: job\r\ndata: {"type":"job","job_id":4,"candidate_id":"c","state":"done",'
+                b'"verdict":"ok","median_us":3.5}\r\n\r\nevent: lagged\rdata: {"missed":2}\r\r\n')
+        for step in (1, 3, 7, len(text)):
+            p = _wire.SSEParser()
+            events = []
+            for i in range(0, len(text), step):
+                events += p.feed(text[i:i + step])
+            self.assertEqual([e.name for e in events], ["hello", "job", "lagged"], step)
+            job = events[1]
+            self.assertTrue(job.finished)
+            self.assertEqual((job.job_id, job.candidate_id, job.verdict, job.median_us), (4, "c", "ok", 3.5))
+            self.assertEqual(events[2].data, {"missed": 2})
+
+    def test_multiline_and_non_json_data(self) -> None:
+        events = _wire.SSEParser().feed(b"data: a\ndata: b\n\n")
+        self.assertEqual(events[0].name, "message")
+        self.assertEqual(events[0].data, {"value": "a\nb"})
+
+
+@unittest.skipUnless(harness.has_toml_parser(), "no TOML parser here (Python < 3.11 without tomli)")
+class ProblemFolders(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = Path(self.tmp.name)
+
+    def tearDown(self) -> None:
+        self.tmp.cleanup()
+
+    def test_sources_are_inlined(self) -> None:
+        folder = harness.write_double_problem(self.root, "dbl")
+        spec = kiln.load_problem(folder)
+        self.assertEqual(spec, harness.double_problem_spec("dbl"))
+        self.assertEqual(spec["name"], "dbl")
+        self.assertEqual([t["name"] for t in spec["tensor"]], ["x", "y"])
+        self.assertIn("ref_double", spec["reference"]["host"]["source"])
+        self.assertIn("double_it", spec["seed"]["host"]["source"])
+        self.assertEqual(kiln.problem_folders(self.root), [folder])
+        self.assertEqual(kiln.problem_folders(folder), [folder])
+
+    def test_paths_outside_the_folder_are_refused(self) -> None:
+        folder = harness.write_double_problem(self.root, "dbl")
+        toml = folder / "problem.toml"
+        toml.write_text(toml.read_text().replace('"reference.c"', '"../etc/passwd"'))
+        with self.assertRaisesRegex(kiln.ProblemFolderError, "plain file name"):
+            kiln.load_problem(folder)
+
+    def test_missing_files_and_bad_toml(self) -> None:
+        with self.assertRaisesRegex(kiln.ProblemFolderError, "problem.toml"):
+            kiln.load_problem(self.root / "nothing")
+        folder = harness.write_double_problem(self.root, "dbl")
+        (folder / "seed.c").unlink()
+        with self.assertRaisesRegex(kiln.ProblemFolderError, "seed.c"):
+            kiln.load_problem(folder)
+        (folder / "problem.toml").write_text("name = ")
+        with self.assertRaises(kiln.ProblemFolderError):
+            kiln.load_problem(folder)
+
+    def test_empty_root(self) -> None:
+        with self.assertRaisesRegex(kiln.ProblemFolderError, "no problem.toml"):
+            kiln.problem_folders(self.root)
+
+
+class NoTomlParser(unittest.TestCase):
+    def test_the_error_says_what_to_install(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            folder = harness.write_double_problem(Path(d), "dbl")
+            with mock.patch.dict(sys.modules, {"tomllib": None, "tomli": None}):
+                with self.assertRaisesRegex(kiln.ProblemFolderError, "pip install tomli"):
+                    kiln.load_problem(folder)
+
+
+class Candidates(unittest.TestCase):
+    def test_dataclass_and_dict_forms(self) -> None:
+        c = kiln.Candidate(problem="p", source="void k(){}",
+                           launches=[kiln.Launch("k", ["x", kiln.i32(4), kiln.f32(0.5)])], note="idea")
+        d = json.loads(_wire.submit(kiln.candidate.candidate_dict(c)).body or b"")
+        self.assertEqual(d["launches"][0]["args"], ["x", {"i32": 4}, {"f32": 0.5}])
+        self.assertEqual(d["note"], "idea")
+        self.assertNotIn("parent", d)
+        self.assertEqual(kiln.candidate.candidate_dict({"source": "s"}, problem="q")["problem"], "q")
+        with self.assertRaises(ValueError):
+            kiln.candidate.candidate_dict({"source": "s"})
+        with self.assertRaises(TypeError):
+            kiln.candidate.candidate_dict("void k(){}")  # type: ignore[arg-type]
+
+
+class Tracking(unittest.TestCase):
+    def setUp(self) -> None:
+        self.now = 0.0
+        self.t = Tracker(timeout=10.0, clock=lambda: self.now)
+
+    @staticmethod
+    def sub(cid: str, **kw: object) -> Submission:
+        return Submission.from_dict({"id": cid, "job_id": 1, "duplicate": False, **kw})
+
+    @staticmethod
+    def record(cid: str, verdict: Optional[str] = "ok", state: str = "done") -> kiln.CandidateRecord:
+        ev = {"verdict": verdict, "message": "m", "backend": "host"} if verdict else None
+        return kiln.CandidateRecord.from_dict(
+            {"id": cid, "job": {"id": 1, "state": state, "error": "x"}, "evaluation": ev})
+
+    def test_event_before_submission_answer_is_not_lost(self) -> None:
+        self.t.on_event(kiln.Event("job", {"candidate_id": "a", "state": "done"}))
+        self.assertEqual(self.t.add(0, self.sub("a")), [])
+        self.assertEqual(self.t.take_ready(), ["a"])
+
+    def test_same_candidate_twice_finishes_both(self) -> None:
+        self.t.add(0, self.sub("a"))
+        self.t.add(1, self.sub("a", duplicate=True))
+        self.assertEqual(self.t.in_flight, 2)
+        self.assertEqual(self.t.resolve(self.record("a", state="running", verdict=None)), [])
+        outs = self.t.resolve(self.record("a"))
+        self.assertEqual(sorted(o.index for o in outs), [0, 1])
+        self.assertEqual(self.t.in_flight, 0)
+
+    def test_failed_job_timeout_and_unusable_backend(self) -> None:
+        self.t.add(0, self.sub("a"))
+        (o,) = self.t.resolve(self.record("a", verdict=None, state="failed"))
+        self.assertIsInstance(o.error, kiln.JobFailed)
+        self.t.add(1, self.sub("b"))
+        self.now = 10.0
+        (o,) = self.t.expired()
+        self.assertIsInstance(o.error, kiln.Timeout)
+        (o,) = self.t.add(2, self.sub("c", warning="the host backend is not usable here"))
+        self.assertIsInstance(o.error, kiln.BackendUnavailable)
+        (o,) = self.t.add(3, self.sub("c", duplicate=True))
+        self.assertIsInstance(o.error, kiln.BackendUnavailable)
+        self.assertEqual(self.t.in_flight, 0)
+
+
+class NoDaemon(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.missing = str(Path(self.tmp.name) / "missing.sock")
+
+    def tearDown(self) -> None:
+        self.tmp.cleanup()
+
+    def test_missing_socket(self) -> None:
+        c = kiln.Client(self.missing)
+        with self.assertRaises(kiln.DaemonNotRunning) as cm:
+            c.health()
+        self.assertIn("kilnd is not running at " + self.missing, str(cm.exception))
+        self.assertIn("Start it with `kilnd`", str(cm.exception))
+        with self.assertRaises(kiln.DaemonNotRunning):
+            c.events()
+        with self.assertRaises(kiln.DaemonNotRunning):
+            list(c.submit_many([{"problem": "p", "source": "x"}]))
+        with self.assertRaises(kiln.DaemonNotRunning):
+            kiln.rewards(c, "p", ["void k(){}"], launches=[])
+
+    def test_stale_socket_file(self) -> None:
+        # A socket file nobody listens on (a daemon that died without cleaning up).
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(self.missing)
+        s.close()
+        with self.assertRaises(kiln.DaemonNotRunning):
+            kiln.Client(self.missing).health()
+
+    def test_async_missing_socket(self) -> None:
+        async def run() -> None:
+            c = kiln.AsyncClient(self.missing)
+            with self.assertRaises(kiln.DaemonNotRunning):
+                await c.health()
+            with self.assertRaises(kiln.DaemonNotRunning):
+                await c.events()
+            with self.assertRaises(kiln.DaemonNotRunning):
+                [o async for o in c.submit_many([{"problem": "p", "source": "x"}])]
+
+        asyncio.run(run())
+
+
+if __name__ == "__main__":
+    unittest.main()
