@@ -6,8 +6,9 @@ use std::time::Duration;
 use thiserror::Error;
 use wasmtime::ResourceLimiter;
 
-/// Longest log line forwarded to kilnd, in bytes; longer ones are cut.
-pub const MAX_LOG_BYTES: usize = 8 << 10;
+/// Longest log line forwarded to kilnd, in bytes; longer ones are cut (kilnd's own
+/// limit, from kiln-types).
+pub const MAX_LOG_BYTES: usize = kiln_types::plugin::MAX_LOG_BYTES;
 /// Largest candidate JSON forwarded to kilnd, in bytes (kilnd's own body limit is 4 MiB).
 pub const MAX_CANDIDATE_BYTES: usize = 4 << 20;
 /// Most ids in one `wait` call.

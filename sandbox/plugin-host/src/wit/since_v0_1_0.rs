@@ -296,13 +296,15 @@ impl host::Host for PluginState {
     fn log(&mut self, level: host::Level, message: String) -> HostResult<()> {
         self.check_deadline()?;
         let mut message = message;
+        const MARK: &str = " [truncated]";
         if message.len() > MAX_LOG_BYTES {
-            let mut cut = MAX_LOG_BYTES;
+            // Cut so that the line with its mark still fits kilnd's limit.
+            let mut cut = MAX_LOG_BYTES - MARK.len();
             while !message.is_char_boundary(cut) {
                 cut -= 1;
             }
             message.truncate(cut);
-            message.push_str(" [truncated]");
+            message.push_str(MARK);
         }
         let level = match level {
             host::Level::Trace => "trace",

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds kiln's wasm32-wasip2 plugin components (the example proposer and the plugin
+# host's test plugins) and copies them to target/plugins/.
+#
+#   scripts/build-plugins.sh            # all of them
+#   scripts/build-plugins.sh CRATE...   # only these packages
+#
+# Needs the target once: `rustup target add wasm32-wasip2`. Uses its own target dir
+# (target/plugin-guests), the same one the plugin host's tests build into, so the two
+# share their work and never wait on the main build's lock.
+# The tests build what they need themselves; set KILN_PLUGIN_WASM_DIR=target/plugins to
+# make them use this script's output instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+crates=("$@")
+if [ ${#crates[@]} -eq 0 ]; then
+  crates=(kiln-example-minimal kiln-test-plugin-abuse kiln-test-plugin-snoop-fs kiln-test-plugin-snoop-net)
+fi
+
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
+  echo "build-plugins: the wasm32-wasip2 target is missing; run: rustup target add wasm32-wasip2" >&2
+  exit 1
+fi
+
+args=()
+for c in "${crates[@]}"; do args+=(-p "$c"); done
+cargo build --release --locked --target wasm32-wasip2 --target-dir target/plugin-guests "${args[@]}"
+
+mkdir -p target/plugins
+for c in "${crates[@]}"; do
+  f="target/plugin-guests/wasm32-wasip2/release/${c//-/_}.wasm"
+  cp "$f" target/plugins/
+  echo "build-plugins: target/plugins/$(basename "$f") ($(stat -c %s "$f") bytes)"
+done

@@ -1,0 +1,543 @@
+//! Knob and idea annotations in seed kernels: the parser and the rewriter.
+//!
+//! Seed kernels carry annotations that let a proposer search without an LLM:
+//!
+//! ```c
+//! // @knob BLOCK 64|128|256|512
+//! #define BLOCK 128
+//! // @idea vec4: load and store float4 instead of float (needs n % 4 == 0)
+//! ```
+//!
+//! # Grammar
+//!
+//! Lines are read one at a time; leading whitespace is ignored everywhere.
+//!
+//! - A **knob** is a line `// @knob NAME V1|V2|...` directly followed (next line, no
+//!   blank line between) by `#define NAME VALUE`. `NAME` is a C identifier and the same
+//!   on both lines. The values are separated by `|`, each non-empty, without whitespace,
+//!   all different. `VALUE` is the rest of the `#define` line up to a `//` or `/*`
+//!   comment, trimmed; it need not be one of the values (the knob's `current_index` is
+//!   then `None`). A name may be a knob only once.
+//! - An **idea** is a line `// @idea NAME: free text`. `NAME` is a C identifier and the
+//!   text (trimmed) must not be empty. Ideas are hints for people and LLMs; the
+//!   rewriter does not apply them.
+//! - `// @WORD` where WORD starts with `knob` or `idea` in any case (`@knobs`, `@Idea`)
+//!   is an error, so a misspelt annotation is not silently ignored. Other words
+//!   (`@param`, `@brief`) and other comments are ignored.
+//!
+//! [`set`] rewrites the `#define` of one knob to one of its values, keeping the
+//! indentation, any trailing comment and the line ending; everything else is unchanged.
+
+use thiserror::Error;
+
+/// A tunable `#define` with the values it may take.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Knob {
+    /// The macro's name.
+    pub name: String,
+    /// The values it may take, in the annotation's order.
+    pub values: Vec<String>,
+    /// Its value in the source.
+    pub current: String,
+    /// Index of `current` in `values`, if it is one of them.
+    pub current_index: Option<usize>,
+    /// 1-based line number of the `#define`.
+    pub line: usize,
+}
+
+/// A free-text optimisation idea.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idea {
+    /// Short name.
+    pub name: String,
+    /// The idea, in words.
+    pub text: String,
+    /// 1-based line number of the annotation.
+    pub line: usize,
+}
+
+/// The annotations of one source.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Annotations {
+    /// Knobs, in source order.
+    pub knobs: Vec<Knob>,
+    /// Ideas, in source order.
+    pub ideas: Vec<Idea>,
+}
+
+impl Annotations {
+    /// The knob called `name`.
+    pub fn knob(&self, name: &str) -> Option<&Knob> {
+        self.knobs.iter().find(|k| k.name == name)
+    }
+}
+
+/// Why an annotation is malformed, or a rewrite impossible. Lines are 1-based.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum KnobError {
+    /// `// @knob` without a name or without values.
+    #[error("line {line}: `// @knob` needs a name and values: `// @knob NAME V1|V2`")]
+    MalformedKnob {
+        /// The annotation's line.
+        line: usize,
+    },
+    /// A knob or idea name that is not a C identifier.
+    #[error("line {line}: {name:?} is not an identifier")]
+    BadName {
+        /// The annotation's line.
+        line: usize,
+        /// The name.
+        name: String,
+    },
+    /// An empty value, or one containing whitespace.
+    #[error("line {line}: knob {name}: empty value or value with whitespace in {values:?}")]
+    BadValue {
+        /// The annotation's line.
+        line: usize,
+        /// The knob.
+        name: String,
+        /// The values as written.
+        values: String,
+    },
+    /// The same value listed twice.
+    #[error("line {line}: knob {name}: value {value:?} is listed twice")]
+    DuplicateValue {
+        /// The annotation's line.
+        line: usize,
+        /// The knob.
+        name: String,
+        /// The value.
+        value: String,
+    },
+    /// The line after `// @knob NAME` is not `#define NAME ...`.
+    #[error("line {line}: `// @knob {name}` must be directly followed by `#define {name} VALUE`")]
+    MissingDefine {
+        /// The annotation's line.
+        line: usize,
+        /// The knob.
+        name: String,
+    },
+    /// The `#define` has no value.
+    #[error("line {line}: `#define {name}` has no value")]
+    EmptyDefine {
+        /// The `#define`'s line.
+        line: usize,
+        /// The knob.
+        name: String,
+    },
+    /// The same knob declared twice.
+    #[error("line {line}: knob {name} is declared twice")]
+    DuplicateKnob {
+        /// The second annotation's line.
+        line: usize,
+        /// The knob.
+        name: String,
+    },
+    /// `// @idea` without `NAME: text`.
+    #[error("line {line}: `// @idea` needs a name and text: `// @idea NAME: text`")]
+    MalformedIdea {
+        /// The annotation's line.
+        line: usize,
+    },
+    /// `// @word` where the word looks like a misspelt `@knob` or `@idea`.
+    #[error("line {line}: unknown annotation `@{word}` (known: @knob, @idea)")]
+    UnknownAnnotation {
+        /// The line.
+        line: usize,
+        /// The word after `@`.
+        word: String,
+    },
+    /// [`set`] named a knob the source does not have.
+    #[error("no knob {0} in the source")]
+    UnknownKnob(String),
+    /// [`set`] asked for a value the knob does not list.
+    #[error("knob {name} has no value {value:?} (values: {values:?})")]
+    ValueNotAllowed {
+        /// The knob.
+        name: String,
+        /// The value asked for.
+        value: String,
+        /// The values it lists.
+        values: Vec<String>,
+    },
+}
+
+fn is_identifier(s: &str) -> bool {
+    kiln_types::candidate::is_identifier(s)
+}
+
+/// The text after `//` and optional spaces when it starts with `@`: `Some("knob X 1|2")`.
+fn annotation(line: &str) -> Option<&str> {
+    line.trim_start()
+        .strip_prefix("//")?
+        .trim_start()
+        .strip_prefix('@')
+}
+
+/// `#define NAME rest` → (NAME, value without comment, byte range of the value in `line`).
+fn define(line: &str) -> Option<(&str, &str, std::ops::Range<usize>)> {
+    let after_hash = line.trim_start().strip_prefix('#')?.trim_start();
+    let after_define = after_hash.strip_prefix("define")?;
+    if !after_define.starts_with([' ', '\t']) {
+        return None;
+    }
+    let name_part = after_define.trim_start();
+    let name_start = line.len() - name_part.len();
+    let name_len = name_part
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(name_part.len());
+    let name = &line[name_start..name_start + name_len];
+    let body = line[name_start + name_len..].trim_end_matches(['\r', '\n']);
+    let comment = [body.find("//"), body.find("/*")]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(body.len());
+    let value_region = &body[..comment];
+    let value = value_region.trim();
+    let value_start =
+        name_start + name_len + (value_region.len() - value_region.trim_start().len());
+    Some((name, value, value_start..value_start + value.len()))
+}
+
+/// Reads the knob and idea annotations of `source` (grammar: the module docs).
+pub fn parse(source: &str) -> Result<Annotations, KnobError> {
+    let lines: Vec<&str> = source.split_inclusive('\n').collect();
+    let mut out = Annotations::default();
+    for (i, raw) in lines.iter().enumerate() {
+        let line = i + 1;
+        let Some(text) = annotation(raw) else {
+            continue;
+        };
+        let text = text.trim_end();
+        let word_len = text
+            .find(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .unwrap_or(text.len());
+        let (word, rest) = text.split_at(word_len);
+        match word {
+            "knob" => {
+                let mut parts = rest.split_whitespace();
+                let (Some(name), Some(values), None) = (parts.next(), parts.next(), parts.next())
+                else {
+                    return Err(KnobError::MalformedKnob { line });
+                };
+                if !is_identifier(name) {
+                    return Err(KnobError::BadName {
+                        line,
+                        name: name.into(),
+                    });
+                }
+                let vals: Vec<String> = values.split('|').map(str::to_string).collect();
+                if vals.iter().any(String::is_empty) {
+                    return Err(KnobError::BadValue {
+                        line,
+                        name: name.into(),
+                        values: values.into(),
+                    });
+                }
+                for (j, v) in vals.iter().enumerate() {
+                    if vals[..j].contains(v) {
+                        return Err(KnobError::DuplicateValue {
+                            line,
+                            name: name.into(),
+                            value: v.clone(),
+                        });
+                    }
+                }
+                if out.knob(name).is_some() {
+                    return Err(KnobError::DuplicateKnob {
+                        line,
+                        name: name.into(),
+                    });
+                }
+                let missing = || KnobError::MissingDefine {
+                    line,
+                    name: name.into(),
+                };
+                let next = lines.get(i + 1).ok_or_else(missing)?;
+                let (def_name, value, _) = define(next).ok_or_else(missing)?;
+                if def_name != name {
+                    return Err(missing());
+                }
+                if value.is_empty() {
+                    return Err(KnobError::EmptyDefine {
+                        line: line + 1,
+                        name: name.into(),
+                    });
+                }
+                out.knobs.push(Knob {
+                    name: name.into(),
+                    current_index: vals.iter().position(|v| v == value),
+                    current: value.into(),
+                    values: vals,
+                    line: line + 1,
+                });
+            }
+            "idea" => {
+                let (name, text) = rest
+                    .split_once(':')
+                    .ok_or(KnobError::MalformedIdea { line })?;
+                let (name, text) = (name.trim(), text.trim());
+                if name.is_empty() || text.is_empty() {
+                    return Err(KnobError::MalformedIdea { line });
+                }
+                if !is_identifier(name) {
+                    return Err(KnobError::BadName {
+                        line,
+                        name: name.into(),
+                    });
+                }
+                out.ideas.push(Idea {
+                    name: name.into(),
+                    text: text.into(),
+                    line,
+                });
+            }
+            other => {
+                // Near misses of the two keywords (`@knobs`, `@Idea`) are errors, so a
+                // typo is not silently ignored; other words (`@param`, `@brief`) belong
+                // to other tools.
+                let lower = other.to_ascii_lowercase();
+                if lower.starts_with("knob") || lower.starts_with("idea") {
+                    return Err(KnobError::UnknownAnnotation {
+                        line,
+                        word: other.into(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Rewrites `source` so that knob `name` is `#define`d to `value`, one of its listed
+/// values. Everything else, including the annotation, is kept byte for byte.
+pub fn set(source: &str, name: &str, value: &str) -> Result<String, KnobError> {
+    set_all(source, &[(name, value)])
+}
+
+/// Like [`set`], for several knobs at once.
+pub fn set_all(source: &str, assignments: &[(&str, &str)]) -> Result<String, KnobError> {
+    let notes = parse(source)?;
+    let mut targets = Vec::new();
+    for (name, value) in assignments {
+        let knob = notes
+            .knob(name)
+            .ok_or_else(|| KnobError::UnknownKnob((*name).into()))?;
+        if !knob.values.iter().any(|v| v == value) {
+            return Err(KnobError::ValueNotAllowed {
+                name: (*name).into(),
+                value: (*value).into(),
+                values: knob.values.clone(),
+            });
+        }
+        targets.push((knob.line, *value));
+    }
+    let mut out = String::with_capacity(source.len() + 16);
+    for (i, raw) in source.split_inclusive('\n').enumerate() {
+        match targets.iter().rev().find(|(l, _)| *l == i + 1) {
+            Some((_, value)) => {
+                // parse() has checked that this line is the knob's `#define`.
+                let range = define(raw).map(|(_, _, r)| r).unwrap_or(0..0);
+                out.push_str(&raw[..range.start]);
+                out.push_str(value);
+                out.push_str(&raw[range.end..]);
+            }
+            None => out.push_str(raw),
+        }
+    }
+    Ok(out)
+}
+
+/// Every combination of the given knobs' values (the cartesian product), in order: the
+/// last knob varies fastest. Stops after `limit` combinations.
+pub fn grid(knobs: &[&Knob], limit: usize) -> Vec<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    if knobs.iter().any(|k| k.values.is_empty()) {
+        return out;
+    }
+    let mut idx = vec![0usize; knobs.len()];
+    while out.len() < limit {
+        out.push(
+            knobs
+                .iter()
+                .zip(&idx)
+                .map(|(k, &i)| (k.name.clone(), k.values[i].clone()))
+                .collect(),
+        );
+        let mut pos = knobs.len();
+        loop {
+            if pos == 0 {
+                return out;
+            }
+            pos -= 1;
+            idx[pos] += 1;
+            if idx[pos] < knobs[pos].values.len() {
+                break;
+            }
+            idx[pos] = 0;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEED: &str = concat!(
+        "#include <stddef.h>\n",
+        "// @knob BLOCK 64|128|256\n",
+        "#define BLOCK 128 // threads per block\n",
+        "  // @knob UNROLL 1|2|4\n",
+        "  #  define UNROLL 1\r\n",
+        "// @idea vec4: use float4 loads (n % 4 == 0)\n",
+        "// plain comment @knob is not an annotation here\n",
+        "void f(void) {}\n",
+    );
+
+    #[test]
+    fn parses_knobs_and_ideas() {
+        let a = parse(SEED).expect("parses");
+        assert_eq!(a.knobs.len(), 2);
+        let b = a.knob("BLOCK").expect("BLOCK");
+        assert_eq!(b.values, ["64", "128", "256"]);
+        assert_eq!(b.current, "128");
+        assert_eq!(b.current_index, Some(1));
+        assert_eq!(b.line, 3);
+        let u = a.knob("UNROLL").expect("UNROLL");
+        assert_eq!(u.current, "1");
+        assert_eq!(u.line, 5);
+        assert_eq!(a.ideas.len(), 1);
+        assert_eq!(a.ideas[0].name, "vec4");
+        assert_eq!(a.ideas[0].text, "use float4 loads (n % 4 == 0)");
+    }
+
+    #[test]
+    fn set_rewrites_only_the_define() {
+        let out = set(SEED, "BLOCK", "256").expect("rewrites");
+        assert!(
+            out.contains("#define BLOCK 256 // threads per block\n"),
+            "{out}"
+        );
+        assert_eq!(out.len(), SEED.len());
+        let out = set(&out, "UNROLL", "4").expect("rewrites");
+        assert!(out.contains("  #  define UNROLL 4\r\n"), "{out:?}");
+        assert_eq!(
+            parse(&out)
+                .expect("parses")
+                .knob("BLOCK")
+                .map(|k| k.current_index),
+            Some(Some(2))
+        );
+        let back = set_all(&out, &[("BLOCK", "128"), ("UNROLL", "1")]).expect("rewrites");
+        assert_eq!(back, SEED);
+    }
+
+    #[test]
+    fn value_outside_the_list_is_parsed_but_not_set() {
+        let src = "// @knob N 1|2\n#define N 3\n";
+        assert_eq!(parse(src).expect("parses").knobs[0].current_index, None);
+        assert!(matches!(
+            set(src, "N", "3"),
+            Err(KnobError::ValueNotAllowed { .. })
+        ));
+        assert_eq!(set(src, "M", "1"), Err(KnobError::UnknownKnob("M".into())));
+    }
+
+    #[test]
+    fn malformed_annotations_are_typed_errors() {
+        type Check = fn(&KnobError) -> bool;
+        let cases: &[(&str, Check)] = &[
+            ("// @knob\n#define A 1\n", |e| {
+                matches!(e, KnobError::MalformedKnob { line: 1 })
+            }),
+            ("// @knob A\n#define A 1\n", |e| {
+                matches!(e, KnobError::MalformedKnob { .. })
+            }),
+            ("// @knob A 1|2 extra\n#define A 1\n", |e| {
+                matches!(e, KnobError::MalformedKnob { .. })
+            }),
+            ("// @knob 9A 1|2\n#define 9A 1\n", |e| {
+                matches!(e, KnobError::BadName { .. })
+            }),
+            ("// @knob A 1||2\n#define A 1\n", |e| {
+                matches!(e, KnobError::BadValue { .. })
+            }),
+            ("// @knob A 1|1\n#define A 1\n", |e| {
+                matches!(e, KnobError::DuplicateValue { .. })
+            }),
+            ("// @knob A 1|2\n\n#define A 1\n", |e| {
+                matches!(e, KnobError::MissingDefine { line: 1, .. })
+            }),
+            ("// @knob A 1|2\n#define B 1\n", |e| {
+                matches!(e, KnobError::MissingDefine { .. })
+            }),
+            ("// @knob A 1|2\n#define AB 1\n", |e| {
+                matches!(e, KnobError::MissingDefine { .. })
+            }),
+            ("// @knob A 1|2", |e| {
+                matches!(e, KnobError::MissingDefine { .. })
+            }),
+            ("// @knob A 1|2\n#define A // nothing\n", |e| {
+                matches!(e, KnobError::EmptyDefine { line: 2, .. })
+            }),
+            (
+                "// @knob A 1|2\n#define A 1\n// @knob A 1|2\n#define A 2\n",
+                |e| matches!(e, KnobError::DuplicateKnob { line: 3, .. }),
+            ),
+            ("// @idea vec4 no colon\n", |e| {
+                matches!(e, KnobError::MalformedIdea { .. })
+            }),
+            ("// @idea vec4:   \n", |e| {
+                matches!(e, KnobError::MalformedIdea { .. })
+            }),
+            ("// @idea: text\n", |e| {
+                matches!(e, KnobError::MalformedIdea { .. })
+            }),
+            ("// @knobs A 1|2\n#define A 1\n", |e| {
+                matches!(e, KnobError::UnknownAnnotation { .. })
+            }),
+            ("// @Idea x: y\n", |e| {
+                matches!(e, KnobError::UnknownAnnotation { .. })
+            }),
+        ];
+        for (src, check) in cases {
+            let err = parse(src).expect_err(src);
+            assert!(check(&err), "{src:?} gave {err:?}");
+            assert!(!err.to_string().is_empty());
+        }
+    }
+
+    #[test]
+    fn other_tools_annotations_are_ignored() {
+        let a = parse("// @param x the input\n// @ brief\n").expect("parses");
+        assert!(a.knobs.is_empty() && a.ideas.is_empty());
+    }
+
+    #[test]
+    fn define_value_stops_at_comments() {
+        let src = "// @knob T float|double\n#define T float/* type */\n";
+        let k = &parse(src).expect("parses").knobs[0];
+        assert_eq!(k.current, "float");
+        assert_eq!(
+            set(src, "T", "double").expect("rewrites"),
+            "// @knob T float|double\n#define T double/* type */\n"
+        );
+    }
+
+    #[test]
+    fn grid_is_the_cartesian_product() {
+        let a = parse(SEED).expect("parses");
+        let knobs: Vec<&Knob> = a.knobs.iter().collect();
+        let g = grid(&knobs, 100);
+        assert_eq!(g.len(), 9);
+        assert_eq!(
+            g[0],
+            [("BLOCK".into(), "64".into()), ("UNROLL".into(), "1".into())]
+        );
+        assert_eq!(g[1][1].1, "2");
+        assert_eq!(grid(&knobs, 4).len(), 4);
+        assert_eq!(grid(&[], 10), vec![Vec::<(String, String)>::new()]);
+    }
+}
