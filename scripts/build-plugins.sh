@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Builds kiln's wasm32-wasip2 plugin components (the example proposer and the plugin
-# host's test plugins) and copies them to target/plugins/.
+# Builds kiln's wasm32-wasip2 plugin components (the proposers hill-climb, idea-branch,
+# map-elites and example-minimal, and the plugin host's test plugins) and copies them to
+# target/plugins/. The proposers are also installed by name as
+# target/{debug,release}/proposers/NAME.wasm (kilnd looks for proposers/NAME.wasm beside
+# its own executable, so `kiln search start --proposer hill-climb` finds them) and as
+# target/proposers/NAME.wasm.
 #
 #   scripts/build-plugins.sh            # all of them
 #   scripts/build-plugins.sh CRATE...   # only these packages
@@ -15,7 +19,8 @@ cd "$(dirname "$0")/.."
 
 crates=("$@")
 if [ ${#crates[@]} -eq 0 ]; then
-  crates=(kiln-example-minimal kiln-test-plugin-abuse kiln-test-plugin-snoop-fs kiln-test-plugin-snoop-net)
+  crates=(kiln-hill-climb kiln-idea-branch kiln-map-elites kiln-example-minimal
+          kiln-test-plugin-abuse kiln-test-plugin-snoop-fs kiln-test-plugin-snoop-net)
 fi
 
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
@@ -32,4 +37,15 @@ for c in "${crates[@]}"; do
   f="target/plugin-guests/wasm32-wasip2/release/${c//-/_}.wasm"
   cp "$f" target/plugins/
   echo "build-plugins: target/plugins/$(basename "$f") ($(stat -c %s "$f") bytes)"
+  case "$c" in
+    kiln-test-plugin-*) ;;
+    kiln-*)
+      name=${c#kiln-}
+      for d in target/proposers target/debug/proposers target/release/proposers; do
+        mkdir -p "$d"
+        cp "$f" "$d/$name.wasm.tmp" && mv "$d/$name.wasm.tmp" "$d/$name.wasm"
+      done
+      echo "build-plugins: installed proposer $name (target/{debug,release}/proposers/$name.wasm)"
+      ;;
+  esac
 done

@@ -103,6 +103,11 @@ impl Evaluation {
     pub fn full(&self) -> Option<kiln_types::Evaluation> {
         serde_json::from_str(&self.json).ok()
     }
+
+    /// The timing statistics of a correct candidate, from the full evaluation.
+    pub fn timing(&self) -> Option<kiln_types::TimingStats> {
+        self.full().and_then(|f| f.timing)
+    }
 }
 
 /// One candidate of the search's archive.

@@ -16,6 +16,8 @@
 //!   [`checkpoint`] / [`restore`], [`budget`].
 //! - [`knobs`]: the `// @knob` / `// @idea` annotation parser and rewriter for seed kernels.
 //! - [`stats`]: median, mean, confidence intervals, and whether two timings differ.
+//! - [`search`]: pieces the bundled strategies share: offline/LLM mode, a batch
+//!   ledger, the acceptance rule, idea families, prompt evidence, reply parsing.
 //!
 //! [`knobs`] and [`stats`] are pure Rust and work on any target; the rest calls the host
 //! and works only inside the plugin host (on other targets the imports are stubs that
@@ -67,6 +69,7 @@ pub mod host;
 pub mod knobs;
 pub mod llm;
 mod proposer;
+pub mod search;
 pub mod stats;
 
 pub use candidate::CandidateBuilder;

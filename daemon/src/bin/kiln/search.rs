@@ -327,8 +327,16 @@ fn print_search(s: &Value, entries: &[Value], all: bool) {
     if let Some(e) = s["error"].as_str() {
         println!("  error     {e}");
     }
+    // The bundled proposers put a JSON report in the summary's message.
+    let report: Option<Value> = s["summary"]["message"]
+        .as_str()
+        .and_then(|m| serde_json::from_str::<Value>(m).ok())
+        .filter(|r| r["rounds"].is_array());
     if !s["summary"].is_null() {
-        println!("  summary   {}", text(&s["summary"]["message"]));
+        match &report {
+            Some(r) => println!("  summary   {}", text(&r["text"])),
+            None => println!("  summary   {}", text(&s["summary"]["message"])),
+        }
     }
     let first = entries.first().and_then(median);
     // Best over time: each entry that improved on every one before it.
@@ -349,7 +357,9 @@ fn print_search(s: &Value, entries: &[Value], all: bool) {
         }
     }
     // Lineage of the best: follow parents back through the archive.
-    let best_id = s["best"][0].as_str();
+    // The proposer's own best (judged by its statistics) when it named one, else
+    // kilnd's fastest median.
+    let best_id = s["summary"]["best"].as_str().or(s["best"][0].as_str());
     if let Some(bid) = best_id {
         println!("  lineage of the best ({bid}):");
         let mut chain = Vec::new();
@@ -376,6 +386,12 @@ fn print_search(s: &Value, entries: &[Value], all: bool) {
             );
         }
     }
+    if let Some(r) = &report {
+        print_rounds(r);
+        if all {
+            print_grid(r);
+        }
+    }
     if all {
         println!("  archive:");
         for e in entries {
@@ -387,5 +403,89 @@ fn print_search(s: &Value, entries: &[Value], all: bool) {
                 text(&e["candidate"]["note"])
             );
         }
+    }
+}
+
+/// Per-round summaries of a bundled proposer's report: each round's best, and each
+/// idea or move with its outcome.
+fn print_rounds(r: &Value) {
+    let rounds = r["rounds"].as_array().cloned().unwrap_or_default();
+    if rounds.is_empty() {
+        return;
+    }
+    println!(
+        "  rounds ({}, {} mode):",
+        text(&r["strategy"]),
+        text(&r["mode"])
+    );
+    for round in &rounds {
+        println!(
+            "    {:>3}. {:>3} evaluated  best {:>12}{}  {}",
+            text(&round["round"]),
+            text(&round["evaluated"]),
+            round["best_us"].as_f64().map_or("-".into(), fmt_us),
+            if round["improved"] == true {
+                " *"
+            } else {
+                "  "
+            },
+            text(&round["note"])
+        );
+        for t in round["tried"].as_array().into_iter().flatten() {
+            let family = t["family"]
+                .as_str()
+                .map_or(String::new(), |f| format!("[{f}] "));
+            let best = t["best_us"]
+                .as_f64()
+                .map_or(String::new(), |m| format!(" ({})", fmt_us(m)));
+            println!(
+                "           {family}{} → {}{best}",
+                text(&t["idea"]),
+                text(&t["outcome"])
+            );
+        }
+    }
+}
+
+/// The MAP-Elites grid of a report: the elite of every occupied cell, per island.
+fn print_grid(r: &Value) {
+    let Some(grid) = r.get("grid").filter(|g| g.is_object()) else {
+        return;
+    };
+    let axes: Vec<String> = grid["descriptors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(text)
+        .collect();
+    println!(
+        "  map-elites grid (descriptors from {}: {}):",
+        text(&grid["source"]),
+        axes.join(" × ")
+    );
+    let mut cells = grid["cells"].as_array().cloned().unwrap_or_default();
+    cells.sort_by(|a, b| {
+        a["island"].as_u64().cmp(&b["island"].as_u64()).then(
+            a["median_us"]
+                .as_f64()
+                .unwrap_or(f64::MAX)
+                .total_cmp(&b["median_us"].as_f64().unwrap_or(f64::MAX)),
+        )
+    });
+    for c in &cells {
+        let bins: Vec<String> = c["bins"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .zip(&axes)
+            .map(|(b, a)| format!("{a}={}", text(b)))
+            .collect();
+        println!(
+            "    island {}  {:<40} {:>12}  {}",
+            text(&c["island"]),
+            bins.join(" "),
+            c["median_us"].as_f64().map_or("-".into(), fmt_us),
+            text(&c["id"])
+        );
     }
 }

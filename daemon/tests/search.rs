@@ -1,0 +1,523 @@
+//! Searches through a real kilnd on the host backend: the bundled proposers
+//! (hill-climb, idea-branch, map-elites) find a faster correct softmax kernel offline,
+//! idea-branch runs on recorded model replies and recovers from an unusable one, a
+//! search survives `kill -9` of kilnd without re-evaluating anything, and misbehaving
+//! plugins are stopped while another search carries on.
+//!
+//! The proposers are built once per test binary with `scripts/build-plugins.sh` (which
+//! installs them as `target/debug/proposers/NAME.wasm`), and `kiln-plugin-host` with
+//! cargo. The tests run one at a time (timing on a small machine is noisy enough).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, Once};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use common::{Daemon, register};
+use kiln_daemon::client::Client;
+use serde_json::{Value, json};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Builds the proposers, the abuse plugin and the plugin host, once.
+fn build() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let root = repo();
+        let st = std::process::Command::new(root.join("scripts/build-plugins.sh"))
+            .current_dir(&root)
+            .args([
+                "kiln-hill-climb",
+                "kiln-idea-branch",
+                "kiln-map-elites",
+                "kiln-test-plugin-abuse",
+            ])
+            .status()
+            .expect("run scripts/build-plugins.sh");
+        assert!(st.success(), "scripts/build-plugins.sh failed");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = std::process::Command::new(cargo)
+            .current_dir(&root)
+            .args(["build", "-p", "kiln-plugin-host"])
+            .status()
+            .expect("run cargo build");
+        assert!(st.success(), "building kiln-plugin-host failed");
+    });
+}
+
+/// One test at a time: each starts its own kilnd, and parallel timing would be noise.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Timing with enough samples for the interval test, and the installed proposers.
+fn config(extra: &str) -> String {
+    format!(
+        r#"
+[evaluation]
+trials = 2
+run_timeout_ms = 5000
+compile_timeout_secs = 30
+[evaluation.timing]
+warmup = 1
+min_samples = 12
+min_time_ms = 20.0
+max_rse = 0.02
+max_samples = 80
+wall_cap_ms = 1500.0
+fresh_inputs_every = 4
+recheck_fraction = 0.1
+[search]
+proposers_dir = "{}"
+{extra}
+"#,
+        repo().join("target/debug/proposers").display()
+    )
+}
+
+async fn start_search(c: &Client, body: Value) -> String {
+    let (status, v) = c.post("/v1/searches", &body).await.expect("start search");
+    assert_eq!(status, 201, "{v}");
+    v["id"].as_str().expect("id").to_string()
+}
+
+async fn wait_end(c: &Client, id: &str, limit: Duration) -> Value {
+    let t0 = Instant::now();
+    loop {
+        let s = c.get(&format!("/v1/searches/{id}")).await.expect("search");
+        if s["state"] != "running" {
+            return s;
+        }
+        assert!(t0.elapsed() < limit, "search {id} still running: {s}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+async fn archive(c: &Client, id: &str) -> Vec<Value> {
+    let a = c
+        .get(&format!("/v1/searches/{id}/archive"))
+        .await
+        .expect("archive");
+    a["entries"].as_array().cloned().unwrap_or_default()
+}
+
+/// Two-sided 95 % Student t.
+fn t95(df: u64) -> f64 {
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::INFINITY,
+        1..=30 => T[df as usize - 1],
+        _ => 2.0,
+    }
+}
+
+/// The 95 % confidence interval of the mean time of an `ok` evaluation.
+fn ci(eval: &Value) -> (f64, f64) {
+    assert_eq!(eval["verdict"], "ok", "{eval}");
+    let t = &eval["timing"];
+    let (m, sd, n) = (
+        t["mean_us"].as_f64().expect("mean"),
+        t["stdev_us"].as_f64().expect("stdev"),
+        t["n"].as_u64().expect("n"),
+    );
+    let half = t95(n.saturating_sub(1)) * sd / (n as f64).sqrt();
+    (m - half, m + half)
+}
+
+/// The summary document the bundled proposers put in `summary.message`.
+fn report(search: &Value) -> Value {
+    let msg = search["summary"]["message"]
+        .as_str()
+        .expect("summary message");
+    serde_json::from_str(msg).unwrap_or_else(|e| panic!("summary is not JSON ({e}): {msg}"))
+}
+
+/// Asserts the search ended `done` with a best that is correct and faster than the
+/// seed by non-overlapping 95 % intervals and a lower median.
+async fn assert_faster_than_seed(c: &Client, search: &Value) -> (String, Vec<Value>) {
+    let id = search["id"].as_str().expect("id");
+    assert_eq!(search["state"], "done", "{search}");
+    let rep = report(search);
+    let seed = rep["seed"].as_str().expect("seed id").to_string();
+    let best = search["summary"]["best"]
+        .as_str()
+        .expect("a best candidate")
+        .to_string();
+    let entries = archive(c, id).await;
+    let eval_of = |cid: &str| {
+        entries
+            .iter()
+            .find(|e| e["id"] == cid)
+            .map(|e| e["evaluation"].clone())
+            .unwrap_or_else(|| panic!("{cid} is not in the archive"))
+    };
+    let (se, be) = (eval_of(&seed), eval_of(&best));
+    let (s_ci, b_ci) = (ci(&se), ci(&be));
+    let (sm, bm) = (
+        se["timing"]["median_us"].as_f64().expect("median"),
+        be["timing"]["median_us"].as_f64().expect("median"),
+    );
+    eprintln!(
+        "{}: seed {sm:.1} µs {s_ci:.1?}, best {bm:.1} µs {b_ci:.1?} ({:.2}x): {}",
+        search["proposer"],
+        sm / bm,
+        rep["text"]
+    );
+    assert!(bm < sm, "best median {bm} is not below the seed's {sm}");
+    assert!(
+        b_ci.1 < s_ci.0,
+        "intervals overlap: best {b_ci:?}, seed {s_ci:?}"
+    );
+    (best, entries)
+}
+
+async fn offline_search(proposer: &str, cfg: Value, budget: u64) {
+    let d = Daemon::start_with_config(&config(""));
+    let c = d.client();
+    register(&c, &repo().join("problems/softmax-256x4096")).await;
+    let id = start_search(
+        &c,
+        json!({"problem": "softmax-256x4096", "proposer": proposer, "config": cfg,
+               "budget": budget, "seed": 7, "time_limit_secs": 600}),
+    )
+    .await;
+    let s = wait_end(&c, &id, Duration::from_secs(420)).await;
+    let (_, entries) = assert_faster_than_seed(&c, &s).await;
+    let rep = report(&s);
+    assert_eq!(rep["mode"], "offline");
+    assert!(!rep["rounds"].as_array().expect("rounds").is_empty());
+    // Lineage: everything but the seed names a parent from this search, and a note.
+    for e in entries.iter().skip(1) {
+        let parent = e["candidate"]["parent"].as_str().expect("parent");
+        assert!(entries.iter().any(|x| x["id"] == parent), "{e}");
+        assert!(
+            e["candidate"]["note"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty())
+        );
+    }
+    let log = c
+        .get(&format!("/v1/searches/{id}/log"))
+        .await
+        .expect("log")
+        .to_string();
+    if proposer == "map-elites" {
+        assert!(log.contains("fall back to the knob values"), "{log}");
+        assert!(!rep["grid"]["cells"].as_array().expect("grid").is_empty());
+    }
+    if proposer == "idea-branch" {
+        let ideas: Vec<&Value> = rep["rounds"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|r| r["tried"].as_array().into_iter().flatten())
+            .collect();
+        assert!(
+            ideas
+                .iter()
+                .all(|i| i["family"].is_string() && i["outcome"].is_string())
+        );
+        let first_round: Vec<&Value> = rep["rounds"][0]["tried"]
+            .as_array()
+            .expect("tried")
+            .iter()
+            .map(|t| &t["family"])
+            .collect();
+        let mut fams = first_round.clone();
+        fams.dedup();
+        assert_eq!(
+            fams.len(),
+            first_round.len(),
+            "one idea per family: {first_round:?}"
+        );
+        assert!(log.contains("idea ["), "{log}");
+    }
+}
+
+#[test]
+fn hill_climb_offline_beats_the_seed() {
+    build();
+    let _g = serial();
+    runtime().block_on(offline_search(
+        "hill-climb",
+        json!({"mode": "offline", "neighbours": 4}),
+        9,
+    ));
+}
+
+#[test]
+fn idea_branch_offline_beats_the_seed() {
+    build();
+    let _g = serial();
+    runtime().block_on(offline_search(
+        "idea-branch",
+        json!({"mode": "offline", "ideas": 3, "impls": 1}),
+        8,
+    ));
+}
+
+#[test]
+fn map_elites_offline_beats_the_seed() {
+    build();
+    let _g = serial();
+    runtime().block_on(offline_search(
+        "map-elites",
+        json!({"mode": "offline", "islands": 2, "batch": 2, "migrate_every": 1}),
+        11,
+    ));
+}
+
+/// The softmax seed with some knobs set.
+fn softmax_variant(sets: &[(&str, &str)]) -> String {
+    let mut src =
+        std::fs::read_to_string(repo().join("problems/softmax-256x4096/seed.c")).expect("seed.c");
+    for (k, v) in sets {
+        let line = src
+            .lines()
+            .find(|l| l.starts_with(&format!("#define {k} ")))
+            .expect("knob")
+            .to_string();
+        src = src.replace(&line, &format!("#define {k} {v}"));
+    }
+    src
+}
+
+fn code_reply(note: &str, sets: &[(&str, &str)]) -> Value {
+    json!({"content": format!("IDEA: {note}\n\n```c\n{}```\n", softmax_variant(sets))})
+}
+
+#[test]
+fn idea_branch_llm_replay_recovers_from_a_bad_reply() {
+    build();
+    let _g = serial();
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let replay = dir.path().join("replies.jsonl");
+        let ideas1 = json!([
+            {"family": "precision", "name": "float_math", "idea": "accumulate in float and use expf"},
+            {"family": "compute", "name": "cheap_exp", "idea": "call expf instead of exp"}
+        ]);
+        let ideas2 = json!([
+            {"family": "control-flow", "name": "unroll", "idea": "unroll the reductions by 8"},
+            {"family": "asynchrony", "name": "online", "idea": "one pass for max and sum"}
+        ]);
+        let lines = [
+            json!({"content": format!("```json\n{ideas1}\n```")}),
+            json!({"content": "I would accumulate in float; that should be faster."}),
+            code_reply("float accumulators and expf", &[("ACC_T", "float"), ("EXP", "expf")]),
+            code_reply("expf", &[("EXP", "expf")]),
+            json!({"content": format!("```json\n{ideas2}\n```")}),
+            code_reply("unroll by 8", &[("ACC_T", "float"), ("EXP", "expf"), ("UNROLL", "8")]),
+            code_reply("online", &[("ACC_T", "float"), ("EXP", "expf"), ("ONLINE", "1")]),
+        ];
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(&replay, text).expect("replay file");
+        let d = Daemon::start_with_config(&config(&format!(
+            "[llm]\nprovider = \"replay\"\nreplay_file = \"{}\"\n",
+            replay.display()
+        )));
+        let c = d.client();
+        register(&c, &repo().join("problems/softmax-256x4096")).await;
+        let id = start_search(
+            &c,
+            json!({"problem": "softmax-256x4096", "proposer": "idea-branch",
+                   "config": {"mode": "llm", "ideas": 2, "impls": 1, "rounds": 2},
+                   "budget": 10, "seed": 3, "time_limit_secs": 600}),
+        )
+        .await;
+        let s = wait_end(&c, &id, Duration::from_secs(300)).await;
+        assert_eq!(s["state"], "done", "{s}");
+        let rep = report(&s);
+        assert_eq!(rep["mode"], "llm", "{rep}");
+        assert_eq!(rep["rounds"].as_array().map(Vec::len), Some(2), "{rep}");
+        let best = s["summary"]["best"].as_str().expect("best");
+        let entries = archive(&c, &id).await;
+        let be = entries
+            .iter()
+            .find(|e| e["id"] == best)
+            .expect("best in archive");
+        assert_eq!(be["evaluation"]["verdict"], "ok");
+        assert_ne!(Some(best), rep["seed"].as_str(), "a model's kernel won");
+        let calls = c
+            .get(&format!("/v1/searches/{id}/llm-calls"))
+            .await
+            .expect("llm calls");
+        let calls = calls["calls"].as_array().cloned().unwrap_or_default();
+        assert_eq!(calls.len(), 7, "{calls:#?}");
+        // The request after the unusable reply carries it and the parse error.
+        let retry = calls[2]["request"].to_string();
+        assert!(retry.contains("could not be used"), "{retry}");
+        assert!(retry.contains("fenced"), "{retry}");
+        assert!(retry.contains("I would accumulate in float"), "{retry}");
+        let first = calls[0]["request"].to_string();
+        assert!(first.contains("softmax-256x4096") && first.contains("Tolerance"));
+        assert!(calls[1]["request"].to_string().contains("Verdict: ok"));
+    });
+}
+
+#[test]
+fn search_resumes_after_kill9_without_reevaluating() {
+    build();
+    let _g = serial();
+    runtime().block_on(async {
+        let mut d = Daemon::start_with_config(&config(""));
+        let c = d.client();
+        register(&c, &repo().join("problems/softmax-256x4096")).await;
+        let id = start_search(
+            &c,
+            json!({"problem": "softmax-256x4096", "proposer": "hill-climb",
+                   "config": {"mode": "offline", "neighbours": 2, "accept": "median"},
+                   "budget": 10, "seed": 11, "time_limit_secs": 600}),
+        )
+        .await;
+        let t0 = Instant::now();
+        loop {
+            let s = c.get(&format!("/v1/searches/{id}")).await.expect("search");
+            assert_eq!(s["state"], "running", "ended before the kill: {s}");
+            if s["evaluated"].as_u64().unwrap_or(0) >= 4 {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(180));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        d.kill9();
+        d.spawn();
+        let c = d.client();
+        let s = wait_end(&c, &id, Duration::from_secs(300)).await;
+        assert_eq!(s["state"], "done", "{s}");
+        assert_eq!(s["starts"], 2, "{s}");
+        let log = c
+            .get(&format!("/v1/searches/{id}/log"))
+            .await
+            .expect("log")
+            .to_string();
+        assert!(log.contains("resuming at step"), "{log}");
+        let entries = archive(&c, &id).await;
+        assert!(entries.len() > 4);
+        for e in &entries {
+            assert!(e["evaluation"].is_object(), "not evaluated: {e}");
+        }
+        // Every job kilnd ever made: one per candidate.
+        let mut jobs: BTreeMap<String, u32> = BTreeMap::new();
+        for n in 1.. {
+            match c.get(&format!("/v1/jobs/{n}")).await {
+                Ok(j) => {
+                    *jobs
+                        .entry(j["candidate_id"].as_str().expect("cid").into())
+                        .or_default() += 1
+                }
+                Err(_) => break,
+            }
+        }
+        assert_eq!(jobs.len(), entries.len(), "{jobs:?}");
+        assert!(
+            jobs.values().all(|&n| n == 1),
+            "a candidate was evaluated twice: {jobs:?}"
+        );
+    });
+}
+
+fn abuse_wasm() -> String {
+    let p = repo().join("target/plugins/kiln_test_plugin_abuse.wasm");
+    let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+#[test]
+fn plugin_abuse_loop_and_memory_bomb_are_stopped_while_another_search_runs() {
+    build();
+    let _g = serial();
+    runtime().block_on(async {
+        let d = Daemon::start_with_config(&config("plugin_memory_mb = 64"));
+        let c = d.client();
+        register(&c, &repo().join("problems/softmax-256x4096")).await;
+        let good = start_search(
+            &c,
+            json!({"problem": "softmax-256x4096", "proposer": "hill-climb",
+                   "config": {"mode": "offline"}, "budget": 5, "seed": 1}),
+        )
+        .await;
+        let wasm = abuse_wasm();
+        let spin = start_search(
+            &c,
+            json!({"problem": "softmax-256x4096", "proposer": "abuse", "wasm_base64": wasm,
+                   "config": "spin", "time_limit_secs": 5}),
+        )
+        .await;
+        let bomb = start_search(
+            &c,
+            json!({"problem": "softmax-256x4096", "proposer": "abuse", "wasm_base64": wasm,
+                   "config": "membomb"}),
+        )
+        .await;
+        let s = wait_end(&c, &bomb, Duration::from_secs(120)).await;
+        assert_eq!(s["state"], "failed", "{s}");
+        assert!(
+            s["error"].as_str().is_some_and(|e| e.contains("memory")),
+            "{s}"
+        );
+        let s = wait_end(&c, &spin, Duration::from_secs(120)).await;
+        assert_eq!(s["state"], "failed", "{s}");
+        assert!(
+            s["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("wall") || e.contains("time")),
+            "{s}"
+        );
+        let g = c.get(&format!("/v1/searches/{good}")).await.expect("good");
+        assert!(g["state"] == "running" || g["state"] == "done", "{g}");
+        let g = wait_end(&c, &good, Duration::from_secs(300)).await;
+        assert_eq!(g["state"], "done", "{g}");
+    });
+}
+
+#[test]
+fn plugin_abuse_cannot_see_another_searchs_archive() {
+    build();
+    let _g = serial();
+    runtime().block_on(async {
+        let d = Daemon::start_with_config(&config(""));
+        let c = d.client();
+        register(&c, &repo().join("problems/softmax-256x4096")).await;
+        let other = start_search(
+            &c,
+            json!({"problem": "softmax-256x4096", "proposer": "hill-climb",
+                   "config": {"mode": "offline"}, "budget": 4, "seed": 2}),
+        )
+        .await;
+        let o = wait_end(&c, &other, Duration::from_secs(300)).await;
+        assert_eq!(o["state"], "done", "{o}");
+        assert!(archive(&c, &other).await.len() >= 3);
+        let snoop = start_search(
+            &c,
+            json!({"problem": "softmax-256x4096", "proposer": "abuse", "wasm_base64": abuse_wasm(),
+                   "config": "host-calls"}),
+        )
+        .await;
+        let s = wait_end(&c, &snoop, Duration::from_secs(120)).await;
+        assert_eq!(s["state"], "done", "{s}");
+        let msg = s["summary"]["message"].as_str().expect("message");
+        assert!(msg.contains(&format!("search={snoop}")), "{msg}");
+        // It submitted only the seed (which the other search also evaluated): its
+        // archive holds that one candidate, not the other search's.
+        assert!(msg.contains("archive=1;"), "{msg}");
+        assert_eq!(archive(&c, &snoop).await.len(), 1);
+    });
+}
