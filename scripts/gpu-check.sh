@@ -7,8 +7,11 @@
 #   2. the probe: gpu_probe (compile, resources, GPU inputs, correctness, timing with L2
 #      flush and blocking kernel vs plain, NVML telemetry, faults in child processes,
 #      invalid launches); its checks also go to $OUT/gpu-probe.json;
-#   3. GPU tests, when the bundle has any (gpu-tests/*: test binaries, run one at a time);
-#   4. `kiln doctor`, when the bundle has a kiln binary.
+#   3. GPU tests, when the bundle has any (gpu-tests/*: test binaries, one test at a time,
+#      with KILN_WORKER pointing at the bundled kiln-worker and KILN_PROBLEMS at problems/);
+#   4. the bundled kilnd with a temporary socket and state directory (clock policy: the
+#      default, observe): problems/ registered, the vecadd-cuda-1m seed submitted and
+#      waited for, then `kiln doctor`.
 #
 # Everything printed also goes to $OUT/gpu-check.log when $OUT is set.
 # Usage: gpu-check.sh [BUNDLE_DIR]   (default: the directory of this script if it holds
@@ -121,11 +124,36 @@ if [ -d "$bundle/gpu-tests" ]; then
     for t in "$bundle"/gpu-tests/*; do
         [ -x "$t" ] || continue
         echo "--- $(basename "$t")"
-        KILN_GPU_TESTS=1 "$t" --test-threads=1 --include-ignored || status=1
+        KILN_WORKER="$bundle/kiln-worker" KILN_PROBLEMS="$bundle/problems" KILN_GPU_TESTS=1 \
+            "$t" --test-threads=1 --nocapture || status=1
     done
 fi
 
-if [ -x "$bundle/kiln" ]; then
+if [ -x "$bundle/kilnd" ] && [ -x "$bundle/kiln" ]; then
+    section "kilnd end to end"
+    tmp=$(mktemp -d /tmp/kiln-gpu-check.XXXXXX)
+    export KILN_SOCKET="$tmp/kiln.sock"
+    "$bundle/kilnd" --socket "$KILN_SOCKET" --state-dir "$tmp/state" >"$tmp/kilnd.log" 2>&1 &
+    kilnd_pid=$!
+    for _ in $(seq 1 100); do [ -S "$KILN_SOCKET" ] && break; sleep 0.1; done
+    if [ -S "$KILN_SOCKET" ]; then
+        "$bundle/kiln" problems add "$bundle/problems" || status=1
+        "$bundle/kiln" submit --problem vecadd-cuda-1m --seed --backend cuda --wait -o json || status=1
+        for p in softmax-4096x65536 layernorm-16x64x256x256; do
+            "$bundle/kiln" submit --problem "$p" --seed --backend cuda --wait || status=1
+        done
+        section "kiln doctor"
+        "$bundle/kiln" doctor || status=1
+    else
+        echo "kilnd did not start"
+        status=1
+    fi
+    kill "$kilnd_pid" 2>/dev/null
+    wait "$kilnd_pid" 2>/dev/null
+    echo "--- kilnd log (tail)"
+    tail -n 40 "$tmp/kilnd.log"
+    rm -rf "$tmp"
+elif [ -x "$bundle/kiln" ]; then
     section "kiln doctor"
     "$bundle/kiln" doctor || status=1
 fi

@@ -39,6 +39,25 @@ pub struct SandboxConfig {
     pub disable_namespaces: bool,
     /// Bytes a candidate may print in one evaluation before it is stopped.
     pub output_limit_bytes: u64,
+    /// GPU architecture cuda candidates are compiled for (`sm_90`; from the GPU's facts
+    /// at daemon start, see [`SandboxConfig::use_gpu`]).
+    #[serde(default = "default_arch")]
+    pub cuda_arch: String,
+    /// UUID of the GPU this sandbox's GPU workers use (`CUDA_VISIBLE_DEVICES`); `None`:
+    /// CUDA ordinal 0.
+    #[serde(default)]
+    pub gpu_uuid: Option<String>,
+    /// Minor number of that GPU's `/dev/nvidiaN` node; `None`: every GPU node is shown.
+    #[serde(default)]
+    pub gpu_minor: Option<u32>,
+    /// `LD_LIBRARY_PATH` passed to cuda compiles and GPU workers (its directories are
+    /// shown read-only in their jails); defaults to the caller's own.
+    #[serde(default)]
+    pub library_path: Option<String>,
+}
+
+fn default_arch() -> String {
+    crate::cuda::setup::DEFAULT_ARCH.to_string()
 }
 
 impl SandboxConfig {
@@ -55,7 +74,31 @@ impl SandboxConfig {
             cc: PathBuf::from("cc"),
             disable_namespaces: false,
             output_limit_bytes: 1 << 20,
+            cuda_arch: default_arch(),
+            gpu_uuid: None,
+            gpu_minor: None,
+            library_path: std::env::var("LD_LIBRARY_PATH")
+                .ok()
+                .filter(|v| !v.is_empty()),
         }
+    }
+
+    /// Points GPU workers at the first GPU `kiln_cuda::available()` finds; false if none.
+    pub fn use_first_gpu(&mut self) -> bool {
+        match kiln_cuda::available() {
+            Ok(f) if !f.devices.is_empty() => {
+                self.use_gpu(&f.devices[0]);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Points GPU workers at `device` (architecture, UUID, device node).
+    pub fn use_gpu(&mut self, device: &kiln_cuda::DeviceFacts) {
+        self.cuda_arch = device.arch.clone();
+        self.gpu_uuid = Some(device.uuid.clone());
+        self.gpu_minor = crate::cuda::setup::minor_number(&device.uuid);
     }
 }
 
@@ -122,10 +165,13 @@ pub fn backend_status() -> Vec<BackendStatus> {
                 None => "no `cc` on PATH".into(),
             },
         },
-        BackendStatus {
-            name: "cuda".into(),
-            usable: false,
-            reason: "not built yet".into(),
+        {
+            let (usable, reason) = crate::cuda::setup::status();
+            BackendStatus {
+                name: "cuda".into(),
+                usable,
+                reason,
+            }
         },
     ]
 }
@@ -182,6 +228,7 @@ const RO_PATHS: &[&str] = &[
 fn jail_spec(
     cfg: &SandboxConfig,
     role: Role,
+    cuda: bool,
     job: &JobDir,
     limits: Limits,
     payload: &str,
@@ -192,6 +239,23 @@ fn jail_spec(
     if let Ok(level) = std::env::var("KILN_WORKER_LOG") {
         env.push(("KILN_LOG".into(), level));
     }
+    let mut ro_paths: Vec<PathBuf> = RO_PATHS.iter().map(PathBuf::from).collect();
+    let (mut devices, mut optional_ro_paths) = (Vec::new(), Vec::new());
+    if cuda {
+        use crate::cuda::setup;
+        if let Some(lp) = &cfg.library_path {
+            env.push(("LD_LIBRARY_PATH".into(), lp.clone()));
+            ro_paths.extend(setup::library_dirs(Some(lp)));
+        }
+        // Driver caches would be written under $HOME, which a jail does not have.
+        env.push(("CUDA_CACHE_DISABLE".into(), "1".into()));
+        if role == Role::GpuWorker {
+            let visible = cfg.gpu_uuid.clone().unwrap_or_else(|| "0".into());
+            env.push(("CUDA_VISIBLE_DEVICES".into(), visible));
+            devices = setup::device_nodes(cfg.gpu_minor);
+            optional_ro_paths = setup::OPTIONAL_RO.iter().map(PathBuf::from).collect();
+        }
+    }
     Ok(JailSpec {
         role,
         program,
@@ -199,8 +263,10 @@ fn jail_spec(
         env,
         scratch: abs(&job.base.join("work")),
         root_dir: abs(&job.base.join("root")),
-        ro_paths: RO_PATHS.iter().map(PathBuf::from).collect(),
+        ro_paths,
         hidden_paths: cfg.hidden_paths.iter().map(|p| abs(p)).collect(),
+        devices,
+        optional_ro_paths,
         namespaces: !cfg.disable_namespaces,
         limits,
         cgroup: cfg.cgroup_parent.as_ref().map(|parent| CgroupSpec {
@@ -226,30 +292,43 @@ fn protocol_error(e: protocol::ProtocolError, child: &mut jail::JailedChild) -> 
     }
 }
 
-fn compile_failure(message: String, info: CompileInfo) -> Evaluation {
-    let mut e = Evaluation::early(Verdict::CompileError, "host", message);
+fn compile_failure(backend: &str, message: String, info: CompileInfo) -> Evaluation {
+    let mut e = Evaluation::early(Verdict::CompileError, backend, message);
     e.compile = Some(info);
     e
 }
 
-/// Compiles a candidate inside a jailed worker (compile role).
+/// Compiles a candidate inside a jailed worker (compile role): `cc` for C, NVRTC for
+/// CUDA (for [`SandboxConfig::cuda_arch`]).
+///
+/// A cuda compile on a machine without NVRTC is [`SandboxError::BackendUnavailable`], not
+/// a `compile_error`: it is not the candidate's fault, and a `compile_error` would be
+/// cached against the candidate's source.
 pub fn compile(cfg: &SandboxConfig, candidate: &Candidate) -> Result<CompileOutcome, SandboxError> {
-    if candidate.language != Language::C {
-        return Err(SandboxError::BackendUnavailable(
-            "cuda".into(),
-            "not built yet".into(),
-        ));
-    }
+    let cuda = candidate.language == Language::Cuda;
+    let backend = if cuda { "cuda" } else { "host" };
     let refused = |message: String| CompileOutcome {
         artifact: None,
         info: CompileInfo::default(),
-        failure: Some(compile_failure(message, CompileInfo::default())),
+        failure: Some(compile_failure(backend, message, CompileInfo::default())),
         layers: Vec::new(),
     };
     if let Err(e) = candidate.validate() {
         return Ok(refused(e.to_string()));
     }
-    if let Err(e) = flags::check_all(&candidate.flags) {
+    if cuda {
+        if let Err(e) = kiln_cuda::nvrtc::check_flags(&candidate.flags) {
+            return Ok(refused(e.to_string()));
+        }
+        if kiln_cuda::facts::nvrtc_version().is_none() {
+            return Err(SandboxError::BackendUnavailable(
+                "cuda".into(),
+                "libnvrtc.so not found: the CUDA 13 runtime compiler (NVRTC) is not installed \
+                 or not on LD_LIBRARY_PATH"
+                    .into(),
+            ));
+        }
+    } else if let Err(e) = flags::check_all(&candidate.flags) {
         return Ok(refused(e));
     }
     let job = JobDir::new(cfg)?;
@@ -258,9 +337,14 @@ pub fn compile(cfg: &SandboxConfig, candidate: &Candidate) -> Result<CompileOutc
         nofile: 256,
         nproc: 64,
         fsize_bytes: 64 << 20,
-        as_bytes: Some(cfg.memory_limit_bytes),
+        // NVRTC maps large libraries; it never loads the driver, so a limit is fine.
+        as_bytes: Some(if cuda {
+            cfg.memory_limit_bytes.max(8 << 30)
+        } else {
+            cfg.memory_limit_bytes
+        }),
     };
-    let spec = jail_spec(cfg, Role::Compile, &job, limits, "serve")?;
+    let spec = jail_spec(cfg, Role::Compile, cuda, &job, limits, "serve")?;
     let cc = which(&cfg.cc.to_string_lossy()).unwrap_or_else(|| cfg.cc.clone());
     let cc = std::fs::canonicalize(&cc).unwrap_or(cc);
     let deadline = cfg.compile_timeout + Duration::from_secs(10);
@@ -271,6 +355,7 @@ pub fn compile(cfg: &SandboxConfig, candidate: &Candidate) -> Result<CompileOutc
         candidate: candidate.clone(),
         cc,
         timeout_ms: cfg.compile_timeout.as_millis() as u64,
+        arch: cuda.then(|| cfg.cuda_arch.clone()),
     };
     let reply = child
         .stdin
@@ -284,7 +369,7 @@ pub fn compile(cfg: &SandboxConfig, candidate: &Candidate) -> Result<CompileOutc
         return Ok(CompileOutcome {
             artifact: None,
             info: CompileInfo::default(),
-            failure: Some(compile_failure(msg, CompileInfo::default())),
+            failure: Some(compile_failure(backend, msg, CompileInfo::default())),
             layers,
         });
     }
@@ -303,7 +388,7 @@ pub fn compile(cfg: &SandboxConfig, candidate: &Candidate) -> Result<CompileOutc
             message,
         } => Ok(CompileOutcome {
             artifact: None,
-            failure: Some(compile_failure(message, info.clone())),
+            failure: Some(compile_failure(backend, message, info.clone())),
             info,
             layers,
         }),
@@ -332,35 +417,37 @@ pub fn evaluate(
     artifact: &[u8],
     plan: &EvalPlan,
 ) -> Result<Evaluation, SandboxError> {
-    if candidate.language != Language::C {
-        return Err(SandboxError::BackendUnavailable(
-            "cuda".into(),
-            "not built yet".into(),
-        ));
+    let cuda = candidate.language == Language::Cuda;
+    let backend = if cuda { "cuda" } else { "host" };
+    if cuda && let Err(e) = kiln_cuda::available() {
+        return Err(SandboxError::BackendUnavailable("cuda".into(), e.reason));
     }
-    if !problem.reference.contains_key("host") {
+    if !problem.reference.contains_key(backend) {
         return Err(SandboxError::Problem(
             problem.name.clone(),
-            "no host reference".into(),
+            format!("no {backend} reference"),
         ));
     }
     if let Err(e) = candidate.validate() {
         return Ok(Evaluation::early(
             Verdict::InvalidLaunch,
-            "host",
+            backend,
             e.to_string(),
         ));
     }
     let budget = evaluation_budget(plan);
     let job = JobDir::new(cfg)?;
+    // A GPU worker: no RLIMIT_AS (the driver reserves ~2x device memory of address
+    // space), room for the driver's threads and descriptors.
     let limits = Limits {
         cpu_s: budget.as_secs() + 1,
-        nofile: 128,
-        nproc: 32,
+        nofile: if cuda { 512 } else { 128 },
+        nproc: if cuda { 256 } else { 32 },
         fsize_bytes: 1 << 30,
         as_bytes: None,
     };
-    let spec = jail_spec(cfg, Role::Worker, &job, limits, "serve")?;
+    let role = if cuda { Role::GpuWorker } else { Role::Worker };
+    let spec = jail_spec(cfg, role, cuda, &job, limits, "serve")?;
     let mut child = jail::spawn(&cfg.worker_exe, &spec, budget)?;
     let layers = child.report.layers.clone();
     let request = Request::Evaluate {
@@ -384,7 +471,7 @@ pub fn evaluate(
         child.finish();
         let mut e = Evaluation::early(
             Verdict::Timeout,
-            "host",
+            backend,
             format!(
                 "evaluation exceeded its wall budget of {:.0} s; the jail was killed",
                 budget.as_secs_f64()
@@ -398,7 +485,15 @@ pub fn evaluate(
     match response {
         Response::Evaluated { evaluation } => {
             let mut e = *evaluation;
-            e.telemetry = Some(layers_json(&layers));
+            e.telemetry = Some(match e.telemetry.take() {
+                Some(serde_json::Value::Object(mut m)) => {
+                    if let serde_json::Value::Object(jail) = layers_json(&layers) {
+                        m.extend(jail);
+                    }
+                    serde_json::Value::Object(m)
+                }
+                _ => layers_json(&layers),
+            });
             Ok(e)
         }
         Response::Failed { message } => Err(SandboxError::Worker(message)),
@@ -438,7 +533,7 @@ pub fn probe_layers(cfg: &SandboxConfig) -> Vec<LayerStatus> {
         fsize_bytes: 1 << 20,
         as_bytes: None,
     };
-    let spec = match jail_spec(cfg, Role::Worker, &job, limits, "probe") {
+    let spec = match jail_spec(cfg, Role::Worker, false, &job, limits, "probe") {
         Ok(s) => s,
         Err(e) => return vec![LayerStatus::off("jail", e.to_string())],
     };

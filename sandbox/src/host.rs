@@ -9,7 +9,7 @@
 //! - [`compare`]: error metrics and precision tiers;
 //! - [`runner`]: the process that holds candidate code (hostile);
 //! - [`runner_ctl`]: the worker's control of a runner (go, done, stop, read);
-//! - [`evaluate`]: the correctness contract; [`timing`]: the timing phase.
+//! - [`evaluate`]: the runners behind the generic contract (`crate::contract`).
 
 pub mod compare;
 pub mod compile;
@@ -19,4 +19,3 @@ pub mod flags;
 pub mod layout;
 pub mod runner;
 pub mod runner_ctl;
-pub mod timing;

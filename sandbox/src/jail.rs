@@ -39,6 +39,9 @@ pub enum Role {
     Worker,
     /// A runner holding candidate code: applied by the runner itself, never by the helper.
     Runner,
+    /// kiln-worker evaluating on a GPU: the CUDA driver runs in this process (device
+    /// ioctls, shared mappings of `/dev/nvidia*`, driver threads).
+    GpuWorker,
 }
 
 /// Resource limits (setrlimit) for the jailed process and its children.
@@ -92,6 +95,14 @@ pub struct JailSpec {
     pub ro_paths: Vec<PathBuf>,
     /// Host paths hidden behind an empty read-only tmpfs (or /dev/null for files).
     pub hidden_paths: Vec<PathBuf>,
+    /// Device nodes bound at the same path inside the private root (GPU workers: their
+    /// `/dev/nvidia*` nodes). Best effort: a node that cannot be bound is left out.
+    #[serde(default)]
+    pub devices: Vec<PathBuf>,
+    /// Host paths shown read-only when they exist and can be bound (GPU workers:
+    /// `/proc/driver/nvidia`, PCI parts of `/sys`). Best effort.
+    #[serde(default)]
+    pub optional_ro_paths: Vec<PathBuf>,
     /// Try the user, PID, network, mount and IPC namespaces.
     pub namespaces: bool,
     /// rlimits.
@@ -140,6 +151,9 @@ impl JailSpec {
         }
         for p in &self.hidden_paths {
             abs("hidden_paths", p)?;
+        }
+        for p in self.devices.iter().chain(&self.optional_ro_paths) {
+            abs("devices", p)?;
         }
         if self.args.iter().any(|a| a.contains('\0')) {
             return Err(SpecError::Malformed("args"));

@@ -9,7 +9,9 @@
 //! - [`jail`]: start a command isolated from the host (namespaces, private root, rlimits,
 //!   cgroup, `no_new_privs`, seccomp, parent-death signal, tree kill on a deadline).
 //! - [`protocol`]: the framed messages between caller and worker.
-//! - [`host`]: the host backend (C on the CPU) and the evaluation contract.
+//! - [`contract`]: the evaluation contract (design guide §5), generic over a backend.
+//! - [`host`]: the host backend (C on the CPU).
+//! - [`cuda`]: the cuda backend (NVRTC, kernels on the worker's GPU through `kiln-cuda`).
 //!
 //! Errors ([`SandboxError`]) are infrastructure failures only; anything a candidate does
 //! ends as a verdict inside an [`kiln_types::Evaluation`].
@@ -33,6 +35,8 @@
 #![deny(missing_docs)]
 
 mod api;
+pub mod contract;
+pub mod cuda;
 mod error;
 pub mod host;
 pub mod jail;

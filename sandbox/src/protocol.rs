@@ -26,7 +26,7 @@
 //!
 //! One request per worker process: each job gets a fresh jail. Closing stdin tells an idle
 //! worker to exit. The worker's stderr carries its tracing log and is not part of the
-//! protocol. Every backend (host today, cuda next) speaks these same messages; the
+//! protocol. Every backend (host and cuda) speaks these same messages; the
 //! candidate's `language` picks the backend inside the worker.
 //!
 //! Candidate code never writes to these pipes: it runs in a separate runner process (see
@@ -166,6 +166,9 @@ pub enum Request {
         cc: PathBuf,
         /// Wall-clock limit for the compiler, milliseconds.
         timeout_ms: u64,
+        /// GPU architecture for cuda compiles (`sm_90`); ignored by the host backend.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arch: Option<String>,
     },
     /// Evaluate a compiled candidate; blobs: reference artifact, candidate artifact.
     Evaluate {

@@ -1,8 +1,11 @@
 //! `kiln-worker serve`: the trusted process inside the jail. Reads one request from stdin,
 //! dispatches on the candidate's language to a backend, writes one response to stdout.
 //!
-//! Candidate code never runs in this process: compiles run the system compiler as a
-//! child, evaluations run candidate code in runner children (see `host::runner`).
+//! Host candidates never run in this process: compiles run the system compiler as a
+//! child, evaluations run candidate code in runner children (see `host::runner`). Cuda
+//! candidates compile in-process (NVRTC) and run on the GPU this worker holds; a GPU
+//! fault or timeout poisons the context, so the worker answers and exits (one request per
+//! process in any case).
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -10,8 +13,8 @@ use std::time::Duration;
 
 use kiln_types::Language;
 
-use crate::host;
 use crate::protocol::{self, PROTOCOL_VERSION, ProtocolError, Request, Response};
+use crate::{cuda, host};
 
 /// Serves one request on stdin/stdout; returns the exit status.
 pub fn serve(tag: &str) -> i32 {
@@ -50,6 +53,7 @@ fn serve_on(
             candidate,
             cc,
             timeout_ms,
+            arch,
             ..
         } => match candidate.language {
             Language::C => {
@@ -64,11 +68,23 @@ fn serve_on(
                     None => protocol::write_message(output, &r, &[]),
                 }
             }
-            Language::Cuda => protocol::write_message(
-                output,
-                &failed("the cuda backend is not built yet".into()),
-                &[],
-            ),
+            Language::Cuda => {
+                let arch = arch.unwrap_or_else(|| cuda::setup::DEFAULT_ARCH.to_string());
+                match cuda::compile::compile(&candidate, &arch) {
+                    Ok(c) => {
+                        let r = Response::Compiled {
+                            ok: c.artifact.is_some(),
+                            info: c.info,
+                            message: c.message,
+                        };
+                        match &c.artifact {
+                            Some(a) => protocol::write_message(output, &r, &[a]),
+                            None => protocol::write_message(output, &r, &[]),
+                        }
+                    }
+                    Err(e) => protocol::write_message(output, &failed(e), &[]),
+                }
+            }
         },
         Request::Evaluate {
             problem,
@@ -104,7 +120,21 @@ fn serve_on(
                         Err(message) => failed(message),
                     }
                 }
-                Language::Cuda => failed("the cuda backend is not built yet".into()),
+                Language::Cuda => {
+                    let job = cuda::target::Job {
+                        problem: &problem,
+                        candidate: &candidate,
+                        plan: &plan,
+                        reference_artifact: reference,
+                        candidate_artifact: artifact,
+                    };
+                    match cuda::target::evaluate(job) {
+                        Ok(evaluation) => Response::Evaluated {
+                            evaluation: Box::new(evaluation),
+                        },
+                        Err(message) => failed(message),
+                    }
+                }
             };
             protocol::write_message(output, &r, &[])
         }

@@ -156,6 +156,8 @@ fn shell_spec(
         root_dir: job.join("root"),
         ro_paths,
         hidden_paths: hidden,
+        devices: Vec::new(),
+        optional_ro_paths: Vec::new(),
         namespaces,
         limits: Limits {
             cpu_s: 10,

@@ -177,7 +177,23 @@ pub fn get(buf: &[u8], dtype: Dtype, i: usize) -> f64 {
         Dtype::I32 => f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])),
         Dtype::I64 => i64::from_le_bytes(b8) as f64,
         Dtype::U8 => f64::from(c[0]),
-        Dtype::F16 | Dtype::Bf16 => f64::NAN,
+        Dtype::F16 => f16_to_f64(u16::from_le_bytes([c[0], c[1]])),
+        Dtype::Bf16 => f64::from(f32::from_bits(
+            u32::from(u16::from_le_bytes([c[0], c[1]])) << 16,
+        )),
+    }
+}
+
+/// An IEEE binary16 value as f64 (the cuda backend's fp16 tensors).
+pub fn f16_to_f64(h: u16) -> f64 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = i32::from((h >> 10) & 0x1f);
+    let man = f64::from(h & 0x3ff);
+    match exp {
+        0 => sign * man * 2f64.powi(-24),
+        0x1f if man == 0.0 => sign * f64::INFINITY,
+        0x1f => f64::NAN,
+        e => sign * (1.0 + man / 1024.0) * 2f64.powi(e - 15),
     }
 }
 
@@ -201,6 +217,11 @@ mod tests {
         let (n, first) = unwritten(&a, Dtype::F32);
         assert_eq!(n, 1023);
         assert_eq!(first[..3], [0, 1, 3]);
+        assert_eq!(f16_to_f64(0x3c00), 1.0);
+        assert_eq!(f16_to_f64(0xc000), -2.0);
+        assert_eq!(f16_to_f64(0x7bff), 65504.0);
+        assert_eq!(f16_to_f64(0x0001), 2f64.powi(-24));
+        assert!(f16_to_f64(0x7e00).is_nan());
         // Arithmetic on the poison gives a quiet NaN, which does not count as unwritten.
         let q = f32::from_bits(POISON_F32) + 1.0;
         assert_ne!(q.to_bits(), POISON_F32);

@@ -1,7 +1,6 @@
-//! The evaluation contract of design guide §5 for the host backend: correctness trials on
-//! fresh inputs from the secret seed (plus the shifted/scaled trial), poisoned outputs,
-//! input tamper checks, run-twice determinism, error metrics against the reference, the
-//! precision tier; then timing (see [`super::timing`]) and the roofline floor check.
+//! The host backend's side of the evaluation contract: [`HostTarget`] implements
+//! [`crate::contract::Target`] over two runner processes, and [`evaluate`] sets them up
+//! and hands them to the generic [`crate::contract::Session`], which owns the verdicts.
 //!
 //! The reference and the candidate run in two separate runners with separate memfds: the
 //! reference's outputs are copied into this (trusted) process, compared after the
@@ -10,21 +9,16 @@
 use std::path::Path;
 use std::time::Duration;
 
-use kiln_types::{
-    Candidate, ErrorMetrics, EvalPlan, Evaluation, Evidence, ProblemSpec, Role, TimingStats,
-    Verdict,
-};
+use kiln_types::{Candidate, Dtype, EvalPlan, Evaluation, ProblemSpec, Role, Verdict};
 
-use super::compare;
 use super::data;
 use super::layout::{self, Kind, Layout};
 use super::runner_ctl::{RunEnd, Runner, RunnerConfig};
+use crate::contract::{Outputs, RunFailure, Session, Target};
 use crate::protocol::RunLimits;
 
 /// One drawn input set: (tensor name, bytes, blake3 of the bytes).
 pub type Inputs = Vec<(String, Vec<u8>, blake3::Hash)>;
-/// Output tensors: (name, bytes).
-pub type Outputs = Vec<(String, Vec<u8>)>;
 
 /// What the worker hands to [`evaluate`].
 pub struct Job<'a> {
@@ -46,36 +40,14 @@ pub struct Job<'a> {
     pub tag: &'a str,
 }
 
-/// Why an evaluation ended before its last step.
-#[derive(Debug)]
-pub enum Stop {
-    /// The candidate earned this verdict.
-    Verdict(Box<Evaluation>),
-    /// Something that is not the candidate's fault (the reference misbehaved).
-    Infra(String),
-}
-
-impl From<Box<Evaluation>> for Stop {
-    fn from(e: Box<Evaluation>) -> Stop {
-        Stop::Verdict(e)
-    }
-}
-
-/// A step of the contract.
-pub type Step<T> = Result<T, Stop>;
-
-/// An evaluation in progress.
-pub struct Session<'a> {
-    /// The problem.
-    pub problem: &'a ProblemSpec,
-    /// The plan.
-    pub plan: &'a EvalPlan,
+/// The host backend's mechanics: a reference runner and a candidate runner, each with its
+/// own memfd, so the reference's outputs are never in memory the candidate can reach.
+pub struct HostTarget<'a> {
+    problem: &'a ProblemSpec,
     /// The reference runner.
     pub reference: Runner,
     /// The candidate runner.
     pub candidate: Runner,
-    /// Evidence gathered so far.
-    pub evidence: Evidence,
     /// Per-run wall limit.
     pub run_timeout: Duration,
 }
@@ -133,14 +105,13 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
         ..base
     };
     let (candidate, ready) = Runner::spawn(&cand_cfg, cand_layout, cand_calls)?;
-    let mut session = Session {
+    let target = HostTarget {
         problem,
-        plan: job.plan,
         reference,
         candidate,
-        evidence: Evidence::default(),
         run_timeout,
     };
+    let mut session = Session::new(problem, job.plan, target);
     match ready {
         Ok(r) if !r.missing.is_empty() => {
             return Ok(session.verdict(
@@ -161,204 +132,32 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
             ));
         }
         Ok(_) => {}
-        Err(end) => return Ok(*session.run_end_verdict(end, "loading the artifact")),
+        Err(end) => {
+            let f = session.target.failure(end);
+            return Ok(*session.failure_verdict(f, "loading the artifact"));
+        }
     }
-    match session.run_contract() {
-        Ok(e) | Err(Stop::Verdict(e)) => Ok(*e),
-        Err(Stop::Infra(msg)) => Err(msg),
-    }
+    session.run()
 }
 
 fn early(v: Verdict, msg: String) -> Evaluation {
     Evaluation::early(v, "host", msg)
 }
 
-impl Session<'_> {
-    /// An evaluation with the evidence gathered so far.
-    pub fn verdict(&self, verdict: Verdict, message: String) -> Evaluation {
-        let mut evidence = self.evidence.clone();
-        evidence.output_excerpt = self.candidate.output_excerpt();
-        Evaluation {
-            verdict,
-            message,
-            backend: "host".into(),
-            compile: None,
-            evidence,
-            timing: None,
-            tier: None,
-            telemetry: None,
+impl HostTarget<'_> {
+    /// The contract's failure for a run that did not answer `D`.
+    fn failure(&self, end: RunEnd) -> RunFailure {
+        match end {
+            RunEnd::Timeout => RunFailure::Timeout(format!(
+                "no answer within the run timeout of {} ms; runner killed",
+                self.run_timeout.as_millis()
+            )),
+            RunEnd::Died(fault) => RunFailure::Fault(fault),
+            RunEnd::Flood(n) => RunFailure::Fault(format!(
+                "output flood: {n} bytes written to stdout/stderr; runner killed"
+            )),
+            RunEnd::Done(_) => RunFailure::Fault("runner answered unexpectedly".into()),
         }
-    }
-
-    /// The verdict for a run that did not answer `D`.
-    pub fn run_end_verdict(&mut self, end: RunEnd, during: &str) -> Box<Evaluation> {
-        self.evidence.deciding_trial = Some(during.to_string());
-        Box::new(match end {
-            RunEnd::Timeout => self.verdict(
-                Verdict::Timeout,
-                format!(
-                    "{during}: no answer within the run timeout of {} ms; runner killed",
-                    self.run_timeout.as_millis()
-                ),
-            ),
-            RunEnd::Died(fault) => {
-                self.evidence.fault = Some(fault.clone());
-                self.verdict(Verdict::RuntimeFault, format!("{during}: {fault}"))
-            }
-            RunEnd::Flood(n) => {
-                let fault =
-                    format!("output flood: {n} bytes written to stdout/stderr; runner killed");
-                self.evidence.fault = Some(fault.clone());
-                self.verdict(Verdict::RuntimeFault, format!("{during}: {fault}"))
-            }
-            RunEnd::Done(_) => self.verdict(Verdict::Ok, String::new()),
-        })
-    }
-
-    fn run_contract(&mut self) -> Step<Box<Evaluation>> {
-        let t0 = std::time::Instant::now();
-        let worst_rel_l2 = self.correctness()?;
-        tracing::debug!("correctness took {:?}", t0.elapsed());
-        let tier = compare::tier(worst_rel_l2);
-        if let Some(req) = self.problem.required_tier
-            && tier > req
-        {
-            let mut e = self.verdict(
-                Verdict::WrongAnswer,
-                format!("delivers {tier:?} precision (relative L2 {worst_rel_l2:.2e}); the problem requires {req:?}"),
-            );
-            e.tier = Some(tier);
-            return Err(Box::new(e).into());
-        }
-        let t1 = std::time::Instant::now();
-        let stats = super::timing::time(self)?;
-        tracing::debug!("timing took {:?}", t1.elapsed());
-        let mut e = self.floor_check(&stats);
-        e.tier = Some(tier);
-        e.timing = Some(stats);
-        Ok(Box::new(e))
-    }
-
-    /// Correctness trials; returns the worst relative L2 error seen.
-    fn correctness(&mut self) -> Step<f64> {
-        let shifted = self
-            .problem
-            .tensors
-            .iter()
-            .any(|t| t.role == Role::Input && t.shifted_trial && t.dtype.is_float());
-        let normal = self.plan.trials.max(1);
-        let total = normal + u32::from(shifted);
-        let mut worst: Vec<ErrorMetrics> = Vec::new();
-        let mut worst_rel = 0.0f64;
-        for t in 0..total {
-            let is_shifted = t >= normal;
-            let label = if is_shifted {
-                format!("trial {} (shifted: mean 1000, std 0.1)", t + 1)
-            } else {
-                format!("trial {}", t + 1)
-            };
-            let inputs = self.draw("trial", u64::from(t), is_shifted);
-            let want = self.reference_outputs(&inputs)?;
-            let a = self.candidate_run(&inputs, &format!("{label}, run 1"))?.0;
-            let b = self.candidate_run(&inputs, &format!("{label}, run 2"))?.0;
-            self.evidence.trials_run += 1;
-            let tol = self.problem.tolerance;
-            let ma = self.metrics(&a, &want);
-            let mb = self.metrics(&b, &want);
-            let diffs: u64 = a
-                .iter()
-                .zip(&b)
-                .map(|((_, x), (_, y))| compare::bitwise_diffs(x, y, self.dtype(&a[0].0)))
-                .sum();
-            self.evidence.bitwise_diffs += diffs;
-            let a_ok = ma.iter().all(|m| m.mismatches == 0);
-            let b_ok = mb.iter().all(|m| m.mismatches == 0);
-            let agree = diffs == 0
-                || a.iter()
-                    .zip(&b)
-                    .all(|((n, x), (_, y))| compare::agree(x, y, self.dtype(n), tol));
-            if !a_ok && !b_ok && agree {
-                self.evidence.deciding_trial = Some(label.clone());
-                self.evidence.errors = ma.clone();
-                let worst_m = ma.iter().max_by(|x, y| x.mismatches.cmp(&y.mismatches));
-                let msg = worst_m.map_or(String::new(), |m| {
-                    format!(
-                        "{}: {} of its elements outside tolerance (max abs {:.3e}, rel L2 {:.3e})",
-                        m.tensor, m.mismatches, m.max_abs, m.rel_l2
-                    )
-                });
-                return Err(Box::new(
-                    self.verdict(Verdict::WrongAnswer, format!("{label}: {msg}")),
-                )
-                .into());
-            }
-            if !(a_ok && b_ok && agree) {
-                self.evidence.deciding_trial = Some(label.clone());
-                self.evidence.errors = if a_ok { mb.clone() } else { ma.clone() };
-                return Err(Box::new(self.verdict(
-                    Verdict::Nondeterministic,
-                    format!(
-                        "{label}: two runs on the same inputs disagree beyond the tolerance \
-                         ({diffs} elements differ bitwise; run 1 {}, run 2 {})",
-                        if a_ok { "correct" } else { "wrong" },
-                        if b_ok { "correct" } else { "wrong" }
-                    ),
-                ))
-                .into());
-            }
-            if diffs > 0 {
-                self.evidence.notes.push(format!(
-                    "{label}: {diffs} elements differ bitwise between two runs on the same inputs (within tolerance)"
-                ));
-            }
-            self.evidence.trials_passed += 1;
-            for m in ma.into_iter().chain(mb) {
-                if m.rel_l2 >= worst_rel {
-                    worst_rel = m.rel_l2;
-                    worst.retain(|w| w.tensor != m.tensor);
-                    worst.push(m);
-                }
-            }
-        }
-        self.evidence.errors = worst;
-        Ok(worst_rel)
-    }
-
-    fn dtype(&self, name: &str) -> kiln_types::Dtype {
-        self.problem
-            .tensor(name)
-            .map_or(kiln_types::Dtype::F32, |t| t.dtype)
-    }
-
-    /// Error metrics of every output.
-    pub fn metrics(&self, got: &Outputs, want: &Outputs) -> Vec<ErrorMetrics> {
-        got.iter()
-            .zip(want)
-            .map(|((name, g), (_, w))| {
-                compare::metrics(name, g, w, self.dtype(name), self.problem.tolerance)
-            })
-            .collect()
-    }
-
-    /// Draws an input set from the secret seed.
-    pub fn draw(&self, purpose: &str, index: u64, shifted: bool) -> Inputs {
-        let mut rng = data::rng_for(self.plan.seed, purpose, index);
-        self.problem
-            .tensors
-            .iter()
-            .filter(|t| t.role == Role::Input)
-            .map(|t| {
-                let mut bytes = vec![0u8; t.bytes() as usize];
-                let init = if shifted && t.shifted_trial && t.dtype.is_float() {
-                    data::SHIFTED
-                } else {
-                    t.init
-                };
-                data::fill(&mut bytes, t.dtype, init, &mut rng);
-                let hash = blake3::hash(&bytes);
-                (t.name.clone(), bytes, hash)
-            })
-            .collect()
     }
 
     /// Writes inputs, poisons outputs and zeroes scratch of a runner.
@@ -376,7 +175,7 @@ impl Session<'_> {
         }
     }
 
-    fn outputs(runner: &Runner) -> Outputs {
+    fn read_outputs(runner: &Runner) -> Outputs {
         runner
             .layout
             .buffers
@@ -386,21 +185,72 @@ impl Session<'_> {
             .collect()
     }
 
-    /// Runs the trusted reference on `inputs` and returns its outputs (then scrubs them).
-    pub fn reference_outputs(&mut self, inputs: &Inputs) -> Step<Outputs> {
+    fn go(&mut self, inputs: &Inputs) -> Result<f64, RunFailure> {
+        Self::prepare(&mut self.candidate, inputs);
+        match self.candidate.run(b'G', self.run_timeout) {
+            RunEnd::Done(d) => Ok(d.as_secs_f64() * 1e6),
+            end => Err(self.failure(end)),
+        }
+    }
+}
+
+/// Empty round trips used to measure the timer's overhead.
+const OVERHEAD_ROUNDS: usize = 16;
+
+impl Target for HostTarget<'_> {
+    type Inputs = Inputs;
+
+    fn backend(&self) -> &'static str {
+        "host"
+    }
+
+    fn draw(
+        &mut self,
+        seed: u64,
+        purpose: &str,
+        index: u64,
+        shifted: bool,
+    ) -> Result<Inputs, String> {
+        let mut rng = data::rng_for(seed, purpose, index);
+        Ok(self
+            .problem
+            .tensors
+            .iter()
+            .filter(|t| t.role == Role::Input)
+            .map(|t| {
+                let mut bytes = vec![0u8; t.bytes() as usize];
+                let init = if shifted && t.shifted_trial && t.dtype.is_float() {
+                    data::SHIFTED
+                } else {
+                    t.init
+                };
+                data::fill(&mut bytes, t.dtype, init, &mut rng);
+                let hash = blake3::hash(&bytes);
+                (t.name.clone(), bytes, hash)
+            })
+            .collect())
+    }
+
+    fn reference(&mut self, inputs: &Inputs) -> Result<Outputs, String> {
         Self::prepare(&mut self.reference, inputs);
         let end = self
             .reference
             .run(b'G', self.run_timeout.max(Duration::from_secs(10)) * 4);
-        let infra = |what: String| Stop::Infra(format!("the reference kernel {what}"));
         if !matches!(end, RunEnd::Done(_)) {
-            return Err(infra(format!("did not finish: {end:?}")));
+            return Err(format!("did not finish: {end:?}"));
         }
-        let out = Self::outputs(&self.reference);
-        for (name, bytes) in &out {
-            if data::unwritten(bytes, self.dtype(name)).0 > 0 {
-                return Err(infra(format!("left {name} partly unwritten")));
-            }
+        let out = Self::read_outputs(&self.reference);
+        // Check before scrubbing: the contract refuses a reference that left holes.
+        let holes: Vec<String> = out
+            .iter()
+            .filter(|(name, bytes)| {
+                let dtype = self.problem.tensor(name).map_or(Dtype::F32, |t| t.dtype);
+                data::unwritten(bytes, dtype).0 > 0
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        if let Some(name) = holes.first() {
+            return Err(format!("left {name} partly unwritten"));
         }
         let buffers = self.reference.layout.buffers.clone();
         for b in buffers.iter().filter(|b| b.kind == Kind::Output) {
@@ -409,85 +259,46 @@ impl Session<'_> {
         Ok(out)
     }
 
-    /// Runs the candidate once on `inputs` and applies the per-run checks (fault, timeout,
-    /// tampered inputs, unwritten outputs). Returns the outputs and the time.
-    pub fn candidate_run(&mut self, inputs: &Inputs, label: &str) -> Step<(Outputs, Duration)> {
-        Self::prepare(&mut self.candidate, inputs);
-        let elapsed = match self.candidate.run(b'G', self.run_timeout) {
-            RunEnd::Done(d) => d,
-            end => return Err(self.run_end_verdict(end, label).into()),
-        };
-        let tampered: Vec<String> = inputs
+    fn run(&mut self, inputs: &Inputs) -> Result<f64, RunFailure> {
+        self.go(inputs)
+    }
+
+    fn sample(&mut self, inputs: &Inputs) -> Result<f64, RunFailure> {
+        self.go(inputs)
+    }
+
+    fn tampered(&mut self, inputs: &Inputs) -> Result<Vec<String>, RunFailure> {
+        Ok(inputs
             .iter()
             .filter(|(name, _, hash)| blake3::hash(self.candidate.bytes(name)) != *hash)
             .map(|(name, _, _)| name.clone())
-            .collect();
-        if !tampered.is_empty() {
-            self.evidence.deciding_trial = Some(label.to_string());
-            self.evidence.tampered_inputs = tampered.clone();
-            return Err(Box::new(self.verdict(
-                Verdict::InputTampered,
-                format!(
-                    "{label}: input tampered: {} changed during the run",
-                    tampered.join(", ")
-                ),
-            ))
-            .into());
-        }
-        let out = Self::outputs(&self.candidate);
-        let unwritten: Vec<(String, u64, Vec<u64>)> = out
-            .iter()
-            .filter_map(|(name, bytes)| {
-                let (n, first) = data::unwritten(bytes, self.dtype(name));
-                (n > 0).then(|| (name.clone(), n, first))
-            })
-            .collect();
-        if !unwritten.is_empty() {
-            self.evidence.deciding_trial = Some(label.to_string());
-            let desc: Vec<String> = unwritten
-                .iter()
-                .map(|(n, c, f)| format!("{n}: {c} elements unwritten (first at {f:?})"))
-                .collect();
-            self.evidence.unwritten = unwritten;
-            return Err(Box::new(self.verdict(
-                Verdict::IncompleteOutput,
-                format!("{label}: {}", desc.join("; ")),
-            ))
-            .into());
-        }
-        Ok((out, elapsed))
+            .collect())
     }
 
-    /// `implausible_time` when the median is below the roofline floor, else `ok`.
-    fn floor_check(&self, stats: &TimingStats) -> Evaluation {
-        let r = self.problem.roofline;
-        let mut floor_s = 0.0f64;
-        if self.plan.peak_bytes_per_s > 0.0 && r.min_bytes > 0 {
-            floor_s = floor_s.max(r.min_bytes as f64 / self.plan.peak_bytes_per_s);
+    fn outputs(&mut self) -> Result<Outputs, RunFailure> {
+        Ok(Self::read_outputs(&self.candidate))
+    }
+
+    fn unwritten(&self, bytes: &[u8], dtype: Dtype) -> (u64, Vec<u64>) {
+        data::unwritten(bytes, dtype)
+    }
+
+    fn overhead(&mut self) -> Result<f64, RunFailure> {
+        let mut empty = Vec::with_capacity(OVERHEAD_ROUNDS);
+        for _ in 0..OVERHEAD_ROUNDS {
+            match self.candidate.run(b'E', self.run_timeout) {
+                RunEnd::Done(d) => empty.push(d.as_secs_f64() * 1e6),
+                end => return Err(self.failure(end)),
+            }
         }
-        if self.plan.peak_flops > 0.0 && r.flops > 0 {
-            floor_s = floor_s.max(r.flops as f64 / self.plan.peak_flops);
-        }
-        let median_s = stats.median_us * 1e-6;
-        if floor_s > 0.0 && median_s < floor_s {
-            return self.verdict(
-                Verdict::ImplausibleTime,
-                format!(
-                    "median {:.3} us is below the roofline floor of {:.3} us: the work cannot have been done",
-                    stats.median_us,
-                    floor_s * 1e6
-                ),
-            );
-        }
-        self.verdict(
-            Verdict::Ok,
-            format!(
-                "correct on {} trials; median {:.2} us over {} samples (rse {:.2} %)",
-                self.evidence.trials_passed,
-                stats.median_us,
-                stats.n,
-                stats.rse * 100.0
-            ),
-        )
+        Ok(crate::contract::timing::median(&mut empty))
+    }
+
+    fn outputs_every_sample(&self) -> bool {
+        true
+    }
+
+    fn output_excerpt(&self) -> Option<String> {
+        self.candidate.output_excerpt()
     }
 }

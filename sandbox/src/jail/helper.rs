@@ -207,13 +207,31 @@ fn child(
             &spec.scratch,
             &spec.program,
             &spec.ro_paths,
+            mounts::Extra {
+                devices: &spec.devices,
+                ro: &spec.optional_ro_paths,
+            },
         ) {
             Ok(inside) => {
+                let extra = spec.devices.len() + spec.optional_ro_paths.len();
                 layers.push(LayerStatus::on(
                     "private-root",
                     format!(
-                        "read-only root with {} system paths; writable /scratch only",
-                        spec.ro_paths.len()
+                        "read-only root with {} system paths{}; writable /scratch only{}",
+                        spec.ro_paths.len(),
+                        if extra > 0 {
+                            format!(
+                                ", {} device nodes and driver paths",
+                                extra - inside.skipped.len()
+                            )
+                        } else {
+                            String::new()
+                        },
+                        if inside.skipped.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" (left out: {})", inside.skipped.join("; "))
+                        }
                     ),
                 ));
                 program = inside.program;

@@ -27,6 +27,16 @@ pub struct Inside {
     pub program: PathBuf,
     /// The scratch directory.
     pub scratch: PathBuf,
+    /// Best-effort binds that were left out, and why.
+    pub skipped: Vec<String>,
+}
+
+/// Optional extra binds: device nodes (writable) and read-only paths.
+pub struct Extra<'a> {
+    /// Device nodes.
+    pub devices: &'a [PathBuf],
+    /// Read-only paths.
+    pub ro: &'a [PathBuf],
 }
 
 const TMPFS: &CStr = c"tmpfs";
@@ -96,6 +106,7 @@ pub fn enter_private_root(
     scratch: &Path,
     program: &Path,
     ro_paths: &[PathBuf],
+    extra: Extra,
 ) -> Result<Inside, (String, bool)> {
     let pre = |e: String| (e, false);
     sys::mount(
@@ -121,6 +132,55 @@ pub fn enter_private_root(
         let dst = under(root_dir, src);
         if prepare_target(src, &dst).map_err(pre)? {
             bind(src, &dst, node != "/dev/null").map_err(pre)?;
+        }
+    }
+    let mut skipped = Vec::new();
+    let optional = extra
+        .devices
+        .iter()
+        .map(|p| (p, false))
+        .chain(extra.ro.iter().map(|p| (p, true)));
+    for (p, read_only) in optional {
+        if fs::symlink_metadata(p).is_err() {
+            continue;
+        }
+        let dst = under(root_dir, p);
+        let done = prepare_target(p, &dst).and_then(|need| {
+            if need {
+                bind(p, &dst, read_only)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = done {
+            skipped.push(e);
+        }
+    }
+    if !extra.devices.is_empty() {
+        // A device worker (the CUDA driver) reads /proc/self/* and /proc/driver/nvidia and
+        // may use POSIX shared memory: give it a fresh procfs of its own PID namespace
+        // (no host processes in it) and a small private /dev/shm.
+        let proc_in = root_dir.join("proc");
+        fs::create_dir_all(&proc_in).map_err(|e| pre(step("mkdir", &proc_in, e)))?;
+        if let Err(e) = sys::mount(
+            Path::new("proc"),
+            &proc_in,
+            Some(c"proc"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            None,
+        ) {
+            skipped.push(step("mount proc on", &proc_in, e));
+        }
+        let shm_in = root_dir.join("dev/shm");
+        fs::create_dir_all(&shm_in).map_err(|e| pre(step("mkdir", &shm_in, e)))?;
+        if let Err(e) = sys::mount(
+            Path::new("tmpfs"),
+            &shm_in,
+            Some(TMPFS),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            Some(c"size=64m,mode=1777"),
+        ) {
+            skipped.push(step("mount tmpfs on", &shm_in, e));
         }
     }
     let scratch_in = root_dir.join("scratch");
@@ -155,6 +215,7 @@ pub fn enter_private_root(
     Ok(Inside {
         program: PathBuf::from("/kiln").join(name),
         scratch: PathBuf::from("/scratch"),
+        skipped,
     })
 }
 

@@ -5,6 +5,14 @@
 //!   (`cc1`, `as`, `ld`). Needs files and processes, never the network.
 //! - [`Role::Worker`]: kiln-worker evaluating. Spawns runners, maps the shared buffers,
 //!   stops and resumes runners. The runners inherit this filter and add their own.
+//! - [`Role::GpuWorker`]: kiln-worker evaluating on a GPU: [`Role::Worker`] plus what the
+//!   CUDA driver and NVML need ([`GPU_EXTRA`]): any `ioctl` (the driver's interface is
+//!   ioctls on `/dev/nvidia*`, which are the only devices in its private root besides
+//!   null/zero/urandom), threads, eventfds, epoll, NUMA memory policy, `AF_UNIX` sockets
+//!   only. Everything not listed (ptrace, mount, bpf, perf_event_open, keyctl, kexec,
+//!   module loading, namespaces, io_uring, userfaultfd, process_vm_*, other socket
+//!   families...) still answers `ENOSYS`. Candidate code on the GPU cannot make syscalls;
+//!   this list guards against the trusted worker being subverted through the driver.
 //! - [`Role::Runner`]: candidate code. Two filters stacked by the runner itself:
 //!   [`RUNNER_LOADER`] while `dlopen` maps the artifact (read-only `openat` allowed), then
 //!   [`RUNNER`] once the symbols are resolved: no open, no fork/clone, no exec, no socket,
@@ -242,6 +250,84 @@ pub const WORKER_EXTRA: &[Rule] = &[
     allow!(SYS_setrlimit, "runner lowers its own limits"),
 ];
 
+/// Extra syscalls of a GPU worker: the CUDA driver and NVML inside the trusted worker.
+pub const GPU_EXTRA: &[Rule] = &[
+    allow!(
+        SYS_ioctl,
+        "the CUDA driver's interface: ioctls on /dev/nvidia* (the only devices shown)"
+    ),
+    allow!(SYS_eventfd2, "driver worker threads signal each other"),
+    allow!(SYS_epoll_create1, "driver event loop"),
+    allow!(SYS_epoll_ctl, "driver event loop"),
+    allow!(SYS_epoll_wait, "driver event loop"),
+    allow!(SYS_epoll_pwait, "driver event loop"),
+    allow!(SYS_select, "driver waits on descriptors"),
+    allow!(SYS_pselect6, "driver waits on descriptors"),
+    allow!(SYS_sched_setaffinity, "driver pins its threads"),
+    allow!(SYS_sched_getparam, "driver thread priorities"),
+    allow!(SYS_sched_setparam, "driver thread priorities"),
+    allow!(SYS_sched_getscheduler, "driver thread priorities"),
+    allow!(SYS_sched_setscheduler, "driver thread priorities"),
+    allow!(SYS_sched_get_priority_max, "driver thread priorities"),
+    allow!(SYS_sched_get_priority_min, "driver thread priorities"),
+    allow!(SYS_getpriority, "driver thread priorities"),
+    allow!(SYS_setpriority, "driver thread priorities"),
+    allow!(
+        SYS_get_mempolicy,
+        "driver allocates pinned memory near the GPU's NUMA node"
+    ),
+    allow!(
+        SYS_set_mempolicy,
+        "driver allocates pinned memory near the GPU's NUMA node"
+    ),
+    allow!(
+        SYS_mbind,
+        "driver allocates pinned memory near the GPU's NUMA node"
+    ),
+    allow!(SYS_mlock, "driver pins host memory for DMA"),
+    allow!(SYS_munlock, "driver pins host memory for DMA"),
+    allow!(SYS_msync, "driver flushes shared mappings"),
+    allow!(SYS_mincore, "driver queries mappings"),
+    allow!(SYS_membarrier, "driver and runtime memory barriers"),
+    allow!(SYS_getcpu, "driver picks per-CPU state"),
+    allow!(SYS_timerfd_create, "driver timers"),
+    allow!(SYS_timerfd_settime, "driver timers"),
+    allow!(SYS_timerfd_gettime, "driver timers"),
+    allow!(
+        SYS_rt_sigtimedwait,
+        "driver helper threads wait for signals"
+    ),
+    allow!(SYS_sched_yield, "driver spin-waits"),
+    allow!(SYS_pipe, "driver helper pipes (legacy call)"),
+    allow!(
+        SYS_open,
+        "legacy open in the driver's libraries (private root only)"
+    ),
+    allow!(SYS_stat, "legacy stat in the driver's libraries"),
+    allow!(SYS_lstat, "legacy lstat in the driver's libraries"),
+    allow!(SYS_access, "legacy access in the driver's libraries"),
+    allow!(SYS_readlink, "driver resolves /proc and /sys links"),
+    allow!(SYS_statfs, "driver checks filesystem types"),
+    allow!(SYS_fstatfs, "driver checks filesystem types"),
+    allow!(SYS_fallocate, "driver sizes shared files"),
+    allow!(
+        SYS_socket,
+        "AF_UNIX only (driver IPC helpers); the network namespace has no interfaces anyway",
+        Cond::OneOf(0, &[libc::AF_UNIX as u64])
+    ),
+    allow!(
+        SYS_socketpair,
+        "AF_UNIX only",
+        Cond::OneOf(0, &[libc::AF_UNIX as u64])
+    ),
+    allow!(SYS_connect, "on AF_UNIX sockets (the only family allowed)"),
+    allow!(SYS_sendmsg, "on AF_UNIX sockets"),
+    allow!(SYS_recvmsg, "on AF_UNIX sockets"),
+    allow!(SYS_getsockopt, "on AF_UNIX sockets"),
+    allow!(SYS_setsockopt, "on AF_UNIX sockets"),
+    allow!(SYS_shutdown, "on AF_UNIX sockets"),
+];
+
 /// The runner after `dlopen`: candidate code runs under this.
 pub const RUNNER: &[Rule] = &[
     allow!(
@@ -310,11 +396,72 @@ pub const RUNNER_LOADER: &[Rule] = &[
     ),
 ];
 
-/// The rule list of a filter stage.
+/// What the GPU worker may NOT do. The CUDA driver's syscall needs are large, vary by
+/// driver version and fail opaquely (`CUDA_ERROR_OPERATING_SYSTEM` from the first context
+/// on the H200 under the allow-list [`GPU_EXTRA`], 2026-11-30), so the GPU worker's filter
+/// is a deny-list: everything that would let a subverted worker reach past its jail is
+/// refused; the rest is allowed. Candidate code never runs on the worker's CPU: it runs
+/// on the GPU, launched by the worker.
+pub const GPU_DENY: &[Rule] = &[
+    allow!(SYS_ptrace, "tracing other processes"),
+    allow!(SYS_process_vm_readv, "reading other processes' memory"),
+    allow!(SYS_process_vm_writev, "writing other processes' memory"),
+    allow!(SYS_kexec_load, "replacing the kernel"),
+    allow!(SYS_kexec_file_load, "replacing the kernel"),
+    allow!(SYS_init_module, "loading kernel modules"),
+    allow!(SYS_finit_module, "loading kernel modules"),
+    allow!(SYS_delete_module, "unloading kernel modules"),
+    allow!(SYS_mount, "changing the jail's file system view"),
+    allow!(SYS_umount2, "changing the jail's file system view"),
+    allow!(SYS_pivot_root, "changing the jail's file system view"),
+    allow!(SYS_chroot, "changing the jail's file system view"),
+    allow!(SYS_unshare, "new namespaces"),
+    allow!(SYS_setns, "entering other namespaces"),
+    allow!(SYS_bpf, "loading BPF programs"),
+    allow!(SYS_perf_event_open, "performance counters (side channels)"),
+    allow!(SYS_keyctl, "kernel keyrings"),
+    allow!(SYS_add_key, "kernel keyrings"),
+    allow!(SYS_request_key, "kernel keyrings"),
+    allow!(SYS_userfaultfd, "userfaultfd (kernel exploit primitive)"),
+    allow!(
+        SYS_io_uring_setup,
+        "io_uring (bypasses seccomp for its operations)"
+    ),
+    allow!(SYS_io_uring_enter, "io_uring"),
+    allow!(SYS_io_uring_register, "io_uring"),
+    allow!(SYS_reboot, "rebooting"),
+    allow!(SYS_swapon, "swap"),
+    allow!(SYS_swapoff, "swap"),
+    allow!(SYS_acct, "process accounting"),
+    allow!(SYS_settimeofday, "the system clock"),
+    allow!(SYS_clock_settime, "the system clock"),
+    allow!(SYS_adjtimex, "the system clock"),
+    allow!(SYS_clock_adjtime, "the system clock"),
+    allow!(
+        SYS_open_by_handle_at,
+        "opening files by handle (escapes bind mounts)"
+    ),
+    allow!(SYS_name_to_handle_at, "file handles"),
+    allow!(SYS_fanotify_init, "watching the file system"),
+    allow!(SYS_quotactl, "quotas"),
+    allow!(SYS_syslog, "the kernel log"),
+    allow!(SYS_vhangup, "terminals"),
+    allow!(SYS_lookup_dcookie, "profiling"),
+    allow!(SYS_move_mount, "changing the jail's file system view"),
+    allow!(SYS_open_tree, "changing the jail's file system view"),
+    allow!(SYS_fsopen, "changing the jail's file system view"),
+    allow!(SYS_fsmount, "changing the jail's file system view"),
+    allow!(SYS_fsconfig, "changing the jail's file system view"),
+    allow!(SYS_fspick, "changing the jail's file system view"),
+    allow!(SYS_mount_setattr, "changing the jail's file system view"),
+];
+
+/// The rule list of a filter stage (for [`Stage::GpuWorker`], the denied calls).
 pub fn rules(stage: Stage) -> Vec<Rule> {
     match stage {
         Stage::Compile => [BASE, COMPILE_EXTRA].concat(),
         Stage::Worker => [BASE, WORKER_EXTRA].concat(),
+        Stage::GpuWorker => GPU_DENY.to_vec(),
         Stage::RunnerLoader => [RUNNER, RUNNER_LOADER].concat(),
         Stage::Runner => RUNNER.to_vec(),
     }
@@ -327,6 +474,8 @@ pub enum Stage {
     Compile,
     /// [`Role::Worker`].
     Worker,
+    /// [`Role::GpuWorker`].
+    GpuWorker,
     /// The runner while loading the artifact.
     RunnerLoader,
     /// The runner while candidate code runs.
@@ -338,6 +487,7 @@ impl From<Role> for Stage {
         match r {
             Role::Compile => Stage::Compile,
             Role::Worker => Stage::Worker,
+            Role::GpuWorker => Stage::GpuWorker,
             Role::Runner => Stage::Runner,
         }
     }
@@ -396,13 +546,20 @@ pub fn build(stage: Stage) -> Result<BpfProgram, String> {
             }
         }
     }
-    let mismatch = match stage {
-        Stage::Compile | Stage::Worker => SeccompAction::Errno(libc::ENOSYS as u32),
-        Stage::RunnerLoader | Stage::Runner => SeccompAction::Trap,
+    let (mismatch, matched) = match stage {
+        Stage::Compile | Stage::Worker => (
+            SeccompAction::Errno(libc::ENOSYS as u32),
+            SeccompAction::Allow,
+        ),
+        // A deny-list: the listed calls fail with EPERM, everything else is allowed.
+        Stage::GpuWorker => (
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::EPERM as u32),
+        ),
+        Stage::RunnerLoader | Stage::Runner => (SeccompAction::Trap, SeccompAction::Allow),
     };
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
-    let filter =
-        SeccompFilter::new(map, mismatch, SeccompAction::Allow, arch).map_err(|e| e.to_string())?;
+    let filter = SeccompFilter::new(map, mismatch, matched, arch).map_err(|e| e.to_string())?;
     BpfProgram::try_from(filter).map_err(|e| e.to_string())
 }
 
@@ -480,6 +637,7 @@ mod tests {
         for stage in [
             Stage::Compile,
             Stage::Worker,
+            Stage::GpuWorker,
             Stage::RunnerLoader,
             Stage::Runner,
         ] {

@@ -1,45 +1,38 @@
-//! Timing a correct candidate (design guide §5, host flavour).
+//! The timing phase of the contract (design guide §5), for every backend.
 //!
-//! 1. the timer's own overhead: the median of empty round trips (`E`), subtracted later;
+//! 1. the timer's own overhead (host: the median of empty round trips; GPU: none, events
+//!    time the GPU), subtracted from every sample;
 //! 2. the first launch is discarded, then `warmup` untimed runs;
-//! 3. samples: outputs poisoned and scratch zeroed before every run (so nothing can be
-//!    skipped because last run's result is still there), a fresh input set every
-//!    `fresh_inputs_every` samples, inputs checked after every run, and a random subset of
-//!    runs (plus always the last) re-checked against a reference run on the same inputs;
+//! 3. samples: each one through [`Target::sample`] (outputs poisoned and scratch zeroed
+//!    before every run; on the GPU also the L2 flush, the blocking kernel, events and a
+//!    context sync), inputs checked after every run, a fresh input set every
+//!    `fresh_inputs_every` samples, and a random subset of runs (plus always the last)
+//!    re-checked against a reference run on the same inputs;
 //! 4. stop rule: at least `min_samples` and `min_time_ms`, then relative standard error
 //!    below `max_rse` (`converged`), or `max_samples` (`max_samples`) or `wall_cap_ms`
 //!    (`wall_cap`).
 //!
-//! A CPU has no L2 flush step here: inputs are rewritten only with fresh sets, and the
-//! poisoning of outputs touches them before each run.
+//! The target's telemetry (NVML on the GPU) covers exactly the sampling window.
 
 use std::time::{Duration, Instant};
 
 use kiln_types::{TimingStats, Verdict};
 
-use super::data;
-use super::evaluate::{Inputs, Outputs, Session, Step};
-use super::runner_ctl::RunEnd;
-
-/// Empty round trips used to measure the timer's overhead.
-const OVERHEAD_ROUNDS: usize = 16;
+use super::{Outputs, Session, Step, Stop, Target};
+use crate::host::data;
 
 /// Runs the timing phase; an early verdict if a timed run misbehaves.
-pub fn time(s: &mut Session) -> Step<TimingStats> {
+pub fn time<T: Target>(s: &mut Session<T>) -> Step<TimingStats> {
     let tp = s.plan.timing.clone();
     // 1. Overhead.
-    let mut empty = Vec::with_capacity(OVERHEAD_ROUNDS);
-    for _ in 0..OVERHEAD_ROUNDS {
-        match s.candidate.run(b'E', s.run_timeout) {
-            RunEnd::Done(d) => empty.push(d.as_secs_f64() * 1e6),
-            end => return Err(s.run_end_verdict(end, "timer overhead round").into()),
-        }
-    }
-    let overhead_us = median(&mut empty);
+    let overhead_us = match s.target.overhead() {
+        Ok(us) => us,
+        Err(f) => return Err(s.failure_verdict(f, "timer overhead round").into()),
+    };
 
     // 2. Discarded first launch and warm-up.
     let mut set = 0u64;
-    let mut inputs = s.draw("timing", set, false);
+    let mut inputs = s.draw("timing", set, false)?;
     for w in 0..=tp.warmup {
         s.candidate_run(&inputs, &format!("warm-up run {w}"))?;
     }
@@ -47,32 +40,51 @@ pub fn time(s: &mut Session) -> Step<TimingStats> {
     // 3-4. Samples.
     let mut rng = data::rng_for(s.plan.seed, "recheck", 0);
     let mut samples: Vec<f64> = Vec::new();
+    let mut windows: Vec<(Instant, Instant)> = Vec::new();
     let mut fresh_inputs = 0u32;
     let mut rechecks = 0u32;
     let mut want: Option<Outputs> = None;
+    s.target.timing_started();
     let started = Instant::now();
-    let stop_reason = loop {
-        let n = samples.len() as u32;
-        if n > 0 && tp.fresh_inputs_every > 0 && n.is_multiple_of(tp.fresh_inputs_every) {
-            set += 1;
-            inputs = s.draw("timing", set, false);
-            want = None;
-            fresh_inputs += 1;
+    let result = (|| -> Step<&'static str> {
+        loop {
+            let n = samples.len() as u32;
+            if n > 0 && tp.fresh_inputs_every > 0 && n.is_multiple_of(tp.fresh_inputs_every) {
+                set += 1;
+                inputs = s.draw("timing", set, false)?;
+                want = None;
+                fresh_inputs += 1;
+            }
+            let label = format!("timed sample {}", n + 1);
+            let t0 = Instant::now();
+            let (out, us) = s.candidate_sample(&inputs, &label)?;
+            windows.push((t0, Instant::now()));
+            samples.push((us - overhead_us).max(0.0));
+            let wall = started.elapsed();
+            let stop = stop_rule(&samples, wall, &tp);
+            if stop.is_some() || rng.next_f64() < tp.recheck_fraction {
+                let got = match out {
+                    Some(o) => o,
+                    None => s.checked_outputs(&label)?,
+                };
+                recheck(s, &inputs, &mut want, &got, &label)?;
+                rechecks += 1;
+            }
+            if let Some(reason) = stop {
+                return Ok(reason);
+            }
         }
-        let label = format!("timed sample {}", n + 1);
-        let (out, elapsed) = s.candidate_run(&inputs, &label)?;
-        samples.push((elapsed.as_secs_f64() * 1e6 - overhead_us).max(0.0));
-        let wall = started.elapsed();
-        let stop = stop_rule(&samples, wall, &tp);
-        if stop.is_some() || rng.next_f64() < tp.recheck_fraction {
-            recheck(s, &inputs, &mut want, &out, &label)?;
-            rechecks += 1;
-        }
-        if let Some(reason) = stop {
-            break reason;
-        }
-    };
+    })();
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
+    s.telemetry = s.target.timing_finished(&windows);
+    let stop_reason = match result {
+        Ok(r) => r,
+        Err(Stop::Verdict(mut e)) => {
+            e.telemetry = s.telemetry.clone();
+            return Err(Stop::Verdict(e));
+        }
+        Err(e) => return Err(e),
+    };
     let mut stats = stats(&samples);
     stats.stop_reason = stop_reason.to_string();
     stats.wall_ms = wall_ms;
@@ -83,9 +95,9 @@ pub fn time(s: &mut Session) -> Step<TimingStats> {
 }
 
 /// Compares a timed run's outputs with a reference run on the same inputs.
-fn recheck(
-    s: &mut Session,
-    inputs: &Inputs,
+fn recheck<T: Target>(
+    s: &mut Session<T>,
+    inputs: &T::Inputs,
     want: &mut Option<Outputs>,
     got: &Outputs,
     label: &str,
@@ -138,7 +150,8 @@ pub fn stop_rule(
     None
 }
 
-fn median(v: &mut [f64]) -> f64 {
+/// The median (sorts `v`; 0 for an empty slice).
+pub fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
