@@ -53,7 +53,8 @@ impl Backend for SandboxBackend {
     }
 
     fn compile(&self, candidate: &Candidate) -> Result<CompileOutcome, BackendError> {
-        let out = kiln_sandbox::compile(&self.cfg, candidate).map_err(|e| BackendError(e.to_string()))?;
+        let out =
+            kiln_sandbox::compile(&self.cfg, candidate).map_err(|e| BackendError(e.to_string()))?;
         Ok(CompileOutcome {
             artifact: out.artifact,
             info: out.info,
@@ -82,7 +83,8 @@ pub fn sandbox_config(config: &Config, state_dir: &Path) -> SandboxConfig {
     cfg.compile_timeout = Duration::from_secs(config.evaluation.compile_timeout_secs);
     cfg.memory_limit_bytes = config.evaluation.memory_limit_mb.saturating_mul(1 << 20);
     cfg.disable_namespaces = config.jail.disable_namespaces;
-    cfg.cgroup_parent = (!config.jail.cgroup_parent.is_empty()).then(|| config.jail.cgroup_parent.clone().into());
+    cfg.cgroup_parent =
+        (!config.jail.cgroup_parent.is_empty()).then(|| config.jail.cgroup_parent.clone().into());
     cfg
 }
 
@@ -127,7 +129,10 @@ pub fn build(config: &Config, state_dir: &Path) -> Built {
     {
         let mut gpu_cfg = cfg.clone();
         if !gpu_cfg.use_first_gpu() {
-            tracing::warn!("cuda: no GPU facts; workers use ordinal 0 and arch {}", gpu_cfg.cuda_arch);
+            tracing::warn!(
+                "cuda: no GPU facts; workers use ordinal 0 and arch {}",
+                gpu_cfg.cuda_arch
+            );
         }
         if !payload_ok {
             cuda.usable = false;

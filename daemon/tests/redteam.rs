@@ -52,11 +52,21 @@ fn descendants(root: u32) -> Vec<u32> {
     let mut parent = std::collections::HashMap::new();
     if let Ok(rd) = std::fs::read_dir("/proc") {
         for e in rd.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
             // The command name may hold spaces: the fields after the last ')' are fixed.
-            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { continue };
-            if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|s| s.parse::<u32>().ok()) {
+            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+                continue;
+            };
+            if let Some(ppid) = rest
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse::<u32>().ok())
+            {
                 parent.insert(pid, ppid);
             }
         }
@@ -92,7 +102,8 @@ async fn run_case(name: &str) {
     ));
     let c = d.client();
     register(&c, &repo().join("problems").join(&suite.problem)).await;
-    let mut source = std::fs::read_to_string(repo().join("sandbox/tests/redteam").join(&case.file)).expect("case source");
+    let mut source = std::fs::read_to_string(repo().join("sandbox/tests/redteam").join(&case.file))
+        .expect("case source");
     if let Some(ph) = &case.placeholder {
         source = source.replace(ph, &d.state.join("kiln.db").display().to_string());
     }
@@ -108,18 +119,34 @@ async fn run_case(name: &str) {
     let id = sub["id"].as_str().expect("id").to_string();
     let deadline = Instant::now() + Duration::from_secs(120);
     let record = loop {
-        let r = c.get(&format!("/v1/candidates/{id}?wait=10")).await.expect("candidate");
-        if !r["evaluation"].is_null() || r["job"]["state"] == "failed" || Instant::now() > deadline {
+        let r = c
+            .get(&format!("/v1/candidates/{id}?wait=10"))
+            .await
+            .expect("candidate");
+        if !r["evaluation"].is_null() || r["job"]["state"] == "failed" || Instant::now() > deadline
+        {
             break r;
         }
     };
     let eval = &record["evaluation"];
-    assert!(!eval.is_null(), "{name}: no evaluation: {record}\nlog:\n{}", d.log());
+    assert!(
+        !eval.is_null(),
+        "{name}: no evaluation: {record}\nlog:\n{}",
+        d.log()
+    );
     assert_eq!(eval["verdict"], case.verdict.as_str(), "{name}: {eval}");
     let text = eval.to_string();
-    assert!(text.contains(&case.evidence), "{name}: evidence {:?} not in {text}", case.evidence);
+    assert!(
+        text.contains(&case.evidence),
+        "{name}: evidence {:?} not in {text}",
+        case.evidence
+    );
     // The daemon still serves.
-    assert_eq!(c.get("/v1/health").await.expect("health")["status"], "ok", "{name}");
+    assert_eq!(
+        c.get("/v1/health").await.expect("health")["status"],
+        "ok",
+        "{name}"
+    );
     // No process of the job is left behind.
     let pid = d.pid().expect("daemon pid");
     let wait_until = Instant::now() + Duration::from_secs(10);
@@ -138,7 +165,10 @@ async fn run_case(name: &str) {
     let leftovers: Vec<_> = std::fs::read_dir(&scratch)
         .map(|rd| rd.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
-    assert!(leftovers.is_empty(), "{name}: scratch not cleaned: {leftovers:?}");
+    assert!(
+        leftovers.is_empty(),
+        "{name}: scratch not cleaned: {leftovers:?}"
+    );
 }
 
 macro_rules! redteam {

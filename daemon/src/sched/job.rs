@@ -212,7 +212,14 @@ impl Scheduler {
         })
         .await
         .map_err(|e| JobFailure::Infra(format!("evaluation task: {e}")))?
-        .map(|(mut e, info)| {
+        .map(|(mut e, mut info)| {
+            // The backend may learn kernel resources only when it loads the module (cuda):
+            // keep what it reported over the compile step's empty list.
+            if let Some(reported) = e.compile.take()
+                && info.kernels.is_empty()
+            {
+                info.kernels = reported.kernels;
+            }
             e.compile = Some(info);
             e
         })?;

@@ -5,14 +5,12 @@
 //!   (`cc1`, `as`, `ld`). Needs files and processes, never the network.
 //! - [`Role::Worker`]: kiln-worker evaluating. Spawns runners, maps the shared buffers,
 //!   stops and resumes runners. The runners inherit this filter and add their own.
-//! - [`Role::GpuWorker`]: kiln-worker evaluating on a GPU: [`Role::Worker`] plus what the
-//!   CUDA driver and NVML need ([`GPU_EXTRA`]): any `ioctl` (the driver's interface is
-//!   ioctls on `/dev/nvidia*`, which are the only devices in its private root besides
-//!   null/zero/urandom), threads, eventfds, epoll, NUMA memory policy, `AF_UNIX` sockets
-//!   only. Everything not listed (ptrace, mount, bpf, perf_event_open, keyctl, kexec,
-//!   module loading, namespaces, io_uring, userfaultfd, process_vm_*, other socket
-//!   families...) still answers `ENOSYS`. Candidate code on the GPU cannot make syscalls;
-//!   this list guards against the trusted worker being subverted through the driver.
+//! - [`Role::GpuWorker`]: kiln-worker evaluating on a GPU. The CUDA driver's needs are
+//!   large and version-dependent, so this is a deny-list ([`GPU_DENY`]): ptrace, mount,
+//!   namespaces, bpf, perf, keyrings, io_uring, userfaultfd, kexec, modules, clock
+//!   setting and file handles are refused; the rest is allowed. Candidate code on the GPU
+//!   cannot make syscalls; this guards against the trusted worker being subverted
+//!   through the driver.
 //! - [`Role::Runner`]: candidate code. Two filters stacked by the runner itself:
 //!   [`RUNNER_LOADER`] while `dlopen` maps the artifact (read-only `openat` allowed), then
 //!   [`RUNNER`] once the symbols are resolved: no open, no fork/clone, no exec, no socket,
@@ -250,84 +248,6 @@ pub const WORKER_EXTRA: &[Rule] = &[
     allow!(SYS_setrlimit, "runner lowers its own limits"),
 ];
 
-/// Extra syscalls of a GPU worker: the CUDA driver and NVML inside the trusted worker.
-pub const GPU_EXTRA: &[Rule] = &[
-    allow!(
-        SYS_ioctl,
-        "the CUDA driver's interface: ioctls on /dev/nvidia* (the only devices shown)"
-    ),
-    allow!(SYS_eventfd2, "driver worker threads signal each other"),
-    allow!(SYS_epoll_create1, "driver event loop"),
-    allow!(SYS_epoll_ctl, "driver event loop"),
-    allow!(SYS_epoll_wait, "driver event loop"),
-    allow!(SYS_epoll_pwait, "driver event loop"),
-    allow!(SYS_select, "driver waits on descriptors"),
-    allow!(SYS_pselect6, "driver waits on descriptors"),
-    allow!(SYS_sched_setaffinity, "driver pins its threads"),
-    allow!(SYS_sched_getparam, "driver thread priorities"),
-    allow!(SYS_sched_setparam, "driver thread priorities"),
-    allow!(SYS_sched_getscheduler, "driver thread priorities"),
-    allow!(SYS_sched_setscheduler, "driver thread priorities"),
-    allow!(SYS_sched_get_priority_max, "driver thread priorities"),
-    allow!(SYS_sched_get_priority_min, "driver thread priorities"),
-    allow!(SYS_getpriority, "driver thread priorities"),
-    allow!(SYS_setpriority, "driver thread priorities"),
-    allow!(
-        SYS_get_mempolicy,
-        "driver allocates pinned memory near the GPU's NUMA node"
-    ),
-    allow!(
-        SYS_set_mempolicy,
-        "driver allocates pinned memory near the GPU's NUMA node"
-    ),
-    allow!(
-        SYS_mbind,
-        "driver allocates pinned memory near the GPU's NUMA node"
-    ),
-    allow!(SYS_mlock, "driver pins host memory for DMA"),
-    allow!(SYS_munlock, "driver pins host memory for DMA"),
-    allow!(SYS_msync, "driver flushes shared mappings"),
-    allow!(SYS_mincore, "driver queries mappings"),
-    allow!(SYS_membarrier, "driver and runtime memory barriers"),
-    allow!(SYS_getcpu, "driver picks per-CPU state"),
-    allow!(SYS_timerfd_create, "driver timers"),
-    allow!(SYS_timerfd_settime, "driver timers"),
-    allow!(SYS_timerfd_gettime, "driver timers"),
-    allow!(
-        SYS_rt_sigtimedwait,
-        "driver helper threads wait for signals"
-    ),
-    allow!(SYS_sched_yield, "driver spin-waits"),
-    allow!(SYS_pipe, "driver helper pipes (legacy call)"),
-    allow!(
-        SYS_open,
-        "legacy open in the driver's libraries (private root only)"
-    ),
-    allow!(SYS_stat, "legacy stat in the driver's libraries"),
-    allow!(SYS_lstat, "legacy lstat in the driver's libraries"),
-    allow!(SYS_access, "legacy access in the driver's libraries"),
-    allow!(SYS_readlink, "driver resolves /proc and /sys links"),
-    allow!(SYS_statfs, "driver checks filesystem types"),
-    allow!(SYS_fstatfs, "driver checks filesystem types"),
-    allow!(SYS_fallocate, "driver sizes shared files"),
-    allow!(
-        SYS_socket,
-        "AF_UNIX only (driver IPC helpers); the network namespace has no interfaces anyway",
-        Cond::OneOf(0, &[libc::AF_UNIX as u64])
-    ),
-    allow!(
-        SYS_socketpair,
-        "AF_UNIX only",
-        Cond::OneOf(0, &[libc::AF_UNIX as u64])
-    ),
-    allow!(SYS_connect, "on AF_UNIX sockets (the only family allowed)"),
-    allow!(SYS_sendmsg, "on AF_UNIX sockets"),
-    allow!(SYS_recvmsg, "on AF_UNIX sockets"),
-    allow!(SYS_getsockopt, "on AF_UNIX sockets"),
-    allow!(SYS_setsockopt, "on AF_UNIX sockets"),
-    allow!(SYS_shutdown, "on AF_UNIX sockets"),
-];
-
 /// The runner after `dlopen`: candidate code runs under this.
 pub const RUNNER: &[Rule] = &[
     allow!(
@@ -398,7 +318,7 @@ pub const RUNNER_LOADER: &[Rule] = &[
 
 /// What the GPU worker may NOT do. The CUDA driver's syscall needs are large, vary by
 /// driver version and fail opaquely (`CUDA_ERROR_OPERATING_SYSTEM` from the first context
-/// on the H200 under the allow-list [`GPU_EXTRA`], 2026-11-30), so the GPU worker's filter
+/// on the H200 under an allow-list, 2026-11-30), so the GPU worker's filter
 /// is a deny-list: everything that would let a subverted worker reach past its jail is
 /// refused; the rest is allowed. Candidate code never runs on the worker's CPU: it runs
 /// on the GPU, launched by the worker.
