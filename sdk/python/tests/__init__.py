@@ -13,3 +13,10 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
+
+import faulthandler as _faulthandler
+import os as _os
+
+# A hung test should fail loudly with every thread's traceback rather than stall the
+# whole suite: after KILN_PY_TEST_DEADLINE seconds (default 900) dump and exit.
+_faulthandler.dump_traceback_later(int(_os.environ.get("KILN_PY_TEST_DEADLINE", "900")), exit=True)
