@@ -1,6 +1,6 @@
 //! The timing phase of the contract (design guide §5), for every backend.
 //!
-//! 1. the timer's own overhead (host: the median of empty round trips; GPU: none, events
+//! 1. the timer's own overhead (host: the fastest of the empty round trips; GPU: none, events
 //!    time the GPU), subtracted from every sample;
 //! 2. the first launch is discarded, then `warmup` untimed runs;
 //! 3. samples: each one through [`Target::sample`] (outputs poisoned and scratch zeroed
