@@ -471,6 +471,7 @@ pub async fn finish(
         v["stats"] = serde_json::to_value(f.stats).unwrap_or_default();
         v
     });
+    s.store.add_search_elapsed(&id, f.stats.wall_ms)?;
     s.store
         .finish_search(&id, state, summary.as_ref(), error.as_deref())?;
     let line = match &error {

@@ -231,12 +231,14 @@ impl Supervisor {
                 None
             }
         };
+        // A run that ends through /finish has its wall time counted there (before the
+        // final event); the others (cancelled, crashed) are counted here.
         let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let _ = self.store.add_search_elapsed(id, elapsed);
         let _ = std::fs::remove_file(&token_path);
         let out = read_out.await.unwrap_or_default();
         let err = read_err.await.unwrap_or_default();
         let Some(status) = status else {
+            let _ = self.store.add_search_elapsed(id, elapsed);
             return Ok(()); // cancelled: already recorded
         };
         let status = status.map_err(|e| format!("waiting for the plugin host: {e}"))?;
@@ -248,6 +250,7 @@ impl Supervisor {
             .is_some_and(|s| s.state == "running");
         if still_running {
             // The host exited without reporting through /finish.
+            let _ = self.store.add_search_elapsed(id, elapsed);
             let last = out.lines().last().unwrap_or("").to_string();
             let tail: String = err
                 .lines()
