@@ -19,7 +19,6 @@
 #![deny(missing_docs)]
 
 pub mod abi;
-mod base64;
 pub mod bridge;
 pub mod http;
 pub mod limits;
@@ -29,5 +28,3 @@ pub mod protocol;
 pub mod runner;
 mod state;
 pub mod wit;
-
-pub use base64::{decode as base64_decode, encode as base64_encode};

@@ -2,6 +2,7 @@
 //! socket, with the search's bearer token. The endpoints and bodies are in
 //! docs/plugins.md ("Plugin host ↔ kilnd protocol") and [`crate::protocol`].
 
+use base64::Engine;
 use std::path::Path;
 use std::time::Duration;
 
@@ -111,7 +112,7 @@ impl Bridge for KilndBridge {
 
     fn put_checkpoint(&mut self, data: &[u8]) -> Result<(), BridgeError> {
         let body = Self::json(&Checkpoint {
-            data: Some(crate::base64::encode(data)),
+            data: Some(base64::engine::general_purpose::STANDARD.encode(data)),
         })?;
         self.call_raw("PUT", "checkpoint", Some(&body), CALL_TIMEOUT)
             .map(drop)
@@ -121,7 +122,9 @@ impl Bridge for KilndBridge {
         let c: Checkpoint = self.call("GET", "checkpoint", None, CALL_TIMEOUT)?;
         c.data
             .map(|d| {
-                crate::base64::decode(&d)
+                base64::engine::general_purpose::STANDARD
+                    .decode(d.trim())
+                    .ok()
                     .ok_or_else(|| BridgeError::Protocol("checkpoint is not base64".into()))
             })
             .transpose()

@@ -147,7 +147,7 @@ fn route(
             Err(e) => parse_err(e),
         },
         ("PUT", "checkpoint") => match serde_json::from_slice::<Checkpoint>(body) {
-            Ok(Checkpoint { data: Some(d) }) => match kiln_plugin_host::base64_decode(&d) {
+            Ok(Checkpoint { data: Some(d) }) => match base64::Engine::decode(&base64::engine::general_purpose::STANDARD, d.trim()).ok() {
                 Some(bytes) => json(
                     bridge
                         .put_checkpoint(&bytes)
@@ -161,7 +161,7 @@ fn route(
         },
         ("GET", "checkpoint") => json(
             bridge.get_checkpoint().map(
-                |c| serde_json::json!({"data": c.map(|b| kiln_plugin_host::base64_encode(&b))}),
+                |c| serde_json::json!({"data": c.map(|b| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &b))}),
             ),
             200,
         ),
