@@ -2,9 +2,10 @@
 # Builds what a GPU host needs to check kiln's cuda backend, here (no GPU needed), into
 # gpu-bundle/ (gitignored):
 #   gpu-bundle/gpu_probe      release build of sandbox/cuda/examples/gpu_probe.rs, stripped
-#   gpu-bundle/kiln-worker, kilnd, kiln   release builds, stripped
+#   gpu-bundle/kiln-worker, kilnd, kiln, kiln-plugin-host   release builds, stripped
 #   gpu-bundle/gpu-tests/gpu  the GPU test binary (sandbox/tests/gpu.rs), release, stripped
 #   gpu-bundle/problems/      a copy of problems/
+#   gpu-bundle/proposers/     the proposers (scripts/build-plugins.sh)
 #   gpu-bundle/gpu-check.sh   the runner (a copy of scripts/gpu-check.sh)
 #   gpu-bundle/BUILD-INFO     commit, rustc, glibc symbols the binary needs
 # The binary loads libcuda/libnvrtc/libnvidia-ml at run time (dlopen), so it builds on a
@@ -18,7 +19,7 @@ out=$top/gpu-bundle
 cd "$top"
 
 cargo build --release -p kiln-cuda --example gpu_probe
-cargo build --release -p kiln-sandbox -p kiln-daemon --bins
+cargo build --release -p kiln-sandbox -p kiln-daemon -p kiln-plugin-host --bins
 # The GPU test binary: its path comes from cargo's JSON messages.
 gpu_test=$(cargo test --release -p kiln-sandbox --test gpu --no-run --message-format=json |
     python3 -c 'import json,sys
@@ -31,14 +32,20 @@ for line in sys.stdin:
 rm -rf "$out"
 mkdir -p "$out/gpu-tests"
 cp target/release/examples/gpu_probe "$out/gpu_probe"
-for b in kiln-worker kilnd kiln; do cp "target/release/$b" "$out/$b"; done
+for b in kiln-worker kilnd kiln kiln-plugin-host; do cp "target/release/$b" "$out/$b"; done
 cp "$gpu_test" "$out/gpu-tests/gpu"
-for f in "$out/gpu_probe" "$out/kiln-worker" "$out/kilnd" "$out/kiln" "$out/gpu-tests/gpu"; do
+for f in "$out/gpu_probe" "$out/kiln-worker" "$out/kilnd" "$out/kiln" "$out/kiln-plugin-host" "$out/gpu-tests/gpu"; do
     strip "$f" 2>/dev/null || true
 done
 cp -r problems "$out/problems"
+# The proposers (wasm components) for the search step.
+scripts/build-plugins.sh >/dev/null
+mkdir -p "$out/proposers"
+cp target/proposers/*.wasm "$out/proposers/"
 cp scripts/gpu-check.sh "$out/gpu-check.sh"
-chmod +x "$out/gpu_probe" "$out/gpu-check.sh" "$out/kiln-worker" "$out/kilnd" "$out/kiln" "$out/gpu-tests/gpu"
+# The torch-eager baseline helper, found beside kiln-worker.
+cp scripts/kiln_torch_baseline.py "$out/kiln_torch_baseline.py"
+chmod +x "$out/gpu_probe" "$out/gpu-check.sh" "$out/kiln-worker" "$out/kilnd" "$out/kiln" "$out/kiln-plugin-host" "$out/gpu-tests/gpu"
 
 {
     echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m)"

@@ -62,7 +62,18 @@ MAX_SHARED = 227 * 1024
 # list)" (measured on an H200, 2026-11). Convert fp16 with PTX cvt instead.
 NVRTC_HEADERS: set[str] = set()
 
-TOP_KEYS = {"name", "summary", "tensor", "tolerance", "required_tier", "roofline", "reference", "seed"}
+TOP_KEYS = {"name", "summary", "tensor", "tolerance", "required_tier", "roofline", "reference", "seed", "baseline"}
+# [baseline.LIBRARY]: op -> (tensor parameters, other parameters); the full check (shapes,
+# dtypes) is kiln_types::baseline::check, run by `kiln problems add` and the Rust tests.
+BASELINE_OPS = {
+    "matmul": ({"a", "b", "c"}, set()),
+    "conv2d": ({"x", "w", "b", "y"}, {"stride", "padding", "relu", "maxpool"}),
+    "softmax": ({"x", "y"}, set()),
+    "layer_norm": ({"x", "w", "b", "y"}, {"dims", "eps"}),
+    "sdpa": ({"q", "k", "v", "out"}, {"causal"}),
+}
+BASELINE_LIBRARIES = {"cublas": {"matmul"}, "cudnn": {"conv2d"}, "torch": set(BASELINE_OPS)}
+
 TENSOR_KEYS = {"name", "dtype", "shape", "role", "init", "shifted_trial"}
 INIT_KEYS = {"normal": ({"dist", "mean", "std"}, set()), "uniform": ({"dist", "low", "high"}, {"low", "high"}),
              "randint": ({"dist", "low", "high"}, {"low", "high"})}
@@ -512,7 +523,32 @@ def check_problem(problem_dir: str) -> list[str]:
                 errs.append(f"[{role}.{backend}]: unknown backend (host or cuda)")
                 continue
             check_kernel_source(spec, problem_dir, role, backend, ks, tensors, errs)
+    check_baselines(spec.get("baseline", {}), tensors, errs)
     return errs
+
+
+def check_baselines(table, tensors: dict, errs: list[str]) -> None:
+    """[baseline.LIBRARY] tables: known library, op it offers, known keys, tensors that exist."""
+    if not isinstance(table, dict):
+        errs.append("[baseline] must be a table of libraries")
+        return
+    for lib, op in table.items():
+        where = f"[baseline.{lib}]"
+        if lib not in BASELINE_LIBRARIES:
+            errs.append(f"{where}: unknown library ({', '.join(sorted(BASELINE_LIBRARIES))})")
+            continue
+        if not isinstance(op, dict) or op.get("op") not in BASELINE_LIBRARIES[lib]:
+            errs.append(f"{where}: op must be one of {sorted(BASELINE_LIBRARIES[lib])}")
+            continue
+        names, others = BASELINE_OPS[op["op"]]
+        for key, value in op.items():
+            if key == "op":
+                continue
+            if key in names:
+                if value not in tensors:
+                    errs.append(f"{where}: {key} = {value!r} names no tensor")
+            elif key not in others:
+                errs.append(f"{where}: unknown key {key!r}")
 
 
 def main(argv: list[str]) -> int:

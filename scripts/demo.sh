@@ -39,12 +39,17 @@ for _ in $(seq 1 100); do
   [ -S "$KILN_SOCKET" ] && break
   sleep 0.1
 done
-"$bin/kiln" doctor
-
 echo "== registering problems"
 "$bin/kiln" problems add problems/
+"$bin/kiln" doctor
 
-problem=${KILN_DEMO_PROBLEM:-softmax-256x4096}
+# The cuda backend where there is a GPU (the seed's softmax), the host backend elsewhere.
+if "$bin/kiln" doctor --no-run -o json | tr -d ' \n' | grep -q '"usable_backends":\[[^]]*"cuda"'; then
+  default_problem=softmax-4096x65536
+else
+  default_problem=softmax-256x4096
+fi
+problem=${KILN_DEMO_PROBLEM:-$default_problem}
 budget=${KILN_DEMO_BUDGET:-24}
 proposer=${KILN_DEMO_PROPOSER:-hill-climb}
 if [ -f "$PWD/target/proposers/$proposer.wasm" ]; then

@@ -13,6 +13,11 @@
 #      default, observe): problems/ registered, the vecadd-cuda-1m seed submitted and
 #      waited for, then `kiln doctor`.
 #
+#   5. (step `searches`) each proposer, offline, on the softmax and LayerNorm seed problems;
+#   6. (step `bench`) `kiln bench throughput|latency|stability` on the cuda backend.
+#
+# Steps run: $GPU_CHECK_STEPS (default "probe tests kilnd searches bench"); the GPU tests
+# run are filtered by $GPU_TEST_FILTER (a libtest filter; default: all).
 # Everything printed also goes to $OUT/gpu-check.log when $OUT is set.
 # Usage: gpu-check.sh [BUNDLE_DIR]   (default: the directory of this script if it holds
 #        gpu_probe, else <repo>/gpu-bundle)
@@ -38,7 +43,9 @@ if [ -n "$out" ]; then
 fi
 
 status=0
-section() { printf '\n=== %s ===\n' "$*"; }
+section() { printf '\n=== %s === (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
+steps=" ${GPU_CHECK_STEPS:-probe tests kilnd searches bench} "
+want() { case "$steps" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 section "host"
 echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -103,6 +110,7 @@ for lib in libcuda.so.1 libnvidia-ml.so.1 libnvrtc.so.13; do
     if found "$lib"; then echo "  $lib: found"; else echo "  $lib: NOT FOUND"; fi
 done
 
+if want probe; then
 section "gpu_probe"
 if [ ! -x "$bundle/gpu_probe" ]; then
     echo "no gpu_probe in $bundle: run scripts/build-gpu-bundle.sh first"
@@ -118,32 +126,61 @@ if [ $rc -eq 2 ]; then
     exit 2
 fi
 [ $rc -ne 0 ] && status=1
+fi
 
-if [ -d "$bundle/gpu-tests" ]; then
+if want tests && [ -d "$bundle/gpu-tests" ]; then
     section "gpu tests"
     for t in "$bundle"/gpu-tests/*; do
         [ -x "$t" ] || continue
         echo "--- $(basename "$t")"
         KILN_WORKER="$bundle/kiln-worker" KILN_PROBLEMS="$bundle/problems" KILN_GPU_TESTS=1 \
-            "$t" --test-threads=1 --nocapture || status=1
+            "$t" --test-threads=1 --nocapture ${GPU_TEST_FILTER:-} || status=1
     done
 fi
 
-if [ -x "$bundle/kilnd" ] && [ -x "$bundle/kiln" ]; then
+if { want kilnd || want searches || want bench; } && [ -x "$bundle/kilnd" ] && [ -x "$bundle/kiln" ]; then
     section "kilnd end to end"
     tmp=$(mktemp -d /tmp/kiln-gpu-check.XXXXXX)
     export KILN_SOCKET="$tmp/kiln.sock"
-    "$bundle/kilnd" --socket "$KILN_SOCKET" --state-dir "$tmp/state" >"$tmp/kilnd.log" 2>&1 &
+    # Clock policy: the default, observe (never lock clocks on a shared GPU).
+    cat >"$tmp/kiln.toml" <<TOML
+[search]
+proposers_dir = "$bundle/proposers"
+queue_cap = 32
+TOML
+    "$bundle/kilnd" --socket "$KILN_SOCKET" --state-dir "$tmp/state" --config "$tmp/kiln.toml" >"$tmp/kilnd.log" 2>&1 &
     kilnd_pid=$!
     for _ in $(seq 1 100); do [ -S "$KILN_SOCKET" ] && break; sleep 0.1; done
     if [ -S "$KILN_SOCKET" ]; then
         "$bundle/kiln" problems add "$bundle/problems" || status=1
-        "$bundle/kiln" submit --problem vecadd-cuda-1m --seed --backend cuda --wait -o json || status=1
-        for p in softmax-4096x65536 layernorm-16x64x256x256; do
-            "$bundle/kiln" submit --problem "$p" --seed --backend cuda --wait || status=1
-        done
-        section "kiln doctor"
-        "$bundle/kiln" doctor || status=1
+        if want kilnd; then
+            section "kiln doctor"
+            "$bundle/kiln" doctor || status=1
+            for p in vecadd-cuda-1m softmax-4096x65536 layernorm-16x64x256x256; do
+                "$bundle/kiln" submit --problem "$p" --seed --backend cuda --wait || status=1
+            done
+        fi
+        if want searches; then
+            for p in softmax-4096x65536 layernorm-16x64x256x256; do
+                for prop in hill-climb idea-branch map-elites; do
+                    section "search: $prop on $p (offline)"
+                    "$bundle/kiln" search start --problem "$p" --proposer "$prop" \
+                        --budget "${SEARCH_BUDGET:-24}" --time-limit 10m --seed 1 --wait || status=1
+                    id=$("$bundle/kiln" search list -o json | python3 -c 'import json,sys; s=json.load(sys.stdin); s=s.get("searches", s); print(s[0]["id"] if s else "")' 2>/dev/null)
+                    [ -n "$id" ] && [ -n "$out" ] && "$bundle/kiln" search show "$id" -o json >"$out/search-$prop-$p.json" 2>/dev/null
+                done
+            done
+        fi
+        if want bench; then
+            section "kiln bench"
+            bench_out=${out:-$tmp}
+            "$bundle/kiln" bench latency --problem vecadd-cuda-1m --backend cuda -o json >"$bench_out/bench-latency.json" || status=1
+            "$bundle/kiln" bench throughput --problem softmax-4096x65536 --backend cuda -o json >"$bench_out/bench-throughput.json" || status=1
+            "$bundle/kiln" bench stability --problem layernorm-16x64x256x256 --backend cuda -o json >"$bench_out/bench-stability.json" || status=1
+            for f in latency throughput stability; do
+                echo "--- bench $f"; cat "$bench_out/bench-$f.json"
+            done
+        fi
     else
         echo "kilnd did not start"
         status=1
@@ -152,6 +189,7 @@ if [ -x "$bundle/kilnd" ] && [ -x "$bundle/kiln" ]; then
     wait "$kilnd_pid" 2>/dev/null
     echo "--- kilnd log (tail)"
     tail -n 40 "$tmp/kilnd.log"
+    [ -n "$out" ] && cp "$tmp/kilnd.log" "$out/kilnd.log"
     rm -rf "$tmp"
 elif [ -x "$bundle/kiln" ]; then
     section "kiln doctor"

@@ -13,6 +13,9 @@ scripts/check-unit.sh
 echo "== problem suite (problem.toml, launch plans, knob grammar)"
 python3 scripts/check-problems.py
 
+echo "== torch baseline helper (no torch needed)"
+python3 -m unittest discover -s scripts/tests -t scripts/tests
+
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 

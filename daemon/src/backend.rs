@@ -43,15 +43,41 @@ pub trait Backend: Send + Sync {
     fn status(&self) -> BackendStatus;
     /// Compiles a candidate (or a problem's reference) in the jail. Blocking.
     fn compile(&self, candidate: &Candidate) -> Result<CompileOutcome, BackendError>;
-    /// Checks and times a compiled candidate against the compiled reference. Blocking.
+    /// Evaluation lanes: one per GPU for cuda (each evaluates one candidate at a time);
+    /// 1 for the host.
+    fn lanes(&self) -> usize {
+        1
+    }
+    /// What lane `lane` runs on, for people and metrics (`GPU-…` UUID, `cpu`).
+    fn lane_label(&self, _lane: usize) -> String {
+        "cpu".into()
+    }
+    /// Checks and times a compiled candidate against the compiled reference on lane
+    /// `lane` (< [`Backend::lanes`]), which the caller holds alone. Blocking.
     fn evaluate(
         &self,
+        lane: usize,
         problem: &ProblemSpec,
         reference: &[u8],
         candidate: &Candidate,
         artifact: &[u8],
         plan: &EvalPlan,
     ) -> Result<Evaluation, BackendError>;
+    /// Times the problem's baselines (its reference and the `[baseline.cublas]` /
+    /// `[baseline.cudnn]` ops) on lane `lane`, which the caller holds alone. Blocking.
+    /// Backends without baselines say so.
+    fn baselines(
+        &self,
+        _lane: usize,
+        _problem: &ProblemSpec,
+        _reference: &[u8],
+        _plan: &EvalPlan,
+    ) -> Result<Vec<kiln_types::BaselineResult>, BackendError> {
+        Err(BackendError(format!(
+            "the {} backend has no library baselines",
+            self.name()
+        )))
+    }
     /// Peak figures for the floor check: (bytes/s, flop/s); 0 disables each.
     fn peaks(&self) -> (f64, f64) {
         (0.0, 0.0)

@@ -79,6 +79,12 @@ pub struct SearchConfig {
     pub default_llm_tokens: u64,
     /// Jobs one search may have queued or running at once; more submissions wait.
     pub queue_cap: u64,
+    /// Race the incumbent: a search's candidate stops timing once it is clearly slower than
+    /// the search's best (still `ok`, marked raced out).
+    pub race: bool,
+    /// How much slower than the best's upper bound a candidate's lower bound must be to be
+    /// raced out (0.05 = 5 %); also the default for single submissions that ask to race.
+    pub race_margin: f64,
 }
 
 impl Default for SearchConfig {
@@ -91,6 +97,8 @@ impl Default for SearchConfig {
             default_time_limit_secs: 1800,
             default_llm_tokens: 200_000,
             queue_cap: 8,
+            race: true,
+            race_margin: 0.05,
         }
     }
 }
@@ -265,14 +273,39 @@ pub struct JailConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GpuConfig {
-    /// `observe` (never touch clocks) or `lock` (not available yet).
+    /// `observe` (never touch clocks) or `lock` (NVML locked SM clocks around each
+    /// evaluation, reset afterwards; needs the permission `kiln doctor` checks).
     pub clock_policy: String,
+    /// With `lock`: the SM clock to lock at, MHz; 0 = the GPU's base clock.
+    pub lock_mhz: u32,
+    /// GPUs to use, by UUID or index (as `kiln devices` lists them); empty = all found.
+    pub devices: Vec<String>,
+    /// A GPU lane's warm worker is replaced after this many evaluations (and after any
+    /// fault or timeout).
+    pub worker_max_evals: u32,
+    /// Extra directories searched for the baseline libraries (cuBLAS, cuDNN), appended to
+    /// the GPU workers' `LD_LIBRARY_PATH` and shown read-only in their jails.
+    pub library_dirs: Vec<String>,
+    /// Also look for cuDNN/cuBLAS inside python's `nvidia` wheels (torch ships cuDNN
+    /// there), by asking `python` once at start.
+    pub discover_python_libraries: bool,
+    /// The python that runs the torch-eager baseline helper; empty = no torch baseline.
+    pub python: String,
+    /// Wall-clock limit of the torch helper, seconds.
+    pub torch_timeout_secs: u64,
 }
 
 impl Default for GpuConfig {
     fn default() -> Self {
         GpuConfig {
             clock_policy: "observe".into(),
+            lock_mhz: 0,
+            devices: Vec::new(),
+            worker_max_evals: 500,
+            library_dirs: Vec::new(),
+            discover_python_libraries: true,
+            python: "python3".into(),
+            torch_timeout_secs: 600,
         }
     }
 }
@@ -342,14 +375,21 @@ impl Config {
         if !(0.0..=1.0).contains(&t.recheck_fraction) {
             return bad("evaluation.timing.recheck_fraction must be within 0..=1");
         }
-        if self.gpu.clock_policy != "observe" {
-            return bad("gpu.clock_policy: only \"observe\" is available in this version");
+        if !matches!(self.gpu.clock_policy.as_str(), "observe" | "lock") {
+            return bad("gpu.clock_policy must be \"observe\" or \"lock\"");
+        }
+        if self.gpu.worker_max_evals == 0 {
+            return bad("gpu.worker_max_evals must be at least 1");
         }
         if !matches!(self.llm.provider.as_str(), "none" | "openai" | "replay") {
             return bad("llm.provider must be \"none\", \"openai\" or \"replay\"");
         }
         if self.search.queue_cap == 0 || self.search.plugin_memory_mb == 0 {
             return bad("search.queue_cap and search.plugin_memory_mb must be positive");
+        }
+        if !(self.search.race_margin.is_finite() && (0.0..=10.0).contains(&self.search.race_margin))
+        {
+            return bad("search.race_margin must be within 0..=10");
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return bad("log.format must be \"text\" or \"json\"");
@@ -462,7 +502,7 @@ mod tests {
             .expect_err("zero attempts");
         assert!(err.to_string().contains("max_attempts"), "{err}");
         assert!(
-            Config::from_toml("[gpu]\nclock_policy = \"lock\"\n", Path::new("x")).is_err(),
+            Config::from_toml("[gpu]\nclock_policy = \"fast\"\n", Path::new("x")).is_err(),
             "lock is not available yet"
         );
     }

@@ -3,6 +3,7 @@
 //! - [`config`]: the TOML schema, defaults and paths;
 //! - [`store`]: SQLite — problems, candidates, the durable job queue, evaluations, compile cache;
 //! - [`sched`]: the scheduler — compile pool, one lane per backend;
+//! - [`plan`]: the per-job part of an evaluation plan (plain timing, racing);
 //! - [`backend`] / [`backends`]: the seam to the jailed evaluation backends;
 //! - [`api`]: HTTP/1.1 + JSON on the Unix socket, SSE, metrics;
 //! - [`client`]: the HTTP-over-Unix-socket client the CLI uses;
@@ -18,6 +19,7 @@ pub mod gpu;
 pub mod llm;
 pub mod logging;
 pub mod metrics;
+pub mod plan;
 pub mod sched;
 pub mod search;
 pub mod store;

@@ -1,11 +1,31 @@
 //! Prometheus metrics: request counters kept in memory, queue and verdict figures read
-//! from the store when scraped.
+//! from the store when scraped, and each evaluation lane's busy time (fed by the
+//! scheduler through [`add_lane_busy`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
 
 use crate::store::Store;
+
+/// Seconds each evaluation lane spent evaluating, by (backend, lane). Process-wide, since
+/// the scheduler that feeds it and the API that renders it are built apart.
+static LANE_BUSY: Mutex<BTreeMap<(String, usize), f64>> = Mutex::new(BTreeMap::new());
+
+/// Lists a lane (at zero busy time) so it is counted before its first evaluation.
+pub fn register_lane(backend: &str, lane: usize) {
+    let mut map = LANE_BUSY.lock().unwrap_or_else(|p| p.into_inner());
+    map.entry((backend.to_string(), lane)).or_default();
+}
+
+/// Adds `secs` of evaluation to a lane's busy time (`kiln_lane_busy_seconds_total`).
+pub fn add_lane_busy(backend: &str, lane: usize, secs: f64) {
+    if !(secs.is_finite() && secs > 0.0) {
+        return;
+    }
+    let mut map = LANE_BUSY.lock().unwrap_or_else(|p| p.into_inner());
+    *map.entry((backend.to_string(), lane)).or_default() += secs;
+}
 
 /// In-memory counters.
 #[derive(Default)]
@@ -54,6 +74,20 @@ impl Metrics {
             "kiln_refused_connections_total {}",
             self.refused.load(std::sync::atomic::Ordering::Relaxed)
         );
+        out.push_str(
+            "# HELP kiln_lane_busy_seconds_total Seconds each evaluation lane spent evaluating.\n",
+        );
+        out.push_str("# TYPE kiln_lane_busy_seconds_total counter\n");
+        {
+            let map = LANE_BUSY.lock().unwrap_or_else(|p| p.into_inner());
+            for ((backend, lane), secs) in map.iter() {
+                let _ = writeln!(
+                    out,
+                    "kiln_lane_busy_seconds_total{{backend=\"{}\",lane=\"{lane}\"}} {secs}",
+                    escape(backend)
+                );
+            }
+        }
         match store.job_counts() {
             Ok(counts) => {
                 out.push_str("# HELP kiln_jobs Jobs in the store, by state.\n");

@@ -170,3 +170,34 @@ fn systemd_hears_ready_and_stopping() {
     assert!(child.wait().expect("wait").success());
     assert!(!socket.exists(), "the socket is removed at exit");
 }
+
+#[test]
+fn doctor_runs_a_known_kernel_end_to_end() {
+    let d = Daemon::start("");
+    let problems = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../problems/vecadd-4096");
+    let out = kiln(&d, &["problems", "add", problems.to_str().expect("utf8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = kiln(&d, &["doctor", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor -o json");
+    assert!(out.status.success(), "{v:#}");
+    let runs = v["known_kernels"].as_array().expect("known kernels");
+    let host = runs
+        .iter()
+        .find(|r| r["backend"] == "host")
+        .unwrap_or_else(|| panic!("no host run: {v:#}"));
+    assert_eq!(host["verdict"], "ok", "{host:#}");
+    assert!(
+        host["median_us"].as_f64().is_some_and(|t| t > 0.0),
+        "{host:#}"
+    );
+    // The clock-lock check is read-only and always answers.
+    assert!(v["clock_lock"]["permitted"].is_boolean(), "{v:#}");
+    let out = kiln(&d, &["doctor", "--no-run"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("clock locking:"), "{text}");
+    assert!(!text.contains("known kernels"), "{text}");
+}

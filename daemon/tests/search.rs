@@ -2,7 +2,9 @@
 //! (hill-climb, idea-branch, map-elites) find a faster correct softmax kernel offline,
 //! idea-branch runs on recorded model replies and recovers from an unusable one, a
 //! search survives `kill -9` of kilnd without re-evaluating anything, and misbehaving
-//! plugins are stopped while another search carries on.
+//! plugins are stopped while another search carries on. Every plugin host runs in the
+//! jail: its layers are in the search's log, it sees none of the host's files but
+//! kilnd's socket, and cancelling the search kills it.
 //!
 //! The proposers are built once per test binary with `scripts/build-plugins.sh` (which
 //! installs them as `target/debug/proposers/NAME.wasm`), and `kiln-plugin-host` with
@@ -24,7 +26,8 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Builds the proposers, the abuse plugin and the plugin host, once.
+/// Builds the proposers, the abuse plugins, the plugin host and the jail helper
+/// (kiln-worker), once.
 fn build() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
@@ -36,6 +39,7 @@ fn build() {
                 "kiln-idea-branch",
                 "kiln-map-elites",
                 "kiln-test-plugin-abuse",
+                "kiln-test-plugin-snoop-fs",
             ])
             .status()
             .expect("run scripts/build-plugins.sh");
@@ -43,10 +47,13 @@ fn build() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let st = std::process::Command::new(cargo)
             .current_dir(&root)
-            .args(["build", "-p", "kiln-plugin-host"])
+            .args(["build", "-p", "kiln-plugin-host", "-p", "kiln-sandbox"])
             .status()
             .expect("run cargo build");
-        assert!(st.success(), "building kiln-plugin-host failed");
+        assert!(
+            st.success(),
+            "building kiln-plugin-host and kiln-worker failed"
+        );
     });
 }
 
@@ -436,10 +443,215 @@ fn search_resumes_after_kill9_without_reevaluating() {
     });
 }
 
-fn abuse_wasm() -> String {
-    let p = repo().join("target/plugins/kiln_test_plugin_abuse.wasm");
+fn test_wasm(name: &str) -> String {
+    let p = repo().join(format!("target/plugins/{name}.wasm"));
     let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn abuse_wasm() -> String {
+    test_wasm("kiln_test_plugin_abuse")
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The search's log, one string per line.
+async fn log_lines(c: &Client, id: &str) -> Vec<String> {
+    let log = c.get(&format!("/v1/searches/{id}/log")).await.expect("log");
+    log["lines"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|l| l["message"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The layers the search's plugin host ran under, from its log: (active, not active).
+async fn host_layers(c: &Client, id: &str) -> (String, String) {
+    let lines = log_lines(c, id).await;
+    let line = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("plugin host jail: active: "))
+        .unwrap_or_else(|| panic!("no jail line in the log: {lines:?}"));
+    match line.split_once("; not active: ") {
+        Some((on, off)) => (on.to_string(), off.to_string()),
+        None => (line.to_string(), String::new()),
+    }
+}
+
+/// Pids of running processes whose program is kiln-plugin-host, serving `search`.
+fn plugin_hosts_of(search: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let args: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
+            args.first()
+                .is_some_and(|a0| a0.ends_with(b"kiln-plugin-host"))
+                && args
+                    .windows(2)
+                    .any(|w| w[0] == b"--search" && w[1] == search.as_bytes())
+        })
+        .collect()
+}
+
+#[test]
+fn plugin_abuse_search_host_is_jailed_sees_only_the_socket_and_dies_on_cancel() {
+    build();
+    let _g = serial();
+    runtime().block_on(async {
+        let d = Daemon::start_with_config(&config(""));
+        let c = d.client();
+        register(&c, &repo().join("problems/softmax-256x4096")).await;
+        let id = start_search(
+            &c,
+            json!({"problem": "softmax-256x4096", "proposer": "abuse", "wasm_base64": abuse_wasm(),
+                   "config": "spin", "time_limit_secs": 600}),
+        )
+        .await;
+        let t0 = Instant::now();
+        let pid = loop {
+            if let [pid] = plugin_hosts_of(&id)[..] {
+                break pid;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "no plugin host for {id}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let (on, off) = host_layers(&c, &id).await;
+        for layer in [
+            "seccomp",
+            "no-new-privs",
+            "rlimits",
+            "env-cleared",
+            "fds-closed",
+        ] {
+            assert!(on.contains(layer), "{layer} not active: {on} / {off}");
+        }
+        assert!(off.contains("cgroup"), "{off}");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        assert!(status.contains("Seccomp:\t2"), "{status}");
+        assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+        if is_root() {
+            // Here the kernel grants every namespace: the host has its own network and
+            // PID namespaces and a private root with nothing of kilnd's folder but the
+            // socket (no state directory, no config, no log).
+            for layer in [
+                "user-namespace",
+                "network-namespace",
+                "pid-namespace",
+                "private-root",
+            ] {
+                assert!(on.contains(layer), "{layer} not active: {on} / {off}");
+            }
+            let ns = |p: &str| std::fs::read_link(p).expect("ns link");
+            assert_ne!(ns(&format!("/proc/{pid}/ns/net")), ns("/proc/self/ns/net"));
+            assert_ne!(ns(&format!("/proc/{pid}/ns/pid")), ns("/proc/self/ns/pid"));
+            let root = PathBuf::from(format!("/proc/{pid}/root"));
+            let folder = std::fs::canonicalize(d.dir.path()).expect("canonical");
+            let inside = root.join(folder.strip_prefix("/").expect("absolute"));
+            let seen: Vec<String> = std::fs::read_dir(&inside)
+                .expect("kilnd's folder inside the jail")
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(seen, vec!["kiln.sock".to_string()], "{}", inside.display());
+            assert!(!root.join("root").exists() && !root.join("home").exists());
+            let mut scratch: Vec<String> = std::fs::read_dir(root.join("scratch"))
+                .expect("scratch")
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            scratch.sort();
+            assert_eq!(scratch, ["plugin.wasm", "token"]);
+        }
+        let (st, v) = c
+            .post(&format!("/v1/searches/{id}/cancel"), &json!({}))
+            .await
+            .expect("cancel");
+        assert!(st == 200 || st == 202, "{st} {v}");
+        let t0 = Instant::now();
+        while !plugin_hosts_of(&id).is_empty() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "the plugin host of a cancelled search is still running"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let s = c.get(&format!("/v1/searches/{id}")).await.expect("search");
+        assert_eq!(s["state"], "cancelled", "{s}");
+    });
+}
+
+#[test]
+fn plugin_abuse_reading_a_host_file_is_refused_under_the_jail() {
+    build();
+    let _g = serial();
+    runtime().block_on(async {
+        let d = Daemon::start_with_config(&config(""));
+        let c = d.client();
+        register(&c, &repo().join("problems/softmax-256x4096")).await;
+        let secret = d.config.display().to_string();
+        let id = start_search(
+            &c,
+            json!({"problem": "softmax-256x4096", "proposer": "snoop-fs",
+                   "wasm_base64": test_wasm("kiln_test_plugin_snoop_fs"), "config": secret}),
+        )
+        .await;
+        let s = wait_end(&c, &id, Duration::from_secs(120)).await;
+        assert_eq!(s["state"], "failed", "{s}");
+        let error = s["error"].as_str().expect("error");
+        assert!(
+            error.contains("refused") && error.contains("wasi:filesystem"),
+            "{error}"
+        );
+        assert!(!error.contains("READ"), "{error}");
+        let (on, _) = host_layers(&c, &id).await;
+        assert!(on.contains("seccomp"), "{on}");
+    });
+}
+
+#[test]
+fn search_runs_when_the_jail_has_no_namespaces_and_says_so() {
+    build();
+    let _g = serial();
+    runtime().block_on(async {
+        let d = Daemon::start_with_config(&config("[jail]\ndisable_namespaces = true"));
+        let c = d.client();
+        register(&c, &repo().join("problems/softmax-256x4096")).await;
+        let id = start_search(
+            &c,
+            json!({"problem": "softmax-256x4096", "proposer": "abuse", "wasm_base64": abuse_wasm(),
+                   "config": "host-calls"}),
+        )
+        .await;
+        let s = wait_end(&c, &id, Duration::from_secs(180)).await;
+        assert_eq!(s["state"], "done", "{s}");
+        assert!(
+            s["summary"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&format!("search={id}"))),
+            "{s}"
+        );
+        let (on, off) = host_layers(&c, &id).await;
+        assert!(on.contains("seccomp") && on.contains("rlimits"), "{on}");
+        for layer in ["user-namespace", "network-namespace", "private-root"] {
+            assert!(off.contains(&format!("{layer} (")), "{layer}: {off}");
+        }
+        assert!(off.contains("disabled by configuration"), "{off}");
+    });
 }
 
 #[test]

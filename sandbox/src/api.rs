@@ -177,13 +177,13 @@ pub fn backend_status() -> Vec<BackendStatus> {
 }
 
 /// A job's directory, removed on drop.
-struct JobDir {
+pub(crate) struct JobDir {
     base: PathBuf,
     name: String,
 }
 
 impl JobDir {
-    fn new(cfg: &SandboxConfig) -> Result<JobDir, SandboxError> {
+    pub(crate) fn new(cfg: &SandboxConfig) -> Result<JobDir, SandboxError> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let name = format!(
             "job-{}-{}-{:08x}",
@@ -225,7 +225,7 @@ const RO_PATHS: &[&str] = &[
     "/etc/alternatives",
 ];
 
-fn jail_spec(
+pub(crate) fn jail_spec(
     cfg: &SandboxConfig,
     role: Role,
     cuda: bool,
@@ -252,6 +252,7 @@ fn jail_spec(
         if role == Role::GpuWorker {
             let visible = cfg.gpu_uuid.clone().unwrap_or_else(|| "0".into());
             env.push(("CUDA_VISIBLE_DEVICES".into(), visible));
+            env.push((crate::worker::CAPTURE_ENV.into(), "1".into()));
             devices = setup::device_nodes(cfg.gpu_minor);
             optional_ro_paths = setup::OPTIONAL_RO.iter().map(PathBuf::from).collect();
         }
@@ -278,7 +279,10 @@ fn jail_spec(
     })
 }
 
-fn protocol_error(e: protocol::ProtocolError, child: &mut jail::JailedChild) -> SandboxError {
+pub(crate) fn protocol_error(
+    e: protocol::ProtocolError,
+    child: &mut jail::JailedChild,
+) -> SandboxError {
     let ended = child.finish();
     SandboxError::Protocol {
         message: format!(
@@ -401,25 +405,24 @@ pub fn compile(cfg: &SandboxConfig, candidate: &Candidate) -> Result<CompileOutc
 }
 
 /// Wall budget for a whole evaluation: a backstop above the worker's own per-run limits.
-fn evaluation_budget(plan: &EvalPlan) -> Duration {
+pub(crate) fn evaluation_budget(plan: &EvalPlan) -> Duration {
     let runs = 3 * (u64::from(plan.trials) + 2) + u64::from(plan.timing.warmup) + 20;
     Duration::from_secs(15)
         + Duration::from_millis(plan.run_timeout_ms.saturating_mul(runs))
         + Duration::from_secs_f64(plan.timing.wall_cap_ms.max(0.0) / 1e3)
 }
 
-/// Evaluates a compiled candidate against the problem's reference inside a jailed worker.
-pub fn evaluate(
-    cfg: &SandboxConfig,
+/// Refusals before any worker starts: the cuda backend missing here (an error), no
+/// reference for the backend (an error), an invalid candidate (`Some` verdict).
+pub(crate) fn precheck(
     problem: &ProblemSpec,
-    reference: &[u8],
     candidate: &Candidate,
-    artifact: &[u8],
-    plan: &EvalPlan,
-) -> Result<Evaluation, SandboxError> {
+) -> Result<Option<Evaluation>, SandboxError> {
     let cuda = candidate.language == Language::Cuda;
     let backend = if cuda { "cuda" } else { "host" };
-    if cuda && let Err(e) = kiln_cuda::available() {
+    // Only the libraries (cheap): the GPU itself was found when the lane was made, and
+    // the worker reports it if it is gone.
+    if cuda && let Err(e) = kiln_cuda::facts::libraries_present() {
         return Err(SandboxError::BackendUnavailable("cuda".into(), e.reason));
     }
     if !problem.reference.contains_key(backend) {
@@ -429,28 +432,24 @@ pub fn evaluate(
         ));
     }
     if let Err(e) = candidate.validate() {
-        return Ok(Evaluation::early(
+        return Ok(Some(Evaluation::early(
             Verdict::InvalidLaunch,
             backend,
             e.to_string(),
-        ));
+        )));
     }
-    let budget = evaluation_budget(plan);
-    let job = JobDir::new(cfg)?;
-    // A GPU worker: no RLIMIT_AS (the driver reserves ~2x device memory of address
-    // space), room for the driver's threads and descriptors.
-    let limits = Limits {
-        cpu_s: budget.as_secs() + 1,
-        nofile: if cuda { 512 } else { 128 },
-        nproc: if cuda { 256 } else { 32 },
-        fsize_bytes: 1 << 30,
-        as_bytes: None,
-    };
-    let role = if cuda { Role::GpuWorker } else { Role::Worker };
-    let spec = jail_spec(cfg, role, cuda, &job, limits, "serve")?;
-    let mut child = jail::spawn(&cfg.worker_exe, &spec, budget)?;
-    let layers = child.report.layers.clone();
-    let request = Request::Evaluate {
+    Ok(None)
+}
+
+/// The evaluate request for a worker.
+pub(crate) fn evaluate_request(
+    cfg: &SandboxConfig,
+    problem: &ProblemSpec,
+    candidate: &Candidate,
+    plan: &EvalPlan,
+    budget: Duration,
+) -> Request {
+    Request::Evaluate {
         version: PROTOCOL_VERSION,
         problem: Box::new(problem.clone()),
         candidate: candidate.clone(),
@@ -460,7 +459,72 @@ pub fn evaluate(
             output_limit_bytes: cfg.output_limit_bytes,
             cpu_limit_s: budget.as_secs() + 1,
         },
+    }
+}
+
+/// The evaluation a worker killed at its wall budget gets.
+pub(crate) fn budget_timeout(
+    backend: &str,
+    budget: Duration,
+    layers: &[LayerStatus],
+) -> Evaluation {
+    let mut e = Evaluation::early(
+        Verdict::Timeout,
+        backend,
+        format!(
+            "evaluation exceeded its wall budget of {:.0} s; the jail was killed",
+            budget.as_secs_f64()
+        ),
+    );
+    e.telemetry = Some(layers_json(layers));
+    e
+}
+
+/// Adds the jail's layers to an evaluation's telemetry.
+pub(crate) fn with_layers(mut e: Evaluation, layers: &[LayerStatus]) -> Evaluation {
+    e.telemetry = Some(match e.telemetry.take() {
+        Some(serde_json::Value::Object(mut m)) => {
+            if let serde_json::Value::Object(jail) = layers_json(layers) {
+                m.extend(jail);
+            }
+            serde_json::Value::Object(m)
+        }
+        _ => layers_json(layers),
+    });
+    e
+}
+
+/// Evaluates a compiled candidate against the problem's reference inside a jailed worker
+/// started for this evaluation alone (cuda: a [`crate::GpuLane`] used once; keep a
+/// `GpuLane` to reuse a warm worker).
+pub fn evaluate(
+    cfg: &SandboxConfig,
+    problem: &ProblemSpec,
+    reference: &[u8],
+    candidate: &Candidate,
+    artifact: &[u8],
+    plan: &EvalPlan,
+) -> Result<Evaluation, SandboxError> {
+    if candidate.language == Language::Cuda {
+        let mut lane = crate::lane::GpuLane::new(cfg.clone(), 1);
+        return lane.evaluate(problem, reference, candidate, artifact, plan);
+    }
+    if let Some(e) = precheck(problem, candidate)? {
+        return Ok(e);
+    }
+    let budget = evaluation_budget(plan);
+    let job = JobDir::new(cfg)?;
+    let limits = Limits {
+        cpu_s: budget.as_secs() + 1,
+        nofile: 128,
+        nproc: 32,
+        fsize_bytes: 1 << 30,
+        as_bytes: None,
     };
+    let spec = jail_spec(cfg, Role::Worker, false, &job, limits, "serve")?;
+    let mut child = jail::spawn(&cfg.worker_exe, &spec, budget)?;
+    let layers = child.report.layers.clone();
+    let request = evaluate_request(cfg, problem, candidate, plan, budget);
     let reply = child
         .stdin
         .as_mut()
@@ -469,33 +533,12 @@ pub fn evaluate(
         .and_then(|()| protocol::read_message::<Response>(&mut child.stdout));
     if child.timed_out() {
         child.finish();
-        let mut e = Evaluation::early(
-            Verdict::Timeout,
-            backend,
-            format!(
-                "evaluation exceeded its wall budget of {:.0} s; the jail was killed",
-                budget.as_secs_f64()
-            ),
-        );
-        e.telemetry = Some(layers_json(&layers));
-        return Ok(e);
+        return Ok(budget_timeout("host", budget, &layers));
     }
     let (response, _) = reply.map_err(|e| protocol_error(e, &mut child))?;
     child.finish();
     match response {
-        Response::Evaluated { evaluation } => {
-            let mut e = *evaluation;
-            e.telemetry = Some(match e.telemetry.take() {
-                Some(serde_json::Value::Object(mut m)) => {
-                    if let serde_json::Value::Object(jail) = layers_json(&layers) {
-                        m.extend(jail);
-                    }
-                    serde_json::Value::Object(m)
-                }
-                _ => layers_json(&layers),
-            });
-            Ok(e)
-        }
+        Response::Evaluated { evaluation, .. } => Ok(with_layers(*evaluation, &layers)),
         Response::Failed { message } => Err(SandboxError::Worker(message)),
         other => Err(SandboxError::Protocol {
             message: format!("unexpected response to evaluate: {other:?}"),
@@ -505,7 +548,7 @@ pub fn evaluate(
 }
 
 /// The jail layers as telemetry: `{"jail": {"active": [...], "inactive": {name: why}}}`.
-fn layers_json(layers: &[LayerStatus]) -> serde_json::Value {
+pub(crate) fn layers_json(layers: &[LayerStatus]) -> serde_json::Value {
     let active: Vec<&str> = layers
         .iter()
         .filter(|l| l.active)

@@ -23,6 +23,48 @@ use crate::host::compare;
 /// Output tensors: (name, bytes).
 pub type Outputs = Vec<(String, Vec<u8>)>;
 
+/// log2 of the factor the range trial scales float inputs down by.
+pub const RANGE_SCALE_LOG2: i32 = 20;
+
+/// Which distribution an input set is drawn from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputVariant {
+    /// Each tensor's own distribution.
+    Normal,
+    /// Float inputs that allow it: mean 1000, std 0.1 (catches naive variance formulas
+    /// and other cancellation).
+    Shifted,
+    /// Float inputs of f32/f64 scaled by 2^-[`RANGE_SCALE_LOG2`] (the range trial).
+    Tiny,
+}
+
+impl InputVariant {
+    /// The distribution a tensor is drawn from in this variant.
+    pub fn init(self, t: &kiln_types::TensorSpec) -> kiln_types::Init {
+        use kiln_types::Init;
+        match self {
+            InputVariant::Shifted if t.shifted_trial && t.dtype.is_float() => {
+                crate::host::data::SHIFTED
+            }
+            InputVariant::Tiny if matches!(t.dtype, Dtype::F32 | Dtype::F64) => {
+                let s = (2.0f64).powi(-RANGE_SCALE_LOG2);
+                match t.init {
+                    Init::Normal { mean, std } => Init::Normal {
+                        mean: mean * s,
+                        std: std * s,
+                    },
+                    Init::Uniform { low, high } => Init::Uniform {
+                        low: low * s,
+                        high: high * s,
+                    },
+                    other => other,
+                }
+            }
+            _ => t.init,
+        }
+    }
+}
+
 /// Why one run of candidate code did not finish normally.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunFailure {
@@ -34,6 +76,18 @@ pub enum RunFailure {
     InvalidLaunch(String),
 }
 
+/// Elements of one output still holding the backend's poison: (tensor, count, first indices).
+pub type Unwritten = (String, u64, Vec<u64>);
+
+/// Why [`Target::check`] could not compare.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CheckError {
+    /// The reference misbehaved or the backend broke (not the candidate's fault).
+    Infra(String),
+    /// A kept copy of an earlier run changed while candidate code ran afterwards.
+    KeptChanged(String),
+}
+
 /// The mechanics a backend provides; [`Session`] turns their results into verdicts.
 ///
 /// Every method that runs candidate code first poisons the outputs and zeroes the
@@ -41,32 +95,57 @@ pub enum RunFailure {
 pub trait Target {
     /// One drawn input set (host: the bytes; GPU: the seeds and the hashes).
     type Inputs;
+    /// A candidate run's outputs kept for comparison (host: the bytes; GPU: a device copy).
+    type Kept;
     /// `host` or `cuda`.
     fn backend(&self) -> &'static str;
-    /// Draws an input set from the secret `seed`, keyed by (`purpose`, `index`); the
-    /// shifted/scaled distribution for float inputs that allow it when `shifted`.
-    /// `Err` is an infrastructure failure.
+    /// Draws an input set from the secret `seed`, keyed by (`purpose`, `index`), each
+    /// tensor from [`InputVariant::init`]. `Err` is an infrastructure failure.
     fn draw(
         &mut self,
         seed: u64,
         purpose: &str,
         index: u64,
-        shifted: bool,
+        variant: InputVariant,
     ) -> Result<Self::Inputs, String>;
-    /// Runs the trusted reference on `inputs`; returns its outputs, copied into the worker,
-    /// and scrubs them from wherever candidate code could reach them. `Err`: infrastructure.
-    fn reference(&mut self, inputs: &Self::Inputs) -> Result<Outputs, String>;
     /// Runs the candidate once, untimed by the contract; returns the backend's elapsed
     /// time in microseconds (host: wall time between go and done; GPU: 0).
     fn run(&mut self, inputs: &Self::Inputs) -> Result<f64, RunFailure>;
     /// One timed sample of the candidate, in microseconds.
     fn sample(&mut self, inputs: &Self::Inputs) -> Result<f64, RunFailure>;
+    /// One plain (KernelBench-style) sample of the candidate, in microseconds: events
+    /// around one launch of the plan on the worker's stream, then a wait for the end
+    /// event; no L2 flush, no blocking kernel, no poisoning between samples. `inputs` are
+    /// the current set (the warm-up just ran on them). Called a fixed number of times when
+    /// the plan asks for plain timing (`EvalPlan::plain`); the last run's outputs are
+    /// then kept and re-checked. Backends without it answer
+    /// `RunFailure::Fault(timing::plain::UNSUPPORTED)`, which fails the job (not a verdict).
+    fn plain_sample(&mut self, _inputs: &Self::Inputs) -> Result<f64, RunFailure> {
+        Err(RunFailure::Fault(timing::plain::UNSUPPORTED.into()))
+    }
     /// Names of the inputs the last candidate run changed.
     fn tampered(&mut self, inputs: &Self::Inputs) -> Result<Vec<String>, RunFailure>;
-    /// Outputs of the last candidate run.
-    fn outputs(&mut self) -> Result<Outputs, RunFailure>;
-    /// Elements of an output still holding this backend's poison: (count, first indices).
-    fn unwritten(&self, bytes: &[u8], dtype: Dtype) -> (u64, Vec<u64>);
+    /// Keeps the last candidate run's outputs in `slot` (0 or 1; a slot is reused) and
+    /// reports the outputs that still hold poison.
+    fn keep(&mut self, slot: usize) -> Result<(Self::Kept, Vec<Unwritten>), RunFailure>;
+    /// Runs the trusted reference on `inputs` (after the candidate's runs, never while
+    /// candidate code can run) and compares each of `kept` with it under `tol`, one
+    /// metrics list per kept run; leaves nothing of the reference's results where
+    /// candidate code could reach them.
+    fn check(
+        &mut self,
+        inputs: &Self::Inputs,
+        kept: &[&Self::Kept],
+        tol: kiln_types::Tolerance,
+    ) -> Result<Vec<Vec<ErrorMetrics>>, CheckError>;
+    /// Elements whose bits differ between two kept runs, and whether every element of
+    /// one is within `tol` of the other.
+    fn diff(
+        &mut self,
+        a: &Self::Kept,
+        b: &Self::Kept,
+        tol: kiln_types::Tolerance,
+    ) -> Result<(u64, bool), RunFailure>;
     /// The timer's fixed overhead per sample, microseconds (subtracted from samples).
     fn overhead(&mut self) -> Result<f64, RunFailure>;
     /// True when reading every timed run's outputs is cheap (host: shared memory), so
@@ -82,6 +161,11 @@ pub trait Target {
     /// backend's telemetry for the window.
     fn timing_finished(&mut self, _windows: &[(Instant, Instant)]) -> Option<serde_json::Value> {
         None
+    }
+    /// Indices of the samples of the last finished timing window that ran throttled
+    /// (GPU: overlapping an NVML reading with a throttling reason); none by default.
+    fn throttled_samples(&self) -> Vec<usize> {
+        Vec::new()
     }
 }
 
@@ -173,14 +257,29 @@ impl<'a, T: Target> Session<'a, T> {
     fn run_contract(&mut self) -> Step<Box<Evaluation>> {
         let t0 = Instant::now();
         let worst_rel_l2 = self.correctness()?;
+        let mut tier = compare::tier(worst_rel_l2);
+        let range = self.range_trial()?;
+        if let Some(range_rel) = range {
+            tier = compare::tier_with_range(tier, worst_rel_l2, range_rel);
+        }
+        self.evidence.correctness_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
         tracing::debug!("correctness took {:?}", t0.elapsed());
-        let tier = compare::tier(worst_rel_l2);
         if let Some(req) = self.problem.required_tier
             && tier > req
         {
+            let range_note = match range {
+                Some(r) if tier == kiln_types::PrecisionTier::Fp16Like => format!(
+                    "; on inputs scaled by 2^-{RANGE_SCALE_LOG2} its relative L2 error is {r:.2e}, \
+                     as when values are held in a format with fp16's range"
+                ),
+                _ => String::new(),
+            };
             let mut e = self.verdict(
                 Verdict::WrongAnswer,
-                format!("delivers {tier:?} precision (relative L2 {worst_rel_l2:.2e}); the problem requires {req:?}"),
+                format!(
+                    "delivers {tier:?} precision (relative L2 {worst_rel_l2:.2e}{range_note}); \
+                     the problem requires {req:?}"
+                ),
             );
             e.tier = Some(tier);
             return Err(Box::new(e).into());
@@ -212,26 +311,17 @@ impl<'a, T: Target> Session<'a, T> {
             } else {
                 format!("trial {}", t + 1)
             };
-            let inputs = self.draw("trial", u64::from(t), is_shifted)?;
-            let want = self.reference_outputs(&inputs)?;
-            let a = self.candidate_run(&inputs, &format!("{label}, run 1"))?.0;
-            let b = self.candidate_run(&inputs, &format!("{label}, run 2"))?.0;
+            let variant = if is_shifted {
+                InputVariant::Shifted
+            } else {
+                InputVariant::Normal
+            };
+            let inputs = self.draw_variant("trial", u64::from(t), variant)?;
+            let (ma, mb, diffs, agree) = self.two_runs(&inputs, &label)?;
             self.evidence.trials_run += 1;
-            let tol = self.problem.tolerance;
-            let ma = self.metrics(&a, &want);
-            let mb = self.metrics(&b, &want);
-            let diffs: u64 = a
-                .iter()
-                .zip(&b)
-                .map(|((n, x), (_, y))| compare::bitwise_diffs(x, y, self.dtype(n)))
-                .sum();
             self.evidence.bitwise_diffs += diffs;
             let a_ok = ma.iter().all(|m| m.mismatches == 0);
             let b_ok = mb.iter().all(|m| m.mismatches == 0);
-            let agree = diffs == 0
-                || a.iter()
-                    .zip(&b)
-                    .all(|((n, x), (_, y))| compare::agree(x, y, self.dtype(n), tol));
             if !a_ok && !b_ok && agree {
                 self.evidence.deciding_trial = Some(label.clone());
                 self.evidence.errors = ma.clone();
@@ -279,42 +369,101 @@ impl<'a, T: Target> Session<'a, T> {
         Ok(worst_rel)
     }
 
+    /// Two candidate runs on `inputs` (each with the per-run checks), then the reference
+    /// on the same inputs: (run 1's metrics, run 2's metrics, bitwise differences between
+    /// the runs, whether the runs agree within the tolerance).
+    fn two_runs(
+        &mut self,
+        inputs: &T::Inputs,
+        label: &str,
+    ) -> Step<(Vec<ErrorMetrics>, Vec<ErrorMetrics>, u64, bool)> {
+        let a = self.candidate_run(inputs, &format!("{label}, run 1"), 0)?.0;
+        let b = self.candidate_run(inputs, &format!("{label}, run 2"), 1)?.0;
+        let tol = self.problem.tolerance;
+        let (diffs, agree) = match self.target.diff(&a, &b, tol) {
+            Ok(d) => d,
+            Err(f) => return Err(self.failure_verdict(f, label).into()),
+        };
+        let mut metrics = self.check(inputs, &[&a, &b], label)?.into_iter();
+        let ma = metrics.next().unwrap_or_default();
+        let mb = metrics.next().unwrap_or_default();
+        Ok((ma, mb, diffs, agree))
+    }
+
+    /// The range trial: float inputs (f32, f64) scaled by 2^-20, where a format with
+    /// fp16's range (subnormal below 6.1e-5) loses its precision while fp32, TF32 and
+    /// bf16 keep theirs. Returns the worst relative L2 error; it decides the precision
+    /// tier only, never the verdict, except for the per-run checks (faults, tampered
+    /// inputs, unwritten outputs). `None` when the problem has no such inputs.
+    fn range_trial(&mut self) -> Step<Option<f64>> {
+        let any = self
+            .problem
+            .tensors
+            .iter()
+            .any(|t| t.role == Role::Input && matches!(t.dtype, Dtype::F32 | Dtype::F64));
+        if !any {
+            return Ok(None);
+        }
+        let label = format!("range trial (float inputs scaled by 2^-{RANGE_SCALE_LOG2})");
+        let inputs = self.draw_variant("range", 0, InputVariant::Tiny)?;
+        let a = self.candidate_run(&inputs, &label, 0)?.0;
+        let metrics = self.check(&inputs, &[&a], &label)?;
+        let worst = metrics
+            .iter()
+            .flatten()
+            .map(|m| m.rel_l2)
+            .fold(0.0f64, f64::max);
+        self.evidence.notes.push(format!(
+            "{label}: relative L2 error {worst:.2e} (decides the fp16-like tier, not the verdict)"
+        ));
+        Ok(Some(worst))
+    }
+
+    /// Runs the reference on `inputs` and compares `kept` with it.
+    pub fn check(
+        &mut self,
+        inputs: &T::Inputs,
+        kept: &[&T::Kept],
+        label: &str,
+    ) -> Step<Vec<Vec<ErrorMetrics>>> {
+        match self.target.check(inputs, kept, self.problem.tolerance) {
+            Ok(m) => Ok(m),
+            Err(CheckError::Infra(msg)) => Err(Stop::Infra(format!("the reference kernel {msg}"))),
+            Err(CheckError::KeptChanged(msg)) => {
+                self.evidence.deciding_trial = Some(label.to_string());
+                Err(
+                    Box::new(self.verdict(Verdict::InputTampered, format!("{label}: {msg}")))
+                        .into(),
+                )
+            }
+        }
+    }
+
     /// The dtype of a tensor (f32 if unknown).
     pub fn dtype(&self, name: &str) -> Dtype {
         self.problem.tensor(name).map_or(Dtype::F32, |t| t.dtype)
     }
 
-    /// Error metrics of every output.
-    pub fn metrics(&self, got: &Outputs, want: &Outputs) -> Vec<ErrorMetrics> {
-        got.iter()
-            .zip(want)
-            .map(|((name, g), (_, w))| {
-                compare::metrics(name, g, w, self.dtype(name), self.problem.tolerance)
-            })
-            .collect()
-    }
-
-    /// Draws an input set from the secret seed.
+    /// Draws an input set from the secret seed (the shifted distribution when `shifted`).
     pub fn draw(&mut self, purpose: &str, index: u64, shifted: bool) -> Step<T::Inputs> {
-        self.target
-            .draw(self.plan.seed, purpose, index, shifted)
-            .map_err(Stop::Infra)
+        let variant = if shifted {
+            InputVariant::Shifted
+        } else {
+            InputVariant::Normal
+        };
+        self.draw_variant(purpose, index, variant)
     }
 
-    /// Runs the trusted reference on `inputs` and returns its outputs.
-    pub fn reference_outputs(&mut self, inputs: &T::Inputs) -> Step<Outputs> {
-        let out = self
-            .target
-            .reference(inputs)
-            .map_err(|e| Stop::Infra(format!("the reference kernel {e}")))?;
-        for (name, bytes) in &out {
-            if self.target.unwritten(bytes, self.dtype(name)).0 > 0 {
-                return Err(Stop::Infra(format!(
-                    "the reference kernel left {name} partly unwritten"
-                )));
-            }
-        }
-        Ok(out)
+    /// Draws an input set of the given variant from the secret seed.
+    pub fn draw_variant(
+        &mut self,
+        purpose: &str,
+        index: u64,
+        variant: InputVariant,
+    ) -> Step<T::Inputs> {
+        self.target
+            .draw(self.plan.seed, purpose, index, variant)
+            .map_err(Stop::Infra)
     }
 
     /// Checks after a candidate run: inputs unchanged.
@@ -338,21 +487,14 @@ impl<'a, T: Target> Session<'a, T> {
         .into())
     }
 
-    /// Reads the last run's outputs and fails on unwritten elements.
-    pub fn checked_outputs(&mut self, label: &str) -> Step<Outputs> {
-        let out = match self.target.outputs() {
-            Ok(o) => o,
+    /// Keeps the last run's outputs in `slot` and fails on unwritten elements.
+    pub fn kept_outputs(&mut self, label: &str, slot: usize) -> Step<T::Kept> {
+        let (kept, unwritten) = match self.target.keep(slot) {
+            Ok(k) => k,
             Err(f) => return Err(self.failure_verdict(f, label).into()),
         };
-        let unwritten: Vec<(String, u64, Vec<u64>)> = out
-            .iter()
-            .filter_map(|(name, bytes)| {
-                let (n, first) = self.target.unwritten(bytes, self.dtype(name));
-                (n > 0).then(|| (name.clone(), n, first))
-            })
-            .collect();
         if unwritten.is_empty() {
-            return Ok(out);
+            return Ok(kept);
         }
         self.evidence.deciding_trial = Some(label.to_string());
         let desc: Vec<String> = unwritten
@@ -368,30 +510,37 @@ impl<'a, T: Target> Session<'a, T> {
     }
 
     /// Runs the candidate once on `inputs` with the per-run checks (fault, timeout,
-    /// tampered inputs, unwritten outputs). Returns the outputs and the elapsed µs.
-    pub fn candidate_run(&mut self, inputs: &T::Inputs, label: &str) -> Step<(Outputs, f64)> {
+    /// tampered inputs, unwritten outputs); keeps the outputs in `slot`. Returns them and
+    /// the elapsed µs.
+    pub fn candidate_run(
+        &mut self,
+        inputs: &T::Inputs,
+        label: &str,
+        slot: usize,
+    ) -> Step<(T::Kept, f64)> {
         let us = match self.target.run(inputs) {
             Ok(us) => us,
             Err(f) => return Err(self.failure_verdict(f, label).into()),
         };
         self.check_inputs(inputs, label)?;
-        let out = self.checked_outputs(label)?;
+        let out = self.kept_outputs(label, slot)?;
         Ok((out, us))
     }
 
-    /// One timed sample with the per-run checks; outputs only where they are cheap.
+    /// One timed sample with the per-run checks; outputs (in slot 0) only where they are
+    /// cheap.
     pub fn candidate_sample(
         &mut self,
         inputs: &T::Inputs,
         label: &str,
-    ) -> Step<(Option<Outputs>, f64)> {
+    ) -> Step<(Option<T::Kept>, f64)> {
         let us = match self.target.sample(inputs) {
             Ok(us) => us,
             Err(f) => return Err(self.failure_verdict(f, label).into()),
         };
         self.check_inputs(inputs, label)?;
         let out = if self.target.outputs_every_sample() {
-            Some(self.checked_outputs(label)?)
+            Some(self.kept_outputs(label, 0)?)
         } else {
             None
         };

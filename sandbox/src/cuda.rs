@@ -7,7 +7,9 @@
 //!   the GPU from the secret seed, reference outputs downloaded and scrubbed before
 //!   candidate code runs, poisoned outputs, keyed GPU-side input hashes, L2-cold timed
 //!   samples, faults and timeouts;
+//! - [`baseline`]: the reference, cuBLAS and cuDNN timed as baselines under the same protocol;
 //! - [`telemetry`]: NVML around the timing window, and which samples ran throttled;
+//! - [`printf`]: device `printf` captured off the protocol pipe, counted and bounded;
 //! - [`setup`]: what a GPU worker's jail must show (device nodes, driver libraries) and
 //!   whether the backend is usable here.
 //!
@@ -15,10 +17,13 @@
 //! the launch's block) need the module loaded on a GPU, so they are filled at evaluation
 //! time, into `Evaluation.compile.kernels` and `Evaluation.telemetry.kernels`.
 //!
-//! After a fault or timeout the CUDA context is poisoned: the worker answers with the
-//! verdict and exits; the next evaluation gets a fresh worker (each job has its own).
+//! A GPU worker is warm: it keeps its context from one evaluation to the next
+//! ([`target::Lane`]). After a fault or timeout the context is poisoned: the worker answers
+//! with the verdict and `retire: true`, and exits; the lane starts a fresh worker.
 
+pub mod baseline;
 pub mod compile;
+pub mod printf;
 pub mod setup;
 pub mod target;
 pub mod telemetry;

@@ -25,6 +25,16 @@ pub enum SandboxError {
         /// The cause.
         source: std::io::Error,
     },
+    /// A path a jailed program needs (its executable, kilnd's socket) cannot be resolved.
+    #[error("{what} {path}: {source}")]
+    Path {
+        /// What the path is.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
     /// The jail could not be started.
     #[error(transparent)]
     Jail(#[from] JailError),

@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use spawn::{JailedChild, spawn};
+pub use spawn::{JailedChild, Killer, spawn};
 
 /// The seccomp policy a jailed process runs under (see [`seccomp`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +42,9 @@ pub enum Role {
     /// kiln-worker evaluating on a GPU: the CUDA driver runs in this process (device
     /// ioctls, shared mappings of `/dev/nvidia*`, driver threads).
     GpuWorker,
+    /// `kiln-plugin-host` running one search's proposer in wasmtime: JIT code (executable
+    /// mappings), threads, signal-based traps, and a Unix socket back to kilnd.
+    PluginHost,
 }
 
 /// Resource limits (setrlimit) for the jailed process and its children.

@@ -20,6 +20,9 @@
 //!   or
 //! caller       -> worker : Request::Evaluate   (2 blobs: reference artifact, candidate artifact)
 //! worker       -> caller : Response::Evaluated (0 blobs)
+//!   or
+//! caller       -> worker : Request::Baselines  (1 blob: reference artifact)
+//! worker       -> caller : Response::Baselines (0 blobs)
 //!   at any point
 //! worker       -> caller : Response::Failed    (infrastructure failure inside the worker)
 //! ```
@@ -183,6 +186,18 @@ pub enum Request {
         /// Limits for the runners.
         limits: RunLimits,
     },
+    /// Time the problem's baselines on the worker's GPU (cuda only); blob: the compiled
+    /// reference. See `cuda::baseline`.
+    Baselines {
+        /// Protocol version the caller speaks.
+        version: u32,
+        /// The problem.
+        problem: Box<ProblemSpec>,
+        /// Seed, run timeout and the stop rule (the candidates' own).
+        plan: EvalPlan,
+        /// Libraries to time besides the reference (`cublas`, `cudnn`).
+        libraries: Vec<String>,
+    },
 }
 
 /// A response from the worker.
@@ -202,11 +217,20 @@ pub enum Response {
     Evaluated {
         /// The evaluation.
         evaluation: Box<Evaluation>,
+        /// True when the worker exits after this answer (its GPU context was poisoned by a
+        /// fault or timeout): the caller must start a fresh worker for the next request.
+        #[serde(default)]
+        retire: bool,
     },
     /// The worker could not do its job for a reason that is not the candidate's fault.
     Failed {
         /// What went wrong.
         message: String,
+    },
+    /// The baselines were timed (each says whether it was measured).
+    Baselines {
+        /// One entry per baseline, the reference first.
+        results: Vec<kiln_types::BaselineResult>,
     },
 }
 

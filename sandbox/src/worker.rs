@@ -1,11 +1,13 @@
-//! `kiln-worker serve`: the trusted process inside the jail. Reads one request from stdin,
-//! dispatches on the candidate's language to a backend, writes one response to stdout.
+//! `kiln-worker serve`: the trusted process inside the jail. Reads requests from stdin
+//! until it is closed, dispatches each on the candidate's language to a backend, writes
+//! one response per request to stdout.
 //!
 //! Host candidates never run in this process: compiles run the system compiler as a
 //! child, evaluations run candidate code in runner children (see `host::runner`). Cuda
-//! candidates compile in-process (NVRTC) and run on the GPU this worker holds; a GPU
-//! fault or timeout poisons the context, so the worker answers and exits (one request per
-//! process in any case).
+//! candidates compile in-process (NVRTC) and run on the GPU this worker holds. A GPU
+//! worker is warm: it keeps its CUDA context ([`cuda::target::Lane`]) from one evaluation
+//! to the next. A fault or timeout poisons the context; the worker then answers with
+//! `retire: true` and exits, and the caller starts a fresh one.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -16,38 +18,92 @@ use kiln_types::Language;
 use crate::protocol::{self, PROTOCOL_VERSION, ProtocolError, Request, Response};
 use crate::{cuda, host};
 
-/// Serves one request on stdin/stdout; returns the exit status.
+/// Serves requests on stdin/stdout until stdin closes or the GPU context is poisoned;
+/// returns the exit status.
 pub fn serve(tag: &str) -> i32 {
     let mut input = std::io::stdin().lock();
-    let mut output = std::io::stdout().lock();
-    match serve_on(&mut input, &mut output, tag) {
-        Ok(()) => 0,
-        Err(e) => {
-            tracing::error!("kiln-worker: {e}");
-            1
+    // A GPU worker's fd 1 receives device printf: the protocol moves to a duplicate.
+    let mut output: Box<dyn Write> = if std::env::var_os(CAPTURE_ENV).is_some() {
+        match cuda::printf::install() {
+            Ok(f) => Box::new(f),
+            Err(e) => {
+                tracing::error!("kiln-worker: cannot capture device printf: {e}");
+                return 1;
+            }
+        }
+    } else {
+        Box::new(std::io::stdout().lock())
+    };
+    let mut lane: Option<cuda::target::Lane> = None;
+    loop {
+        match serve_on(&mut input, &mut output, tag, &mut lane) {
+            Ok(Next::More) => {}
+            Ok(Next::Exit) => return 0,
+            Err(e) => {
+                tracing::error!("kiln-worker: {e}");
+                return 1;
+            }
         }
     }
+}
+
+/// Set (by the caller, in a GPU worker's environment) to capture fd 1 for device printf.
+pub const CAPTURE_ENV: &str = "KILN_CAPTURE_STDOUT";
+
+/// What the serve loop does after a request.
+enum Next {
+    More,
+    Exit,
 }
 
 fn serve_on(
     input: &mut impl Read,
     output: &mut impl Write,
     tag: &str,
-) -> Result<(), ProtocolError> {
+    lane: &mut Option<cuda::target::Lane>,
+) -> Result<Next, ProtocolError> {
     let (request, blobs): (Request, Vec<Vec<u8>>) = match protocol::read_message(input) {
         Ok(m) => m,
-        Err(ProtocolError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+        Err(ProtocolError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return Ok(Next::Exit);
+        }
         Err(e) => return Err(e),
     };
+    let mut retire = false;
     let failed = |message: String| Response::Failed { message };
     match request {
         Request::Compile { version, .. } | Request::Evaluate { version, .. }
             if version != PROTOCOL_VERSION =>
         {
-            let r = failed(format!(
-                "protocol version {version} requested; this worker speaks {PROTOCOL_VERSION}"
-            ));
-            protocol::write_message(output, &r, &[])
+            {
+                let r = failed(format!(
+                    "protocol version {version} requested; this worker speaks {PROTOCOL_VERSION}"
+                ));
+                protocol::write_message(output, &r, &[])
+            }
+            .map(|()| Next::More)
+        }
+        // Baselines: one request, then the worker exits (see cuda::baseline).
+        Request::Baselines {
+            version,
+            problem,
+            plan,
+            libraries,
+        } => {
+            let r = match blobs.as_slice() {
+                _ if version != PROTOCOL_VERSION => failed(format!(
+                    "protocol version {version} requested; this worker speaks {PROTOCOL_VERSION}"
+                )),
+                [reference] => cuda::baseline::run(cuda::baseline::Job {
+                    problem: &problem,
+                    plan: &plan,
+                    libraries: &libraries,
+                    reference_artifact: reference,
+                })
+                .map_or_else(failed, |results| Response::Baselines { results }),
+                _ => failed(format!("baselines need 1 blob, got {}", blobs.len())),
+            };
+            protocol::write_message(output, &r, &[]).map(|()| Next::Exit)
         }
         Request::Compile {
             candidate,
@@ -85,7 +141,8 @@ fn serve_on(
                     Err(e) => protocol::write_message(output, &failed(e), &[]),
                 }
             }
-        },
+        }
+        .map(|()| Next::More),
         Request::Evaluate {
             problem,
             candidate,
@@ -95,7 +152,7 @@ fn serve_on(
         } => {
             let [reference, artifact] = blobs.as_slice() else {
                 let r = failed(format!("evaluate needs 2 blobs, got {}", blobs.len()));
-                return protocol::write_message(output, &r, &[]);
+                return protocol::write_message(output, &r, &[]).map(|()| Next::More);
             };
             let r = match candidate.language {
                 Language::C => {
@@ -116,6 +173,7 @@ fn serve_on(
                     match host::evaluate::evaluate(job) {
                         Ok(evaluation) => Response::Evaluated {
                             evaluation: Box::new(evaluation),
+                            retire: false,
                         },
                         Err(message) => failed(message),
                     }
@@ -127,16 +185,44 @@ fn serve_on(
                         plan: &plan,
                         reference_artifact: reference,
                         candidate_artifact: artifact,
+                        output_limit_bytes: limits.output_limit_bytes,
                     };
-                    match cuda::target::evaluate(job) {
-                        Ok(evaluation) => Response::Evaluated {
-                            evaluation: Box::new(evaluation),
-                        },
+                    let opened = match lane.take() {
+                        Some(l) => Ok(l),
+                        None => cuda::target::Lane::open(),
+                    };
+                    match opened {
+                        Ok(mut l) => {
+                            let r = match l.evaluate(job) {
+                                Ok(evaluation) => Response::Evaluated {
+                                    evaluation: Box::new(evaluation),
+                                    retire: false,
+                                },
+                                Err(message) => failed(message),
+                            };
+                            match l.poisoned() {
+                                Some(why) => {
+                                    tracing::warn!(reason = %why, served = l.served(), "GPU context poisoned; this worker retires");
+                                    retire = true;
+                                    // Leaked on purpose (see kiln_cuda::device): the process exits.
+                                    std::mem::forget(l);
+                                }
+                                None => *lane = Some(l),
+                            }
+                            r
+                        }
                         Err(message) => failed(message),
                     }
                 }
             };
-            protocol::write_message(output, &r, &[])
+            let r = match r {
+                Response::Evaluated { evaluation, .. } => {
+                    Response::Evaluated { evaluation, retire }
+                }
+                other => other,
+            };
+            protocol::write_message(output, &r, &[])?;
+            Ok(if retire { Next::Exit } else { Next::More })
         }
     }
 }

@@ -2,12 +2,15 @@
 //! `scripts/gpu-check.sh`). Every test skips, with the reason printed, when
 //! `kiln_cuda::available()` fails. Run with `--test-threads=1 --nocapture`.
 //!
+//! Red-team cases and the stability run go through one warm [`GpuLane`] each, as kilnd's
+//! lanes do: the honest candidate after a red-team kernel runs on the same lane.
+//!
 //! `KILN_WORKER` overrides the worker binary (the bundle's); scratch goes to a temp dir.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kiln_sandbox::SandboxConfig;
+use kiln_sandbox::{GpuLane, SandboxConfig};
 use kiln_types::{
     Candidate, EvalPlan, Evaluation, Language, PrecisionTier, ProblemSpec, TimingPlan, Verdict,
 };
@@ -61,9 +64,12 @@ fn plan(run_timeout_ms: u64) -> EvalPlan {
             wall_cap_ms: 3000.0,
             fresh_inputs_every: 8,
             recheck_fraction: 0.1,
+            ..TimingPlan::default()
         },
         peak_bytes_per_s: PEAKS.0,
         peak_flops: PEAKS.1,
+        plain: None,
+        race: None,
     }
 }
 
@@ -96,6 +102,34 @@ fn compile_ok(cfg: &SandboxConfig, c: &Candidate) -> Vec<u8> {
     let out = kiln_sandbox::compile(cfg, c).expect("compile runs");
     out.artifact
         .unwrap_or_else(|| panic!("{} failed to compile: {:#?}", c.problem, out.failure))
+}
+
+/// Like [`run`], on a warm lane.
+fn run_on(
+    lane: &mut GpuLane,
+    cfg: &SandboxConfig,
+    p: &ProblemSpec,
+    c: &Candidate,
+    plan: &EvalPlan,
+) -> Evaluation {
+    let reference = compile_ok(cfg, &kernel_candidate(p, "reference"));
+    let out = kiln_sandbox::compile(cfg, c).expect("compile runs");
+    let Some(art) = out.artifact else {
+        return out.failure.expect("failure");
+    };
+    let t0 = std::time::Instant::now();
+    let e = lane
+        .evaluate(p, &reference, c, &art, plan)
+        .expect("evaluate runs");
+    println!(
+        "{} (lane: {:?}): {} in {:.3} s: {}",
+        p.name,
+        lane.stats(),
+        e.verdict,
+        t0.elapsed().as_secs_f64(),
+        e.message
+    );
+    e
 }
 
 /// Compiles the reference and `c`, evaluates `c`; a compile failure is its evaluation.
@@ -215,14 +249,52 @@ fn vecadd(body: &str) -> Candidate {
 fn redteam(body: &str, run_timeout_ms: u64) -> Option<Evaluation> {
     let (_dir, cfg) = gpu()?;
     let p = problem("vecadd-cuda-1m");
-    let e = run(&cfg, &p, &vecadd(body), &plan(run_timeout_ms));
-    // The lane serves the next candidate: an honest one evaluates normally afterwards.
-    let honest = run(&cfg, &p, &kernel_candidate(&p, "seed"), &plan(5_000));
+    let mut lane = GpuLane::new(cfg.clone(), 100);
+    // A warm lane: an honest candidate first, then the red-team kernel, then another
+    // honest one, which must evaluate normally on the same lane.
+    let first = run_on(
+        &mut lane,
+        &cfg,
+        &p,
+        &kernel_candidate(&p, "seed"),
+        &plan(5_000),
+    );
+    assert_eq!(first.verdict, Verdict::Ok, "{first:#?}");
+    let e = run_on(&mut lane, &cfg, &p, &vecadd(body), &plan(run_timeout_ms));
+    let before = lane.stats();
+    let honest = run_on(
+        &mut lane,
+        &cfg,
+        &p,
+        &kernel_candidate(&p, "seed"),
+        &plan(5_000),
+    );
     assert_eq!(
         honest.verdict,
         Verdict::Ok,
         "after the red-team kernel: {honest:#?}"
     );
+    let after = lane.stats();
+    let fresh = after.workers_started > before.workers_started;
+    println!(
+        "lane after {}: {} (workers started {} -> {})",
+        e.verdict,
+        if fresh {
+            "fresh worker"
+        } else {
+            "same warm worker"
+        },
+        before.workers_started,
+        after.workers_started
+    );
+    // A CUDA fault or a timeout ends the context: the next candidate needs a fresh
+    // worker; any other verdict (a printf flood included) leaves the warm worker serving.
+    let ends_context = e.verdict == Verdict::Timeout
+        || e.evidence
+            .fault
+            .as_deref()
+            .is_some_and(|f| f.contains("CUDA_ERROR"));
+    assert_eq!(fresh, ends_context, "{e:#?}");
     Some(e)
 }
 
@@ -248,6 +320,20 @@ fn redteam_gpu_infinite_loop() {
         return;
     };
     assert_eq!(e.verdict, Verdict::Timeout, "{e:#?}");
+}
+
+#[test]
+fn redteam_gpu_printf_flood() {
+    let Some(e) = redteam(
+        "if (i < n) { y[i] = a[i] + b[i]; printf(\"flood %lld\\n\", i); }",
+        5_000,
+    ) else {
+        return;
+    };
+    assert_eq!(e.verdict, Verdict::RuntimeFault, "{e:#?}");
+    assert!(e.message.contains("output flood"), "{}", e.message);
+    let excerpt = e.evidence.output_excerpt.clone().unwrap_or_default();
+    assert!(excerpt.contains("flood"), "excerpt: {excerpt:?}");
 }
 
 #[test]
@@ -380,9 +466,11 @@ fn gpu_stability_twenty_medians() {
             )
         })
         .collect();
+    let mut lane = GpuLane::new(cfg.clone(), 1000);
     let mut medians = Vec::new();
     for i in 0..20 {
-        let e = kiln_sandbox::evaluate(&cfg, &main, &main_ref, &main_c, &main_art, &plan(10_000))
+        let e = lane
+            .evaluate(&main, &main_ref, &main_c, &main_art, &plan(10_000))
             .expect("evaluate runs");
         assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
         let t = e.timing.clone().unwrap_or_default();
@@ -394,7 +482,8 @@ fn gpu_stability_twenty_medians() {
         );
         medians.push(t.median_us);
         let (r, c, a) = &other_arts[i % other_arts.len()];
-        let o = kiln_sandbox::evaluate(&cfg, &others[i % others.len()], r, c, a, &plan(10_000))
+        let o = lane
+            .evaluate(&others[i % others.len()], r, c, a, &plan(10_000))
             .expect("evaluate runs");
         assert_eq!(o.verdict, Verdict::Ok, "{o:#?}");
     }
@@ -403,8 +492,427 @@ fn gpu_stability_twenty_medians() {
     let sd = (medians.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
     let cv = sd / mean;
     println!(
-        "STABILITY layernorm-16x64x256x256 seed: 20 medians, mean {mean:.3} us, CV {:.3} % (target <= 0.5 %: {})",
+        "STABILITY layernorm-16x64x256x256 seed: 20 medians, mean {mean:.3} us, CV {:.3} % (target <= 0.5 %: {}); lane {:?}",
         cv * 100.0,
-        if cv <= 0.005 { "met" } else { "MISSED" }
+        if cv <= 0.005 { "met" } else { "MISSED" },
+        lane.stats()
     );
+    assert_eq!(
+        lane.stats().workers_started,
+        1,
+        "one warm worker served all 40"
+    );
+}
+
+/// A matmul computing in fp16 arithmetic the way the seed's kernel did: each f32 operand
+/// split into an fp16 high part and an fp16 low part (`x ≈ hi + lo`), three products
+/// accumulated in f32. Fine at normal magnitudes; at small ones fp16's range
+/// (subnormal below 6.1e-5) eats the mantissa.
+fn fp16_hilo_matmul(problem: &str) -> Candidate {
+    let source = r#"
+__device__ __forceinline__ float via_half(float x) {
+    unsigned short h;
+    float y;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(y) : "h"(h));
+    return y;
+}
+extern "C" __global__ void mm(const float* A, const float* B, float* C, int M, int N, int K) {
+    __shared__ float Ah[16][16], Al[16][16], Bh[16][16], Bl[16][16];
+    int row = blockIdx.y * 16 + threadIdx.y, col = blockIdx.x * 16 + threadIdx.x;
+    float acc = 0.0f;
+    for (int t = 0; t < K; t += 16) {
+        float a = A[row * K + t + threadIdx.x], b = B[(t + threadIdx.y) * N + col];
+        float ah = via_half(a), bh = via_half(b);
+        Ah[threadIdx.y][threadIdx.x] = ah; Al[threadIdx.y][threadIdx.x] = via_half(a - ah);
+        Bh[threadIdx.y][threadIdx.x] = bh; Bl[threadIdx.y][threadIdx.x] = via_half(b - bh);
+        __syncthreads();
+        for (int k = 0; k < 16; ++k) {
+            acc += Ah[threadIdx.y][k] * Bh[k][threadIdx.x];
+            acc += Ah[threadIdx.y][k] * Bl[k][threadIdx.x];
+            acc += Al[threadIdx.y][k] * Bh[k][threadIdx.x];
+        }
+        __syncthreads();
+    }
+    C[row * N + col] = acc;
+}
+"#;
+    serde_json::from_value(serde_json::json!({
+        "problem": problem, "language": "cuda", "source": source,
+        "launches": [{"kernel": "mm", "grid": [256, 256, 1], "block": [16, 16, 1],
+                      "args": ["A", "B", "C", {"i32": 4096}, {"i32": 4096}, {"i32": 4096}]}]
+    }))
+    .expect("candidate")
+}
+
+#[test]
+fn gpu_fp16_matmul_is_ok_at_1e_2_and_reads_fp16_like() {
+    let Some((_dir, cfg)) = gpu() else { return };
+    let mut lane = GpuLane::new(cfg.clone(), 100);
+    let p = problem("matmul-fp32-4096");
+    let e = run_on(
+        &mut lane,
+        &cfg,
+        &p,
+        &fp16_hilo_matmul(&p.name),
+        &plan(10_000),
+    );
+    println!("{}", summary("fp16-hilo-matmul-fp32-4096", &e));
+    println!("notes: {:?}", e.evidence.notes);
+    assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+    assert_eq!(e.tier, Some(PrecisionTier::Fp16Like), "{e:#?}");
+    let strict = problem("matmul-fp32-4096-strict");
+    let e = run_on(
+        &mut lane,
+        &cfg,
+        &strict,
+        &fp16_hilo_matmul(&strict.name),
+        &plan(10_000),
+    );
+    println!("strict: {} — {}", e.verdict, e.message);
+    assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
+    assert!(e.message.contains("Fp16Like"), "{}", e.message);
+}
+
+#[test]
+fn gpu_compare_kernel_matches_the_host_rules() {
+    use kiln_cuda::compare::Against;
+    use kiln_sandbox::host::compare;
+    use kiln_types::{Dtype, Tolerance};
+    if let Err(e) = kiln_cuda::available() {
+        println!("SKIP: cuda unavailable: {}", e.reason);
+        return;
+    }
+    let gpu = kiln_cuda::Gpu::open(0).expect("gpu opens");
+    let n = 1usize << 20;
+    let mut want = vec![0f32; n];
+    let mut got = vec![0f32; n];
+    let mut other = vec![0f32; n];
+    let mut x = 0x1234_5678u32;
+    let mut rnd = || {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        (x as f32 / u32::MAX as f32) * 2.0 - 1.0
+    };
+    for i in 0..n {
+        want[i] = rnd() * 100.0;
+        got[i] = want[i] + rnd() * 1e-3;
+        other[i] = got[i];
+    }
+    for i in (0..n).step_by(9973) {
+        got[i] += 5.0; // mismatches
+    }
+    got[17] = f32::NAN;
+    want[18] = f32::NAN;
+    got[18] = f32::NAN; // NaN meets NaN: close
+    got[19] = f32::INFINITY;
+    got[20] = f32::from_bits(0x7FC1_7E55); // the poison pattern
+    other[21] += 1e-6;
+    other[22] += 3.0;
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|f| f.to_le_bytes()).collect() };
+    let up = |v: &[f32]| {
+        let b = gpu.alloc(n * 4).expect("alloc");
+        gpu.upload(&b, 0, v).expect("upload");
+        b
+    };
+    let (g, w, o) = (up(&got), up(&want), up(&other));
+    let tol = Tolerance {
+        atol: 1e-2,
+        rtol: 1e-2,
+    };
+    let c = gpu
+        .compare(
+            &g,
+            Dtype::F32,
+            n as u64,
+            Against {
+                want: Some(&w),
+                other: Some(&o),
+                atol: tol.atol,
+                rtol: tol.rtol,
+            },
+        )
+        .expect("compare");
+    let m = compare::metrics("y", &bytes(&got), &bytes(&want), Dtype::F32, tol);
+    println!("gpu {c:?}\nhost {m:?}");
+    assert_eq!(c.mismatches, m.mismatches);
+    assert_eq!(c.nonfinite_mismatches, m.nonfinite_mismatches);
+    assert_eq!(
+        c.first_mismatch,
+        Some(0),
+        "index 0 is a mismatch (step 9973)"
+    );
+    assert_eq!(c.max_abs, m.max_abs);
+    assert_eq!(c.max_rel, m.max_rel);
+    assert!(
+        (c.rel_l2() - m.rel_l2).abs() <= 1e-9 * m.rel_l2.max(1.0),
+        "{} vs {}",
+        c.rel_l2(),
+        m.rel_l2
+    );
+    assert_eq!(c.unwritten, 1);
+    assert_eq!(c.first_unwritten, Some(20));
+    assert_eq!(
+        c.bitwise_diffs,
+        compare::bitwise_diffs(&bytes(&got), &bytes(&other), Dtype::F32)
+    );
+    let disagree = (0..n)
+        .filter(|&i| {
+            got[i].to_bits() != other[i].to_bits()
+                && !compare::close(f64::from(got[i]), f64::from(other[i]), tol)
+        })
+        .count() as u64;
+    assert_eq!(c.disagreements, disagree);
+}
+
+// ---- Baselines (issue 5) ------------------------------------------------------------
+//
+// `cargo test --release -p kiln-sandbox --test gpu -- baseline --nocapture --test-threads=1`
+//
+// `KILN_LIBRARY_DIRS=/a:/b` adds directories for cuBLAS/cuDNN (e.g. torch's
+// site-packages/nvidia/cudnn/lib); `KILN_PYTHON` picks the python for torch eager
+// (default python3). Each test prints `BASELINE` lines; `baseline_table_seed_problems`
+// prints the markdown rows for docs/gpu-results.md.
+
+use kiln_types::baseline::{BaselineResult, BaselineStatus};
+
+fn baseline_gpu() -> Option<(tempfile::TempDir, SandboxConfig)> {
+    let (dir, mut cfg) = gpu()?;
+    if let Ok(extra) = std::env::var("KILN_LIBRARY_DIRS") {
+        let joined = [cfg.library_path.clone().unwrap_or_default(), extra]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(":");
+        cfg.library_path = Some(joined);
+    }
+    Some((dir, cfg))
+}
+
+fn baseline_plan() -> EvalPlan {
+    let mut p = plan(10_000);
+    p.timing.wall_cap_ms = 5000.0;
+    p
+}
+
+fn measure(cfg: &SandboxConfig, p: &ProblemSpec) -> Vec<BaselineResult> {
+    let reference = compile_ok(cfg, &kernel_candidate(p, "reference"));
+    let libs: Vec<String> = p.baseline.keys().cloned().collect();
+    let t0 = std::time::Instant::now();
+    let r = kiln_sandbox::measure_baselines(cfg, p, &reference, &baseline_plan(), &libs)
+        .expect("baselines run");
+    println!(
+        "{}: baselines in {:.1} s",
+        p.name,
+        t0.elapsed().as_secs_f64()
+    );
+    for b in &r {
+        println!(
+            "BASELINE {} {} [{}] {:?} median {:?} us n {:?} rse {:?} rel_l2 {:?} mismatches {:?}: {}",
+            p.name,
+            b.name,
+            b.precision,
+            b.status,
+            b.timing.as_ref().map(|t| t.median_us),
+            b.timing.as_ref().map(|t| t.n),
+            b.timing.as_ref().map(|t| t.rse),
+            b.rel_l2,
+            b.mismatches,
+            b.detail
+        );
+    }
+    r
+}
+
+fn find<'a>(r: &'a [BaselineResult], name: &str) -> &'a BaselineResult {
+    r.iter()
+        .find(|b| b.name == name)
+        .unwrap_or_else(|| panic!("no baseline {name} in {r:#?}"))
+}
+
+/// A measured baseline: positive times, the stop rule's reason.
+fn assert_measured(b: &BaselineResult) {
+    assert_eq!(b.status, BaselineStatus::Measured, "{b:#?}");
+    let t = b.timing.as_ref().expect("timing");
+    assert!(t.median_us > 0.0 && t.min_us > 0.0 && t.n >= 2, "{t:#?}");
+    assert!(!t.stop_reason.is_empty());
+}
+
+/// `Some(())` when the library is usable; prints SKIP otherwise.
+fn library_measured(b: &BaselineResult) -> Option<()> {
+    if b.status == BaselineStatus::Unavailable {
+        println!("SKIP: {} unavailable: {}", b.name, b.detail);
+        return None;
+    }
+    Some(())
+}
+
+#[test]
+fn baseline_reference_only_for_a_torch_only_problem() {
+    let Some((_d, cfg)) = baseline_gpu() else {
+        return;
+    };
+    let p = problem("softmax-4096x65536");
+    let r = measure(&cfg, &p);
+    assert_eq!(
+        r.len(),
+        1,
+        "softmax names only torch: the worker times the reference"
+    );
+    assert_measured(find(&r, "reference"));
+}
+
+#[test]
+fn baseline_cublas_matmul_strict_matches_the_reference_and_tf32_is_labelled() {
+    let Some((_d, cfg)) = baseline_gpu() else {
+        return;
+    };
+    let r = measure(&cfg, &problem("matmul-fp32-4096"));
+    assert_measured(find(&r, "reference"));
+    let strict = find(&r, "cublas-fp32");
+    let Some(()) = library_measured(strict) else {
+        return;
+    };
+    assert_measured(strict);
+    assert_eq!(strict.precision, "fp32");
+    assert_eq!(
+        strict.mismatches,
+        Some(0),
+        "strict cuBLAS within 1e-2: {strict:#?}"
+    );
+    assert!(
+        strict.rel_l2.is_some_and(|e| e < 1e-5),
+        "fp32-faithful: {strict:#?}"
+    );
+    let tf32 = find(&r, "cublas-tf32");
+    assert_measured(tf32);
+    assert_eq!(tf32.precision, "tf32");
+    assert!(
+        tf32.rel_l2 > strict.rel_l2,
+        "TF32 is coarser than strict fp32: {tf32:#?}"
+    );
+}
+
+#[test]
+fn baseline_cublas_fp16_matmul() {
+    let Some((_d, cfg)) = baseline_gpu() else {
+        return;
+    };
+    let r = measure(&cfg, &problem("matmul-fp16-4096"));
+    let h = find(&r, "cublas-fp16");
+    let Some(()) = library_measured(h) else {
+        return;
+    };
+    assert_measured(h);
+    assert_eq!(h.mismatches, Some(0), "{h:#?}");
+}
+
+#[test]
+fn baseline_cudnn_conv_tries_every_algorithm() {
+    let Some((_d, cfg)) = baseline_gpu() else {
+        return;
+    };
+    for name in ["conv2d-3to96-k11s4p2", "conv2d-relu-maxpool"] {
+        let r = measure(&cfg, &problem(name));
+        assert_measured(find(&r, "reference"));
+        let strict = find(&r, "cudnn-fp32");
+        let Some(()) = library_measured(strict) else {
+            return;
+        };
+        assert_measured(strict);
+        assert_eq!(strict.mismatches, Some(0), "{strict:#?}");
+        assert!(
+            strict.detail.contains("implicit_gemm"),
+            "every algorithm listed: {}",
+            strict.detail
+        );
+        assert_measured(find(&r, "cudnn-tf32"));
+    }
+}
+
+#[test]
+fn baseline_torch_eager_when_torch_is_here() {
+    let Some((_d, cfg)) = baseline_gpu() else {
+        return;
+    };
+    let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".into());
+    let helper =
+        kiln_sandbox::TorchHelper::find(&cfg.worker_exe, &python, Duration::from_secs(600))
+            .expect("kiln_torch_baseline.py beside kiln-worker or in scripts/");
+    let p = problem("softmax-4096x65536");
+    let r = kiln_sandbox::torch_baseline(None, &helper, &p, &baseline_plan());
+    println!("BASELINE torch {r:#?}");
+    let Some(()) = library_measured(&r[0]) else {
+        return;
+    };
+    assert_measured(&r[0]);
+    assert_eq!(r[0].mismatches, Some(0), "{:#?}", r[0]);
+}
+
+/// The table of docs/gpu-results.md: for each seed problem, the seed kernel's median and
+/// tier, every baseline, the floor, and the seed's speedup against each baseline.
+#[test]
+fn baseline_table_seed_problems() {
+    let Some((_d, cfg)) = baseline_gpu() else {
+        return;
+    };
+    let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".into());
+    let helper =
+        kiln_sandbox::TorchHelper::find(&cfg.worker_exe, &python, Duration::from_secs(900));
+    let mut lane = GpuLane::new(cfg.clone(), 50);
+    let mut rows = Vec::new();
+    for name in [
+        "matmul-fp32-4096",
+        "conv2d-3to96-k11s4p2",
+        "softmax-4096x65536",
+        "layernorm-16x64x256x256",
+        "conv2d-relu-maxpool",
+        "matmul-fp16-4096",
+        "sdpa-fp16-b4h16s2048d64",
+    ] {
+        let p = problem(name);
+        let mut r = measure(&cfg, &p);
+        if let Some(h) = &helper {
+            r.extend(kiln_sandbox::torch_baseline(None, h, &p, &baseline_plan()));
+        }
+        let seed = run_on(
+            &mut lane,
+            &cfg,
+            &p,
+            &kernel_candidate(&p, "seed"),
+            &baseline_plan(),
+        );
+        let seed_us = seed.timing.as_ref().map(|t| t.median_us).unwrap_or(0.0);
+        let floor_us =
+            (p.roofline.min_bytes as f64 / PEAKS.0).max(p.roofline.flops as f64 / PEAKS.1) * 1e6;
+        let cells: Vec<String> = r
+            .iter()
+            .map(|b| match b.median_us() {
+                Some(m) => format!(
+                    "{} [{}] {:.1} us (seed {:.2}x)",
+                    b.name,
+                    b.precision,
+                    m,
+                    m / seed_us.max(1e-9)
+                ),
+                None => format!("{} {:?}", b.name, b.status),
+            })
+            .collect();
+        rows.push(format!(
+            "| {name} | {} {:.1} us | {:?} | {:.1} us | {} |",
+            seed.verdict,
+            seed_us,
+            seed.tier,
+            floor_us,
+            cells.join("; ")
+        ));
+    }
+    println!(
+        "| problem | seed (verdict, median) | seed tier | floor | baselines (speedup of the seed) |"
+    );
+    println!("|---|---|---|---|---|");
+    for row in rows {
+        println!("{row}");
+    }
 }

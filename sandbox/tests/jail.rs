@@ -273,3 +273,34 @@ fn jail_refuses_a_relative_path_in_the_spec() {
         .expect("refused");
     assert!(err.to_string().contains("not an absolute path"), "{err}");
 }
+
+#[test]
+fn jail_payload_holds_no_capabilities() {
+    let (dir, _cfg) = common::setup();
+    // Without namespaces the payload sees the host's /proc, and its capability sets there
+    // are the host's view: all must be empty, whoever started the jail (root here in CI).
+    let script = "grep -E '^Cap(Inh|Prm|Eff|Amb):' /proc/self/status; echo done";
+    let spec = shell_spec(
+        dir.path(),
+        script,
+        "kiln-jail-test-caps",
+        false,
+        vec![],
+        vec![],
+    );
+    let mut child = jail::spawn(&helper(), &spec, Duration::from_secs(10)).expect("spawn");
+    assert!(child.report.is_active("capabilities"), "{:?}", child.report);
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout, &mut out).expect("read");
+    let ended = child.finish();
+    assert!(out.contains("done"), "{out:?} {ended:?}");
+    let sets: Vec<&str> = out.lines().filter(|l| l.starts_with("Cap")).collect();
+    assert_eq!(sets.len(), 4, "{out:?}");
+    for line in sets {
+        let value = line.split_whitespace().nth(1).unwrap_or("?");
+        assert!(
+            value.chars().all(|c| c == '0'),
+            "a capability survived into the jail: {line}"
+        );
+    }
+}

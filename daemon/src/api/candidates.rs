@@ -1,12 +1,13 @@
 //! `/v1/candidates` and `/v1/jobs`: submit a candidate, read it back with its job and
-//! evaluation (optionally waiting for the evaluation), list candidates, read a job.
+//! evaluation (optionally waiting for the evaluation), list candidates, queue another
+//! evaluation of a stored candidate, read a job (optionally waiting for its end).
 
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use kiln_types::Candidate;
+use kiln_types::{Candidate, JobOptions};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -17,12 +18,38 @@ use crate::store::JobState;
 /// Longest `?wait=` accepted, seconds.
 const MAX_WAIT_SECS: u64 = 600;
 
-/// `POST /v1/candidates`: stores the candidate and queues it. 202 with the id and job
-/// when new; 200 with the stored record when the same candidate was submitted before.
+/// Checked job options, or `400 invalid_field` naming the field.
+fn checked(options: JobOptions) -> Result<Option<JobOptions>, ApiError> {
+    options
+        .validate()
+        .map_err(|e| ApiError::bad_request("invalid_field", e))?;
+    Ok((!options.is_empty()).then_some(options))
+}
+
+/// Publishes `queued` for a new job, then wakes the scheduler (so events arrive in order).
+fn announce_queued(s: &AppState, job_id: i64, candidate_id: &str, problem: &str) {
+    s.events.publish(crate::events::Event::Job {
+        job_id,
+        candidate_id: candidate_id.to_string(),
+        problem: problem.to_string(),
+        state: "queued".into(),
+        stage: None,
+        verdict: None,
+        median_us: None,
+        error: None,
+    });
+    s.sched.wake();
+}
+
+/// `POST /v1/candidates[?plain=N&race=best|UPPER_US&race_margin=M]`: stores the candidate
+/// and queues it with the options. 202 with the id and job when new; 200 with the stored
+/// record when the same candidate was submitted before (nothing is queued).
 pub async fn submit(
     State(s): State<AppState>,
+    QueryArgs(options): QueryArgs<JobOptions>,
     JsonBody(candidate): JsonBody<Candidate>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let options = checked(options)?;
     candidate
         .validate()
         .map_err(|e| ApiError::bad_request("invalid_candidate", e.to_string()))?;
@@ -40,29 +67,20 @@ pub async fn submit(
             ),
         ));
     }
-    let submitted = s.store.submit(&candidate, None)?;
+    let submitted = s.store.submit_with(&candidate, None, options.as_ref())?;
     if submitted.duplicate {
         let record = s.store.get_candidate(&submitted.id)?;
-        return Ok((
-            StatusCode::OK,
-            Json(
-                json!({"id": submitted.id, "job_id": submitted.job_id, "duplicate": true, "record": record}),
-            ),
-        ));
+        let mut body = json!({"id": submitted.id, "job_id": submitted.job_id, "duplicate": true, "record": record});
+        if options.is_some() {
+            body["warning"] = json!(format!(
+                "the candidate was already submitted, so nothing was queued and the options were not used; POST /v1/candidates/{}/jobs evaluates it again",
+                submitted.id
+            ));
+        }
+        return Ok((StatusCode::OK, Json(body)));
     }
     tracing::info!(candidate = %submitted.id, job = submitted.job_id, problem = %candidate.problem, "candidate queued");
-    s.events.publish(crate::events::Event::Job {
-        job_id: submitted.job_id,
-        candidate_id: submitted.id.clone(),
-        problem: candidate.problem.clone(),
-        state: "queued".into(),
-        stage: None,
-        verdict: None,
-        median_us: None,
-        error: None,
-    });
-    // Wake the scheduler only after `queued` is published, so events arrive in order.
-    s.sched.wake();
+    announce_queued(&s, submitted.job_id, &submitted.id, &candidate.problem);
     let mut body = json!({"id": submitted.id, "job_id": submitted.job_id, "duplicate": false, "state": "queued"});
     if !s.sched.usable_backends().contains(&backend) {
         let why = s
@@ -116,9 +134,7 @@ pub async fn show(
             .get_candidate(&id)?
             .ok_or_else(|| ApiError::not_found(format!("candidate {id:?} not found")))?;
         if wait == 0 || finished(&record) {
-            return Ok(Json(
-                serde_json::to_value(record).map_err(ApiError::internal)?,
-            ));
+            return Ok(Json(with_speedups(&s, &record)?));
         }
         // Wake on any event (or every second, in case one was missed), then look again.
         let tick = tokio::time::sleep(Duration::from_secs(1));
@@ -131,6 +147,28 @@ pub async fn show(
             }
         }
     }
+}
+
+/// The record as JSON, with `speedups` against this GPU's cached baselines when it was
+/// timed on the cuda backend.
+fn with_speedups(
+    s: &AppState,
+    record: &crate::store::CandidateRecord,
+) -> Result<serde_json::Value, ApiError> {
+    let mut v = serde_json::to_value(record).map_err(ApiError::internal)?;
+    let median = record
+        .evaluation
+        .as_ref()
+        .filter(|e| e.backend == "cuda")
+        .and_then(|e| e.timing.as_ref())
+        .map(|t| t.median_us);
+    if let (Some(m), Some(obj)) = (median, v.as_object_mut()) {
+        obj.insert(
+            "speedups".into(),
+            super::baselines::speedups(s, &record.candidate.problem, m),
+        );
+    }
+    Ok(v)
 }
 
 /// Query of `GET /v1/candidates`.
@@ -171,17 +209,66 @@ pub async fn list(
     Ok(Json(json!({"candidates": out})))
 }
 
-/// `GET /v1/jobs/{id}`
+/// `POST /v1/candidates/{id}/jobs`: queues another evaluation of a stored candidate
+/// (its compile is cached), with options from the body (`{}` for none).
+pub async fn requeue(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(options): JsonBody<JobOptions>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let options = checked(options)?;
+    let rec = s
+        .store
+        .get_candidate(&id)?
+        .ok_or_else(|| ApiError::not_found(format!("candidate {id:?} not found")))?;
+    let job_id = s.store.queue_job(&id, options.as_ref())?;
+    tracing::info!(candidate = %id, job = job_id, "candidate queued again");
+    announce_queued(&s, job_id, &id, &rec.candidate.problem);
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"id": id, "job_id": job_id, "state": "queued"})),
+    ))
+}
+
+/// `GET /v1/jobs/{id}[?wait=SECONDS]`: the job with the evaluation it produced; with
+/// `wait`, held until the job is done or failed (at most `wait` seconds).
 pub async fn job(
     State(s): State<AppState>,
     Path(id): Path<String>,
+    QueryArgs(q): QueryArgs<ShowQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let id: i64 = id.parse().map_err(|_| {
         ApiError::bad_request("invalid_field", format!("job id {id:?} is not a number"))
     })?;
-    let job = s
-        .store
-        .get_job(id)?
-        .ok_or_else(|| ApiError::not_found(format!("job {id} not found")))?;
-    Ok(Json(serde_json::to_value(job).map_err(ApiError::internal)?))
+    let wait = q.wait.unwrap_or(0);
+    if wait > MAX_WAIT_SECS {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!("wait must be at most {MAX_WAIT_SECS} seconds"),
+        ));
+    }
+    let mut rx = s.events.subscribe();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(wait);
+    loop {
+        let job = s
+            .store
+            .get_job(id)?
+            .ok_or_else(|| ApiError::not_found(format!("job {id} not found")))?;
+        let ended = matches!(job.state, JobState::Done | JobState::Failed);
+        if wait == 0 || ended || tokio::time::Instant::now() >= deadline {
+            let evaluation = if ended {
+                s.store.job_evaluation(id)?
+            } else {
+                None
+            };
+            let mut body = serde_json::to_value(job).map_err(ApiError::internal)?;
+            body["evaluation"] = serde_json::to_value(evaluation).map_err(ApiError::internal)?;
+            return Ok(Json(body));
+        }
+        tokio::select! {
+            _ = rx.recv() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+        }
+    }
 }

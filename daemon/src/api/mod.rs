@@ -6,6 +6,7 @@
 //! store or the scheduler.
 
 mod access;
+mod baselines;
 mod candidates;
 mod error;
 mod events;
@@ -72,10 +73,15 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/problems", get(problems::list).post(problems::register))
         .route("/v1/problems/{name}", get(problems::show))
         .route(
+            "/v1/problems/{name}/baselines",
+            get(baselines::get).post(baselines::measure),
+        )
+        .route(
             "/v1/candidates",
             get(candidates::list).post(candidates::submit),
         )
         .route("/v1/candidates/{id}", get(candidates::show))
+        .route("/v1/candidates/{id}/jobs", post(candidates::requeue))
         .route("/v1/jobs/{id}", get(candidates::job))
         .route("/v1/events", get(events::stream))
         .route("/v1/searches", get(searches::list).post(searches::start))

@@ -80,6 +80,8 @@ pub async fn show(
             "min_bytes": spec.roofline.min_bytes,
             "flops": spec.roofline.flops,
             "backends": spec.backends(),
-        }
+            "floor": super::baselines::floor(&s, &spec),
+        },
+        "baselines": super::baselines::cached(&s, &name),
     })))
 }

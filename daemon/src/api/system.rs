@@ -46,7 +46,13 @@ pub async fn info(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
     let host = tokio::task::spawn_blocking(host_facts)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(json!({
+    let (permitted, detail) = crate::gpu::clocks::lock_permitted();
+    let clock_lock = json!({
+        "policy": s.config.gpu.clock_policy,
+        "permitted": permitted,
+        "detail": detail,
+    });
+    let mut info = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "api": "v1",
         "backends": s.facts.backends,
@@ -55,6 +61,7 @@ pub async fn info(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
         "driver_version": s.facts.gpu.driver_version,
         "cuda_driver_version": s.facts.gpu.cuda_driver_version,
         "clock_policy": s.config.gpu.clock_policy,
+        "clock_lock": clock_lock,
         "jail": s.facts.jail,
         "searches": {"usable": s.supervisor.status().0, "detail": s.supervisor.status().1},
         "llm": {"provider": s.llm.provider_name(), "usable": s.llm.status().0, "detail": s.llm.status().1},
@@ -62,7 +69,35 @@ pub async fn info(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
         "socket": s.facts.socket,
         "state_dir": s.facts.state_dir,
         "uptime_s": s.started.elapsed().as_secs(),
-    })))
+    });
+    info["baseline_libraries"] = baseline_libraries(&s.config);
+    Ok(Json(info))
+}
+
+/// Where cuBLAS and cuDNN were found for the GPU workers (files only; nothing loaded),
+/// and the torch helper's python.
+fn baseline_libraries(config: &crate::config::Config) -> Value {
+    let dirs: Vec<std::path::PathBuf> = crate::sched::baseline::library_dirs(config)
+        .into_iter()
+        .chain(
+            std::env::var("LD_LIBRARY_PATH")
+                .unwrap_or_default()
+                .split(':')
+                .filter(|d| !d.is_empty())
+                .map(str::to_string),
+        )
+        .map(std::path::PathBuf::from)
+        .collect();
+    let libs = kiln_sandbox::kiln_cuda::baseline::library_report(&dirs);
+    let python = if config.gpu.python.is_empty() {
+        "off ([gpu] python is empty)".to_string()
+    } else {
+        format!(
+            "{} (torch is checked when a baseline is measured)",
+            config.gpu.python
+        )
+    };
+    json!({"libraries": libs, "torch_python": python})
 }
 
 fn host_facts() -> Value {

@@ -1,8 +1,10 @@
 //! GPUs as NVML sees them: the inventory shown by `/v1/info` and `kiln devices`.
 //!
 //! NVML is loaded at run time (nvml-wrapper); on a machine without the driver the
-//! inventory is empty and says why. Clock policy is `observe`: nothing here changes a
-//! GPU's settings.
+//! inventory is empty and says why. Nothing here changes a GPU's settings; the clock
+//! policy (`observe`, or `lock` around evaluations) is in [`clocks`].
+
+pub mod clocks;
 
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::Clock;

@@ -187,21 +187,29 @@ impl Scheduler {
             None,
             None,
         );
-        let lane = self
+        let pool = self
             .lanes
             .get(backend.name())
             .cloned()
             .ok_or_else(|| JobFailure::Infra("no lane for backend".into()))?;
-        let _lane = lane
-            .acquire_owned()
+        let lane = pool
+            .acquire()
             .await
-            .map_err(|_| JobFailure::Infra("lane closed".into()))?;
-        let plan = self.plan_for(backend.as_ref());
+            .ok_or_else(|| JobFailure::Infra("lane closed".into()))?;
+        let lane_index = lane.index;
+        let plan = crate::plan::for_job(
+            &self.store,
+            &self.config,
+            job,
+            &problem.name,
+            self.plan_for(backend.as_ref()),
+        )?;
         let t1 = Instant::now();
         let candidate = rec.candidate.clone();
         let be = backend.clone();
         let mut eval = tokio::task::spawn_blocking(move || {
             be.evaluate(
+                lane_index,
                 &problem,
                 &reference_art.bytes,
                 &candidate,
@@ -224,6 +232,8 @@ impl Scheduler {
             e
         })?;
         let eval_ms = t1.elapsed().as_secs_f64() * 1e3;
+        crate::metrics::add_lane_busy(backend.name(), lane_index, eval_ms / 1e3);
+        drop(lane);
         if let Some(c) = eval.compile.as_mut() {
             c.duration_ms = if c.cached {
                 c.duration_ms
@@ -234,7 +244,7 @@ impl Scheduler {
         Ok((eval, compile_ms, eval_ms))
     }
 
-    fn plan_for(&self, backend: &dyn Backend) -> EvalPlan {
+    pub(super) fn plan_for(&self, backend: &dyn Backend) -> EvalPlan {
         let ev = &self.config.evaluation;
         let (peak_bytes, peak_flops) = if backend.name() == "host" {
             (ev.host_peak_bytes_per_s, ev.host_peak_flops)
@@ -248,6 +258,8 @@ impl Scheduler {
             timing: ev.timing.clone(),
             peak_bytes_per_s: peak_bytes,
             peak_flops,
+            plain: None,
+            race: None,
         }
     }
 

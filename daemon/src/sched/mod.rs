@@ -2,12 +2,17 @@
 //!
 //! One dispatcher claims queued jobs while a compile slot is free (the compile pool is
 //! sized from the CPU count), so waiting jobs stay visibly `queued` in the store. Each
-//! claimed job compiles in the pool, then waits for its backend's lane — one evaluation
-//! at a time per lane, so timings never overlap — and ends with its evaluation stored and
+//! claimed job compiles in the pool, then waits for a lane of its backend (one per GPU
+//! for cuda, [`LanePool`]) — one evaluation at a time per lane, so timings never overlap
+//! — and ends with its evaluation stored and
 //! the job `done`, or `failed` with the reason when the backend itself broke.
 //! Jobs for a backend that is not usable here stay queued.
 
+pub mod baseline;
 mod job;
+mod lanes;
+
+pub use lanes::{LaneGuard, LanePool};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,7 +34,7 @@ pub struct Scheduler {
     pub(crate) backends: HashMap<&'static str, Arc<dyn Backend>>,
     pub(crate) config: Config,
     compile_slots: Arc<Semaphore>,
-    pub(crate) lanes: HashMap<&'static str, Arc<Semaphore>>,
+    pub(crate) lanes: HashMap<&'static str, Arc<LanePool>>,
     wake: Notify,
     shutdown: CancellationToken,
 }
@@ -46,9 +51,14 @@ impl Scheduler {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
+        for b in backends.iter().filter(|b| b.status().usable) {
+            for lane in 0..b.lanes() {
+                crate::metrics::register_lane(b.name(), lane);
+            }
+        }
         let lanes = backends
             .iter()
-            .map(|b| (b.name(), Arc::new(Semaphore::new(1))))
+            .map(|b| (b.name(), LanePool::new(b.lanes())))
             .collect();
         let backends = backends.into_iter().map(|b| (b.name(), b)).collect();
         Arc::new(Scheduler {

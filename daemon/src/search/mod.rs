@@ -1,13 +1,18 @@
 //! The search supervisor: one plugin host process per running search.
 //!
-//! Starting a search mints a fresh token (only its hash is stored), writes the plugin's
-//! wasm and the token to the search's scratch folder, and starts `kiln-plugin-host`,
-//! which runs the component and calls back into kilnd over the socket with that token.
-//! The host reports how the plugin ended with `POST …/finish`; if the host process dies
-//! without doing so, the search is failed with the reason. Searches still `running`
-//! when kilnd starts are resumed: the plugin restores its last checkpoint, and
-//! candidates it submits again are answered from the store, never evaluated twice.
+//! Starting a search mints a fresh token (only its hash is stored) and starts
+//! `kiln-plugin-host` in kiln's jail (role `PluginHost`, see
+//! `kiln_sandbox::plugin_host`): the plugin and the token are copied into the jail's
+//! scratch, and kilnd's socket is the only path of the host's filesystem it can see. The
+//! host runs the component and calls back into kilnd over the socket with that token.
+//! The jail's layers are written to the search's log. The host reports how the plugin
+//! ended with `POST …/finish`; if it ends without doing so, the search is failed with the
+//! reason (its report line, exit code or signal). Cancelling the search or stopping
+//! kilnd kills the jailed host. Searches still `running` when kilnd starts are resumed:
+//! the plugin restores its last checkpoint, and candidates it submits again are answered
+//! from the store, never evaluated twice.
 
+mod ending;
 mod proposers;
 
 use std::collections::HashMap;
@@ -15,8 +20,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use kiln_sandbox::SandboxConfig;
+use kiln_sandbox::jail::Killer;
+use kiln_sandbox::plugin_host::{self, PluginHostSpec};
 use rand::RngCore;
-use tokio::process::Command;
 use tokio::sync::oneshot;
 
 pub use proposers::{find_proposer, proposer_dirs};
@@ -36,9 +43,29 @@ pub struct Supervisor {
     events: EventBus,
     config: Config,
     socket: PathBuf,
-    scratch: PathBuf,
+    /// The jail's settings (helper, scratch root, hidden paths, namespaces, cgroup).
+    sandbox: SandboxConfig,
     host_exe: Option<PathBuf>,
-    cancels: Mutex<HashMap<String, oneshot::Sender<()>>>,
+    running: Mutex<HashMap<String, Running>>,
+}
+
+/// A search whose host is starting or running.
+struct Running {
+    /// Tells the search's task to stop (sent on cancel, dropped on shutdown).
+    cancel: oneshot::Sender<()>,
+    /// Kills the jailed host; set once it has started.
+    killer: Option<Killer>,
+}
+
+/// Kills the jailed host if the task owning it is dropped (the runtime shutting down).
+struct KillOnDrop(Option<Killer>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(k) = &self.0 {
+            k.kill();
+        }
+    }
 }
 
 impl Supervisor {
@@ -58,26 +85,53 @@ impl Supervisor {
         } else {
             Some(PathBuf::from(&config.search.plugin_host))
         };
+        let sandbox = crate::backends::sandbox_config(&config, state_dir);
+        let stale = plugin_host::remove_stale(&sandbox);
+        if stale > 0 {
+            tracing::info!(
+                count = stale,
+                "removed plugin host folders left by a previous run"
+            );
+        }
         Arc::new(Supervisor {
             store,
             events,
             config,
             socket,
-            scratch: state_dir.join("searches"),
+            sandbox,
             host_exe,
-            cancels: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashMap::new()),
         })
     }
 
     /// Whether searches can run here, and why not.
     pub fn status(&self) -> (bool, String) {
+        let helper = &self.sandbox.worker_exe;
         match &self.host_exe {
-            Some(p) => (true, format!("plugin host {}", p.display())),
+            Some(_) if !helper.is_file() => (
+                false,
+                format!(
+                    "the jail helper {} was not found (plugin hosts run jailed)",
+                    helper.display()
+                ),
+            ),
+            Some(p) => (
+                true,
+                format!(
+                    "plugin host {}, jailed by {}",
+                    p.display(),
+                    helper.display()
+                ),
+            ),
             None => (
                 false,
                 "kiln-plugin-host was not found beside kilnd (set search.plugin_host)".into(),
             ),
         }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Resumes every search left `running` (after a restart).
@@ -97,20 +151,23 @@ impl Supervisor {
     pub fn start(self: &Arc<Self>, id: &str) {
         let (tx, rx) = oneshot::channel();
         {
-            let mut map = self.cancels.lock().unwrap_or_else(|p| p.into_inner());
+            let mut map = self.lock();
             if map.contains_key(id) {
                 return;
             }
-            map.insert(id.to_string(), tx);
+            map.insert(
+                id.to_string(),
+                Running {
+                    cancel: tx,
+                    killer: None,
+                },
+            );
         }
         let me = self.clone();
         let id = id.to_string();
         tokio::spawn(async move {
             let outcome = me.run(&id, rx).await;
-            me.cancels
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
+            me.lock().remove(&id);
             if let Err(reason) = outcome {
                 tracing::warn!(search = %id, reason = %reason, "search failed");
                 if let Ok(true) = me.store.finish_search(&id, "failed", None, Some(&reason)) {
@@ -127,13 +184,11 @@ impl Supervisor {
             .store
             .finish_search(id, "cancelled", None, Some("cancelled by a user"))
             .unwrap_or(false);
-        if let Some(tx) = self
-            .cancels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id)
-        {
-            let _ = tx.send(());
+        if let Some(r) = self.lock().remove(id) {
+            if let Some(k) = &r.killer {
+                k.kill();
+            }
+            let _ = r.cancel.send(());
         }
         if stopped {
             let _ = self.store.search_log(id, "info", "cancelled by a user");
@@ -175,73 +230,95 @@ impl Supervisor {
                 search.time_limit_ms / 1000
             ));
         }
-        let host = self.host_exe.clone().ok_or_else(|| self.status().1)?;
+        let (usable, why) = self.status();
+        let host = match &self.host_exe {
+            Some(h) if usable => h.clone(),
+            _ => return Err(why),
+        };
         let wasm = self
             .store
             .get_plugin(&search.plugin_hash)
             .map_err(|e| format!("store: {e}"))?
             .ok_or("the search's plugin is missing from the store")?;
-        let dir = self.scratch.join(id);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let wasm_path = dir.join("plugin.wasm");
-        std::fs::write(&wasm_path, &wasm).map_err(|e| format!("cannot write the plugin: {e}"))?;
         let mut raw = [0u8; 32];
         rand::rng().fill_bytes(&mut raw);
         let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-        let token_path = dir.join("token");
-        write_private(&token_path, &token).map_err(|e| format!("cannot write the token: {e}"))?;
         self.store
             .start_search(id, &token_hash(&token))
             .map_err(|e| format!("store: {e}"))?;
 
-        let mut cmd = Command::new(&host);
-        cmd.arg("--socket")
-            .arg(&self.socket)
-            .arg("--search")
-            .arg(id)
-            .arg("--token-file")
-            .arg(&token_path)
-            .arg("--wasm")
-            .arg(&wasm_path)
-            .arg("--memory-mb")
-            .arg(self.config.search.plugin_memory_mb.to_string())
-            .arg("--wall-secs")
-            .arg(ms_left.div_ceil(1000).to_string())
-            .env_clear()
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
         let started = Instant::now();
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", host.display()))?;
-        tracing::info!(search = %id, pid = child.id(), "plugin host started");
+        let (sandbox, socket, search_id) =
+            (self.sandbox.clone(), self.socket.clone(), id.to_string());
+        let (memory_mb, wall_secs) = (self.config.search.plugin_memory_mb, ms_left.div_ceil(1000));
+        let jailed = tokio::task::spawn_blocking(move || {
+            plugin_host::start(
+                &sandbox,
+                &PluginHostSpec {
+                    host_exe: &host,
+                    socket: &socket,
+                    search_id: &search_id,
+                    wasm: &wasm,
+                    token: &token,
+                    memory_mb,
+                    wall_secs,
+                },
+            )
+        })
+        .await
+        .map_err(|e| format!("starting the plugin host: {e}"))?
+        .map_err(|e| format!("cannot start the plugin host in its jail: {e}"))?;
+        let killer = jailed.killer();
+        let _kill_on_drop = KillOnDrop(killer.clone());
+        if let (Some(r), Some(k)) = (self.lock().get_mut(id), &killer) {
+            r.killer = Some(k.clone());
+        }
+        let layers = plugin_host::describe_layers(jailed.layers());
+        tracing::info!(search = %id, pid = jailed.pid(), jail = %layers, "plugin host started");
+        let _ = self
+            .store
+            .search_log(id, "info", &format!("plugin host jail: {layers}"));
         self.publish(id);
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
-        let read_out = tokio::spawn(read_tail(stdout));
-        let read_err = tokio::spawn(read_tail(stderr));
-        let status = tokio::select! {
-            s = child.wait() => Some(s),
-            _ = cancel => {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                None
+
+        // The wait blocks for the whole run: a thread of its own rather than one of the
+        // runtime's blocking threads, so a long search never holds one.
+        let (done_tx, mut done_rx) = oneshot::channel();
+        std::thread::Builder::new()
+            .name("kiln-search-host".into())
+            .spawn(move || {
+                let _ = done_tx.send(jailed.wait());
+            })
+            .map_err(|e| format!("cannot start a thread to wait for the plugin host: {e}"))?;
+        let ended = tokio::select! {
+            end = &mut done_rx => Some(end),
+            _ = cancel => None,
+        };
+        let ended = match ended {
+            Some(end) => {
+                end.map_err(|_| "the plugin host's waiting thread vanished".to_string())?
+            }
+            None => {
+                // Cancelled, or kilnd is stopping: kill the tree, and wait for the
+                // waiting thread to reap it and remove its directory (the token with it).
+                if let Some(k) = &killer {
+                    k.kill();
+                }
+                let _ = done_rx.await;
+                let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                let _ = self.store.add_search_elapsed(id, elapsed);
+                return Ok(()); // cancelled: already recorded; stopping: resumed later
             }
         };
         // A run that ends through /finish has its wall time counted there (before the
-        // final event); the others (cancelled, crashed) are counted here.
+        // final event); the others (crashed, killed) are counted here.
         let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let _ = std::fs::remove_file(&token_path);
-        let out = read_out.await.unwrap_or_default();
-        let err = read_err.await.unwrap_or_default();
-        let Some(status) = status else {
-            let _ = self.store.add_search_elapsed(id, elapsed);
-            return Ok(()); // cancelled: already recorded
-        };
-        let status = status.map_err(|e| format!("waiting for the plugin host: {e}"))?;
+        tracing::info!(
+            search = %id,
+            code = ?ended.code,
+            signal = ?ended.signal,
+            timed_out = ended.timed_out,
+            "plugin host ended"
+        );
         let still_running = self
             .store
             .get_search(id)
@@ -249,21 +326,8 @@ impl Supervisor {
             .flatten()
             .is_some_and(|s| s.state == "running");
         if still_running {
-            // The host exited without reporting through /finish.
             let _ = self.store.add_search_elapsed(id, elapsed);
-            let last = out.lines().last().unwrap_or("").to_string();
-            let tail: String = err
-                .lines()
-                .rev()
-                .take(5)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect::<Vec<_>>()
-                .join(" | ");
-            return Err(format!(
-                "the plugin host exited ({status}) without finishing the search; last output: {last} {tail}"
-            ));
+            return Err(ending::describe(&ended));
         }
         Ok(())
     }
@@ -274,42 +338,14 @@ impl Supervisor {
         Some(s.time_limit_ms.saturating_sub(s.elapsed_ms))
     }
 
-    /// Drops every host (at shutdown, the hosts are killed with the daemon).
+    /// Kills every jailed host (at shutdown). Their searches stay `running` and are
+    /// resumed at the next start.
     pub fn stop_all(&self) {
-        let mut map = self.cancels.lock().unwrap_or_else(|p| p.into_inner());
-        map.clear();
-    }
-}
-
-fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(text.as_bytes())
-}
-
-/// Reads a child's stream to the end, keeping the last 16 KiB.
-async fn read_tail<R: tokio::io::AsyncRead + Unpin>(r: Option<R>) -> String {
-    use tokio::io::AsyncReadExt;
-    let Some(mut r) = r else { return String::new() };
-    let mut keep: Vec<u8> = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match r.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                keep.extend_from_slice(&buf[..n]);
-                if keep.len() > 16 << 10 {
-                    let cut = keep.len() - (16 << 10);
-                    keep.drain(..cut);
-                }
+        for (id, r) in self.lock().drain() {
+            if let Some(k) = &r.killer {
+                tracing::info!(search = %id, "stopping the plugin host");
+                k.kill();
             }
         }
     }
-    String::from_utf8_lossy(&keep).into_owned()
 }

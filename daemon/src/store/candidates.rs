@@ -1,10 +1,10 @@
 //! Candidates, content-addressed, and their submission as jobs.
 
-use kiln_types::{Candidate, Evaluation};
+use kiln_types::{Candidate, Evaluation, JobOptions};
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
-use super::jobs::{JOB_COLUMNS, JobRecord, job_from_row};
+use super::jobs::{JOB_COLUMNS, JobRecord, job_from_row, options_json};
 use super::{Result, Store, StoreError, corrupt, now_ms};
 
 /// What a submission did.
@@ -40,6 +40,18 @@ impl Store {
     /// stored (same content hash) is not queued again. With `search`, the candidate is also
     /// added to that search's archive (duplicates included: the search sees their results).
     pub fn submit(&self, candidate: &Candidate, search: Option<&str>) -> Result<Submitted> {
+        self.submit_with(candidate, search, None)
+    }
+
+    /// [`Store::submit`] with options for the job (stored with it; a duplicate queues
+    /// nothing, so its options are not used).
+    pub fn submit_with(
+        &self,
+        candidate: &Candidate,
+        search: Option<&str>,
+        options: Option<&JobOptions>,
+    ) -> Result<Submitted> {
+        let options = options_json(options)?;
         let id = candidate.content_hash();
         let backend = candidate.language.backend();
         let json = serde_json::to_string(candidate).map_err(|e| corrupt("candidate", e))?;
@@ -85,9 +97,9 @@ impl Store {
             params![id, candidate.problem, backend, json, candidate.parent, candidate.note, now],
         )?;
         tx.execute(
-            "INSERT INTO jobs (candidate_id, backend, state, created_at, search_id)
-             VALUES (?1, ?2, 'queued', ?3, ?4)",
-            params![id, backend, now, search],
+            "INSERT INTO jobs (candidate_id, backend, state, created_at, search_id, options_json)
+             VALUES (?1, ?2, 'queued', ?3, ?4, ?5)",
+            params![id, backend, now, search, options],
         )?;
         let job_id = tx.last_insert_rowid();
         if let Some(sid) = search {

@@ -4,7 +4,7 @@
 //! statement. Jobs found `running` when the daemon starts were cut short by a crash: they
 //! are queued again, or failed once they have used up their attempts.
 
-use kiln_types::Evaluation;
+use kiln_types::{Evaluation, JobOptions};
 use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
@@ -81,10 +81,16 @@ pub struct JobRecord {
     pub compile_ms: Option<f64>,
     /// Evaluation stage wall time, ms.
     pub eval_ms: Option<f64>,
+    /// The search that queued it, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search_id: Option<String>,
+    /// Options given when it was queued (plain timing, racing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub options: Option<JobOptions>,
 }
 
 pub(super) const JOB_COLUMNS: &str = "id, candidate_id, backend, state, stage, attempts, error, \
-     created_at, started_at, finished_at, compile_ms, eval_ms";
+     created_at, started_at, finished_at, compile_ms, eval_ms, search_id, options_json";
 
 pub(super) fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
     let state: String = r.get(3)?;
@@ -101,7 +107,27 @@ pub(super) fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         finished_at: r.get(9)?,
         compile_ms: r.get(10)?,
         eval_ms: r.get(11)?,
+        search_id: r.get(12)?,
+        options: r
+            .get::<_, Option<String>>(13)?
+            .map(|j| serde_json::from_str(&j))
+            .transpose()
+            .map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    13,
+                    rusqlite::types::Type::Text,
+                    Box::new(e),
+                )
+            })?,
     })
+}
+
+/// The options as stored: `NULL` when there are none.
+pub(super) fn options_json(options: Option<&JobOptions>) -> Result<Option<String>> {
+    options
+        .filter(|o| !o.is_empty())
+        .map(|o| serde_json::to_string(o).map_err(|e| corrupt("job options", e)))
+        .transpose()
 }
 
 /// What start-up recovery did.
@@ -187,16 +213,21 @@ impl Store {
             .optional()?
             .ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
         let now = now_ms();
+        let timing = evaluation.timing.as_ref();
         tx.execute(
-            "INSERT INTO evaluations (candidate_id, job_id, verdict, median_us, evaluation_json, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO evaluations (candidate_id, job_id, verdict, median_us, evaluation_json,
+                                      created_at, raced_out, plain, upper_us)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
                 candidate_id,
                 id,
                 evaluation.verdict.as_str(),
-                evaluation.timing.as_ref().map(|t| t.median_us),
+                timing.map(|t| t.median_us),
                 json,
-                now
+                now,
+                timing.is_some_and(|t| t.raced_out),
+                timing.is_some_and(|t| t.plain),
+                timing.map(|t| t.interval95().1).filter(|u| u.is_finite()),
             ],
         )?;
         tx.execute(
@@ -207,6 +238,46 @@ impl Store {
         )?;
         tx.commit()?;
         Ok(())
+    }
+
+    /// Queues another evaluation of a stored candidate (a new job; the candidate and its
+    /// earlier evaluations stay as they are). Returns the job id.
+    pub fn queue_job(&self, candidate_id: &str, options: Option<&JobOptions>) -> Result<i64> {
+        let options = options_json(options)?;
+        let mut conn = self.lock();
+        let tx = conn.transaction()?;
+        let backend: String = tx
+            .query_row(
+                "SELECT backend FROM candidates WHERE id = ?1",
+                [candidate_id],
+                |r| r.get(0),
+            )
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound(format!("candidate {candidate_id:?}")))?;
+        tx.execute(
+            "INSERT INTO jobs (candidate_id, backend, state, created_at, options_json)
+             VALUES (?1, ?2, 'queued', ?3, ?4)",
+            params![candidate_id, backend, now_ms(), options],
+        )?;
+        let id = tx.last_insert_rowid();
+        tx.commit()?;
+        Ok(id)
+    }
+
+    /// The evaluation a job produced, once it is done.
+    pub fn job_evaluation(&self, job_id: i64) -> Result<Option<Evaluation>> {
+        let json: Option<String> = self
+            .lock()
+            .query_row(
+                "SELECT evaluation_json FROM evaluations WHERE job_id = ?1 ORDER BY id DESC LIMIT 1",
+                [job_id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        json.map(|j| {
+            serde_json::from_str(&j).map_err(|e| corrupt(format!("evaluation of job {job_id}"), e))
+        })
+        .transpose()
     }
 
     /// Marks a job failed with a reason (infrastructure failure, not a verdict).

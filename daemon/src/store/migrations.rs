@@ -125,6 +125,41 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE jobs ADD COLUMN search_id TEXT;
     CREATE INDEX jobs_search ON jobs(search_id, started_at);
     "#,
+    // 3: job options (plain timing, racing) stored with the job; per evaluation whether it
+    //    may rank as a best (raced-out and plain timings may not) and the upper bound of
+    //    its time's 95 % interval, the incumbent a raced job is compared with.
+    r#"
+    ALTER TABLE jobs ADD COLUMN options_json TEXT;
+    ALTER TABLE evaluations ADD COLUMN raced_out INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE evaluations ADD COLUMN plain INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE evaluations ADD COLUMN upper_us REAL;
+    CREATE INDEX evaluations_job ON evaluations(job_id);
+    "#,
+    // 4: the clock-lock journal: a lock intent is written (and synced) before NVML locks a
+    //    GPU's clocks and a release after they are reset, so a daemon that died in between
+    //    resets them when it starts again.
+    r#"
+    CREATE TABLE clock_journal (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        gpu         TEXT NOT NULL,
+        event_json  TEXT NOT NULL,
+        created_at  INTEGER NOT NULL
+    );
+    CREATE INDEX clock_journal_gpu ON clock_journal(gpu, id);
+    "#,
+    // 5: baseline times (reference, cuBLAS, cuDNN, torch) per GPU model, driver and
+    //    problem (by its spec hash, so a changed spec is measured afresh).
+    r#"
+    CREATE TABLE baselines (
+        gpu_model     TEXT NOT NULL,
+        driver        TEXT NOT NULL,
+        problem       TEXT NOT NULL REFERENCES problems(name),
+        problem_hash  TEXT NOT NULL,
+        results_json  TEXT NOT NULL,
+        measured_at   INTEGER NOT NULL,
+        PRIMARY KEY (gpu_model, driver, problem, problem_hash)
+    );
+    "#,
 ];
 
 /// Tables every current schema has; checked after migrating.
@@ -139,6 +174,8 @@ const EXPECTED_TABLES: &[&str] = &[
     "search_candidates",
     "search_log",
     "llm_calls",
+    "clock_journal",
+    "baselines",
 ];
 
 /// The schema version this build writes.

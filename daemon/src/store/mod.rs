@@ -6,7 +6,10 @@
 //! run at start and the result is read back and checked before the daemon serves.
 
 mod artifacts;
+mod baselines;
 mod candidates;
+mod clocks;
+mod incumbents;
 mod jobs;
 mod migrations;
 mod problems;
@@ -19,6 +22,7 @@ use rusqlite::Connection;
 use thiserror::Error;
 
 pub use artifacts::Artifact;
+pub use baselines::{BaselineSet, GpuKey, Speedup};
 pub use candidates::{CandidateRecord, Submitted};
 pub use jobs::{JobRecord, JobState};
 pub use problems::{ProblemSummary, PutProblem};
@@ -105,6 +109,9 @@ fn corrupt(what: impl Into<String>, e: impl std::fmt::Display) -> StoreError {
         message: e.to_string(),
     }
 }
+
+#[cfg(test)]
+pub(crate) use problems::sample_spec;
 
 #[cfg(test)]
 pub(crate) fn open_temp() -> (tempfile::TempDir, Store) {

@@ -69,7 +69,8 @@ pub struct SearchRecord {
     pub submitted: u64,
     /// Of those, evaluated (job done or failed).
     pub evaluated: u64,
-    /// Best `ok` candidate so far: (candidate id, median µs).
+    /// Best `ok` candidate so far: (candidate id, median µs); raced-out and plain timings
+    /// never count.
     pub best: Option<(String, f64)>,
 }
 
@@ -252,7 +253,8 @@ impl Store {
             .query_row(
                 "SELECT e.candidate_id, min(e.median_us) FROM evaluations e
                  JOIN search_candidates sc ON sc.candidate_id = e.candidate_id
-                 WHERE sc.search_id = ?1 AND e.verdict = 'ok' AND e.median_us IS NOT NULL",
+                 WHERE sc.search_id = ?1 AND e.verdict = 'ok' AND e.median_us IS NOT NULL
+                   AND e.raced_out = 0 AND e.plain = 0",
                 [&rec.id],
                 |r| Ok((r.get::<_, Option<String>>(0)?, r.get::<_, Option<f64>>(1)?)),
             )

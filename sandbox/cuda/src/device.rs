@@ -35,6 +35,9 @@ use crate::facts::{DeviceFacts, DeviceLimits, MIN_DRIVER_VERSION, device_facts, 
 use crate::launch::KernelLimits;
 use crate::nvrtc::{CompileError, CompiledModule, ImageKind, compile};
 
+/// Size of the device printf FIFO of every context kiln opens, bytes.
+pub const PRINTF_FIFO_BYTES: usize = 256 << 10;
+
 /// State shared by the [`Gpu`] and everything allocated from it.
 pub(crate) struct GpuShared {
     pub(crate) ctx: Arc<CudaContext>,
@@ -381,6 +384,8 @@ impl Module {
 /// Handles of the trusted kernels kiln itself runs (inputs, poison, hash, blocker).
 pub(crate) struct Trusted {
     pub(crate) module: Module,
+    /// The output comparison kernel ([`crate::compare`]).
+    pub(crate) compare: Module,
 }
 
 /// One GPU, as held by a worker: context, stream, events, trusted kernels, L2 flush buffer.
@@ -391,6 +396,8 @@ pub struct Gpu {
     pub(crate) trusted: Trusted,
     pub(crate) flush: DeviceBuffer,
     pub(crate) hash_out: DeviceBuffer,
+    /// Result slots of [`Gpu::compare`].
+    pub(crate) compare_out: DeviceBuffer,
     pub(crate) flush_value: std::cell::Cell<u8>,
     pub(crate) shared: Arc<GpuShared>,
 }
@@ -446,6 +453,16 @@ impl Gpu {
         // crate creates none (buffers are raw allocations ordered on one stream with explicit
         // synchronisation), so no cross-stream use can go unsynchronised. See module docs.
         unsafe { ctx.disable_event_tracking() };
+        ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
+        // Device printf: a small FIFO per context, so one launch cannot buffer much (the
+        // worker counts what reaches stdout and ends floods; see kiln-sandbox's printf).
+        // SAFETY: a context-wide limit with a plain value; the context is current.
+        let rc = unsafe {
+            sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_PRINTF_FIFO_SIZE, PRINTF_FIFO_BYTES)
+        };
+        if rc != CUresult::CUDA_SUCCESS {
+            tracing::warn!(error = ?rc, "cannot set the printf FIFO size");
+        }
         let mut version = 0;
         // SAFETY: the out-pointer is a valid, writable `c_int`.
         unsafe { sys::cuDriverGetVersion(&mut version) }
@@ -485,28 +502,35 @@ impl Gpu {
             }
         };
         let rest = (|| {
-            let compiled = compile_trusted(&facts.arch)?;
-            let module = load(
-                &shared,
-                &facts.limits,
-                &compiled,
+            let trusted_module = |source: &str, names: &[&str]| {
+                let compiled = compile_trusted(source, &facts.arch)?;
+                let module = load(&shared, &facts.limits, &compiled, names)?;
+                for name in names {
+                    if module.get(name).is_none() {
+                        return Err(GpuError::Usage(format!(
+                            "trusted kernel {name} missing from its own module"
+                        )));
+                    }
+                }
+                Ok(module)
+            };
+            let module = trusted_module(
+                crate::inputs::TRUSTED_SOURCE,
                 crate::inputs::TRUSTED_KERNELS,
             )?;
-            for name in crate::inputs::TRUSTED_KERNELS {
-                if module.get(name).is_none() {
-                    return Err(GpuError::Usage(format!(
-                        "trusted kernel {name} missing from its own module"
-                    )));
-                }
-            }
+            let compare = trusted_module(
+                crate::compare::COMPARE_SOURCE,
+                crate::compare::COMPARE_KERNELS,
+            )?;
             let flush_bytes = usize::try_from(facts.limits.l2_bytes.saturating_mul(2))
                 .unwrap_or(usize::MAX)
                 .max(16 << 20);
             let flush = alloc(&shared, flush_bytes)?;
             let hash_out = alloc(&shared, 8)?;
-            Ok((module, flush, hash_out))
+            let compare_out = alloc(&shared, 8 * 16)?;
+            Ok((module, compare, flush, hash_out, compare_out))
         })();
-        let (module, flush, hash_out) = match rest {
+        let (module, compare, flush, hash_out, compare_out) = match rest {
             Ok(v) => v,
             Err(e) => {
                 destroy_events();
@@ -524,9 +548,10 @@ impl Gpu {
             facts,
             ev_start,
             ev_end,
-            trusted: Trusted { module },
+            trusted: Trusted { module, compare },
             flush,
             hash_out,
+            compare_out,
             flush_value: std::cell::Cell::new(0),
             shared,
         })
@@ -710,8 +735,8 @@ fn alloc(shared: &Arc<GpuShared>, bytes: usize) -> Result<DeviceBuffer, GpuError
     Ok(buf)
 }
 
-fn compile_trusted(arch: &str) -> Result<CompiledModule, GpuError> {
-    match compile(crate::inputs::TRUSTED_SOURCE, arch, &[]) {
+fn compile_trusted(source: &str, arch: &str) -> Result<CompiledModule, GpuError> {
+    match compile(source, arch, &[]) {
         Ok(m) => Ok(m),
         // A GPU newer than this NVRTC: fall back to PTX for the matching virtual arch.
         Err(CompileError::Nvrtc { .. }) if arch.starts_with("sm_") => {
@@ -720,7 +745,7 @@ fn compile_trusted(arch: &str) -> Result<CompiledModule, GpuError> {
                 arch,
                 "nvrtc cannot target the GPU's arch; using PTX for {virt}"
             );
-            Ok(compile(crate::inputs::TRUSTED_SOURCE, &virt, &[])?)
+            Ok(compile(source, &virt, &[])?)
         }
         Err(e) => Err(e.into()),
     }

@@ -16,6 +16,9 @@
 //!   KernelBench-style samples, and waiting with a deadline; sticky faults poison the `Gpu`.
 //! - [`inputs`] — input tensors generated on the GPU from a seed, output poisoning, and a
 //!   keyed GPU-side hash for the input-tamper check.
+//! - [`compare`] — output checks on the GPU: error metrics against the reference, poisoned
+//!   (unwritten) elements, run-to-run differences, without downloading the outputs.
+//! - [`baseline`] — cuBLAS and cuDNN baselines on the worker's stream, timed like candidates.
 //! - [`telemetry`] — NVML sampling around a timing window, and the clock policy behind a
 //!   trait with a fake for tests.
 //!
@@ -42,6 +45,8 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod baseline;
+pub mod compare;
 pub mod device;
 pub mod error;
 pub mod facts;

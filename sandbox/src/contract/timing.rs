@@ -13,17 +13,74 @@
 //!    (`wall_cap`).
 //!
 //! The target's telemetry (NVML on the GPU) covers exactly the sampling window.
+//!
+//! Two variants, asked for by the plan: racing ([`race`]: with an incumbent's bound, a
+//! candidate clearly slower than it stops early, `raced_out`), and plain timing
+//! ([`plain`]: KernelBench's way, for comparison, instead of steps 3-4).
 
 use std::time::{Duration, Instant};
 
-use kiln_types::{TimingStats, Verdict};
+use kiln_types::{ThrottlePolicy, TimingStats, Verdict};
 
-use super::{Outputs, Session, Step, Stop, Target};
+use super::{Session, Step, Stop, Target};
 use crate::host::data;
 
-/// Runs the timing phase; an early verdict if a timed run misbehaves.
+pub mod plain;
+pub mod race;
+
+/// Runs the timing phase; an early verdict if a timed run misbehaves. Then applies the
+/// plan's throttle policy: `discard` drops throttled samples from the statistics,
+/// `retry` also times once more when over a tenth of them were throttled.
 pub fn time<T: Target>(s: &mut Session<T>) -> Step<TimingStats> {
+    let (first, samples) = time_once(s)?;
+    let policy = s.plan.timing.throttle_policy;
+    if policy == ThrottlePolicy::Report || first.plain {
+        return Ok(first);
+    }
+    let flagged = s.target.throttled_samples();
+    if policy == ThrottlePolicy::Retry && flagged.len() * 10 > samples.len() {
+        tracing::info!(
+            throttled = flagged.len(),
+            samples = samples.len(),
+            "too many throttled samples; timing again"
+        );
+        let (again, samples) = time_once(s)?;
+        let flagged = s.target.throttled_samples();
+        let mut stats = discard_throttled(again, &samples, &flagged);
+        stats.throttle_retried = true;
+        return Ok(stats);
+    }
+    Ok(discard_throttled(first, &samples, &flagged))
+}
+
+/// The statistics without the flagged samples (unchanged when every sample is flagged:
+/// the telemetry then says the whole window ran throttled).
+pub fn discard_throttled(stats: TimingStats, samples: &[f64], flagged: &[usize]) -> TimingStats {
+    if flagged.is_empty() || flagged.len() >= samples.len() {
+        return stats;
+    }
+    let kept: Vec<f64> = samples
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !flagged.contains(i))
+        .map(|(_, v)| *v)
+        .collect();
+    let mut out = self::stats(&kept);
+    out.stop_reason = stats.stop_reason;
+    out.wall_ms = stats.wall_ms;
+    out.fresh_inputs = stats.fresh_inputs;
+    out.rechecks = stats.rechecks;
+    out.overhead_us = stats.overhead_us;
+    out.warmup_ms = stats.warmup_ms;
+    out.raced_out = stats.raced_out;
+    out.throttled_discarded = (samples.len() - kept.len()) as u32;
+    out
+}
+
+/// One timing attempt: the statistics and the raw samples (empty for plain timing).
+fn time_once<T: Target>(s: &mut Session<T>) -> Step<(TimingStats, Vec<f64>)> {
     let tp = s.plan.timing.clone();
+    let setup = Instant::now();
     // 1. Overhead.
     let overhead_us = match s.target.overhead() {
         Ok(us) => us,
@@ -34,7 +91,14 @@ pub fn time<T: Target>(s: &mut Session<T>) -> Step<TimingStats> {
     let mut set = 0u64;
     let mut inputs = s.draw("timing", set, false)?;
     for w in 0..=tp.warmup {
-        s.candidate_run(&inputs, &format!("warm-up run {w}"))?;
+        s.candidate_run(&inputs, &format!("warm-up run {w}"), 0)?;
+    }
+
+    let warmup_ms = setup.elapsed().as_secs_f64() * 1e3;
+    if let Some(reps) = s.plan.plain {
+        let mut stats = plain::time(s, &inputs, reps, overhead_us)?;
+        stats.warmup_ms = warmup_ms;
+        return Ok((stats, Vec::new()));
     }
 
     // 3-4. Samples.
@@ -43,7 +107,6 @@ pub fn time<T: Target>(s: &mut Session<T>) -> Step<TimingStats> {
     let mut windows: Vec<(Instant, Instant)> = Vec::new();
     let mut fresh_inputs = 0u32;
     let mut rechecks = 0u32;
-    let mut want: Option<Outputs> = None;
     s.target.timing_started();
     let started = Instant::now();
     let result = (|| -> Step<&'static str> {
@@ -52,7 +115,6 @@ pub fn time<T: Target>(s: &mut Session<T>) -> Step<TimingStats> {
             if n > 0 && tp.fresh_inputs_every > 0 && n.is_multiple_of(tp.fresh_inputs_every) {
                 set += 1;
                 inputs = s.draw("timing", set, false)?;
-                want = None;
                 fresh_inputs += 1;
             }
             let label = format!("timed sample {}", n + 1);
@@ -61,13 +123,13 @@ pub fn time<T: Target>(s: &mut Session<T>) -> Step<TimingStats> {
             windows.push((t0, Instant::now()));
             samples.push((us - overhead_us).max(0.0));
             let wall = started.elapsed();
-            let stop = stop_rule(&samples, wall, &tp);
+            let stop = stop_or_race(&samples, wall, &tp, s.plan.race.as_ref());
             if stop.is_some() || rng.next_f64() < tp.recheck_fraction {
                 let got = match out {
-                    Some(o) => o,
-                    None => s.checked_outputs(&label)?,
+                    Some(k) => k,
+                    None => s.kept_outputs(&label, 0)?,
                 };
-                recheck(s, &inputs, &mut want, &got, &label)?;
+                recheck(s, &inputs, &got, &label)?;
                 rechecks += 1;
             }
             if let Some(reason) = stop {
@@ -91,24 +153,23 @@ pub fn time<T: Target>(s: &mut Session<T>) -> Step<TimingStats> {
     stats.fresh_inputs = fresh_inputs;
     stats.rechecks = rechecks;
     stats.overhead_us = overhead_us;
-    Ok(stats)
+    stats.warmup_ms = warmup_ms;
+    stats.raced_out = stop_reason == "raced_out";
+    Ok((stats, samples))
 }
 
 /// Compares a timed run's outputs with a reference run on the same inputs.
 fn recheck<T: Target>(
     s: &mut Session<T>,
     inputs: &T::Inputs,
-    want: &mut Option<Outputs>,
-    got: &Outputs,
+    got: &T::Kept,
     label: &str,
 ) -> Step<()> {
-    if want.is_none() {
-        *want = Some(s.reference_outputs(inputs)?);
-    }
-    let Some(w) = want.as_ref() else {
-        return Ok(());
-    };
-    let metrics = s.metrics(got, w);
+    let metrics = s
+        .check(inputs, &[got], &format!("recheck of {label}"))?
+        .into_iter()
+        .next()
+        .unwrap_or_default();
     if metrics.iter().any(|m| m.mismatches > 0) {
         let m = metrics
             .iter()
@@ -150,6 +211,18 @@ pub fn stop_rule(
     None
 }
 
+/// The stop rule, then the race: `raced_out` only for a candidate the stop rule would
+/// keep sampling (a converged candidate is never marked raced out).
+pub fn stop_or_race(
+    samples: &[f64],
+    wall: Duration,
+    tp: &kiln_types::TimingPlan,
+    race: Option<&kiln_types::RaceBound>,
+) -> Option<&'static str> {
+    stop_rule(samples, wall, tp)
+        .or_else(|| race::raced_out(&stats(samples), race, tp).then_some("raced_out"))
+}
+
 /// The median (sorts `v`; 0 for an empty slice).
 pub fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
@@ -178,7 +251,7 @@ pub fn stats(samples: &[f64]) -> TimingStats {
     };
     let stdev = var.sqrt();
     let mut sorted = samples.to_vec();
-    TimingStats {
+    let mut out = TimingStats {
         median_us: median(&mut sorted),
         mean_us: mean,
         stdev_us: stdev,
@@ -191,12 +264,33 @@ pub fn stats(samples: &[f64]) -> TimingStats {
             f64::INFINITY.min(1.0)
         },
         ..TimingStats::default()
+    };
+    if n > 1 {
+        let (lo, hi) = race::interval(&out);
+        out.ci_low_us = Some(lo);
+        out.ci_high_us = Some(hi);
     }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn throttled_samples_are_dropped_unless_all_are() {
+        let samples = [10.0, 50.0, 10.0, 10.0, 60.0];
+        let base = stats(&samples);
+        let kept = discard_throttled(base.clone(), &samples, &[1, 4]);
+        assert_eq!(kept.n, 3);
+        assert_eq!(kept.median_us, 10.0);
+        assert_eq!(kept.throttled_discarded, 2);
+        // Every sample throttled: nothing left to keep, the statistics stand as they are.
+        let all = discard_throttled(base.clone(), &samples, &[0, 1, 2, 3, 4]);
+        assert_eq!(all.n, 5);
+        assert_eq!(all.throttled_discarded, 0);
+        assert_eq!(discard_throttled(base.clone(), &samples, &[]), base);
+    }
 
     #[test]
     fn stats_and_stop_rule() {
@@ -226,5 +320,46 @@ mod tests {
             stop_rule(&[1.0, 9.0], Duration::from_secs(2), &tp),
             Some("wall_cap")
         );
+    }
+
+    #[test]
+    fn racing_stops_a_clearly_slower_candidate_after_the_stop_rule() {
+        let tp = kiln_types::TimingPlan {
+            min_samples: 3,
+            min_time_ms: 1e9,
+            max_rse: 1e-9,
+            max_samples: 100,
+            wall_cap_ms: 1e9,
+            ..Default::default()
+        };
+        let bound = kiln_types::RaceBound {
+            incumbent_upper_us: 10.0,
+            margin: 0.05,
+        };
+        let slow = [20.0, 20.5, 19.5];
+        // Without a bound the stop rule keeps sampling; with one, the race ends it.
+        assert_eq!(stop_or_race(&slow, Duration::ZERO, &tp, None), None);
+        assert_eq!(
+            stop_or_race(&slow, Duration::ZERO, &tp, Some(&bound)),
+            Some("raced_out")
+        );
+        // Too few samples, or not clearly slower: keep sampling.
+        assert_eq!(
+            stop_or_race(&slow[..2], Duration::ZERO, &tp, Some(&bound)),
+            None
+        );
+        assert_eq!(
+            stop_or_race(&[10.2, 10.4, 10.3], Duration::ZERO, &tp, Some(&bound)),
+            None
+        );
+        // When the stop rule ends sampling anyway, its reason wins.
+        assert_eq!(
+            stop_or_race(&slow, Duration::from_secs(1_000_000), &tp, Some(&bound)),
+            Some("wall_cap")
+        );
+        // The interval reached is reported with the stats.
+        let st = stats(&slow);
+        let (lo, hi) = (st.ci_low_us.expect("lo"), st.ci_high_us.expect("hi"));
+        assert!(lo < st.mean_us && st.mean_us < hi && lo > bound.threshold_us());
     }
 }

@@ -1,30 +1,39 @@
 //! [`GpuTarget`]: the evaluation contract's mechanics on the worker's GPU, and
-//! [`evaluate`], which sets it up and hands it to [`crate::contract::Session`].
+//! [`Lane`], the warm state a GPU worker keeps between evaluations (the CUDA context with
+//! kiln's trusted kernels, NVML), whose [`Lane::evaluate`] sets a target up and hands it
+//! to [`crate::contract::Session`].
 //!
-//! Memory discipline (design guide §5): the problem's tensors are allocated once and
-//! shared by the reference and the candidate; each has its own scratch. Inputs are drawn
-//! on the GPU (`Gpu::fill`) from the secret seed and hashed on the GPU with a secret key.
-//! The reference runs first; its outputs are downloaded into the worker and the output and
-//! reference scratch buffers are zeroed before any candidate code runs, so reference
-//! results are never resident where candidate code can reach them. Outputs are poisoned
-//! and the candidate's scratch zeroed before every candidate run.
+//! Memory discipline (design guide §5): the problem's tensors are allocated per
+//! evaluation and shared by the reference and the candidate; each has its own scratch.
+//! Inputs are drawn on the GPU (`Gpu::fill`) from the secret seed and hashed on the GPU
+//! with a secret key. Outputs are poisoned and the candidate's scratch zeroed before every
+//! candidate run. A candidate run's outputs are copied into kiln's own "kept" buffers
+//! (hashed, so a later run that scribbles on them is caught). Only after the candidate's
+//! runs does the reference run, into the output tensors; `kiln_compare` compares the kept
+//! copies with it on the GPU, and the outputs and the reference's scratch are zeroed
+//! before any candidate code runs again — reference results are resident only while no
+//! candidate code can run. Nothing but a few counters and, on a mismatch, a window of a
+//! few thousand elements is downloaded.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use kiln_cuda::compare::{Against, Comparison};
 use kiln_cuda::inputs::{derive_seed, poison_pattern};
 use kiln_cuda::launch::BufferArg;
 use kiln_cuda::timing::SampleConfig;
 use kiln_cuda::{CheckedPlan, DeviceBuffer, Gpu, GpuError, Module};
 use kiln_types::verdict::KernelResources;
+use kiln_types::verdict::Mismatch;
 use kiln_types::{
-    Candidate, CompileInfo, Dtype, EvalPlan, Evaluation, Init, ProblemSpec, Role, Verdict,
+    Candidate, CompileInfo, Dtype, ErrorMetrics, EvalPlan, Evaluation, Init, ProblemSpec, Role,
+    Tolerance, Verdict,
 };
 
 use super::compile::module_from_artifact;
 use super::telemetry::Telemetry;
-use crate::contract::{Outputs, RunFailure, Session, Target};
-use crate::host::data;
+use crate::contract::{CheckError, InputVariant, RunFailure, Session, Target, Unwritten};
+use crate::host::{compare, data};
 
 /// Largest total scratch a candidate may ask for, bytes.
 const MAX_SCRATCH_BYTES: u64 = 16 << 30;
@@ -41,6 +50,8 @@ pub struct Job<'a> {
     pub reference_artifact: &'a [u8],
     /// The candidate's CUBIN/PTX.
     pub candidate_artifact: &'a [u8],
+    /// Bytes device `printf` may print in the whole evaluation before it is a fault.
+    pub output_limit_bytes: u64,
 }
 
 /// One of the problem's tensors on the GPU.
@@ -49,9 +60,13 @@ struct Tensor {
     dtype: Dtype,
     elems: u64,
     role: Role,
-    init: Init,
-    shifted_trial: bool,
+    spec: kiln_types::TensorSpec,
     buf: DeviceBuffer,
+}
+
+/// A kept copy of one run's outputs: one buffer per output tensor, with its keyed hash.
+struct KeptSet {
+    bufs: Vec<(DeviceBuffer, u64)>,
 }
 
 /// A drawn input set: how each input was generated, and its keyed hash.
@@ -63,9 +78,9 @@ pub struct GpuInputs {
     hashes: Vec<(usize, u64)>,
 }
 
-/// The contract's mechanics on one GPU. Field order is drop order: plans and modules,
-/// then buffers (scrubbed when freed), then the GPU.
-pub struct GpuTarget {
+/// The contract's mechanics on one GPU for one evaluation. Field order is drop order:
+/// plans and modules, then buffers (scrubbed when freed); the GPU outlives it.
+pub struct GpuTarget<'g> {
     ref_plan: CheckedPlan,
     cand_plan: CheckedPlan,
     reference: Module,
@@ -73,12 +88,53 @@ pub struct GpuTarget {
     tensors: Vec<Tensor>,
     ref_scratch: Vec<DeviceBuffer>,
     cand_scratch: Vec<DeviceBuffer>,
+    kept: Vec<Option<KeptSet>>,
     run_timeout: Duration,
+    output_limit: u64,
     hash_key: u64,
     current: Option<u64>,
     next_id: u64,
-    telemetry: Telemetry,
+    telemetry: &'g mut Telemetry,
+    gpu: &'g Gpu,
+}
+
+/// What a GPU worker keeps between evaluations: the context (with kiln's trusted kernels
+/// and the L2 flush buffer) and NVML. Replaced by a fresh worker after a fault or timeout
+/// poisons the context.
+pub struct Lane {
     gpu: Gpu,
+    telemetry: Telemetry,
+    served: u32,
+}
+
+impl Lane {
+    /// Opens the worker's GPU (ordinal 0: inside the jail only its own GPU is visible).
+    pub fn open() -> Result<Lane, String> {
+        let gpu = Gpu::open(0).map_err(|e| format!("cannot open the GPU: {e}"))?;
+        let telemetry = Telemetry::new(&gpu.facts().uuid);
+        Ok(Lane {
+            gpu,
+            telemetry,
+            served: 0,
+        })
+    }
+
+    /// Why the context can no longer be used (a fault or a timeout), if it cannot.
+    pub fn poisoned(&self) -> Option<String> {
+        self.gpu.poisoned()
+    }
+
+    /// Evaluations served so far.
+    pub fn served(&self) -> u32 {
+        self.served
+    }
+
+    /// Evaluates one candidate on this lane's GPU.
+    pub fn evaluate(&mut self, job: Job) -> Result<Evaluation, String> {
+        self.served += 1;
+        super::printf::reset();
+        evaluate_on(&self.gpu, &mut self.telemetry, job)
+    }
 }
 
 fn early(v: Verdict, msg: String) -> Evaluation {
@@ -103,9 +159,14 @@ pub fn failure(e: GpuError, run_timeout: Duration) -> RunFailure {
     }
 }
 
-/// Sets up the GPU, the buffers and both modules, checks both plans, and runs the contract.
-/// `Err` is an infrastructure failure (no GPU, a broken reference), never the candidate's.
+/// Opens the GPU and evaluates one candidate (a lane used once).
 pub fn evaluate(job: Job) -> Result<Evaluation, String> {
+    Lane::open()?.evaluate(job)
+}
+
+/// Sets up the buffers and both modules, checks both plans, and runs the contract.
+/// `Err` is an infrastructure failure (a broken reference, the GPU), never the candidate's.
+fn evaluate_on(gpu: &Gpu, telemetry: &mut Telemetry, job: Job) -> Result<Evaluation, String> {
     let problem = job.problem;
     let ref_ks = problem
         .reference
@@ -115,8 +176,11 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
         return Ok(early(Verdict::InvalidLaunch, e));
     }
     check_scratch(problem, &ref_ks.scratch).map_err(|e| format!("reference: {e}"))?;
-    // Inside the jail only the worker's GPU is visible (CUDA_VISIBLE_DEVICES): ordinal 0.
-    let gpu = Gpu::open(0).map_err(|e| format!("cannot open the GPU: {e}"))?;
+    if let Some(p) = gpu.poisoned() {
+        return Err(format!(
+            "the GPU context is poisoned ({p}); the worker must be replaced"
+        ));
+    }
     let arch = gpu.facts().arch.clone();
     let infra = |what: &str, e: GpuError| format!("{what}: {e}");
     let mut tensors = Vec::new();
@@ -129,8 +193,7 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
             dtype: t.dtype,
             elems: t.elems(),
             role: t.role,
-            init: t.init,
-            shifted_trial: t.shifted_trial,
+            spec: t.clone(),
             buf,
         });
     }
@@ -206,10 +269,9 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
         Err(e) => return Ok(early(Verdict::InvalidLaunch, e.to_string())),
     };
     let kernels = resources(&candidate, &cand_plan);
-    let uuid = gpu.facts().uuid.clone();
     let device = serde_json::json!({
         "name": gpu.facts().name,
-        "uuid": uuid,
+        "uuid": gpu.facts().uuid,
         "arch": arch,
     });
     let target = GpuTarget {
@@ -220,18 +282,24 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
         tensors,
         ref_scratch,
         cand_scratch,
+        kept: Vec::new(),
         run_timeout: Duration::from_millis(job.plan.run_timeout_ms.max(1)),
+        output_limit: job.output_limit_bytes,
         hash_key: derive_seed(job.plan.seed, "kiln/input-hash"),
         current: None,
         next_id: 0,
-        telemetry: Telemetry::new(&uuid),
+        telemetry,
         gpu,
     };
     let mut session = Session::new(problem, job.plan, target);
     let mut e = session.run()?;
     let mut tele = serde_json::json!({ "device": device });
     tele["kernels"] = serde_json::to_value(&kernels).unwrap_or_default();
-    if let Some(gpu_t) = session.telemetry.take() {
+    if let Some(mut gpu_t) = session.telemetry.take() {
+        gpu_t["throttle_policy"] =
+            serde_json::to_value(job.plan.timing.throttle_policy).unwrap_or_default();
+        // The worker never changes clocks; kilnd says when it locked them.
+        gpu_t["clock_policy"] = "observe".into();
         tele["gpu"] = gpu_t;
     }
     e.telemetry = Some(tele);
@@ -292,9 +360,21 @@ fn resources(module: &Module, plan: &CheckedPlan) -> Vec<KernelResources> {
     out
 }
 
-impl GpuTarget {
+impl GpuTarget<'_> {
     fn fail(&self, e: GpuError) -> RunFailure {
         failure(e, self.run_timeout)
+    }
+
+    /// A device-printf flood is a fault (checked after every candidate run).
+    fn check_printed(&self) -> Result<(), RunFailure> {
+        let n = super::printf::printed();
+        if n > self.output_limit {
+            return Err(RunFailure::Fault(format!(
+                "output flood: device printf wrote {n} bytes, over the limit of {}",
+                self.output_limit
+            )));
+        }
+        Ok(())
     }
 
     /// Makes `inputs` the set on the device (regenerating it if another set was drawn since).
@@ -322,20 +402,124 @@ impl GpuTarget {
         Ok(())
     }
 
-    fn download_outputs(&self) -> Result<Outputs, GpuError> {
-        self.tensors
-            .iter()
-            .filter(|t| t.role == Role::Output)
-            .map(|t| {
-                let bytes = self.gpu.download_vec::<u8>(&t.buf, t.buf.bytes())?;
-                Ok((t.name.clone(), bytes))
-            })
+    fn against<'b>(
+        want: Option<&'b DeviceBuffer>,
+        other: Option<&'b DeviceBuffer>,
+        tol: Tolerance,
+    ) -> Against<'b> {
+        Against {
+            want,
+            other,
+            atol: tol.atol,
+            rtol: tol.rtol,
+        }
+    }
+
+    /// Output tensors (index into `tensors`).
+    fn outputs(&self) -> Vec<usize> {
+        (0..self.tensors.len())
+            .filter(|&i| self.tensors[i].role == Role::Output)
             .collect()
+    }
+
+    /// Poisoned elements of `buf` holding tensor `t`: (count, first few indices).
+    fn unwritten_in(&self, buf: &DeviceBuffer, t: &Tensor) -> Result<(u64, Vec<u64>), GpuError> {
+        let c = self
+            .gpu
+            .compare(buf, t.dtype, t.elems, Against::default())?;
+        let Some(first) = c.first_unwritten else {
+            return Ok((0, Vec::new()));
+        };
+        let window = self.gpu.window(buf, t.dtype, t.elems, first, WINDOW)?;
+        let (_, idx) = unwritten(&window, t.dtype);
+        Ok((c.unwritten, idx.into_iter().map(|i| i + first).collect()))
+    }
+
+    /// Error metrics of a kept output against the reference's output in `t.buf`.
+    fn metrics(
+        &self,
+        got: &DeviceBuffer,
+        t: &Tensor,
+        tol: Tolerance,
+    ) -> Result<ErrorMetrics, GpuError> {
+        let c: Comparison = self.gpu.compare(
+            got,
+            t.dtype,
+            t.elems,
+            Self::against(Some(&t.buf), None, tol),
+        )?;
+        let mut m = ErrorMetrics {
+            tensor: t.name.clone(),
+            max_abs: c.max_abs,
+            max_rel: c.max_rel,
+            rel_l2: c.rel_l2(),
+            mismatches: c.mismatches,
+            first_mismatches: Vec::new(),
+            nonfinite_mismatches: c.nonfinite_mismatches,
+        };
+        if let Some(first) = c.first_mismatch {
+            let g = self.gpu.window(got, t.dtype, t.elems, first, WINDOW)?;
+            let w = self.gpu.window(&t.buf, t.dtype, t.elems, first, WINDOW)?;
+            let n = g.len() / t.dtype.size() as usize;
+            for i in 0..n {
+                let (gv, wv) = (data::get(&g, t.dtype, i), data::get(&w, t.dtype, i));
+                if !compare::close(gv, wv, tol) {
+                    m.first_mismatches.push(Mismatch {
+                        index: first + i as u64,
+                        got: gv,
+                        want: wv,
+                    });
+                    if m.first_mismatches.len() >= 8 {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(m)
+    }
+
+    /// Zeroes the outputs and the reference's scratch (after a reference run).
+    fn scrub_reference(&self) -> Result<(), GpuError> {
+        for t in self.tensors.iter().filter(|t| t.role == Role::Output) {
+            self.gpu.memset(&t.buf, 0)?;
+        }
+        for b in &self.ref_scratch {
+            self.gpu.memset(b, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Runs the reference on `inputs` into the output tensors, checks it wrote them all.
+    fn run_reference(&mut self, inputs: &GpuInputs) -> Result<(), String> {
+        let wrap = |e: GpuError| e.to_string();
+        self.ensure(inputs).map_err(wrap)?;
+        for t in self.tensors.iter().filter(|t| t.role == Role::Output) {
+            self.gpu.poison(&t.buf, t.dtype, t.elems).map_err(wrap)?;
+        }
+        for b in &self.ref_scratch {
+            self.gpu.memset(b, 0).map_err(wrap)?;
+        }
+        let limit = self.run_timeout.max(Duration::from_secs(10)) * 4;
+        self.gpu
+            .run_plan(&self.reference, &self.ref_plan, limit)
+            .map_err(|e| format!("did not finish: {e}"))?;
+        for i in self.outputs() {
+            let t = &self.tensors[i];
+            let (n, _) = self.unwritten_in(&t.buf, t).map_err(wrap)?;
+            if n > 0 {
+                return Err(format!("left {} partly unwritten", t.name));
+            }
+        }
+        Ok(())
     }
 }
 
-impl Target for GpuTarget {
+/// Elements downloaded around a first mismatch or hole, to list them by value.
+const WINDOW: u64 = 4096;
+
+impl Target for GpuTarget<'_> {
     type Inputs = GpuInputs;
+    type Kept = usize;
 
     fn backend(&self) -> &'static str {
         "cuda"
@@ -346,7 +530,7 @@ impl Target for GpuTarget {
         seed: u64,
         purpose: &str,
         index: u64,
-        shifted: bool,
+        variant: InputVariant,
     ) -> Result<GpuInputs, String> {
         let id = self.next_id;
         self.next_id += 1;
@@ -356,11 +540,7 @@ impl Target for GpuTarget {
             .enumerate()
             .filter(|(_, t)| t.role == Role::Input)
             .map(|(i, t)| {
-                let init = if shifted && t.shifted_trial && t.dtype.is_float() {
-                    data::SHIFTED
-                } else {
-                    t.init
-                };
+                let init = variant.init(&t.spec);
                 let s = derive_seed(seed, &format!("{purpose}/{index}/{}", t.name));
                 (i, init, s)
             })
@@ -382,28 +562,108 @@ impl Target for GpuTarget {
         Ok(inputs)
     }
 
-    fn reference(&mut self, inputs: &GpuInputs) -> Result<Outputs, String> {
-        let wrap = |e: GpuError| e.to_string();
-        self.ensure(inputs).map_err(wrap)?;
-        for t in self.tensors.iter().filter(|t| t.role == Role::Output) {
-            self.gpu.poison(&t.buf, t.dtype, t.elems).map_err(wrap)?;
+    fn keep(&mut self, slot: usize) -> Result<(usize, Vec<Unwritten>), RunFailure> {
+        let outs = self.outputs();
+        let mut unwritten_list = Vec::new();
+        for &i in &outs {
+            let t = &self.tensors[i];
+            let (n, first) = self.unwritten_in(&t.buf, t).map_err(|e| self.fail(e))?;
+            if n > 0 {
+                unwritten_list.push((t.name.clone(), n, first));
+            }
         }
-        for b in &self.ref_scratch {
-            self.gpu.memset(b, 0).map_err(wrap)?;
+        if !unwritten_list.is_empty() {
+            return Ok((slot, unwritten_list));
         }
-        let limit = self.run_timeout.max(Duration::from_secs(10)) * 4;
-        self.gpu
-            .run_plan(&self.reference, &self.ref_plan, limit)
-            .map_err(|e| format!("did not finish: {e}"))?;
-        let out = self.download_outputs().map_err(wrap)?;
+        while self.kept.len() <= slot {
+            self.kept.push(None);
+        }
+        if self.kept[slot].is_none() {
+            let mut bufs = Vec::new();
+            for &i in &outs {
+                let b = self
+                    .gpu
+                    .alloc(self.tensors[i].buf.bytes())
+                    .map_err(|e| self.fail(e))?;
+                bufs.push((b, 0));
+            }
+            self.kept[slot] = Some(KeptSet { bufs });
+        }
+        let key = self.hash_key ^ (slot as u64 + 1);
+        let mut hashes = Vec::new();
+        if let Some(set) = &self.kept[slot] {
+            for (&i, (b, _)) in outs.iter().zip(&set.bufs) {
+                self.gpu
+                    .copy(b, &self.tensors[i].buf)
+                    .map_err(|e| self.fail(e))?;
+                hashes.push(self.gpu.hash(b, key).map_err(|e| self.fail(e))?);
+            }
+        }
+        if let Some(set) = self.kept[slot].as_mut() {
+            for ((_, h), new) in set.bufs.iter_mut().zip(hashes) {
+                *h = new;
+            }
+        }
+        Ok((slot, Vec::new()))
+    }
+
+    fn check(
+        &mut self,
+        inputs: &GpuInputs,
+        kept: &[&usize],
+        tol: Tolerance,
+    ) -> Result<Vec<Vec<ErrorMetrics>>, CheckError> {
+        let infra = |e: GpuError| CheckError::Infra(e.to_string());
+        for &&slot in kept {
+            let key = self.hash_key ^ (slot as u64 + 1);
+            let Some(set) = self.kept.get(slot).and_then(Option::as_ref) else {
+                return Err(CheckError::Infra(format!("no kept outputs in slot {slot}")));
+            };
+            for (b, h) in &set.bufs {
+                if self.gpu.hash(b, key).map_err(infra)? != *h {
+                    return Err(CheckError::KeptChanged(format!(
+                        "kiln's copy of the outputs of run {} changed while later candidate code ran",
+                        slot + 1
+                    )));
+                }
+            }
+        }
+        self.run_reference(inputs).map_err(CheckError::Infra)?;
+        let outs = self.outputs();
+        let mut result = Vec::new();
+        for &&slot in kept {
+            let mut per_run = Vec::new();
+            if let Some(set) = self.kept.get(slot).and_then(Option::as_ref) {
+                for (&i, (b, _)) in outs.iter().zip(&set.bufs) {
+                    per_run.push(self.metrics(b, &self.tensors[i], tol).map_err(infra)?);
+                }
+            }
+            result.push(per_run);
+        }
         // Scrub: nothing of the reference's results stays on the device.
-        for t in self.tensors.iter().filter(|t| t.role == Role::Output) {
-            self.gpu.memset(&t.buf, 0).map_err(wrap)?;
+        self.scrub_reference().map_err(infra)?;
+        Ok(result)
+    }
+
+    fn diff(&mut self, a: &usize, b: &usize, tol: Tolerance) -> Result<(u64, bool), RunFailure> {
+        let (Some(sa), Some(sb)) = (
+            self.kept.get(*a).and_then(Option::as_ref),
+            self.kept.get(*b).and_then(Option::as_ref),
+        ) else {
+            return Err(RunFailure::Fault("internal: kept outputs missing".into()));
+        };
+        let mut diffs = 0;
+        let mut agree = true;
+        for (&i, ((x, _), (y, _))) in self.outputs().iter().zip(sa.bufs.iter().zip(&sb.bufs)) {
+            let t = &self.tensors[i];
+            let c = self
+                .gpu
+                .compare(x, t.dtype, t.elems, Self::against(None, Some(y), tol))
+                .map_err(|e| failure(e, self.run_timeout))?;
+            diffs += c.bitwise_diffs;
+            agree &= c.disagreements == 0;
         }
-        for b in &self.ref_scratch {
-            self.gpu.memset(b, 0).map_err(wrap)?;
-        }
-        Ok(out)
+        Ok((diffs, agree))
     }
 
     fn run(&mut self, inputs: &GpuInputs) -> Result<f64, RunFailure> {
@@ -412,6 +672,7 @@ impl Target for GpuTarget {
         self.gpu
             .run_plan(&self.candidate, &self.cand_plan, self.run_timeout)
             .map_err(|e| self.fail(e))?;
+        self.check_printed()?;
         Ok(0.0)
     }
 
@@ -423,6 +684,17 @@ impl Target for GpuTarget {
             .gpu
             .time_sample(&self.candidate, &self.cand_plan, &cfg)
             .map_err(|e| self.fail(e))?;
+        self.check_printed()?;
+        Ok(ms * 1e3)
+    }
+
+    fn plain_sample(&mut self, inputs: &GpuInputs) -> Result<f64, RunFailure> {
+        self.ensure(inputs).map_err(|e| self.fail(e))?;
+        let ms = self
+            .gpu
+            .time_plain(&self.candidate, &self.cand_plan, self.run_timeout)
+            .map_err(|e| self.fail(e))?;
+        self.check_printed()?;
         Ok(ms * 1e3)
     }
 
@@ -444,20 +716,16 @@ impl Target for GpuTarget {
         Ok(changed)
     }
 
-    fn outputs(&mut self) -> Result<Outputs, RunFailure> {
-        self.download_outputs().map_err(|e| self.fail(e))
-    }
-
-    fn unwritten(&self, bytes: &[u8], dtype: Dtype) -> (u64, Vec<u64>) {
-        unwritten(bytes, dtype)
-    }
-
     fn overhead(&mut self) -> Result<f64, RunFailure> {
         Ok(0.0) // events time the GPU itself
     }
 
     fn outputs_every_sample(&self) -> bool {
-        false // a download per sample would dominate short kernels' wall time
+        false // a check per sample would dominate short kernels' wall time
+    }
+
+    fn output_excerpt(&self) -> Option<String> {
+        super::printf::excerpt()
     }
 
     fn timing_started(&mut self) {
@@ -466,6 +734,10 @@ impl Target for GpuTarget {
 
     fn timing_finished(&mut self, windows: &[(Instant, Instant)]) -> Option<serde_json::Value> {
         Some(self.telemetry.finish(windows))
+    }
+
+    fn throttled_samples(&self) -> Vec<usize> {
+        self.telemetry.flagged().to_vec()
     }
 }
 

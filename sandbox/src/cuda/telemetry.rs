@@ -1,11 +1,13 @@
 //! NVML telemetry around the timing window, as stored with the evaluation.
 //!
-//! Policy: **report**. Every timed sample is kept; a sample is flagged as throttled when an
-//! NVML reading within one sampling interval of its wall window carried a throttling
-//! clocks-event reason (`kiln_cuda::telemetry::THROTTLE_MASK`: SW/HW slowdown, thermal,
-//! power brake). The count of flagged samples, the SM and memory clocks (min/median/max),
-//! the reasons seen, power and temperature go into `Evaluation.telemetry.gpu` next to the
-//! time, never hidden. The worker never changes clocks (clock policy `observe`).
+//! A sample is flagged as throttled when an NVML reading within one sampling interval of
+//! its wall window carried a throttling clocks-event reason
+//! (`kiln_cuda::telemetry::THROTTLE_MASK`: SW/HW slowdown, thermal, power brake). The
+//! count of flagged samples, the SM and memory clocks (min/median/max), the reasons seen,
+//! power and temperature go into `Evaluation.telemetry.gpu` next to the time, never
+//! hidden; the plan's throttle policy (`report`, `discard`, `retry`: see
+//! `contract::timing`) decides whether flagged samples count. The worker never changes
+//! clocks (kilnd's clock policy does, around the whole evaluation).
 //!
 //! NVML missing or refusing inside the jail is not an error: the telemetry then says why
 //! it is absent.
@@ -24,6 +26,7 @@ pub struct Telemetry {
     uuid: String,
     running: Option<(Sampler, Instant)>,
     error: Option<String>,
+    flagged: Vec<usize>,
 }
 
 impl Telemetry {
@@ -34,6 +37,7 @@ impl Telemetry {
             uuid: uuid.to_string(),
             running: None,
             error: None,
+            flagged: Vec::new(),
         }
     }
 
@@ -57,24 +61,28 @@ impl Telemetry {
 
     /// Stops sampling; the telemetry JSON for the window of `windows` (one per sample).
     pub fn finish(&mut self, windows: &[(Instant, Instant)]) -> Value {
+        self.flagged.clear();
         let Some((sampler, t0)) = self.running.take() else {
             return json!({
-                "policy": "report",
                 "available": false,
                 "reason": self.error.clone().unwrap_or_else(|| "telemetry was not started".into()),
             });
         };
         let window = sampler.stop();
-        let flagged = throttled_samples(&window.samples, windows, t0);
+        self.flagged = throttled_indices(&window.samples, windows, t0);
+        let flagged = self.flagged.len();
         json!({
-            "policy": "report",
             "available": true,
-            "clock_policy": "observe",
             "interval_ms": DEFAULT_INTERVAL.as_secs_f64() * 1e3,
             "summary": window.summary,
             "timing_samples": windows.len(),
             "throttled_timing_samples": flagged,
         })
+    }
+
+    /// Indices of the samples of the last finished window that ran throttled.
+    pub fn flagged(&self) -> &[usize] {
+        &self.flagged
     }
 }
 
@@ -84,6 +92,15 @@ pub fn throttled_samples(
     windows: &[(Instant, Instant)],
     t0: Instant,
 ) -> usize {
+    throttled_indices(readings, windows, t0).len()
+}
+
+/// Which sample windows overlap (within one interval) a throttled NVML reading.
+pub fn throttled_indices(
+    readings: &[TelemetrySample],
+    windows: &[(Instant, Instant)],
+    t0: Instant,
+) -> Vec<usize> {
     let slack = DEFAULT_INTERVAL.as_secs_f64() * 1e3;
     let throttled: Vec<f64> = readings
         .iter()
@@ -91,16 +108,18 @@ pub fn throttled_samples(
         .map(|r| r.t_ms)
         .collect();
     if throttled.is_empty() {
-        return 0;
+        return Vec::new();
     }
     let ms = |t: Instant| t.saturating_duration_since(t0).as_secs_f64() * 1e3;
     windows
         .iter()
-        .filter(|(a, b)| {
+        .enumerate()
+        .filter(|(_, (a, b))| {
             let (a, b) = (ms(*a) - slack, ms(*b) + slack);
             throttled.iter().any(|&t| t >= a && t <= b)
         })
-        .count()
+        .map(|(i, _)| i)
+        .collect()
 }
 
 #[cfg(test)]

@@ -103,6 +103,24 @@ pub fn tier(rel_l2: f64) -> PrecisionTier {
     }
 }
 
+/// The tier once the range trial is known. A kernel whose relative error on inputs scaled
+/// by 2^-20 exceeds what a 10-bit mantissa gives (1e-3) and is ten times its error on
+/// normal inputs holds values in a format with fp16's range (normal numbers end at 6.1e-5,
+/// so small values lose their mantissa bits): at best `fp16-like`. fp32, TF32 and bf16 keep
+/// fp32's exponent range and are unaffected.
+pub fn tier_with_range(
+    normal: PrecisionTier,
+    normal_rel_l2: f64,
+    range_rel_l2: f64,
+) -> PrecisionTier {
+    let collapses = range_rel_l2 > 1e-3 && range_rel_l2 > 10.0 * normal_rel_l2.max(1e-7);
+    if collapses || range_rel_l2.is_nan() {
+        normal.max(PrecisionTier::Fp16Like)
+    } else {
+        normal
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,5 +145,20 @@ mod tests {
         assert!(close(f64::NAN, f64::NAN, tol));
         assert_eq!(bitwise_diffs(&got, &want, Dtype::F32), 3);
         assert_eq!(tier(3e-4), PrecisionTier::Tf32Like);
+    }
+
+    #[test]
+    fn range_trial_separates_fp16_from_tf32() {
+        use PrecisionTier::*;
+        // TF32 (fp32 range): the same error at any scale.
+        assert_eq!(tier_with_range(Tf32Like, 3e-4, 3e-4), Tf32Like);
+        // fp16 operands: fine at normal scale, subnormal at 2^-20.
+        assert_eq!(tier_with_range(Tf32Like, 3e-4, 4e-2), Fp16Like);
+        // An fp16 hi/lo split: near fp32 at normal scale, collapses at small ones.
+        assert_eq!(tier_with_range(Tf32Like, 1.5e-5, 2e-2), Fp16Like);
+        assert_eq!(tier_with_range(Fp32Faithful, 1e-6, 1e-6), Fp32Faithful);
+        // Coarser tiers stay as they are.
+        assert_eq!(tier_with_range(Coarse, 5e-2, 9e-1), Coarse);
+        assert_eq!(tier_with_range(Fp32Faithful, 1e-6, f64::NAN), Fp16Like);
     }
 }

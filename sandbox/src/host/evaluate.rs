@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use kiln_types::{Candidate, Dtype, EvalPlan, Evaluation, ProblemSpec, Role, Verdict};
 
+use super::compare;
 use super::data;
 use super::layout::{self, Kind, Layout};
 use super::runner_ctl::{RunEnd, Runner, RunnerConfig};
-use crate::contract::{Outputs, RunFailure, Session, Target};
+use crate::contract::{CheckError, InputVariant, Outputs, RunFailure, Session, Target, Unwritten};
 use crate::protocol::RunLimits;
 
 /// One drawn input set: (tensor name, bytes, blake3 of the bytes).
@@ -185,54 +186,15 @@ impl HostTarget<'_> {
             .collect()
     }
 
-    fn go(&mut self, inputs: &Inputs) -> Result<f64, RunFailure> {
-        Self::prepare(&mut self.candidate, inputs);
-        match self.candidate.run(b'G', self.run_timeout) {
-            RunEnd::Done(d) => Ok(d.as_secs_f64() * 1e6),
-            end => Err(self.failure(end)),
-        }
-    }
-}
-
-/// Empty round trips used to measure the timer's overhead.
-const OVERHEAD_ROUNDS: usize = 16;
-
-impl Target for HostTarget<'_> {
-    type Inputs = Inputs;
-
-    fn backend(&self) -> &'static str {
-        "host"
+    fn dtype(&self, name: &str) -> Dtype {
+        self.problem.tensor(name).map_or(Dtype::F32, |t| t.dtype)
     }
 
-    fn draw(
-        &mut self,
-        seed: u64,
-        purpose: &str,
-        index: u64,
-        shifted: bool,
-    ) -> Result<Inputs, String> {
-        let mut rng = data::rng_for(seed, purpose, index);
-        Ok(self
-            .problem
-            .tensors
-            .iter()
-            .filter(|t| t.role == Role::Input)
-            .map(|t| {
-                let mut bytes = vec![0u8; t.bytes() as usize];
-                let init = if shifted && t.shifted_trial && t.dtype.is_float() {
-                    data::SHIFTED
-                } else {
-                    t.init
-                };
-                data::fill(&mut bytes, t.dtype, init, &mut rng);
-                let hash = blake3::hash(&bytes);
-                (t.name.clone(), bytes, hash)
-            })
-            .collect())
-    }
-
-    fn reference(&mut self, inputs: &Inputs) -> Result<Outputs, String> {
+    /// Runs the reference on `inputs`, copies its outputs into this process and poisons
+    /// them again in the reference's runner.
+    fn reference_outputs(&mut self, inputs: &Inputs) -> Result<Outputs, String> {
         Self::prepare(&mut self.reference, inputs);
+
         let end = self
             .reference
             .run(b'G', self.run_timeout.max(Duration::from_secs(10)) * 4);
@@ -259,6 +221,97 @@ impl Target for HostTarget<'_> {
         Ok(out)
     }
 
+    fn go(&mut self, inputs: &Inputs) -> Result<f64, RunFailure> {
+        Self::prepare(&mut self.candidate, inputs);
+        match self.candidate.run(b'G', self.run_timeout) {
+            RunEnd::Done(d) => Ok(d.as_secs_f64() * 1e6),
+            end => Err(self.failure(end)),
+        }
+    }
+}
+
+/// Empty round trips used to measure the timer's overhead.
+const OVERHEAD_ROUNDS: usize = 16;
+
+impl Target for HostTarget<'_> {
+    type Inputs = Inputs;
+    type Kept = Outputs;
+
+    fn backend(&self) -> &'static str {
+        "host"
+    }
+
+    fn draw(
+        &mut self,
+        seed: u64,
+        purpose: &str,
+        index: u64,
+        variant: InputVariant,
+    ) -> Result<Inputs, String> {
+        let mut rng = data::rng_for(seed, purpose, index);
+        Ok(self
+            .problem
+            .tensors
+            .iter()
+            .filter(|t| t.role == Role::Input)
+            .map(|t| {
+                let mut bytes = vec![0u8; t.bytes() as usize];
+                data::fill(&mut bytes, t.dtype, variant.init(t), &mut rng);
+                let hash = blake3::hash(&bytes);
+                (t.name.clone(), bytes, hash)
+            })
+            .collect())
+    }
+
+    fn keep(&mut self, _slot: usize) -> Result<(Outputs, Vec<Unwritten>), RunFailure> {
+        let out = Self::read_outputs(&self.candidate);
+        let unwritten = out
+            .iter()
+            .filter_map(|(name, bytes)| {
+                let (n, first) = data::unwritten(bytes, self.dtype(name));
+                (n > 0).then(|| (name.clone(), n, first))
+            })
+            .collect();
+        Ok((out, unwritten))
+    }
+
+    fn check(
+        &mut self,
+        inputs: &Inputs,
+        kept: &[&Outputs],
+        tol: kiln_types::Tolerance,
+    ) -> Result<Vec<Vec<kiln_types::ErrorMetrics>>, CheckError> {
+        let want = self.reference_outputs(inputs).map_err(CheckError::Infra)?;
+        Ok(kept
+            .iter()
+            .map(|got| {
+                got.iter()
+                    .zip(&want)
+                    .map(|((name, g), (_, w))| compare::metrics(name, g, w, self.dtype(name), tol))
+                    .collect()
+            })
+            .collect())
+    }
+
+    fn diff(
+        &mut self,
+        a: &Outputs,
+        b: &Outputs,
+        tol: kiln_types::Tolerance,
+    ) -> Result<(u64, bool), RunFailure> {
+        let mut diffs = 0;
+        let mut agree = true;
+        for ((name, x), (_, y)) in a.iter().zip(b) {
+            let dtype = self.dtype(name);
+            let d = compare::bitwise_diffs(x, y, dtype);
+            diffs += d;
+            if d > 0 {
+                agree &= compare::agree(x, y, dtype, tol);
+            }
+        }
+        Ok((diffs, agree))
+    }
+
     fn run(&mut self, inputs: &Inputs) -> Result<f64, RunFailure> {
         self.go(inputs)
     }
@@ -267,20 +320,21 @@ impl Target for HostTarget<'_> {
         self.go(inputs)
     }
 
+    /// The host timing has no cache flush to leave out: a plain sample is the same timed
+    /// round trip, without rewriting the (current) inputs or poisoning the outputs first.
+    fn plain_sample(&mut self, _inputs: &Inputs) -> Result<f64, RunFailure> {
+        match self.candidate.run(b'G', self.run_timeout) {
+            RunEnd::Done(d) => Ok(d.as_secs_f64() * 1e6),
+            end => Err(self.failure(end)),
+        }
+    }
+
     fn tampered(&mut self, inputs: &Inputs) -> Result<Vec<String>, RunFailure> {
         Ok(inputs
             .iter()
             .filter(|(name, _, hash)| blake3::hash(self.candidate.bytes(name)) != *hash)
             .map(|(name, _, _)| name.clone())
             .collect())
-    }
-
-    fn outputs(&mut self) -> Result<Outputs, RunFailure> {
-        Ok(Self::read_outputs(&self.candidate))
-    }
-
-    fn unwritten(&self, bytes: &[u8], dtype: Dtype) -> (u64, Vec<u64>) {
-        data::unwritten(bytes, dtype)
     }
 
     fn overhead(&mut self) -> Result<f64, RunFailure> {

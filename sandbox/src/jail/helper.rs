@@ -16,7 +16,8 @@
 //!    paths covered;
 //! 8. (child) chdir into scratch;
 //! 9. (child) rlimits: CPU, NOFILE, NPROC, FSIZE, CORE=0, AS (when given);
-//! 10. (child) `no_new_privs`;
+//! 10. (child) `no_new_privs`, then every capability dropped (ambient, bounding,
+//!     effective, permitted, inheritable);
 //! 11. (child) seccomp filter of the role, the last step before exec;
 //! 12. (child) write the [`JailReport`] as the first frame on stdout, then exec with only
 //!     the spec's environment.
@@ -271,6 +272,15 @@ fn child(
         return JailError::NoNewPrivs(e);
     }
     layers.push(LayerStatus::on("no-new-privs", "set"));
+    // Step 10b: no capabilities, whatever the caller held (kilnd may hold CAP_SYS_ADMIN,
+    // ambient, for clock locking; ambient capabilities survive exec).
+    match sys::drop_capabilities() {
+        Ok(n) => layers.push(LayerStatus::on(
+            "capabilities",
+            format!("all dropped (ambient cleared, {n} removed from the bounding set)"),
+        )),
+        Err(e) => return JailError::Setup(format!("dropping capabilities: {e}")),
+    }
     // Everything the exec needs is built before the filter is loaded.
     let exec = match ExecVectors::new(&program, &spec.args, &spec.env) {
         Ok(x) => x,

@@ -11,15 +11,21 @@
 //!   setting and file handles are refused; the rest is allowed. Candidate code on the GPU
 //!   cannot make syscalls; this guards against the trusted worker being subverted
 //!   through the driver.
+//! - [`Role::PluginHost`]: `kiln-plugin-host` running a proposer in wasmtime. An
+//!   allow-list ([`PLUGIN_HOST`]) written from what the host does (strace of every
+//!   proposer and abuse plugin): JIT mappings, threads (`clone` only with the thread
+//!   flags, so no new processes), signals for traps, clocks, read-only `openat`, and
+//!   Unix sockets only (`socket`/`socketpair` with `AF_UNIX`; every other family fails).
+//!   The guest itself cannot make syscalls; this guards against a wasmtime escape.
 //! - [`Role::Runner`]: candidate code. Two filters stacked by the runner itself:
 //!   [`RUNNER_LOADER`] while `dlopen` maps the artifact (read-only `openat` allowed), then
 //!   [`RUNNER`] once the symbols are resolved: no open, no fork/clone, no exec, no socket,
 //!   no kill, no ptrace, no sigaction, no mprotect. Anything else traps (SIGSYS) and the
 //!   runner's handler names the syscall.
 //!
-//! Compile and worker filters answer a forbidden call with `ENOSYS` rather than killing:
-//! glibc then falls back from new calls (`clone3`, `faccessat2`) to older allowed ones,
-//! and a compiler that probes for an optional feature carries on.
+//! Compile, worker and plugin-host filters answer a forbidden call with `ENOSYS` rather
+//! than killing: glibc then falls back from new calls (`clone3`, `faccessat2`) to older
+//! allowed ones, and a compiler that probes for an optional feature carries on.
 
 use std::collections::BTreeMap;
 
@@ -49,6 +55,9 @@ pub enum Cond {
     Any,
     /// Argument `.0` (a 64-bit value) has none of the bits in `.1` set.
     NoBits(u8, u64),
+    /// Argument `.0` (a 64-bit value), masked with `.1`, equals `.2`: some bits set, others
+    /// clear.
+    Masked(u8, u64, u64),
     /// Argument `.0` (a 32-bit value) equals one of the values.
     OneOf(u8, &'static [u64]),
     /// Argument `.0` is this process's own pid.
@@ -293,6 +302,156 @@ pub const RUNNER: &[Rule] = &[
     allow!(SYS_sched_yield, "spin loops"),
 ];
 
+/// `clone` flags of a new thread (glibc's `pthread_create`): same memory, same signal
+/// handlers, same thread group.
+const THREAD_FLAGS: u64 = (libc::CLONE_VM | libc::CLONE_SIGHAND | libc::CLONE_THREAD) as u64;
+
+/// prctl options of the plugin host: thread names only.
+const PLUGIN_HOST_PRCTL: &[u64] = &[libc::PR_SET_NAME as u64, libc::PR_GET_NAME as u64];
+
+/// Socket families the plugin host may open: Unix only (kilnd's socket, and the
+/// `socketpair` tokio uses as a wake-up channel).
+const UNIX_ONLY: &[u64] = &[libc::AF_UNIX as u64];
+
+/// `kiln-plugin-host`: wasmtime compiling and running one proposer, talking HTTP to kilnd
+/// over its Unix socket. Written from `strace -f` of the host running every bundled
+/// proposer and every abuse mode (loop, memory bomb, trap, host calls, refused imports),
+/// so an allow-list is practical here, unlike the CUDA driver's [`GPU_DENY`].
+/// Deliberately absent: process creation (`fork`, `vfork`, `clone` without the thread
+/// flags, `clone3`, which glibc falls back from), `kill`, `ptrace`, writing `openat`,
+/// `bind`/`listen`/`accept`, `mount` and namespaces, `bpf`, io_uring, keyrings.
+pub const PLUGIN_HOST: &[Rule] = &[
+    allow!(
+        SYS_read,
+        "the token, the plugin, ELF headers, kilnd's answers"
+    ),
+    allow!(
+        SYS_write,
+        "the report on stdout, logs on stderr, requests, memory images"
+    ),
+    allow!(SYS_readv, "glibc stdio"),
+    allow!(SYS_writev, "glibc stdio"),
+    allow!(SYS_pread64, "dynamic loader reads ELF headers"),
+    allow!(SYS_lseek, "file offsets"),
+    allow!(
+        SYS_openat,
+        "the dynamic loader's libraries, the token and the plugin, read-only",
+        Cond::NoBits(2, WRITE_FLAGS)
+    ),
+    allow!(SYS_close, "close descriptors"),
+    allow!(SYS_fstat, "file metadata"),
+    allow!(SYS_newfstatat, "file metadata (glibc fstat/stat)"),
+    allow!(SYS_statx, "file metadata (Rust std)"),
+    allow!(SYS_access, "the dynamic loader checks /etc/ld.so.preload"),
+    allow!(SYS_faccessat, "access(2)"),
+    allow!(SYS_faccessat2, "access(2)"),
+    allow!(SYS_readlinkat, "resolve paths"),
+    allow!(SYS_getcwd, "current directory"),
+    allow!(SYS_fcntl, "descriptor flags, sealing memory images"),
+    allow!(SYS_dup, "descriptor plumbing"),
+    allow!(SYS_dup3, "descriptor plumbing"),
+    allow!(SYS_poll, "Rust std checks fds 0-2 at start"),
+    allow!(SYS_ppoll, "waits with a deadline"),
+    allow!(
+        SYS_ioctl,
+        "terminal queries only",
+        Cond::OneOf(1, TTY_IOCTLS)
+    ),
+    allow!(SYS_brk, "heap"),
+    allow!(
+        SYS_mmap,
+        "heap, linear memories and their guard regions, compiled code"
+    ),
+    allow!(SYS_munmap, "free mappings"),
+    allow!(SYS_mremap, "heap growth"),
+    allow!(
+        SYS_mprotect,
+        "JIT: compiled code made executable, linear memory grown, guard pages"
+    ),
+    allow!(SYS_madvise, "linear memories reset and returned"),
+    allow!(
+        SYS_memfd_create,
+        "copy-on-write images of the plugin's initial memory"
+    ),
+    allow!(SYS_ftruncate, "size memory images"),
+    allow!(
+        SYS_membarrier,
+        "instruction-cache coherence after JIT (some architectures)"
+    ),
+    allow!(
+        SYS_rt_sigaction,
+        "wasmtime's trap handlers (SIGSEGV, SIGILL, SIGFPE, SIGBUS)"
+    ),
+    allow!(SYS_rt_sigprocmask, "signal masks of threads"),
+    allow!(SYS_rt_sigreturn, "return from a trap handler"),
+    allow!(SYS_sigaltstack, "trap handlers run on an alternate stack"),
+    allow!(SYS_tgkill, "abort() on itself only", Cond::SelfPid(0)),
+    allow!(SYS_exit, "thread exit"),
+    allow!(SYS_exit_group, "process exit"),
+    allow!(SYS_getpid, "own pid"),
+    allow!(SYS_gettid, "own tid"),
+    allow!(SYS_getuid, "identity queries"),
+    allow!(SYS_geteuid, "identity queries"),
+    allow!(SYS_getgid, "identity queries"),
+    allow!(SYS_getegid, "identity queries"),
+    allow!(SYS_uname, "glibc queries the kernel version"),
+    allow!(SYS_getrlimit, "stack size queries"),
+    allow!(
+        SYS_prlimit64,
+        "own stack limit (Rust std); the jail sets soft = hard, so nothing can be raised",
+        Cond::OneOf(0, &[0])
+    ),
+    allow!(SYS_clock_gettime, "clocks (usually vDSO)"),
+    allow!(SYS_clock_getres, "clocks"),
+    allow!(SYS_gettimeofday, "clocks"),
+    allow!(SYS_nanosleep, "the epoch ticker and the watchdog sleep"),
+    allow!(
+        SYS_clock_nanosleep,
+        "the epoch ticker and the watchdog sleep"
+    ),
+    allow!(SYS_futex, "locks, thread joins"),
+    allow!(SYS_set_robust_list, "glibc thread start-up"),
+    allow!(SYS_set_tid_address, "glibc start-up"),
+    allow!(SYS_rseq, "glibc thread start-up"),
+    allow!(SYS_arch_prctl, "glibc start-up (TLS)"),
+    allow!(SYS_getrandom, "hash seeds"),
+    allow!(SYS_sched_getaffinity, "CPU count (tokio's worker threads)"),
+    allow!(SYS_sched_yield, "spin loops"),
+    allow!(SYS_prctl, "thread names", Cond::OneOf(0, PLUGIN_HOST_PRCTL)),
+    allow!(
+        SYS_clone,
+        "threads only (epoch ticker, watchdog, tokio): no new process, no namespace",
+        Cond::Masked(0, THREAD_FLAGS | NS_FLAGS, THREAD_FLAGS)
+    ),
+    allow!(
+        SYS_execve,
+        "the jail's last step execs the host (no fork: it can only replace itself)"
+    ),
+    allow!(
+        SYS_socket,
+        "a Unix socket to kilnd; any other family fails",
+        Cond::OneOf(0, UNIX_ONLY)
+    ),
+    allow!(
+        SYS_socketpair,
+        "tokio's wake-up channel (Unix only)",
+        Cond::OneOf(0, UNIX_ONLY)
+    ),
+    allow!(SYS_connect, "connect to kilnd's socket"),
+    allow!(SYS_sendto, "requests to kilnd"),
+    allow!(SYS_recvfrom, "answers from kilnd"),
+    allow!(SYS_sendmsg, "requests to kilnd"),
+    allow!(SYS_recvmsg, "answers from kilnd"),
+    allow!(SYS_setsockopt, "socket timeouts"),
+    allow!(SYS_getsockopt, "socket errors"),
+    allow!(SYS_shutdown, "end a request"),
+    allow!(SYS_epoll_create1, "tokio's I/O driver (wasmtime-wasi)"),
+    allow!(SYS_epoll_ctl, "tokio's I/O driver"),
+    allow!(SYS_epoll_wait, "tokio's I/O driver"),
+    allow!(SYS_epoll_pwait, "tokio's I/O driver"),
+    allow!(SYS_eventfd2, "tokio's waker"),
+];
+
 /// Added to [`RUNNER`] while the dynamic loader maps the artifact and its libraries.
 pub const RUNNER_LOADER: &[Rule] = &[
     allow!(
@@ -382,6 +541,7 @@ pub fn rules(stage: Stage) -> Vec<Rule> {
         Stage::Compile => [BASE, COMPILE_EXTRA].concat(),
         Stage::Worker => [BASE, WORKER_EXTRA].concat(),
         Stage::GpuWorker => GPU_DENY.to_vec(),
+        Stage::PluginHost => PLUGIN_HOST.to_vec(),
         Stage::RunnerLoader => [RUNNER, RUNNER_LOADER].concat(),
         Stage::Runner => RUNNER.to_vec(),
     }
@@ -396,6 +556,8 @@ pub enum Stage {
     Worker,
     /// [`Role::GpuWorker`].
     GpuWorker,
+    /// [`Role::PluginHost`].
+    PluginHost,
     /// The runner while loading the artifact.
     RunnerLoader,
     /// The runner while candidate code runs.
@@ -408,6 +570,7 @@ impl From<Role> for Stage {
             Role::Compile => Stage::Compile,
             Role::Worker => Stage::Worker,
             Role::GpuWorker => Stage::GpuWorker,
+            Role::PluginHost => Stage::PluginHost,
             Role::Runner => Stage::Runner,
         }
     }
@@ -429,6 +592,15 @@ pub fn build(stage: Stage) -> Result<BpfProgram, String> {
                     SeccompCmpArgLen::Qword,
                     SeccompCmpOp::MaskedEq(mask),
                     0,
+                )?])
+                .map_err(|e| e.to_string())?,
+            ],
+            Cond::Masked(arg, mask, value) => vec![
+                SeccompRule::new(vec![cond(
+                    arg,
+                    SeccompCmpArgLen::Qword,
+                    SeccompCmpOp::MaskedEq(mask),
+                    value,
                 )?])
                 .map_err(|e| e.to_string())?,
             ],
@@ -467,7 +639,7 @@ pub fn build(stage: Stage) -> Result<BpfProgram, String> {
         }
     }
     let (mismatch, matched) = match stage {
-        Stage::Compile | Stage::Worker => (
+        Stage::Compile | Stage::Worker | Stage::PluginHost => (
             SeccompAction::Errno(libc::ENOSYS as u32),
             SeccompAction::Allow,
         ),
@@ -551,6 +723,7 @@ pub fn syscall_name(nr: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jail::sys;
 
     #[test]
     fn every_stage_builds_and_every_rule_says_why() {
@@ -558,6 +731,7 @@ mod tests {
             Stage::Compile,
             Stage::Worker,
             Stage::GpuWorker,
+            Stage::PluginHost,
             Stage::RunnerLoader,
             Stage::Runner,
         ] {
@@ -593,5 +767,172 @@ mod tests {
             );
         }
         assert_eq!(syscall_name(libc::SYS_socket), "socket");
+    }
+
+    #[test]
+    fn plugin_host_table_leaves_out_processes_servers_and_writes() {
+        let rules = rules(Stage::PluginHost);
+        let absent = [
+            libc::SYS_fork,
+            libc::SYS_vfork,
+            libc::SYS_clone3,
+            libc::SYS_execveat,
+            libc::SYS_kill,
+            libc::SYS_tkill,
+            libc::SYS_ptrace,
+            libc::SYS_process_vm_readv,
+            libc::SYS_process_vm_writev,
+            libc::SYS_mount,
+            libc::SYS_unshare,
+            libc::SYS_setns,
+            libc::SYS_bind,
+            libc::SYS_listen,
+            libc::SYS_accept,
+            libc::SYS_accept4,
+            libc::SYS_bpf,
+            libc::SYS_perf_event_open,
+            libc::SYS_io_uring_setup,
+            libc::SYS_userfaultfd,
+            libc::SYS_keyctl,
+            libc::SYS_open,
+            libc::SYS_creat,
+            libc::SYS_unlinkat,
+            libc::SYS_mkdirat,
+            libc::SYS_renameat2,
+            libc::SYS_setsid,
+            libc::SYS_seccomp,
+        ];
+        for nr in absent {
+            assert!(
+                rules.iter().all(|r| r.nr != nr),
+                "{} is in the plugin host allow-list",
+                syscall_name(nr)
+            );
+        }
+        let cond = |nr| rules.iter().find(|r| r.nr == nr).map(|r| r.cond);
+        assert!(
+            matches!(cond(libc::SYS_socket), Some(Cond::OneOf(0, f)) if f == [libc::AF_UNIX as u64])
+        );
+        assert!(matches!(cond(libc::SYS_clone), Some(Cond::Masked(0, _, v)) if v == THREAD_FLAGS));
+        assert!(matches!(
+            cond(libc::SYS_openat),
+            Some(Cond::NoBits(2, WRITE_FLAGS))
+        ));
+    }
+
+    /// What a thread under the plugin host's filter could and could not do.
+    #[derive(Debug)]
+    struct Tried {
+        unix_socket: Result<(), i32>,
+        inet_socket: Result<(), i32>,
+        inet6_socket: Result<(), i32>,
+        netlink_socket: Result<(), i32>,
+        fork: Result<(), i32>,
+        thread: bool,
+        read_open: Result<(), i32>,
+        write_open: Result<(), i32>,
+        exec_mapping: Result<(), i32>,
+    }
+
+    fn errno() -> i32 {
+        std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+    }
+
+    fn socket_of(family: libc::c_int) -> Result<(), i32> {
+        // SAFETY: socket takes integers; the descriptor is closed at once.
+        let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(errno());
+        }
+        // SAFETY: closing the descriptor just opened.
+        unsafe { libc::close(fd) };
+        Ok(())
+    }
+
+    fn open_with(path: &std::ffi::CStr, flags: libc::c_int) -> Result<(), i32> {
+        // SAFETY: `path` is NUL-terminated; the descriptor is closed at once.
+        let fd = unsafe { libc::open(path.as_ptr(), flags | libc::O_CLOEXEC, 0o600) };
+        if fd < 0 {
+            return Err(errno());
+        }
+        // SAFETY: closing the descriptor just opened.
+        unsafe { libc::close(fd) };
+        Ok(())
+    }
+
+    fn exec_mapping() -> Result<(), i32> {
+        // SAFETY: a fresh private anonymous page, unmapped before returning.
+        unsafe {
+            let len = 4096;
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return Err(errno());
+            }
+            let r = libc::mprotect(p, len, libc::PROT_READ | libc::PROT_EXEC);
+            let out = if r == 0 { Ok(()) } else { Err(errno()) };
+            libc::munmap(p, len);
+            out
+        }
+    }
+
+    fn fork_once() -> Result<(), i32> {
+        // SAFETY: the child (if the filter wrongly let it exist) exits at once without
+        // touching anything; the parent reaps it.
+        unsafe {
+            match libc::fork() {
+                -1 => Err(errno()),
+                0 => libc::_exit(0),
+                pid => {
+                    libc::waitpid(pid, std::ptr::null_mut(), 0);
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn plugin_host_filter_allows_unix_sockets_threads_and_jit_but_not_the_rest() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let written = dir.path().join("written");
+        let written_c = sys::cstr(&written).expect("path");
+        let readable = dir.path().join("readable");
+        std::fs::write(&readable, "x").expect("write");
+        let readable_c = sys::cstr(&readable).expect("path");
+        // A seccomp filter binds the thread that loads it (and threads it starts), not
+        // the rest of the test process.
+        let tried = std::thread::spawn(move || {
+            apply(Stage::PluginHost).expect("the filter loads");
+            Tried {
+                unix_socket: socket_of(libc::AF_UNIX),
+                inet_socket: socket_of(libc::AF_INET),
+                inet6_socket: socket_of(libc::AF_INET6),
+                netlink_socket: socket_of(libc::AF_NETLINK),
+                fork: fork_once(),
+                thread: std::thread::spawn(|| 7).join().ok() == Some(7),
+                read_open: open_with(&readable_c, libc::O_RDONLY),
+                write_open: open_with(&written_c, libc::O_WRONLY | libc::O_CREAT),
+                exec_mapping: exec_mapping(),
+            }
+        })
+        .join()
+        .expect("the filtered thread ends normally");
+        let refused = Err(libc::ENOSYS);
+        assert_eq!(tried.unix_socket, Ok(()), "{tried:?}");
+        assert_eq!(tried.inet_socket, refused, "{tried:?}");
+        assert_eq!(tried.inet6_socket, refused, "{tried:?}");
+        assert_eq!(tried.netlink_socket, refused, "{tried:?}");
+        assert_eq!(tried.fork, refused, "{tried:?}");
+        assert!(tried.thread, "{tried:?}");
+        assert_eq!(tried.read_open, Ok(()), "{tried:?}");
+        assert_eq!(tried.write_open, refused, "{tried:?}");
+        assert!(!written.exists());
+        assert_eq!(tried.exec_mapping, Ok(()), "{tried:?}");
     }
 }

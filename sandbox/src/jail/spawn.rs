@@ -34,7 +34,7 @@ pub struct JailedChild {
     /// The payload's stdout (responses), positioned after the report frame.
     pub stdout: ChildStdout,
     stderr: Arc<StderrTail>,
-    watchdog: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
+    watchdog: Option<(mpsc::Sender<Watch>, JoinHandle<()>)>,
     timed_out: Arc<AtomicBool>,
     cgroup: Option<CgroupSpec>,
     finished: bool,
@@ -165,25 +165,77 @@ impl StderrTail {
     }
 }
 
+/// What the watchdog thread is told.
+#[derive(Debug, Clone, Copy)]
+enum Watch {
+    /// Move the deadline to this instant (a warm worker's next request).
+    Rearm(Instant),
+    /// Kill the tree now (a [`Killer`]).
+    Kill,
+    /// The child is being finished: stop watching.
+    Stop,
+}
+
+/// The watchdog kills the tree at the deadline, or earlier when a [`Killer`] asks; a
+/// rearm moves the deadline; `Stop` (from `finish`) ends it. It is the only thread that
+/// kills the group before the helper is reaped, so the group id cannot have been reused.
 fn start_watchdog(
     pgid: libc::pid_t,
     deadline: Duration,
     flag: Arc<AtomicBool>,
-) -> (mpsc::Sender<()>, JoinHandle<()>) {
-    let (tx, rx) = mpsc::channel::<()>();
+) -> (mpsc::Sender<Watch>, JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel::<Watch>();
     let handle = std::thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(deadline) {
-            flag.store(true, Ordering::SeqCst);
-            let _ = sys::killpg(pgid, libc::SIGKILL);
+        let mut until = Instant::now() + deadline;
+        loop {
+            match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                Ok(Watch::Rearm(t)) => until = t,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    flag.store(true, Ordering::SeqCst);
+                    let _ = sys::killpg(pgid, libc::SIGKILL);
+                    return;
+                }
+                Ok(Watch::Kill) => {
+                    let _ = sys::killpg(pgid, libc::SIGKILL);
+                    return;
+                }
+                Ok(Watch::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
         }
     });
     (tx, handle)
+}
+
+/// Kills a jailed tree from another thread (a cancelled search, a stopping daemon) while
+/// the thread that owns the [`JailedChild`] waits on it. Does nothing once the child is
+/// finished.
+#[derive(Debug, Clone)]
+pub struct Killer(mpsc::Sender<Watch>);
+
+impl Killer {
+    /// SIGKILL to the whole tree now (through the watchdog thread).
+    pub fn kill(&self) {
+        let _ = self.0.send(Watch::Kill);
+    }
 }
 
 impl JailedChild {
     /// The helper's pid (the process group id of the tree).
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// A handle that kills the tree from another thread; `None` once finished.
+    pub fn killer(&self) -> Option<Killer> {
+        self.watchdog.as_ref().map(|(tx, _)| Killer(tx.clone()))
+    }
+
+    /// Moves the wall-clock deadline to `deadline` from now (a warm worker gets one per
+    /// request). No effect once the deadline has fired or the child was finished.
+    pub fn arm(&self, deadline: Duration) {
+        if let Some((tx, _)) = &self.watchdog {
+            let _ = tx.send(Watch::Rearm(Instant::now() + deadline));
+        }
     }
 
     /// True if and only if the deadline has fired.
@@ -205,7 +257,7 @@ impl JailedChild {
             let _ = sys::killpg(pgid, libc::SIGKILL);
         }
         if let Some((tx, handle)) = self.watchdog.take() {
-            let _ = tx.send(());
+            let _ = tx.send(Watch::Stop);
             let _ = handle.join();
         }
         let status = self.child.wait().ok();

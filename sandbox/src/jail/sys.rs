@@ -48,6 +48,60 @@ pub fn set_parent_death_signal(sig: libc::c_int) -> io::Result<()> {
     check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) }).map(drop)
 }
 
+/// Drops every capability (fork-safe): clears the ambient set, empties the bounding set
+/// as far as this process may (dropping needs CAP_SETPCAP, which a process without
+/// capabilities has nothing to drop anyway), then sets the effective, permitted and
+/// inheritable sets to nothing. Returns how many bounding-set entries were dropped.
+pub fn drop_capabilities() -> io::Result<u32> {
+    // SAFETY: prctl with integer arguments only. EINVAL (no ambient support) is fine.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    let mut dropped = 0;
+    for cap in 0..64 {
+        // SAFETY: integer arguments only; EINVAL past the last capability ends the loop.
+        let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if r == 0 {
+            dropped += 1;
+        } else if io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+            break;
+        }
+    }
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capset(2) reads a v3 header and two data structs, both valid for the call.
+    check(unsafe {
+        libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) as libc::c_int
+    })?;
+    Ok(dropped)
+}
+
 /// Sets `no_new_privs` (fork-safe).
 pub fn set_no_new_privs() -> io::Result<()> {
     // SAFETY: PR_SET_NO_NEW_PRIVS takes integers only.

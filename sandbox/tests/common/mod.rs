@@ -49,9 +49,12 @@ pub fn plan() -> EvalPlan {
             wall_cap_ms: 300.0,
             fresh_inputs_every: 4,
             recheck_fraction: 0.25,
+            ..kiln_types::TimingPlan::default()
         },
         peak_bytes_per_s: 0.0,
         peak_flops: 0.0,
+        plain: None,
+        race: None,
     }
 }
 

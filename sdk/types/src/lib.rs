@@ -6,23 +6,28 @@
 //! - [`candidate`]: what a proposer submits — device code plus a declarative launch plan.
 //! - [`problem`]: a problem's spec as read from `problem.toml`, with its sources inlined.
 //! - [`verdict`]: the verdicts of the evaluation contract, their evidence and timing statistics.
+//! - [`baseline`]: library baselines named by a problem, and their measured times.
 //! - [`plan`]: how an evaluation is run (trials, stop rule, secret seed).
 //!
 //! Every type that is read from untrusted input denies unknown fields, so a typo is a
 //! `400` naming the field rather than a silently ignored setting.
 #![deny(missing_docs)]
 
+pub mod baseline;
 pub mod candidate;
 pub mod plan;
 pub mod plugin;
 pub mod problem;
 pub mod verdict;
 
+pub use baseline::{BaselineOp, BaselineResult, BaselineStatus};
 pub use candidate::{Arg, Candidate, CandidateError, Language, Launch, ScratchBuffer};
-pub use plan::{EvalPlan, TimingPlan};
+pub use plan::{
+    EvalPlan, JobOptions, RaceAgainst, RaceBound, RaceTarget, ThrottlePolicy, TimingPlan,
+};
 pub use problem::{
     Dtype, Init, KernelSource, ProblemError, ProblemSpec, Role, Roofline, TensorSpec, Tolerance,
 };
 pub use verdict::{
-    CompileInfo, ErrorMetrics, Evaluation, Evidence, PrecisionTier, TimingStats, Verdict,
+    CompileInfo, ErrorMetrics, Evaluation, Evidence, PrecisionTier, TimingStats, Verdict, t95,
 };

@@ -208,6 +208,11 @@ pub struct ProblemSpec {
     /// Plain correct starting kernel per backend, carrying knobs.
     #[serde(default)]
     pub seed: BTreeMap<String, KernelSource>,
+    /// Library baselines per library (`cublas`, `cudnn`, `torch`): named ops, never code
+    /// (see [`crate::baseline`]). Left out of the JSON when empty, so specs without
+    /// baselines keep their hash.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub baseline: crate::baseline::Baselines,
 }
 
 /// Why a problem folder or spec was refused.
@@ -355,6 +360,7 @@ impl ProblemSpec {
                 }
             }
         }
+        crate::baseline::check(self).map_err(bad)?;
         Ok(())
     }
 

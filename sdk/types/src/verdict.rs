@@ -206,6 +206,9 @@ pub struct Evidence {
     /// Other observations worth a reader's attention.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Wall time of the correctness stage (trials and the range trial), milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correctness_ms: Option<f64>,
 }
 
 /// Timing statistics of the timed samples, in microseconds.
@@ -225,7 +228,8 @@ pub struct TimingStats {
     pub n: u32,
     /// Relative standard error of the mean (stdev / sqrt(n) / mean).
     pub rse: f64,
-    /// Why sampling stopped: `converged`, `wall_cap` or `raced_out`.
+    /// Why sampling stopped: `converged`, `max_samples`, `wall_cap`, `raced_out`, or `plain`
+    /// (a plain timing's fixed number of samples).
     pub stop_reason: String,
     /// Wall time spent timing, milliseconds.
     pub wall_ms: f64,
@@ -235,6 +239,67 @@ pub struct TimingStats {
     pub rechecks: u32,
     /// Fixed per-sample overhead of the timer (measured with an empty run), already subtracted.
     pub overhead_us: f64,
+    /// Lower end of the 95 % confidence interval of the mean, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_low_us: Option<f64>,
+    /// Upper end of the 95 % confidence interval of the mean, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_high_us: Option<f64>,
+    /// Wall time before the samples (timer overhead, discarded launch, warm-up), ms.
+    #[serde(default)]
+    pub warmup_ms: f64,
+    /// Timing stopped early because the candidate is clearly slower than the incumbent it
+    /// raced (`stop_reason` is `raced_out`); the interval is the one it reached. Still `ok`,
+    /// never ranked as a best.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub raced_out: bool,
+    /// Plain timing (events around one launch, a fixed number of samples, no L2 flush, no
+    /// blocking kernel): for comparison only, never ranked as a best.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub plain: bool,
+    /// Samples dropped because they ran throttled (throttle policy `discard`/`retry`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub throttled_discarded: u32,
+    /// The timing was taken a second time because too many samples ran throttled.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub throttle_retried: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl TimingStats {
+    /// The 95 % confidence interval of the mean, µs: the stored one, or one computed from
+    /// the mean, the relative standard error and `n` (records written before it was stored).
+    pub fn interval95(&self) -> (f64, f64) {
+        if let (Some(lo), Some(hi)) = (self.ci_low_us, self.ci_high_us) {
+            return (lo, hi);
+        }
+        let half = t95(self.n.saturating_sub(1)) * self.rse * self.mean_us;
+        (self.mean_us - half, self.mean_us + half)
+    }
+}
+
+/// The two-sided 95 % quantile of Student's t distribution with `df` degrees of freedom
+/// (tabulated to 30, then the normal's 1.96); infinite for `df` = 0.
+pub fn t95(df: u32) -> f64 {
+    const TABLE: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::INFINITY,
+        d if d <= 30 => TABLE[d as usize - 1],
+        d if d <= 60 => 2.000 + (2.042 - 2.000) * f64::from(60 - d) / 30.0,
+        d if d <= 120 => 1.980 + (2.000 - 1.980) * f64::from(120 - d) / 60.0,
+        _ => 1.96,
+    }
 }
 
 /// A finished evaluation, as stored and returned by the API.
@@ -295,5 +360,30 @@ mod tests {
             let back: Mismatch = serde_json::from_str(&json).expect("reads back");
             assert!(back.got == v || (v.is_nan() && back.got.is_nan()), "{json}");
         }
+    }
+
+    #[test]
+    fn interval_from_stored_or_derived() {
+        let mut t = TimingStats {
+            mean_us: 100.0,
+            rse: 0.01,
+            n: 1000,
+            ..TimingStats::default()
+        };
+        let (lo, hi) = t.interval95();
+        assert!(
+            (lo - 98.04).abs() < 1e-9 && (hi - 101.96).abs() < 1e-9,
+            "{lo} {hi}"
+        );
+        t.ci_low_us = Some(90.0);
+        t.ci_high_us = Some(110.0);
+        assert_eq!(t.interval95(), (90.0, 110.0));
+        assert!(t95(0).is_infinite());
+        assert!(t95(2) > t95(10) && t95(10) > t95(100) && t95(100) > 1.96 - 1e-12);
+        // Old records (no new fields) still read.
+        let old = r#"{"median_us":1,"mean_us":1,"stdev_us":0,"min_us":1,"max_us":1,"n":3,
+            "rse":0,"stop_reason":"converged","wall_ms":1,"fresh_inputs":0,"rechecks":1,"overhead_us":0}"#;
+        let t: TimingStats = serde_json::from_str(old).expect("old record");
+        assert!(!t.raced_out && !t.plain);
     }
 }

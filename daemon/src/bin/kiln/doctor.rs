@@ -1,15 +1,74 @@
-//! `kiln doctor`: can this machine evaluate kernels? A clear report and a non-zero exit
-//! when something essential is missing.
+//! `kiln doctor`: can this machine evaluate kernels? What kilnd has (backends, jail
+//! layers, GPUs, driver, clock policy and whether clock locking would be permitted), then
+//! one known kernel run end to end on each usable backend. A clear report, and a non-zero
+//! exit when something essential is missing or the known kernel does not come out `ok`.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use kiln_daemon::client::Client;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::Output;
 use crate::output::{print_json, text};
 
-/// Asks kilnd what it has and judges it.
-pub async fn doctor(client: &Client, out: Output) -> Result<std::process::ExitCode> {
+/// `kiln doctor [--no-run]`.
+#[derive(clap::Args, Debug)]
+pub struct DoctorArgs {
+    /// Skip the known-kernel run (report only what kilnd says about itself).
+    #[arg(long)]
+    no_run: bool,
+    /// Seconds to wait for each known kernel's verdict.
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+}
+
+/// The known kernel per backend: a problem of the seed suite with a tiny seed kernel.
+const KNOWN: &[(&str, &str)] = &[("host", "vecadd-4096"), ("cuda", "vecadd-cuda-1m")];
+
+/// Submits the seed of `problem` for `backend` as a fresh candidate (a comment makes it
+/// new, so it really compiles and runs) and waits for its verdict.
+async fn known_kernel(client: &Client, backend: &str, problem: &str, timeout: u64) -> Value {
+    let run = async {
+        let mut body = crate::submit::seed_candidate(client, problem, Some(backend)).await?;
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let source = body["source"].as_str().unwrap_or("").to_string();
+        body["source"] = Value::String(format!("{source}\n// kiln doctor {stamp}\n"));
+        body["note"] = Value::String("kiln doctor: known kernel".into());
+        let (_, resp) = client.post("/v1/candidates", &body).await?;
+        let id = resp["id"]
+            .as_str()
+            .context("kilnd's reply has no id")?
+            .to_string();
+        let t0 = std::time::Instant::now();
+        let record = crate::show::wait_for(client, &id, timeout).await?;
+        anyhow::Ok((id, record, t0.elapsed().as_secs_f64()))
+    };
+    match run.await {
+        Ok((id, record, secs)) => {
+            let e = &record["evaluation"];
+            let verdict = e["verdict"].as_str().unwrap_or("failed").to_string();
+            json!({
+                "backend": backend, "problem": problem, "candidate": id,
+                "ok": verdict == "ok", "verdict": verdict,
+                "message": if e.is_null() { record["job"]["error"].clone() } else { e["message"].clone() },
+                "median_us": e["timing"]["median_us"], "wall_s": secs,
+            })
+        }
+        Err(e) => json!({
+            "backend": backend, "problem": problem, "ok": false,
+            "verdict": "not run", "message": format!("{e:#}"),
+        }),
+    }
+}
+
+/// Asks kilnd what it has, runs the known kernels, and judges it.
+pub async fn doctor(
+    client: &Client,
+    out: Output,
+    args: DoctorArgs,
+) -> Result<std::process::ExitCode> {
     let info = client.get("/v1/info").await?;
     let backends = info["backends"].as_array().cloned().unwrap_or_default();
     let usable: Vec<String> = backends
@@ -21,7 +80,28 @@ pub async fn doctor(client: &Client, out: Output) -> Result<std::process::ExitCo
         .as_array()
         .cloned()
         .unwrap_or_default();
-    let essential_ok = !usable.is_empty();
+    let mut runs: Vec<Value> = Vec::new();
+    if !args.no_run {
+        for b in &usable {
+            let Some((_, problem)) = KNOWN.iter().find(|(k, _)| k == b) else {
+                continue;
+            };
+            if client
+                .get(&format!("/v1/problems/{problem}"))
+                .await
+                .is_err()
+            {
+                runs.push(json!({
+                    "backend": b, "problem": problem, "ok": null, "verdict": "skipped",
+                    "message": format!("problem {problem} is not registered (kiln problems add problems/{problem})"),
+                }));
+                continue;
+            }
+            runs.push(known_kernel(client, b, problem, args.timeout).await);
+        }
+    }
+    let runs_ok = runs.iter().all(|r| r["ok"].as_bool() != Some(false));
+    let essential_ok = !usable.is_empty() && runs_ok;
     if out == Output::Json {
         print_json(&json!({
             "ok": essential_ok,
@@ -33,6 +113,9 @@ pub async fn doctor(client: &Client, out: Output) -> Result<std::process::ExitCo
             "driver_version": info["driver_version"],
             "cuda_driver_version": info["cuda_driver_version"],
             "clock_policy": info["clock_policy"],
+            "clock_lock": info["clock_lock"],
+            "baseline_libraries": info["baseline_libraries"],
+            "known_kernels": runs,
         }));
     } else {
         println!(
@@ -79,13 +162,61 @@ pub async fn doctor(client: &Client, out: Output) -> Result<std::process::ExitCo
             text(&info["cuda_driver_version"]),
             text(&info["clock_policy"])
         );
+        let lock = &info["clock_lock"];
+        println!(
+            "clock locking: {} ({})",
+            if lock["permitted"].as_bool() == Some(true) {
+                "would be permitted"
+            } else {
+                "not permitted"
+            },
+            text(&lock["detail"])
+        );
+        let bl = &info["baseline_libraries"];
+        println!("baseline libraries (for GPU workers, [gpu] library_dirs):");
+        for l in bl["libraries"].as_array().into_iter().flatten() {
+            let mark = if l["found"].as_bool() == Some(true) {
+                "ok"
+            } else {
+                "--"
+            };
+            println!("  [{mark}] {:<6} {}", text(&l["name"]), text(&l["detail"]));
+        }
+        if !bl["torch_python"].is_null() {
+            println!("  torch  {}", text(&bl["torch_python"]));
+        }
+        if !runs.is_empty() {
+            println!("known kernels, end to end:");
+        }
+        for r in &runs {
+            let mark = match r["ok"].as_bool() {
+                Some(true) => "ok  ",
+                Some(false) => "FAIL",
+                None => "skip",
+            };
+            let time = r["median_us"]
+                .as_f64()
+                .map_or(String::new(), |us| format!(" median {us:.2} us,"));
+            let wall = r["wall_s"]
+                .as_f64()
+                .map_or(String::new(), |s| format!(" {s:.1} s end to end;"));
+            println!(
+                "  [{mark}] {:<5} {}: {}{time}{wall} {}",
+                text(&r["backend"]),
+                text(&r["problem"]),
+                text(&r["verdict"]),
+                text(&r["message"])
+            );
+        }
         if essential_ok {
             println!(
                 "ready: candidates for {} will be evaluated",
                 usable.join(", ")
             );
-        } else {
+        } else if usable.is_empty() {
             println!("NOT READY: no usable backend; jobs will wait in the queue");
+        } else {
+            println!("NOT READY: a known kernel did not come out ok (see above)");
         }
     }
     Ok(if essential_ok {

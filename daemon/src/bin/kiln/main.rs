@@ -1,5 +1,7 @@
 //! `kiln`, the command-line client of kilnd: one file per subcommand.
 
+mod baselines;
+mod bench;
 mod doctor;
 mod output;
 mod problems;
@@ -38,7 +40,7 @@ enum Command {
     /// GPUs kilnd sees.
     Devices,
     /// Check that this machine can evaluate kernels: backends, jail layers, GPUs.
-    Doctor,
+    Doctor(doctor::DoctorArgs),
     /// Register, list and show problems.
     #[command(subcommand)]
     Problems(problems::ProblemsCmd),
@@ -51,6 +53,9 @@ enum Command {
     Search(search::SearchCmd),
     /// Follow job progress live.
     Watch(watch::WatchArgs),
+    /// Benchmark kiln itself: throughput, latency, timing stability.
+    #[command(subcommand)]
+    Bench(bench::BenchCmd),
 }
 
 fn main() -> std::process::ExitCode {
@@ -81,11 +86,12 @@ async fn run(args: Args, client: Client) -> Result<std::process::ExitCode> {
     match args.command {
         Command::Status => status::status(&client, out).await,
         Command::Devices => status::devices(&client, out).await,
-        Command::Doctor => doctor::doctor(&client, out).await,
+        Command::Doctor(a) => doctor::doctor(&client, out, a).await,
         Command::Problems(cmd) => problems::run(&client, out, cmd).await,
         Command::Submit(a) => submit::submit(&client, out, a).await,
         Command::Show(a) => show::show(&client, out, a).await,
         Command::Search(cmd) => search::run(&client, out, cmd).await,
         Command::Watch(a) => watch::watch(&client, out, a).await,
+        Command::Bench(cmd) => bench::run(&client, out, cmd).await,
     }
 }

@@ -1,4 +1,4 @@
-//! `kiln problems add DIR | list | show NAME`.
+//! `kiln problems add DIR | list | show NAME | baseline NAME [--remeasure]`.
 
 use std::path::PathBuf;
 
@@ -21,10 +21,20 @@ pub enum ProblemsCmd {
     },
     /// List registered problems.
     List,
-    /// Show one problem: tensors, sizes, roofline figures.
+    /// Show one problem: tensors, sizes, roofline figures and floor on this GPU, and the
+    /// baselines measured here.
     Show {
         /// Problem name.
         name: String,
+    },
+    /// Time the problem's baselines on this machine's GPU (the reference, cuBLAS/cuDNN,
+    /// torch eager), or show the cached times. The first measurement takes minutes.
+    Baseline {
+        /// Problem name.
+        name: String,
+        /// Measure again even when cached.
+        #[arg(long)]
+        remeasure: bool,
     },
 }
 
@@ -135,6 +145,48 @@ pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::
                     .map(text)
                     .collect();
                 println!("  backends   {}", backends.join(", "));
+                let f = &d["floor"];
+                if let Some(floor) = f["floor_us"].as_f64() {
+                    println!(
+                        "  floor      {floor:.1} us on this GPU (memory {:.1} us; strict fp32 {:.1} us)",
+                        f["memory_us"].as_f64().unwrap_or(0.0),
+                        f["floor_fp32_us"].as_f64().unwrap_or(0.0)
+                    );
+                }
+                let sets = v["baselines"].as_array().cloned().unwrap_or_default();
+                if sets.is_empty() {
+                    println!("  baselines  none measured yet: `kiln problems baseline {name}`");
+                }
+                for set in &sets {
+                    println!("  baselines");
+                    for line in crate::baselines::set_lines(set) {
+                        println!("  {line}");
+                    }
+                }
+            }
+        }
+        ProblemsCmd::Baseline { name, remeasure } => {
+            if out == Output::Text {
+                eprintln!("timing the baselines of {name} on the GPU (minutes the first time)...");
+            }
+            let (status, v) = client
+                .post(
+                    &format!("/v1/problems/{name}/baselines"),
+                    &serde_json::json!({ "remeasure": remeasure }),
+                )
+                .await?;
+            if out == Output::Json {
+                print_json(&v);
+            } else if status >= 400 {
+                anyhow::bail!("{}", text(&v["error"]["message"]));
+            } else {
+                println!("{name}");
+                for line in crate::baselines::set_lines(&v) {
+                    println!("{line}");
+                }
+            }
+            if status >= 400 {
+                return Ok(std::process::ExitCode::from(1));
             }
         }
     }

@@ -308,6 +308,27 @@ fn median(e: &Value) -> Option<f64> {
         .flatten()
 }
 
+/// True when the entry's timing stopped early by racing the search's best.
+fn raced_out(e: &Value) -> bool {
+    e["evaluation"]["timing"]["raced_out"].as_bool() == Some(true)
+}
+
+/// The median of an entry that may rank as a best (`ok`, not raced out, not plain).
+fn ranked_median(e: &Value) -> Option<f64> {
+    let plain = e["evaluation"]["timing"]["plain"].as_bool() == Some(true);
+    median(e).filter(|_| !raced_out(e) && !plain)
+}
+
+/// The verdict as shown in tables: `ok (raced out)` for a raced-out `ok`.
+fn verdict_text(e: &Value) -> String {
+    let v = text(&e["evaluation"]["verdict"]);
+    if raced_out(e) {
+        format!("{v} (raced out)")
+    } else {
+        v
+    }
+}
+
 /// Prints a search for people: state, progress, best over time, lineage, archive.
 fn print_search(s: &Value, entries: &[Value], all: bool) {
     println!(
@@ -324,6 +345,10 @@ fn print_search(s: &Value, entries: &[Value], all: bool) {
         text(&s["budget_candidates"]),
         s["elapsed_ms"].as_f64().unwrap_or(0.0) / 1e3
     );
+    let raced = entries.iter().filter(|e| raced_out(e)).count();
+    if raced > 0 {
+        println!("  raced out {raced} (clearly slower than the best; timing stopped early)");
+    }
     if let Some(e) = s["error"].as_str() {
         println!("  error     {e}");
     }
@@ -343,7 +368,7 @@ fn print_search(s: &Value, entries: &[Value], all: bool) {
     let mut best: Option<f64> = None;
     println!("  best over time:");
     for (i, e) in entries.iter().enumerate() {
-        if let Some(m) = median(e)
+        if let Some(m) = ranked_median(e)
             && best.is_none_or(|b| m < b)
         {
             best = Some(m);
@@ -398,7 +423,7 @@ fn print_search(s: &Value, entries: &[Value], all: bool) {
             println!(
                 "    {}  {:<18} {:>12}  {}",
                 text(&e["id"]),
-                text(&e["evaluation"]["verdict"]),
+                verdict_text(e),
                 median(e).map_or("-".into(), fmt_us),
                 text(&e["candidate"]["note"])
             );

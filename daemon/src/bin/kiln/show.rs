@@ -92,9 +92,11 @@ pub fn print_record(r: &Value) {
         println!("  verdict   (not yet)");
         return;
     }
+    let raced_out = e["timing"]["raced_out"].as_bool() == Some(true);
     println!(
-        "  verdict   {} — {}",
+        "  verdict   {}{} — {}",
         text(&e["verdict"]),
+        if raced_out { " (raced out)" } else { "" },
         text(&e["message"])
     );
     if !e["tier"].is_null() {
@@ -118,6 +120,29 @@ pub fn print_record(r: &Value) {
             text(&t["fresh_inputs"]),
             text(&t["rechecks"])
         );
+        if let (Some(lo), Some(hi)) = (
+            t.get("ci_low_us").and_then(Value::as_f64),
+            t.get("ci_high_us").and_then(Value::as_f64),
+        ) {
+            println!(
+                "            mean within {} … {} (95 %)",
+                fmt_us(lo),
+                fmt_us(hi)
+            );
+        }
+        if raced_out {
+            println!(
+                "            raced out: clearly slower than the incumbent, timing stopped early (never ranked as a best)"
+            );
+        }
+        if t.get("plain").and_then(Value::as_bool) == Some(true) {
+            println!(
+                "            plain timing (events around one launch, fixed samples, no L2 flush): for comparison, never ranked"
+            );
+        }
+    }
+    for line in crate::baselines::speedup_lines(&r["speedups"]) {
+        println!("{line}");
     }
     let ev = &e["evidence"];
     if !ev.is_null() {

@@ -32,6 +32,35 @@ pub struct SubmitArgs {
     /// With --wait: give up after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
+    /// Plain timing (events around one launch, N samples, no L2 flush), for comparison.
+    #[arg(long, value_name = "N", conflicts_with = "race")]
+    plain: Option<u32>,
+    /// Race an incumbent: `best` (the problem's best) or its upper bound in µs; timing
+    /// stops early once the candidate is clearly slower.
+    #[arg(long, value_name = "best|UPPER_US")]
+    race: Option<String>,
+    /// With --race: the margin (default: the daemon's search.race_margin).
+    #[arg(long, requires = "race")]
+    race_margin: Option<f64>,
+}
+
+/// The job options as a query string (`?plain=…&race=…`), empty when none.
+fn options_query(a: &SubmitArgs) -> String {
+    let mut q = Vec::new();
+    if let Some(n) = a.plain {
+        q.push(format!("plain={n}"));
+    }
+    if let Some(r) = &a.race {
+        q.push(format!("race={}", r.trim()));
+    }
+    if let Some(m) = a.race_margin {
+        q.push(format!("race_margin={m}"));
+    }
+    if q.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", q.join("&"))
+    }
 }
 
 /// Submits a candidate.
@@ -44,7 +73,9 @@ pub async fn submit(client: &Client, out: Output, a: SubmitArgs) -> Result<std::
         (Some(file), false) => read_candidate(file, a.problem.as_deref())?,
         (None, false) => anyhow::bail!("give a candidate file, or --seed"),
     };
-    let (_, resp) = client.post("/v1/candidates", &body).await?;
+    let (_, resp) = client
+        .post(&format!("/v1/candidates{}", options_query(&a)), &body)
+        .await?;
     let id = resp["id"]
         .as_str()
         .context("kilnd's reply has no id")?
@@ -95,7 +126,11 @@ fn read_candidate(file: &std::path::Path, problem: Option<&str>) -> Result<Value
 }
 
 /// The problem's seed kernel for `backend`, or for the first usable backend it has one for.
-async fn seed_candidate(client: &Client, problem: &str, backend: Option<&str>) -> Result<Value> {
+pub(crate) async fn seed_candidate(
+    client: &Client,
+    problem: &str,
+    backend: Option<&str>,
+) -> Result<Value> {
     let shown = client.get(&format!("/v1/problems/{problem}")).await?;
     let spec: kiln_types::ProblemSpec = serde_json::from_value(shown["spec"].clone())
         .context("kilnd sent a problem spec this kiln cannot read")?;

@@ -51,8 +51,10 @@ pub fn prepare(socket: PathBuf, state_dir: PathBuf, config: Config) -> Result<Pr
         )
     })?;
 
-    let store = Store::open(&state_dir)
-        .with_context(|| format!("cannot open the store in {}", state_dir.display()))?;
+    let store = Arc::new(
+        Store::open(&state_dir)
+            .with_context(|| format!("cannot open the store in {}", state_dir.display()))?,
+    );
     let recovery = store
         .recover_running(config.queue.max_attempts)
         .context("cannot recover interrupted jobs")?;
@@ -65,7 +67,7 @@ pub fn prepare(socket: PathBuf, state_dir: PathBuf, config: Config) -> Result<Pr
     }
 
     // Backends and jail probes fork: do them now, before any thread exists.
-    let built = backends::build(&config, &state_dir);
+    let built = backends::build(&config, &state_dir, &store);
     let gpu = gpu::inventory();
     if let Some(e) = &gpu.error {
         tracing::info!(reason = %e, "no GPUs listed");
@@ -84,7 +86,7 @@ pub fn prepare(socket: PathBuf, state_dir: PathBuf, config: Config) -> Result<Pr
         listener,
         owns_socket,
         config,
-        store: Arc::new(store),
+        store,
         backends: built,
         facts,
         access,

@@ -1,0 +1,33 @@
+//! `kiln bench throughput|latency|stability`: kiln's own benchmarks, run against a live
+//! kilnd on any backend (docs/benchmarks.md describes the method and each number).
+
+mod common;
+mod latency;
+mod stability;
+mod throughput;
+
+use anyhow::Result;
+use clap::Subcommand;
+use kiln_daemon::client::Client;
+
+use crate::Output;
+
+/// Benchmark subcommands.
+#[derive(Debug, Subcommand)]
+pub enum BenchCmd {
+    /// Distinct candidates end to end: candidates per minute, lane busy fraction, stage latencies.
+    Throughput(throughput::ThroughputArgs),
+    /// Submit → verdict for a tiny kernel whose compile is cached.
+    Latency(latency::LatencyArgs),
+    /// One kernel evaluated N times among other candidates: CV of its medians, and a plain loop.
+    Stability(stability::StabilityArgs),
+}
+
+/// Runs a benchmark.
+pub async fn run(client: &Client, out: Output, cmd: BenchCmd) -> Result<std::process::ExitCode> {
+    match cmd {
+        BenchCmd::Throughput(a) => throughput::run(client, out, a).await,
+        BenchCmd::Latency(a) => latency::run(client, out, a).await,
+        BenchCmd::Stability(a) => stability::run(client, out, a).await,
+    }
+}

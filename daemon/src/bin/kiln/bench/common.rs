@@ -1,0 +1,567 @@
+//! What the three benchmarks share: finding the problem and backend, deriving distinct
+//! candidates from the seed kernel, queueing jobs and waiting for them, per-stage
+//! latencies of a finished job, percentiles, and the lanes' busy time from `/metrics`.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures_util::StreamExt;
+use kiln_daemon::client::Client;
+use kiln_types::{Candidate, JobOptions, ProblemSpec, RaceAgainst};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// The problem and backend a benchmark runs on, with the seed kernel it derives from.
+pub struct Setup {
+    /// Problem name.
+    pub problem: String,
+    /// Backend name (`host`, `cuda`).
+    pub backend: String,
+    /// The problem's seed kernel for that backend.
+    pub seed: Candidate,
+    /// kilnd's `/v1/info`, for the report (version, GPUs).
+    pub info: Value,
+}
+
+/// Picks the backend (the one asked for, else cuda when usable, else host), the problem
+/// (the one asked for, else this benchmark's default for the backend) and its seed.
+pub async fn setup(
+    client: &Client,
+    problem: Option<&str>,
+    backend: Option<&str>,
+    default_problem: fn(&str) -> &'static str,
+) -> Result<Setup> {
+    let info = client.get("/v1/info").await?;
+    let usable: Vec<String> = info["backends"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b["usable"].as_bool() == Some(true))
+        .filter_map(|b| b["name"].as_str().map(str::to_string))
+        .collect();
+    let backend = match backend {
+        Some(b) => b.to_string(),
+        None if usable.iter().any(|b| b == "cuda") => "cuda".into(),
+        None => "host".into(),
+    };
+    if !usable.contains(&backend) {
+        bail!(
+            "the {backend} backend is not usable on this kilnd (usable: {}); see `kiln doctor`",
+            if usable.is_empty() {
+                "none".to_string()
+            } else {
+                usable.join(", ")
+            }
+        );
+    }
+    let problem = problem
+        .unwrap_or_else(|| default_problem(&backend))
+        .to_string();
+    let shown = client
+        .get(&format!("/v1/problems/{problem}"))
+        .await
+        .with_context(|| {
+            format!("problem {problem} (register it with `kiln problems add problems/{problem}`)")
+        })?;
+    let spec: ProblemSpec = serde_json::from_value(shown["spec"].clone())
+        .context("kilnd sent a problem spec this kiln cannot read")?;
+    let seed = spec.seed_candidate(&backend).with_context(|| {
+        format!("problem {problem} has no seed kernel for the {backend} backend")
+    })?;
+    Ok(Setup {
+        problem,
+        backend,
+        seed,
+        info,
+    })
+}
+
+/// A short random tag, so candidates of one run never collide with an earlier run's.
+pub fn run_tag() -> String {
+    format!("{:08x}", rand::random::<u32>())
+}
+
+/// How distinct candidates are derived from the seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variants {
+    /// A unique comment, and the seed's first knob cycled through its values (the suite's
+    /// first knob never changes the launch plan), so speeds differ as in a search.
+    Knob,
+    /// Only a unique comment: every candidate is the seed's code.
+    Comment,
+}
+
+/// The `i`-th distinct candidate of run `tag`. The leading comment makes its source,
+/// hence its content hash and its compile-cache key, unique.
+pub fn variant(seed: &Candidate, tag: &str, i: usize, how: Variants) -> Candidate {
+    let mut c = seed.clone();
+    let body = match how {
+        Variants::Knob => with_first_knob(&seed.source, i),
+        Variants::Comment => seed.source.clone(),
+    };
+    c.source = format!("/* kiln bench {tag} #{i} */\n{body}");
+    c.note = Some(format!("kiln bench {tag} #{i}"));
+    c.parent = None;
+    c
+}
+
+/// The source with its first knob (`// @knob NAME V1|V2|…` + `#define NAME V`) set to
+/// value `i mod count`; unchanged when it has none.
+fn with_first_knob(source: &str, i: usize) -> String {
+    let lines: Vec<&str> = source.lines().collect();
+    for (at, line) in lines.iter().enumerate() {
+        let Some(rest) = line.trim().strip_prefix("// @knob ") else {
+            continue;
+        };
+        let mut parts = rest.split_whitespace();
+        let (Some(name), Some(values)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        let values: Vec<&str> = values.split('|').filter(|v| !v.is_empty()).collect();
+        let Some(next) = lines.get(at + 1) else {
+            continue;
+        };
+        if values.is_empty() || !next.trim().starts_with(&format!("#define {name} ")) {
+            continue;
+        }
+        let mut out: Vec<String> = lines.iter().map(|l| (*l).to_string()).collect();
+        out[at + 1] = format!("#define {name} {}", values[i % values.len()]);
+        return out.join("\n") + "\n";
+    }
+    source.to_string()
+}
+
+/// `?plain=…&race=…&race_margin=…` for `POST /v1/candidates`.
+fn query(options: &JobOptions) -> String {
+    let mut q = Vec::new();
+    if let Some(n) = options.plain {
+        q.push(format!("plain={n}"));
+    }
+    match &options.race {
+        Some(RaceAgainst::Upper(u)) => q.push(format!("race={u}")),
+        Some(RaceAgainst::Named(n)) => q.push(format!("race={n}")),
+        None => {}
+    }
+    if let Some(m) = options.race_margin {
+        q.push(format!("race_margin={m}"));
+    }
+    if q.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", q.join("&"))
+    }
+}
+
+/// One unit of work for a stream: submit a new candidate, or queue another evaluation
+/// of a stored one.
+#[derive(Debug, Clone)]
+pub enum Work {
+    /// `POST /v1/candidates` with these options; must not be a duplicate.
+    Submit(Box<Candidate>, JobOptions),
+    /// `POST /v1/candidates/{id}/jobs` with these options.
+    Again(String, JobOptions),
+}
+
+/// Queues one unit of work; returns (candidate id, job id).
+pub async fn queue(client: &Client, work: &Work) -> Result<(String, i64)> {
+    let resp = match work {
+        Work::Submit(c, options) => {
+            let (_, resp) = client
+                .post(&format!("/v1/candidates{}", query(options)), &json!(c))
+                .await?;
+            if resp["duplicate"].as_bool() == Some(true) {
+                bail!(
+                    "candidate {} was already stored; a benchmark needs fresh candidates",
+                    resp["id"]
+                );
+            }
+            resp
+        }
+        Work::Again(id, options) => {
+            client
+                .post(&format!("/v1/candidates/{id}/jobs"), &json!(options))
+                .await?
+                .1
+        }
+    };
+    let id = resp["id"].as_str().context("kilnd's reply has no id")?;
+    let job = resp["job_id"]
+        .as_i64()
+        .context("kilnd's reply has no job id")?;
+    Ok((id.to_string(), job))
+}
+
+/// Long-polls a job until it is done or failed; the job with its evaluation.
+pub async fn wait_job(client: &Client, job: i64, timeout: Duration) -> Result<Value> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now()).as_secs();
+        let r = client
+            .get(&format!("/v1/jobs/{job}?wait={}", left.clamp(1, 60)))
+            .await?;
+        if matches!(r["state"].as_str(), Some("done" | "failed")) {
+            return Ok(r);
+        }
+        if left == 0 {
+            bail!(
+                "job {job} did not finish within {} s (state {})",
+                timeout.as_secs(),
+                r["state"]
+            );
+        }
+    }
+}
+
+/// A finished job as a benchmark sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finished {
+    /// Candidate id.
+    pub candidate: String,
+    /// Job id.
+    pub job: i64,
+    /// `done` or `failed`.
+    pub state: String,
+    /// The verdict, when there is one.
+    pub verdict: Option<String>,
+    /// Median time, µs.
+    pub median_us: Option<f64>,
+    /// Whether timing stopped by racing.
+    pub raced_out: bool,
+    /// Whether it was a plain timing.
+    pub plain: bool,
+    /// Whether the compile came from the cache.
+    pub compile_cached: Option<bool>,
+    /// Per-stage latencies, ms (absent where the job never reached the stage).
+    pub stages: BTreeMap<&'static str, f64>,
+}
+
+/// Reads a finished job (as `GET /v1/jobs/{id}` sends it), with the client-side time
+/// from queueing it to having its verdict.
+///
+/// Stages: `queue` (accepted → claimed), `compile` (reference and candidate, cache
+/// lookups included), `lane_wait` (compiled → lane free: what is left of the job's wall
+/// time), `correctness` (the correctness trials as the worker measured them,
+/// `evidence.correctness_ms`; for older records the evaluation minus its timing phase),
+/// `timing` (overhead, warm-up and samples), `end_to_end`.
+pub fn finished(candidate: &str, job: &Value, end_to_end_ms: f64) -> Finished {
+    let f = |v: &Value| v.as_f64();
+    let e = &job["evaluation"];
+    let t = &e["timing"];
+    let mut stages = BTreeMap::new();
+    stages.insert("end_to_end", end_to_end_ms);
+    let (created, started, done) = (
+        f(&job["created_at"]),
+        f(&job["started_at"]),
+        f(&job["finished_at"]),
+    );
+    if let (Some(c), Some(s)) = (created, started) {
+        stages.insert("queue", (s - c).max(0.0));
+    }
+    let compile = f(&job["compile_ms"]);
+    let eval = f(&job["eval_ms"]);
+    if let Some(c) = compile {
+        stages.insert("compile", c);
+    }
+    if let (Some(s), Some(d), Some(c), Some(ev)) = (started, done, compile, eval) {
+        stages.insert("lane_wait", (d - s - c - ev).max(0.0));
+    }
+    if let (Some(ev), Some(wall)) = (eval, f(&t["wall_ms"])) {
+        let timing = wall + f(&t["warmup_ms"]).unwrap_or(0.0);
+        stages.insert("timing", timing);
+        let measured = f(&e["evidence"]["correctness_ms"]);
+        stages.insert("correctness", measured.unwrap_or((ev - timing).max(0.0)));
+    } else if let Some(ev) = eval.filter(|ev| *ev > 0.0) {
+        // No timing phase (the verdict came before it): all of it was correctness.
+        stages.insert("correctness", ev);
+    }
+    Finished {
+        candidate: candidate.to_string(),
+        job: job["id"].as_i64().unwrap_or(0),
+        state: job["state"].as_str().unwrap_or("").to_string(),
+        verdict: e["verdict"].as_str().map(str::to_string),
+        median_us: f(&t["median_us"]),
+        raced_out: t["raced_out"].as_bool() == Some(true),
+        plain: t["plain"].as_bool() == Some(true),
+        compile_cached: e["compile"]["cached"].as_bool(),
+        stages,
+    }
+}
+
+/// Runs `work` with at most `in_flight` jobs outstanding, each queued then waited for;
+/// results in the order given.
+pub async fn stream(
+    client: &Client,
+    work: Vec<Work>,
+    in_flight: usize,
+    timeout: Duration,
+) -> Result<Vec<Finished>> {
+    // Unordered, so one slow job does not hold back the next submissions.
+    let mut results: Vec<(usize, Result<Finished>)> = futures_util::stream::iter(work)
+        .enumerate()
+        .map(|(i, w)| async move {
+            let t0 = Instant::now();
+            let r = async {
+                let (id, job) = queue(client, &w).await?;
+                let r = wait_job(client, job, timeout).await?;
+                Ok(finished(&id, &r, t0.elapsed().as_secs_f64() * 1e3))
+            }
+            .await;
+            (i, r)
+        })
+        .buffer_unordered(in_flight.max(1))
+        .collect()
+        .await;
+    results.sort_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Nearest-rank percentiles and the mean of a set of values.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Summary {
+    /// How many values.
+    pub n: usize,
+    /// Mean.
+    pub mean: f64,
+    /// Median (nearest rank).
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// The summary of `values` (all zero for none; NaN values are left out).
+pub fn summary(values: &[f64]) -> Summary {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return Summary::default();
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = |p: f64| {
+        let r = (p * v.len() as f64).ceil() as usize;
+        v[r.clamp(1, v.len()) - 1]
+    };
+    Summary {
+        n: v.len(),
+        mean: v.iter().sum::<f64>() / v.len() as f64,
+        p50: rank(0.50),
+        p90: rank(0.90),
+        p99: rank(0.99),
+        max: v[v.len() - 1],
+    }
+}
+
+/// Summaries of each stage over a set of finished jobs.
+pub fn stage_summaries(done: &[Finished]) -> BTreeMap<&'static str, Summary> {
+    let mut by: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+    for d in done {
+        for (k, v) in &d.stages {
+            by.entry(*k).or_default().push(*v);
+        }
+    }
+    by.into_iter().map(|(k, v)| (k, summary(&v))).collect()
+}
+
+/// Stage names in the order a job goes through them.
+pub const STAGES: [&str; 6] = [
+    "queue",
+    "compile",
+    "lane_wait",
+    "correctness",
+    "timing",
+    "end_to_end",
+];
+
+/// Prints per-stage latency percentiles of each named set (`name`, `latency_ms`).
+pub fn print_stage_table(sets: &[Value]) {
+    println!(
+        "{:<9} {:<12} {:>5} {:>9} {:>9} {:>9} {:>9}",
+        "", "stage (ms)", "n", "p50", "p90", "p99", "max"
+    );
+    for set in sets {
+        let name = set["name"].as_str().unwrap_or("");
+        for stage in STAGES {
+            let s = &set["latency_ms"][stage];
+            if s.is_null() {
+                continue;
+            }
+            let g = |k: &str| ms(s[k].as_f64().unwrap_or(0.0));
+            println!(
+                "{:<9} {:<12} {:>5} {:>9} {:>9} {:>9} {:>9}",
+                name,
+                stage,
+                s["n"].to_string(),
+                g("p50"),
+                g("p90"),
+                g("p99"),
+                g("max")
+            );
+        }
+    }
+}
+
+/// Seconds each lane of `backend` has been busy (`kiln_lane_busy_seconds_total`), by lane.
+pub async fn lane_busy(client: &Client, backend: &str) -> Result<BTreeMap<String, f64>> {
+    let text = client.get_text("/metrics").await?;
+    Ok(parse_lane_busy(&text, backend))
+}
+
+fn parse_lane_busy(text: &str, backend: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("kiln_lane_busy_seconds_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once('}') else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels.split(',').find_map(|kv| {
+                let (k, v) = kv.split_once('=')?;
+                (k.trim() == name).then(|| v.trim().trim_matches('"').to_string())
+            })
+        };
+        if label("backend").as_deref() != Some(backend) {
+            continue;
+        }
+        if let (Some(lane), Ok(v)) = (label("lane"), value.trim().parse::<f64>()) {
+            out.insert(lane, v);
+        }
+    }
+    out
+}
+
+/// Busy fraction of each lane over `wall_s`, from two readings of the counter.
+pub fn busy_fractions(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    wall_s: f64,
+) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(lane, a)| {
+            let b = before.get(lane).copied().unwrap_or(0.0);
+            (lane.clone(), ((a - b) / wall_s.max(1e-9)).clamp(0.0, 1.0))
+        })
+        .collect()
+}
+
+/// Counts of each verdict (`failed` for jobs without one).
+pub fn verdict_counts(done: &[Finished]) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for d in done {
+        let k = d.verdict.clone().unwrap_or_else(|| "failed".into());
+        *m.entry(k).or_default() += 1;
+    }
+    m
+}
+
+/// Milliseconds for a table cell.
+pub fn ms(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// The report's header: what ran where, when, and how it was asked for.
+pub fn header(bench: &str, s: &Setup, smoke: bool) -> Value {
+    let gpus: Vec<Value> = s.info["gpus"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| g["name"].clone())
+        .collect();
+    json!({
+        "benchmark": bench,
+        "problem": s.problem,
+        "backend": s.backend,
+        "smoke": smoke,
+        "started_at_ms": now_ms() as u64,
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "kiln_version": env!("CARGO_PKG_VERSION"),
+        "kilnd_version": s.info["version"],
+        "gpus": gpus,
+        "host": s.info["host"],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank_and_ordered() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        let s = summary(&v);
+        assert_eq!(
+            (s.n, s.p50, s.p90, s.p99, s.max),
+            (100, 50.0, 90.0, 99.0, 100.0)
+        );
+        assert_eq!(summary(&[]).n, 0);
+        let one = summary(&[3.0]);
+        assert_eq!((one.p50, one.p99, one.max), (3.0, 3.0, 3.0));
+    }
+
+    #[test]
+    fn first_knob_cycles_and_comment_makes_it_unique() {
+        let src = "// @knob A 1|2|4\n#define A 1\n// @knob B x|y\n#define B x\nint f;\n";
+        let seed: Candidate = serde_json::from_value(json!({
+            "problem": "p", "language": "c", "source": src, "launches": [{"kernel": "f"}]
+        }))
+        .expect("candidate");
+        let a = variant(&seed, "t", 1, Variants::Knob);
+        assert!(a.source.contains("#define A 2\n") && a.source.contains("#define B x"));
+        assert!(
+            variant(&seed, "t", 2, Variants::Knob)
+                .source
+                .contains("#define A 4\n")
+        );
+        let c = variant(&seed, "t", 1, Variants::Comment);
+        assert!(c.source.ends_with(src));
+        assert_ne!(
+            variant(&seed, "t", 0, Variants::Comment).content_hash(),
+            variant(&seed, "t", 3, Variants::Comment).content_hash()
+        );
+    }
+
+    #[test]
+    fn lane_busy_is_read_per_backend() {
+        let text = "# TYPE kiln_lane_busy_seconds_total counter\n\
+            kiln_lane_busy_seconds_total{backend=\"host\",lane=\"0\"} 1.5\n\
+            kiln_lane_busy_seconds_total{backend=\"cuda\",lane=\"1\"} 7\n";
+        let m = parse_lane_busy(text, "host");
+        assert_eq!(m.get("0"), Some(&1.5));
+        assert_eq!(m.len(), 1);
+        let f = busy_fractions(&BTreeMap::new(), &m, 3.0);
+        assert_eq!(f.get("0"), Some(&0.5));
+    }
+
+    #[test]
+    fn stages_of_a_finished_job() {
+        let job = json!({"id": 4, "state": "done", "created_at": 1000, "started_at": 1010,
+            "finished_at": 1200, "compile_ms": 50.0, "eval_ms": 120.0,
+            "evaluation": {"verdict": "ok", "compile": {"cached": true},
+                "timing": {"median_us": 3.0, "wall_ms": 60.0, "warmup_ms": 10.0, "raced_out": true}}});
+        let f = finished("c", &job, 250.0);
+        assert_eq!(f.stages["queue"], 10.0);
+        assert_eq!(f.stages["lane_wait"], 20.0);
+        assert_eq!(f.stages["timing"], 70.0);
+        assert_eq!(f.stages["correctness"], 50.0);
+        assert!(f.raced_out && f.compile_cached == Some(true));
+    }
+}

@@ -1,0 +1,356 @@
+//! Baselines on the GPU lane: [`Scheduler::baselines`] answers from the store's cache for
+//! this GPU model and driver, or measures — the reference compiled (cached like any
+//! compile), a GPU lane held exactly as a job holds it (so no candidate is timed at the
+//! same time), the reference, cuBLAS and cuDNN timed in a jailed worker, torch eager in
+//! the trusted helper — and stores the result.
+//!
+//! Also the library search for the GPU workers: `[gpu] library_dirs` plus, when enabled,
+//! the `nvidia/*/lib` folders of python's wheels (where torch's cuDNN lives).
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use kiln_sandbox::{SandboxConfig, TorchHelper};
+use kiln_types::Candidate;
+use kiln_types::baseline::{BaselineResult, BaselineStatus};
+use thiserror::Error;
+
+use super::Scheduler;
+use crate::backend::compile_key;
+use crate::config::Config;
+use crate::gpu::GpuInventory;
+use crate::store::{Artifact, BaselineSet, GpuKey};
+
+/// Why baselines could not be given.
+#[derive(Debug, Error)]
+pub enum BaselineError {
+    /// No such problem.
+    #[error("{0}")]
+    NotFound(String),
+    /// Nothing to measure them with here (no usable cuda backend, no GPU facts).
+    #[error("{0}")]
+    Unavailable(String),
+    /// Measuring failed (the backend, the store).
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The GPU key of the GPU with this UUID (or the first GPU), from NVML's inventory.
+pub fn gpu_key(inv: &GpuInventory, uuid: Option<&str>) -> Option<GpuKey> {
+    let gpu = inv
+        .gpus
+        .iter()
+        .find(|g| uuid.is_some() && g.uuid.as_deref() == uuid)
+        .or_else(|| inv.gpus.first())?;
+    Some(GpuKey {
+        model: gpu.name.clone(),
+        driver: inv.driver_version.clone()?,
+    })
+}
+
+/// A lane's sandbox settings: `cfg` pointed at the GPU with `uuid`.
+pub fn lane_config(cfg: &SandboxConfig, uuid: &str) -> SandboxConfig {
+    let mut c = cfg.clone();
+    if uuid.starts_with("GPU-") || uuid.starts_with("MIG-") {
+        c.gpu_uuid = Some(uuid.to_string());
+        c.gpu_minor = kiln_sandbox::cuda::setup::minor_number(uuid);
+    }
+    c
+}
+
+/// `existing` (an `LD_LIBRARY_PATH` value) with `dirs` appended, without duplicates.
+pub fn library_path(existing: Option<&str>, dirs: &[String]) -> Option<String> {
+    let mut parts: Vec<String> = existing
+        .unwrap_or("")
+        .split(':')
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect();
+    for d in dirs {
+        if !d.is_empty() && !parts.contains(d) {
+            parts.push(d.clone());
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join(":"))
+}
+
+/// `[gpu] library_dirs`, then (when enabled) python's nvidia wheel folders; asked once.
+pub fn library_dirs(config: &Config) -> Vec<String> {
+    let mut dirs = config.gpu.library_dirs.clone();
+    if config.gpu.discover_python_libraries && !config.gpu.python.is_empty() {
+        static FOUND: OnceLock<Vec<String>> = OnceLock::new();
+        for d in FOUND.get_or_init(|| discover_python_dirs(&config.gpu.python)) {
+            if !dirs.contains(d) {
+                dirs.push(d.clone());
+            }
+        }
+    }
+    dirs
+}
+
+/// Lists `nvidia/*/lib` folders holding libcudnn or libcublas in `python`'s packages.
+const DISCOVER: &str = "import os, sys\n\
+try:\n    import nvidia\nexcept Exception:\n    sys.exit(0)\n\
+for base in list(getattr(nvidia, '__path__', [])):\n\
+    for sub in sorted(os.listdir(base)):\n\
+        d = os.path.join(base, sub, 'lib')\n\
+        if os.path.isdir(d) and any(f.startswith(('libcudnn.so', 'libcublas.so')) for f in os.listdir(d)):\n\
+            print(d)\n";
+
+/// Asks `python` where its nvidia wheels keep cuDNN/cuBLAS (5 s limit; nothing on any
+/// failure).
+pub fn discover_python_dirs(python: &str) -> Vec<String> {
+    use std::io::Read;
+    let child = std::process::Command::new(python)
+        .args(["-I", "-c", DISCOVER])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else {
+        return Vec::new();
+    };
+    let started = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if started.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Vec::new();
+            }
+        }
+    }
+    let mut out = String::new();
+    if let Some(mut s) = child.stdout.take() {
+        let _ = s.read_to_string(&mut out);
+    }
+    let dirs: Vec<String> = out
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('/') && PathBuf::from(l).is_dir())
+        .map(str::to_string)
+        .collect();
+    if !dirs.is_empty() {
+        tracing::info!(?dirs, "baseline libraries found in python's nvidia wheels");
+    }
+    dirs
+}
+
+/// One measurement at a time (two requests for the same problem measure once).
+fn measuring() -> &'static tokio::sync::Mutex<()> {
+    static M: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
+    M.get_or_init(|| tokio::sync::Mutex::new(()))
+}
+
+impl Scheduler {
+    /// The compiled reference, from the compile cache or compiled now (and cached).
+    async fn reference_artifact(
+        &self,
+        backend: &Arc<dyn crate::backend::Backend>,
+        reference: &Candidate,
+    ) -> Result<Artifact, BaselineError> {
+        let failed = |e: &dyn std::fmt::Display| BaselineError::Failed(e.to_string());
+        let key = compile_key(backend.name(), reference);
+        if let Some(a) = self.store.get_artifact(&key).map_err(|e| failed(&e))? {
+            return Ok(a);
+        }
+        let (be, c) = (backend.clone(), reference.clone());
+        let outcome = tokio::task::spawn_blocking(move || be.compile(&c))
+            .await
+            .map_err(|e| failed(&e))?
+            .map_err(|e| failed(&e))?;
+        match (outcome.artifact, outcome.failure) {
+            (Some(bytes), None) => {
+                let art = Artifact {
+                    bytes,
+                    info: outcome.info,
+                };
+                self.store
+                    .put_artifact(&key, backend.name(), &art)
+                    .map_err(|e| failed(&e))?;
+                Ok(art)
+            }
+            (_, failure) => Err(BaselineError::Failed(format!(
+                "the problem's reference does not compile: {}",
+                failure.map_or_else(|| "no artifact".to_string(), |f| f.message)
+            ))),
+        }
+    }
+
+    /// The baselines of `problem` on this machine's GPU: from the cache unless
+    /// `remeasure`, else measured on a GPU lane and stored.
+    pub async fn baselines(
+        self: &Arc<Self>,
+        problem: &str,
+        inventory: &GpuInventory,
+        remeasure: bool,
+    ) -> Result<BaselineSet, BaselineError> {
+        let failed = |e: &dyn std::fmt::Display| BaselineError::Failed(e.to_string());
+        let spec = self
+            .store
+            .get_problem(problem)
+            .map_err(|e| failed(&e))?
+            .ok_or_else(|| BaselineError::NotFound(format!("problem {problem:?} not found")))?;
+        let key = gpu_key(inventory, None).ok_or_else(|| {
+            BaselineError::Unavailable(format!(
+                "no GPU facts from NVML ({}): baselines are per GPU model and driver",
+                inventory.error.as_deref().unwrap_or("no GPU found")
+            ))
+        })?;
+        let cached = |store: &crate::store::Store| store.get_baselines(&key, problem);
+        if !remeasure && let Some(set) = cached(&self.store).map_err(|e| failed(&e))? {
+            return Ok(set);
+        }
+        // One measurement at a time; a request that waited finds the other's result.
+        let _one = measuring().lock().await;
+        if !remeasure
+            && let Some(set) = self
+                .store
+                .get_baselines(&key, problem)
+                .map_err(|e| failed(&e))?
+        {
+            return Ok(set);
+        }
+        let backend = self
+            .backends
+            .get("cuda")
+            .filter(|b| b.status().usable)
+            .cloned()
+            .ok_or_else(|| {
+                BaselineError::Unavailable("the cuda backend is not usable here".into())
+            })?;
+        let reference = spec.reference.get("cuda").ok_or_else(|| {
+            BaselineError::Unavailable(format!("problem {problem:?} has no cuda reference"))
+        })?;
+        let ref_candidate = Candidate {
+            problem: spec.name.clone(),
+            language: kiln_types::Language::Cuda,
+            source: reference.source.clone(),
+            launches: reference.launches.clone(),
+            scratch: reference.scratch.clone(),
+            flags: reference.flags.clone(),
+            parent: None,
+            note: None,
+        };
+        let art = self.reference_artifact(&backend, &ref_candidate).await?;
+        let pool = self
+            .lanes
+            .get("cuda")
+            .cloned()
+            .ok_or_else(|| BaselineError::Unavailable("no cuda lane".into()))?;
+        // The lane, held as a job holds it: no candidate is timed while baselines are.
+        let lane = pool
+            .acquire()
+            .await
+            .ok_or_else(|| BaselineError::Failed("the cuda lane is closed".into()))?;
+        let lane_index = lane.index;
+        let uuid = backend.lane_label(lane_index);
+        let key = gpu_key(inventory, Some(&uuid)).unwrap_or(key);
+        let plan = self.plan_for(backend.as_ref());
+        let torch = (!self.config.gpu.python.is_empty())
+            .then(|| {
+                TorchHelper::find(
+                    &kiln_sandbox::default_worker_exe(),
+                    &self.config.gpu.python,
+                    Duration::from_secs(self.config.gpu.torch_timeout_secs.max(1)),
+                )
+            })
+            .flatten();
+        let python_set = !self.config.gpu.python.is_empty();
+        tracing::info!(problem, gpu = %uuid, remeasure, "measuring baselines");
+        let results = tokio::task::spawn_blocking(move || {
+            let mut results = backend
+                .baselines(lane_index, &spec, &art.bytes, &plan)
+                .map_err(|e| e.to_string())?;
+            if spec.baseline.contains_key("torch") {
+                results.extend(match &torch {
+                    Some(helper) => kiln_sandbox::torch_baseline(Some(&uuid), helper, &spec, &plan),
+                    None => vec![BaselineResult::not_measured(
+                        "torch-eager",
+                        "torch",
+                        "",
+                        BaselineStatus::Unavailable,
+                        if python_set {
+                            format!(
+                                "{} not found beside kiln-worker (see daemon/packaging)",
+                                kiln_sandbox::torch_baseline::HELPER_NAME
+                            )
+                        } else {
+                            "[gpu] python is empty: the torch baseline is off".into()
+                        },
+                    )],
+                });
+            }
+            Ok::<_, String>(results)
+        })
+        .await
+        .map_err(|e| failed(&e))?
+        .map_err(BaselineError::Failed)?;
+        drop(lane);
+        self.store
+            .put_baselines(&key, problem, &results)
+            .map_err(|e| failed(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_path_appends_without_duplicates() {
+        assert_eq!(
+            library_path(Some("/a:/b"), &["/b".into(), "/c".into()]).as_deref(),
+            Some("/a:/b:/c")
+        );
+        assert_eq!(library_path(None, &[]), None);
+        assert_eq!(
+            library_path(Some(""), &["/x".into()]).as_deref(),
+            Some("/x")
+        );
+    }
+
+    #[test]
+    fn gpu_key_needs_a_driver_and_prefers_the_lane_gpu() {
+        let mut inv = GpuInventory {
+            gpus: Vec::new(),
+            driver_version: Some("580.159.04".into()),
+            cuda_driver_version: None,
+            error: None,
+        };
+        assert_eq!(gpu_key(&inv, None), None);
+        let gpu = |name: &str, uuid: &str| crate::gpu::GpuInfo {
+            index: 0,
+            name: name.into(),
+            uuid: Some(uuid.into()),
+            pci_bus_id: None,
+            memory_total_bytes: None,
+            compute_capability: None,
+            sm_clock_mhz: None,
+            sm_clock_max_mhz: None,
+            mem_clock_mhz: None,
+            mem_clock_max_mhz: None,
+        };
+        inv.gpus = vec![gpu("NVIDIA H100", "GPU-a"), gpu("NVIDIA H200", "GPU-b")];
+        assert_eq!(
+            gpu_key(&inv, Some("GPU-b")).map(|k| k.model),
+            Some("NVIDIA H200".into())
+        );
+        assert_eq!(
+            gpu_key(&inv, None).map(|k| k.model),
+            Some("NVIDIA H100".into())
+        );
+        inv.driver_version = None;
+        assert_eq!(gpu_key(&inv, Some("GPU-b")), None);
+    }
+
+    #[test]
+    fn python_discovery_never_fails() {
+        assert!(discover_python_dirs("/nonexistent/python3").is_empty());
+    }
+}

@@ -1,0 +1,238 @@
+//! `kiln bench throughput|latency|stability` in smoke mode against a real kilnd on the
+//! host backend: each runs through the CLI binary and prints a sane JSON report. These
+//! check that the benchmarks work, never how fast anything is.
+
+mod common;
+
+use std::process::Command;
+
+use common::{Daemon, write_double_problem};
+use serde_json::Value;
+
+fn kiln(d: &Daemon, args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .env("KILN_SOCKET", &d.socket)
+        .args(args)
+        .output()
+        .expect("run kiln");
+    assert!(
+        out.status.success(),
+        "kiln {args:?} failed: {}\nkilnd log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        d.log()
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
+/// A daemon with the tiny host problem registered.
+fn daemon_with_problem(name: &str) -> Daemon {
+    let d = Daemon::start("");
+    let dir = write_double_problem(d.dir.path(), name);
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .env("KILN_SOCKET", &d.socket)
+        .args(["problems", "add", dir.to_str().expect("utf8")])
+        .output()
+        .expect("run kiln");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    d
+}
+
+/// Percentiles are ordered and finite, and there is one value per job.
+fn check_summary(s: &Value, n: u64, what: &str) {
+    assert_eq!(s["n"], n, "{what}: {s}");
+    let g = |k: &str| s[k].as_f64().unwrap_or(f64::NAN);
+    for k in ["mean", "p50", "p90", "p99", "max"] {
+        assert!(g(k).is_finite() && g(k) >= 0.0, "{what}.{k}: {s}");
+    }
+    assert!(
+        g("p50") <= g("p90") && g("p90") <= g("p99") && g("p99") <= g("max"),
+        "{what}: percentiles out of order: {s}"
+    );
+}
+
+#[test]
+fn throughput_smoke_reports_both_passes() {
+    let d = daemon_with_problem("bench-tp");
+    let r = kiln(
+        &d,
+        &[
+            "bench",
+            "throughput",
+            "--problem",
+            "bench-tp",
+            "--backend",
+            "host",
+            "--smoke",
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(r["benchmark"], "throughput");
+    assert_eq!(
+        (r["problem"].as_str(), r["backend"].as_str()),
+        (Some("bench-tp"), Some("host"))
+    );
+    assert_eq!(r["smoke"], true);
+    let count = r["settings"]["count"].as_u64().expect("count");
+    assert!(count >= 2);
+    let passes = r["passes"].as_array().expect("passes");
+    assert_eq!(passes.len(), 2);
+    assert_eq!(
+        (passes[0]["name"].as_str(), passes[1]["name"].as_str()),
+        (Some("uncached"), Some("cached"))
+    );
+    for p in passes {
+        assert_eq!(p["candidates"], count, "{p}");
+        assert_eq!(
+            p["verdicts"]["ok"], count,
+            "the seed's variants are all correct: {p}"
+        );
+        let per_min = p["per_minute"].as_f64().expect("per_minute");
+        assert!(per_min.is_finite() && per_min > 0.0, "{p}");
+        assert!(p["lanes"].as_u64().expect("lanes") >= 1);
+        // The lane ran every evaluation, so its counter moved; a fraction is within 0..=1.
+        let busy = p["busy_fraction"]
+            .as_f64()
+            .expect("busy fraction from /metrics");
+        assert!(busy > 0.0 && busy <= 1.0, "{p}");
+        for stage in [
+            "queue",
+            "compile",
+            "lane_wait",
+            "correctness",
+            "timing",
+            "end_to_end",
+        ] {
+            check_summary(&p["latency_ms"][stage], count, stage);
+        }
+    }
+    // The first pass compiled every candidate; the second found every artifact cached.
+    assert_eq!(passes[0]["compile_cached"], 0);
+    assert_eq!(passes[1]["compile_cached"], count);
+}
+
+#[test]
+fn latency_smoke_measures_cached_resubmissions() {
+    let d = daemon_with_problem("bench-lat");
+    let r = kiln(
+        &d,
+        &[
+            "bench",
+            "latency",
+            "--problem",
+            "bench-lat",
+            "--backend",
+            "host",
+            "--smoke",
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(r["benchmark"], "latency");
+    let count = r["settings"]["count"].as_u64().expect("count");
+    assert_eq!(r["verdicts"]["ok"], count);
+    assert_eq!(r["compile_cached"], count);
+    check_summary(&r["latency_ms"]["end_to_end"], count, "end_to_end");
+    check_summary(&r["latency_ms"]["timing"], count, "timing");
+    // Server-side stages fit inside the client's view of the whole request.
+    let e2e = r["latency_ms"]["end_to_end"]["max"].as_f64().expect("e2e");
+    let timing = r["latency_ms"]["timing"]["p50"].as_f64().expect("timing");
+    assert!(timing <= e2e + 1.0, "{r}");
+}
+
+#[test]
+fn stability_smoke_reports_cv_of_contract_and_plain() {
+    let d = daemon_with_problem("bench-stab");
+    let r = kiln(
+        &d,
+        &[
+            "bench",
+            "stability",
+            "--problem",
+            "bench-stab",
+            "--backend",
+            "host",
+            "--smoke",
+            "--plain-reps",
+            "20",
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(r["benchmark"], "stability");
+    let rounds = r["settings"]["rounds"].as_u64().expect("rounds");
+    assert!(r["other_candidates"].as_u64().expect("others") >= rounds);
+    for key in ["contract", "plain"] {
+        let s = &r[key];
+        assert_eq!(s["n"], rounds, "{key}: {s}");
+        assert_eq!(
+            s["medians_us"].as_array().map(Vec::len),
+            Some(rounds as usize)
+        );
+        assert_eq!(s["verdicts"]["ok"], rounds, "{key}: {s}");
+        let cv = s["cv"].as_f64().expect("cv");
+        assert!(cv.is_finite() && cv >= 0.0, "{key}: {s}");
+        let (lo, mean, hi) = (
+            s["min_us"].as_f64().expect("min"),
+            s["mean_us"].as_f64().expect("mean"),
+            s["max_us"].as_f64().expect("max"),
+        );
+        assert!(lo <= mean && mean <= hi, "{key}: {s}");
+    }
+    let ratio = r["plain_over_contract"].as_f64().expect("ratio");
+    assert!(ratio.is_finite() && ratio >= 0.0, "{r}");
+}
+
+#[test]
+fn bench_text_output_is_a_table() {
+    let d = daemon_with_problem("bench-text");
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .env("KILN_SOCKET", &d.socket)
+        .args([
+            "bench",
+            "latency",
+            "--problem",
+            "bench-text",
+            "--backend",
+            "host",
+            "--count",
+            "2",
+        ])
+        .output()
+        .expect("run kiln");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("submit → verdict") && text.contains("end_to_end"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bench_on_an_unknown_problem_says_how_to_register_it() {
+    let d = Daemon::start("");
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .env("KILN_SOCKET", &d.socket)
+        .args([
+            "bench",
+            "throughput",
+            "--problem",
+            "nope",
+            "--backend",
+            "host",
+            "--smoke",
+        ])
+        .output()
+        .expect("run kiln");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("kiln problems add"), "{err}");
+}

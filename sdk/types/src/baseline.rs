@@ -1,0 +1,601 @@
+//! Baselines: what a problem computes as one of kiln's named library ops, and the times
+//! of those library calls measured on this GPU.
+//!
+//! A problem names its baselines in `problem.toml`, one table per library:
+//!
+//! ```toml
+//! [baseline.cudnn]
+//! op = "conv2d"
+//! x = "x"
+//! w = "w"
+//! b = "b"
+//! y = "y"
+//! stride = 4
+//! padding = 2
+//!
+//! [baseline.torch]            # the same table, for torch eager
+//! op = "conv2d"
+//! # ...
+//! ```
+//!
+//! Problem files are untrusted: an op is a name from a fixed registry ([`BaselineOp`]) with
+//! typed parameters naming the problem's tensors, never code. [`check`] validates each op
+//! against the tensors (roles, dtypes, shapes) and against what its library offers.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::problem::{Dtype, ProblemSpec, Role};
+use crate::verdict::TimingStats;
+
+/// Libraries a problem may name a baseline for.
+pub const LIBRARIES: &[&str] = &["cublas", "cudnn", "torch"];
+
+/// A max-pooling window after a convolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pool {
+    /// Square window side.
+    pub kernel: u32,
+    /// Stride in both dimensions (no padding).
+    pub stride: u32,
+}
+
+/// One of kiln's named ops, with the problem's tensors it reads and writes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum BaselineOp {
+    /// `c = a @ b`: a `[M, K]`, b `[K, N]`, c `[M, N]`, one float dtype.
+    Matmul {
+        /// Left operand.
+        a: String,
+        /// Right operand.
+        b: String,
+        /// Result.
+        c: String,
+    },
+    /// `y = maxpool?(relu?(conv2d(x, w) + b))`, NCHW, square stride and padding.
+    Conv2d {
+        /// Input `[N, C, H, W]`.
+        x: String,
+        /// Filters `[K, C, R, S]`.
+        w: String,
+        /// Bias `[K]`, optional.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        b: Option<String>,
+        /// Output.
+        y: String,
+        /// Stride.
+        stride: u32,
+        /// Zero padding on every side.
+        #[serde(default)]
+        padding: u32,
+        /// ReLU after the bias.
+        #[serde(default)]
+        relu: bool,
+        /// Max pooling after the ReLU.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        maxpool: Option<Pool>,
+    },
+    /// Softmax over the last dimension.
+    Softmax {
+        /// Input.
+        x: String,
+        /// Output, same shape.
+        y: String,
+    },
+    /// LayerNorm over the last `dims` dimensions, with optional elementwise weight and bias.
+    LayerNorm {
+        /// Input.
+        x: String,
+        /// Weight, shaped like the normalised dimensions.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        w: Option<String>,
+        /// Bias, shaped like the normalised dimensions.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        b: Option<String>,
+        /// Output, same shape as `x`.
+        y: String,
+        /// How many trailing dimensions are normalised.
+        dims: u32,
+        /// Epsilon added to the variance.
+        eps: f64,
+    },
+    /// Scaled dot-product attention, `softmax(q kᵀ / sqrt(d)) v`, on `[B, H, S, D]`.
+    Sdpa {
+        /// Queries.
+        q: String,
+        /// Keys.
+        k: String,
+        /// Values.
+        v: String,
+        /// Output.
+        out: String,
+        /// Causal mask.
+        #[serde(default)]
+        causal: bool,
+    },
+}
+
+impl BaselineOp {
+    /// The op's name as written in `problem.toml`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            BaselineOp::Matmul { .. } => "matmul",
+            BaselineOp::Conv2d { .. } => "conv2d",
+            BaselineOp::Softmax { .. } => "softmax",
+            BaselineOp::LayerNorm { .. } => "layer_norm",
+            BaselineOp::Sdpa { .. } => "sdpa",
+        }
+    }
+
+    /// Whether `library` offers this op (cuBLAS: matmul; cuDNN: conv2d; torch: all).
+    pub fn offered_by(&self, library: &str) -> bool {
+        match library {
+            "cublas" => matches!(self, BaselineOp::Matmul { .. }),
+            "cudnn" => matches!(self, BaselineOp::Conv2d { .. }),
+            "torch" => true,
+            _ => false,
+        }
+    }
+}
+
+/// Checks every baseline of `spec`: known library, op offered by it, tensors that exist
+/// with the right roles, dtypes and shapes. The message names the table.
+pub fn check(spec: &ProblemSpec) -> Result<(), String> {
+    for (library, op) in &spec.baseline {
+        let at = |m: String| format!("[baseline.{library}]: {m}");
+        if !LIBRARIES.contains(&library.as_str()) {
+            return Err(at(format!(
+                "unknown library (one of {})",
+                LIBRARIES.join(", ")
+            )));
+        }
+        if !op.offered_by(library) {
+            return Err(at(format!("{library} has no op {:?}", op.name())));
+        }
+        check_op(spec, library, op).map_err(at)?;
+    }
+    Ok(())
+}
+
+struct Look<'a>(&'a ProblemSpec);
+
+impl Look<'_> {
+    fn get(&self, name: &str, role: Role) -> Result<(&[u64], Dtype), String> {
+        let t = self
+            .0
+            .tensor(name)
+            .ok_or_else(|| format!("no tensor {name:?}"))?;
+        if t.role != role {
+            return Err(format!("tensor {name:?} must be an {role:?}").to_lowercase());
+        }
+        Ok((&t.shape, t.dtype))
+    }
+}
+
+fn same_dtype(dtypes: &[Dtype], allowed: &[Dtype], what: &str) -> Result<(), String> {
+    let first = dtypes[0];
+    if dtypes.iter().any(|d| *d != first) {
+        return Err(format!("{what}: every tensor must have the same dtype"));
+    }
+    if !allowed.contains(&first) {
+        return Err(format!(
+            "{what}: dtype {first:?} is not supported here (supported: {allowed:?})"
+        ));
+    }
+    Ok(())
+}
+
+/// Output side of a window: `(n + 2p - k) / s + 1`, or `None` when it does not fit.
+pub fn window_out(n: u64, k: u64, s: u64, p: u64) -> Option<u64> {
+    if s == 0 || n + 2 * p < k {
+        return None;
+    }
+    Some((n + 2 * p - k) / s + 1)
+}
+
+fn check_op(spec: &ProblemSpec, library: &str, op: &BaselineOp) -> Result<(), String> {
+    let l = Look(spec);
+    let floats: &[Dtype] = if library == "torch" {
+        &[Dtype::F32, Dtype::F16, Dtype::Bf16, Dtype::F64]
+    } else {
+        &[Dtype::F32, Dtype::F16]
+    };
+    match op {
+        BaselineOp::Matmul { a, b, c } => {
+            let (sa, da) = l.get(a, Role::Input)?;
+            let (sb, db) = l.get(b, Role::Input)?;
+            let (sc, dc) = l.get(c, Role::Output)?;
+            same_dtype(&[da, db, dc], floats, "matmul")?;
+            let ok = sa.len() == 2
+                && sb.len() == 2
+                && sc.len() == 2
+                && sa[1] == sb[0]
+                && sc[0] == sa[0]
+                && sc[1] == sb[1];
+            if !ok {
+                return Err(format!(
+                    "matmul needs a [M,K], b [K,N], c [M,N]; got {sa:?}, {sb:?}, {sc:?}"
+                ));
+            }
+            if sa.iter().chain(sb).any(|&d| d > i32::MAX as u64) {
+                return Err("matmul dimensions must fit a 32-bit int".into());
+            }
+        }
+        BaselineOp::Conv2d {
+            x,
+            w,
+            b,
+            y,
+            stride,
+            padding,
+            maxpool,
+            ..
+        } => {
+            let (sx, dx) = l.get(x, Role::Input)?;
+            let (sw, dw) = l.get(w, Role::Input)?;
+            let (sy, dy) = l.get(y, Role::Output)?;
+            let mut dtypes = vec![dx, dw, dy];
+            if let Some(b) = b {
+                let (sb, db) = l.get(b, Role::Input)?;
+                if sw.len() == 4 && sb != [sw[0]] {
+                    return Err(format!("conv2d bias must be [{}], got {sb:?}", sw[0]));
+                }
+                dtypes.push(db);
+            }
+            let conv_floats: &[Dtype] = if library == "torch" {
+                floats
+            } else {
+                &[Dtype::F32]
+            };
+            same_dtype(&dtypes, conv_floats, "conv2d")?;
+            if sx.len() != 4 || sw.len() != 4 || sy.len() != 4 || sx[1] != sw[1] {
+                return Err(format!(
+                    "conv2d needs x [N,C,H,W], w [K,C,R,S], y 4-D; got {sx:?}, {sw:?}, {sy:?}"
+                ));
+            }
+            let (s, p) = (u64::from(*stride), u64::from(*padding));
+            let shape = |h: u64, r: u64| -> Option<u64> {
+                let o = window_out(h, r, s, p)?;
+                match maxpool {
+                    Some(pool) => window_out(o, u64::from(pool.kernel), u64::from(pool.stride), 0),
+                    None => Some(o),
+                }
+            };
+            let (n, k) = (sx[0], sw[0]);
+            let (Some(oh), Some(ow)) = (shape(sx[2], sw[2]), shape(sx[3], sw[3])) else {
+                return Err("conv2d: the window does not fit the input".into());
+            };
+            if sy != [n, k, oh, ow] {
+                return Err(format!(
+                    "conv2d output must be {:?} for these parameters, got {sy:?}",
+                    [n, k, oh, ow]
+                ));
+            }
+            if sx.iter().chain(sw).any(|&d| d > i32::MAX as u64) {
+                return Err("conv2d dimensions must fit a 32-bit int".into());
+            }
+        }
+        BaselineOp::Softmax { x, y } => {
+            let (sx, dx) = l.get(x, Role::Input)?;
+            let (sy, dy) = l.get(y, Role::Output)?;
+            same_dtype(&[dx, dy], floats, "softmax")?;
+            if sx != sy {
+                return Err(format!("softmax: x {sx:?} and y {sy:?} differ"));
+            }
+        }
+        BaselineOp::LayerNorm {
+            x,
+            w,
+            b,
+            y,
+            dims,
+            eps,
+        } => {
+            let (sx, dx) = l.get(x, Role::Input)?;
+            let (sy, dy) = l.get(y, Role::Output)?;
+            let mut dtypes = vec![dx, dy];
+            let d = *dims as usize;
+            if d == 0 || d > sx.len() {
+                return Err(format!("layer_norm: dims must be 1..={}", sx.len()));
+            }
+            if sx != sy {
+                return Err(format!("layer_norm: x {sx:?} and y {sy:?} differ"));
+            }
+            let norm = &sx[sx.len() - d..];
+            for t in [w, b].into_iter().flatten() {
+                let (st, dt) = l.get(t, Role::Input)?;
+                if st != norm {
+                    return Err(format!("layer_norm: {t:?} must be {norm:?}, got {st:?}"));
+                }
+                dtypes.push(dt);
+            }
+            same_dtype(&dtypes, floats, "layer_norm")?;
+            if !(eps.is_finite() && *eps > 0.0) {
+                return Err("layer_norm: eps must be positive".into());
+            }
+        }
+        BaselineOp::Sdpa { q, k, v, out, .. } => {
+            let (sq, dq) = l.get(q, Role::Input)?;
+            let (sk, dk) = l.get(k, Role::Input)?;
+            let (sv, dv) = l.get(v, Role::Input)?;
+            let (so, d_o) = l.get(out, Role::Output)?;
+            same_dtype(&[dq, dk, dv, d_o], floats, "sdpa")?;
+            if sq.len() != 4 || sk != sv || sq != so || sk.len() != 4 || sq[3] != sk[3] {
+                return Err(format!(
+                    "sdpa needs q, k, v, out [B,H,S,D] (k and v alike, out like q); got {sq:?}, {sk:?}, {sv:?}, {so:?}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How a baseline computes, as a label shown next to its time.
+pub mod precision {
+    /// kiln's trusted reference (accumulates in f64 where it matters).
+    pub const REFERENCE: &str = "reference-f64acc";
+    /// Strict fp32 arithmetic (FMA only, no tensor cores).
+    pub const FP32: &str = "fp32";
+    /// fp32 data through TF32 tensor cores (10-bit mantissa products).
+    pub const TF32: &str = "tf32";
+    /// fp16 data, fp32 accumulation.
+    pub const FP16: &str = "fp16";
+    /// bf16 data.
+    pub const BF16: &str = "bf16";
+}
+
+/// Whether a baseline was measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BaselineStatus {
+    /// Timed; `timing` is set.
+    Measured,
+    /// The library (or python3/torch) is not installed or not found; `detail` says which.
+    Unavailable,
+    /// It ran but failed (an error, or output outside the tolerance for a strict variant).
+    Failed,
+}
+
+/// One baseline's outcome on one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BaselineResult {
+    /// Stable name: `reference`, `cublas-fp32`, `cublas-tf32`, `cudnn-fp32`, `torch-eager`, ...
+    pub name: String,
+    /// `kiln`, `cublas`, `cudnn` or `torch`.
+    pub library: String,
+    /// How it computes (see [`precision`]).
+    pub precision: String,
+    /// Measured, unavailable or failed.
+    pub status: BaselineStatus,
+    /// Times under kiln's protocol (L2 flush, events, sync, stop rule), when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<TimingStats>,
+    /// Relative L2 error of its output against kiln's reference, when checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rel_l2: Option<f64>,
+    /// Output elements outside the problem's tolerance, when checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mismatches: Option<u64>,
+    /// The algorithm picked, library versions, or why it is unavailable or failed.
+    #[serde(default)]
+    pub detail: String,
+}
+
+impl BaselineResult {
+    /// A baseline that could not run, with the reason.
+    pub fn not_measured(
+        name: &str,
+        library: &str,
+        precision: &str,
+        status: BaselineStatus,
+        detail: impl Into<String>,
+    ) -> Self {
+        BaselineResult {
+            name: name.to_string(),
+            library: library.to_string(),
+            precision: precision.to_string(),
+            status,
+            timing: None,
+            rel_l2: None,
+            mismatches: None,
+            detail: detail.into(),
+        }
+    }
+
+    /// The median in microseconds, when measured.
+    pub fn median_us(&self) -> Option<f64> {
+        match (&self.status, &self.timing) {
+            (BaselineStatus::Measured, Some(t)) if t.median_us > 0.0 => Some(t.median_us),
+            _ => None,
+        }
+    }
+}
+
+/// Baselines of one problem per library, as written in `problem.toml`.
+pub type Baselines = BTreeMap<String, BaselineOp>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONV: &str = r#"
+name = "conv"
+[[tensor]]
+name = "x"
+dtype = "f32"
+shape = [2, 3, 32, 32]
+role = "input"
+[[tensor]]
+name = "w"
+dtype = "f32"
+shape = [8, 3, 5, 5]
+role = "input"
+[[tensor]]
+name = "b"
+dtype = "f32"
+shape = [8]
+role = "input"
+[[tensor]]
+name = "y"
+dtype = "f32"
+shape = [2, 8, 7, 7]
+role = "output"
+[tolerance]
+atol = 1e-3
+rtol = 1e-3
+[reference.cuda]
+file = "r.cu"
+launches = [{ kernel = "k", args = ["x", "w", "b", "y"] }]
+[baseline.cudnn]
+op = "conv2d"
+x = "x"
+w = "w"
+b = "b"
+y = "y"
+stride = 2
+padding = 1
+relu = true
+maxpool = { kernel = 3, stride = 2 }
+[baseline.torch]
+op = "conv2d"
+x = "x"
+w = "w"
+b = "b"
+y = "y"
+stride = 2
+padding = 1
+relu = true
+maxpool = { kernel = 3, stride = 2 }
+"#;
+
+    #[test]
+    fn conv_with_pool_parses_and_checks() {
+        let spec = ProblemSpec::from_toml(CONV).expect("parses");
+        spec.validate().expect("valid");
+        // (32 + 2 - 5) / 2 + 1 = 15, then (15 - 3) / 2 + 1 = 7.
+        assert!(matches!(
+            spec.baseline.get("cudnn"),
+            Some(BaselineOp::Conv2d {
+                maxpool: Some(Pool {
+                    kernel: 3,
+                    stride: 2
+                }),
+                relu: true,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn wrong_shapes_roles_and_libraries_are_refused_with_the_table_named() {
+        for (from, to, needle) in [
+            (
+                "shape = [2, 8, 7, 7]",
+                "shape = [2, 8, 15, 15]",
+                "output must be",
+            ),
+            (
+                "[baseline.cudnn]\nop = \"conv2d\"",
+                "[baseline.cudnn]\nop = \"softmax\"",
+                "unknown field",
+            ),
+            ("[baseline.cudnn]", "[baseline.cublas]", "cublas has no op"),
+            ("[baseline.torch]", "[baseline.mkl]", "unknown library"),
+            (
+                "y = \"y\"\nstride = 2\npadding = 1\nrelu = true\nmaxpool = { kernel = 3, stride = 2 }\n[baseline.torch]",
+                "y = \"x\"\nstride = 2\npadding = 1\nrelu = true\nmaxpool = { kernel = 3, stride = 2 }\n[baseline.torch]",
+                "must be an output",
+            ),
+            ("x = \"x\"\nw", "x = \"nope\"\nw", "no tensor \"nope\""),
+        ] {
+            let text = CONV.replacen(from, to, 1);
+            assert_ne!(text, CONV, "{from}");
+            let err = match ProblemSpec::from_toml(&text) {
+                Err(e) => e.to_string(),
+                Ok(spec) => spec.validate().expect_err(needle).to_string(),
+            };
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+    }
+
+    #[test]
+    fn arbitrary_code_is_not_an_op() {
+        let text = CONV.replacen(
+            "[baseline.torch]\nop = \"conv2d\"",
+            "[baseline.torch]\nop = \"__import__('os').system('id')\"",
+            1,
+        );
+        assert!(ProblemSpec::from_toml(&text).is_err());
+    }
+
+    #[test]
+    fn matmul_dims_and_dtypes() {
+        let text = r#"
+name = "mm"
+[[tensor]]
+name = "A"
+dtype = "f32"
+shape = [4, 8]
+role = "input"
+[[tensor]]
+name = "B"
+dtype = "f32"
+shape = [8, 2]
+role = "input"
+[[tensor]]
+name = "C"
+dtype = "f32"
+shape = [4, 2]
+role = "output"
+[tolerance]
+atol = 1e-3
+rtol = 1e-3
+[reference.cuda]
+file = "r.cu"
+launches = [{ kernel = "k", args = ["A", "B", "C"] }]
+[baseline.cublas]
+op = "matmul"
+a = "A"
+b = "B"
+c = "C"
+"#;
+        ProblemSpec::from_toml(text)
+            .expect("parses")
+            .validate()
+            .expect("valid");
+        let bad = text.replace("shape = [8, 2]", "shape = [7, 2]");
+        let err = ProblemSpec::from_toml(&bad)
+            .expect("parses")
+            .validate()
+            .expect_err("K differs");
+        assert!(err.to_string().contains("[baseline.cublas]"), "{err}");
+        let bad = text.replace(
+            "dtype = \"f32\"\nshape = [4, 2]",
+            "dtype = \"f16\"\nshape = [4, 2]",
+        );
+        assert!(
+            ProblemSpec::from_toml(&bad)
+                .expect("parses")
+                .validate()
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn result_median_only_when_measured() {
+        let r = BaselineResult::not_measured(
+            "cublas-fp32",
+            "cublas",
+            precision::FP32,
+            BaselineStatus::Unavailable,
+            "libcublas.so not found",
+        );
+        assert_eq!(r.median_us(), None);
+        let json = serde_json::to_value(&r).expect("json");
+        assert_eq!(json["status"], "unavailable");
+    }
+}
