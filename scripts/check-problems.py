@@ -200,10 +200,16 @@ def check_annotations(src: str, where: str, errs: list[str]) -> None:
         word, rest = m.group(0), t[m.end():]
         if word == "knob":
             parts = rest.split()
-            if len(parts) != 2:
+            if len(parts) not in (2, 3):
                 errs.append(f"{where}:{line}: `// @knob` needs a name and values: `// @knob NAME V1|V2`")
                 continue
-            name, values = parts
+            name, values = parts[0], parts[1]
+            if len(parts) == 3 and not re.fullmatch(
+                r"launch:(block|grid)\.[xyz](,(block|grid)\.[xyz])*(@[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*)?",
+                parts[2],
+            ):
+                errs.append(f"{where}:{line}: knob {name}: bad launch binding {parts[2]!r} (launch:block.x[@kernel,...])")
+                continue
             if not IDENT.match(name) or len(name) > 128:
                 errs.append(f"{where}:{line}: knob name {name!r} is not an identifier")
                 continue

@@ -44,7 +44,7 @@ fi
 
 status=0
 section() { printf '\n=== %s === (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
-steps=" ${GPU_CHECK_STEPS:-probe tests kilnd searches bench} "
+steps=" ${GPU_CHECK_STEPS:-probe tests kilnd baselines searches bench} "
 want() { case "$steps" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 section "host"
@@ -106,6 +106,9 @@ PY
     [ -n "$d" ] && add_dir "$d"
 fi
 echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+py=$(command -v python3 || true)
+echo "python3: ${py:-not found}"
+[ -n "$py" ] && "$py" -c 'import torch, sys; print("  torch", torch.__version__, "at", torch.__file__, "for", sys.executable)' 2>&1 | head -2
 for lib in libcuda.so.1 libnvidia-ml.so.1 libnvrtc.so.13; do
     if found "$lib"; then echo "  $lib: found"; else echo "  $lib: NOT FOUND"; fi
 done
@@ -138,7 +141,7 @@ if want tests && [ -d "$bundle/gpu-tests" ]; then
     done
 fi
 
-if { want kilnd || want searches || want bench; } && [ -x "$bundle/kilnd" ] && [ -x "$bundle/kiln" ]; then
+if { want kilnd || want baselines || want searches || want bench; } && [ -x "$bundle/kilnd" ] && [ -x "$bundle/kiln" ]; then
     section "kilnd end to end"
     tmp=$(mktemp -d /tmp/kiln-gpu-check.XXXXXX)
     export KILN_SOCKET="$tmp/kiln.sock"
@@ -160,6 +163,15 @@ TOML
                 "$bundle/kiln" submit --problem "$p" --seed --backend cuda --wait || status=1
             done
         fi
+        if want baselines; then
+            for p in softmax-4096x65536 layernorm-16x64x256x256 matmul-fp32-4096 conv2d-3to96-k11s4p2 conv2d-relu-maxpool; do
+                section "baselines through kilnd: $p"
+                "$bundle/kiln" problems baseline "$p" || status=1
+                "$bundle/kiln" problems show "$p" || status=1
+            done
+            id=$("$bundle/kiln" submit --problem softmax-4096x65536 --seed --backend cuda -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])' 2>/dev/null)
+            [ -n "$id" ] && "$bundle/kiln" show "$id" --wait 120
+        fi
         if want searches; then
             for p in softmax-4096x65536 layernorm-16x64x256x256; do
                 for prop in hill-climb idea-branch map-elites; do
@@ -167,7 +179,8 @@ TOML
                     "$bundle/kiln" search start --problem "$p" --proposer "$prop" \
                         --budget "${SEARCH_BUDGET:-24}" --time-limit 10m --seed 1 --wait || status=1
                     id=$("$bundle/kiln" search list -o json | python3 -c 'import json,sys; s=json.load(sys.stdin); s=s.get("searches", s); print(s[0]["id"] if s else "")' 2>/dev/null)
-                    [ -n "$id" ] && [ -n "$out" ] && "$bundle/kiln" search show "$id" -o json >"$out/search-$prop-$p.json" 2>/dev/null
+                    # One file for all searches (the device tool brings back few files).
+                    [ -n "$id" ] && [ -n "$out" ] && "$bundle/kiln" search show "$id" -o json >>"$out/searches.jsonl" 2>/dev/null
                 done
             done
         fi
@@ -176,8 +189,9 @@ TOML
             bench_out=${out:-$tmp}
             "$bundle/kiln" bench latency --problem vecadd-cuda-1m --backend cuda -o json >"$bench_out/bench-latency.json" || status=1
             "$bundle/kiln" bench throughput --problem softmax-4096x65536 --backend cuda -o json >"$bench_out/bench-throughput.json" || status=1
-            "$bundle/kiln" bench stability --problem layernorm-16x64x256x256 --backend cuda -o json >"$bench_out/bench-stability.json" || status=1
-            for f in latency throughput stability; do
+            "$bundle/kiln" bench throughput --problem softmax-4096x65536 --backend cuda --race --no-cached -o json >"$bench_out/bench-throughput-raced.json" || status=1
+            "$bundle/kiln" bench stability --problem layernorm-16x64x256x256 --backend cuda --rounds 20 --interleave 1 -o json >"$bench_out/bench-stability.json" || status=1
+            for f in latency throughput throughput-raced stability; do
                 echo "--- bench $f"; cat "$bench_out/bench-$f.json"
             done
         fi

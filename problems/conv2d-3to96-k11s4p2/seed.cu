@@ -21,7 +21,7 @@
 // @knob OCPT 1|2|4|8|16|32
 #define OCPT 4
 
-// @knob BLOCK 64|128|256|512
+// @knob BLOCK 64|128|256|512 launch:block.x
 #define BLOCK 256
 
 // @idea smem_weights: stage the weights of the block's output channels (OCPT*C*KH*KW floats) in shared memory once per block

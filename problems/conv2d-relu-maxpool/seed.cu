@@ -23,10 +23,10 @@
 // @knob OCPT 1|2|4|8|16|32
 #define OCPT 4
 
-// @knob BLOCK 64|128|256|512
+// @knob BLOCK 64|128|256|512 launch:block.x@conv2d
 #define BLOCK 256
 
-// @knob PBLOCK 64|128|256|512
+// @knob PBLOCK 64|128|256|512 launch:block.x@relu_maxpool
 #define PBLOCK 256
 
 // @idea fuse: compute the convolution for a tile of output pixels in shared memory and pool it in the same kernel, so the 116 MB intermediate never goes to memory

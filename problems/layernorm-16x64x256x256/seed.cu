@@ -35,7 +35,7 @@
 // @knob CHUNKS 64|128|256|512
 #define CHUNKS 256
 
-// @knob BLOCK 128|256|512|1024
+// @knob BLOCK 128|256|512|1024 launch:block.x@ln_stats,ln_apply
 #define BLOCK 256
 
 // @idea l2_reuse: x is read twice (statistics, then apply); process a few rows at a time (one row of x is 16.8 MB, the L2 holds 60 MB), e.g. one launch triple per row group, so the second read hits L2 instead of HBM

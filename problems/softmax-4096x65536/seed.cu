@@ -20,7 +20,7 @@
 // @knob EXPF expf|__expf
 #define EXPF expf
 
-// @knob BLOCK 128|256|512|1024
+// @knob BLOCK 128|256|512|1024 launch:block.x
 #define BLOCK 256
 
 // @idea online_max_sum: find the maximum and the sum of exponentials in one pass (online softmax: when the running maximum grows from m to m', multiply the running sum by exp(m - m')), then write in a second pass - two reads of x instead of three

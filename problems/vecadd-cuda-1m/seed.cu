@@ -13,7 +13,7 @@
 // @knob ILP 1|2|4|8
 #define ILP 1
 
-// @knob BLOCK 128|256|512|1024
+// @knob BLOCK 128|256|512|1024 launch:block.x
 #define BLOCK 256
 
 // @idea float4: load a and b and store y as float4 (n is a multiple of 4 here), a quarter of the memory instructions

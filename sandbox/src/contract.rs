@@ -128,6 +128,11 @@ pub trait Target {
     /// Keeps the last candidate run's outputs in `slot` (0 or 1; a slot is reused) and
     /// reports the outputs that still hold poison.
     fn keep(&mut self, slot: usize) -> Result<(Self::Kept, Vec<Unwritten>), RunFailure>;
+    /// The outputs of the last candidate run that still hold poison, without keeping them
+    /// (warm-up runs).
+    fn unwritten(&mut self) -> Result<Vec<Unwritten>, RunFailure> {
+        self.keep(0).map(|(_, u)| u)
+    }
     /// Runs the trusted reference on `inputs` (after the candidate's runs, never while
     /// candidate code can run) and compares each of `kept` with it under `tol`, one
     /// metrics list per kept run; leaves nothing of the reference's results where
@@ -261,6 +266,15 @@ impl<'a, T: Target> Session<'a, T> {
         let range = self.range_trial()?;
         if let Some(range_rel) = range {
             tier = compare::tier_with_range(tier, worst_rel_l2, range_rel);
+        }
+        // An output held in f16 has fp16's range whatever the arithmetic was.
+        let f16_out = self
+            .problem
+            .tensors
+            .iter()
+            .any(|t| t.role == Role::Output && t.dtype == Dtype::F16);
+        if f16_out && tier == kiln_types::PrecisionTier::Tf32Like {
+            tier = kiln_types::PrecisionTier::Fp16Like;
         }
         self.evidence.correctness_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
         tracing::debug!("correctness took {:?}", t0.elapsed());
@@ -493,8 +507,27 @@ impl<'a, T: Target> Session<'a, T> {
             Ok(k) => k,
             Err(f) => return Err(self.failure_verdict(f, label).into()),
         };
+        self.fail_unwritten(unwritten, label)?;
+        Ok(kept)
+    }
+
+    /// Runs the candidate once on `inputs` with the per-run checks (fault, timeout,
+    /// tampered inputs, unwritten outputs) and keeps nothing (warm-up runs).
+    pub fn warmup_run(&mut self, inputs: &T::Inputs, label: &str) -> Step<()> {
+        if let Err(f) = self.target.run(inputs) {
+            return Err(self.failure_verdict(f, label).into());
+        }
+        self.check_inputs(inputs, label)?;
+        let unwritten = match self.target.unwritten() {
+            Ok(u) => u,
+            Err(f) => return Err(self.failure_verdict(f, label).into()),
+        };
+        self.fail_unwritten(unwritten, label)
+    }
+
+    fn fail_unwritten(&mut self, unwritten: Vec<Unwritten>, label: &str) -> Step<()> {
         if unwritten.is_empty() {
-            return Ok(kept);
+            return Ok(());
         }
         self.evidence.deciding_trial = Some(label.to_string());
         let desc: Vec<String> = unwritten

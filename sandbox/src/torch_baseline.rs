@@ -48,11 +48,26 @@ impl TorchHelper {
             })
             .find(|p| p.is_file())?;
         Some(TorchHelper {
-            python: PathBuf::from(python),
+            python: resolve(python),
             script,
             timeout,
         })
     }
+}
+
+/// A bare interpreter name resolved on the caller's own PATH (the helper runs with a
+/// short fixed PATH, which may not lead to the python that has torch).
+fn resolve(python: &str) -> PathBuf {
+    if python.contains('/') {
+        return PathBuf::from(python);
+    }
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(python))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| PathBuf::from(python))
 }
 
 fn unavailable(detail: String) -> Vec<BaselineResult> {

@@ -325,7 +325,10 @@ fn redteam_gpu_infinite_loop() {
 #[test]
 fn redteam_gpu_printf_flood() {
     let Some(e) = redteam(
-        "if (i < n) { y[i] = a[i] + b[i]; printf(\"flood %lld\\n\", i); }",
+        // One thread per block prints (every thread printing makes a launch so slow that
+        // it ends as a timeout instead): 4096 blocks x 8 lines fill the 256 KiB printf
+        // FIFO at each launch, so the 1 MiB output limit goes within a few runs.
+        "if (i < n) y[i] = a[i] + b[i]; if (threadIdx.x == 0) for (int r = 0; r < 8; ++r) printf(\"flood %lld %d\\n\", i, r);",
         5_000,
     ) else {
         return;

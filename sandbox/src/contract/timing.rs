@@ -91,7 +91,7 @@ fn time_once<T: Target>(s: &mut Session<T>) -> Step<(TimingStats, Vec<f64>)> {
     let mut set = 0u64;
     let mut inputs = s.draw("timing", set, false)?;
     for w in 0..=tp.warmup {
-        s.candidate_run(&inputs, &format!("warm-up run {w}"), 0)?;
+        s.warmup_run(&inputs, &format!("warm-up run {w}"))?;
     }
 
     let warmup_ms = setup.elapsed().as_secs_f64() * 1e3;

@@ -64,9 +64,11 @@ struct Tensor {
     buf: DeviceBuffer,
 }
 
-/// A kept copy of one run's outputs: one buffer per output tensor, with its keyed hash.
+/// A kept copy of one run's outputs: one buffer per output tensor, with its keyed hash
+/// once taken. The hash is taken only when candidate code is about to run while the copy
+/// waits to be checked (a copy checked before any candidate code runs again needs none).
 struct KeptSet {
-    bufs: Vec<(DeviceBuffer, u64)>,
+    bufs: Vec<(DeviceBuffer, Option<u64>)>,
 }
 
 /// A drawn input set: how each input was generated, and its keyed hash.
@@ -89,6 +91,8 @@ pub struct GpuTarget<'g> {
     ref_scratch: Vec<DeviceBuffer>,
     cand_scratch: Vec<DeviceBuffer>,
     kept: Vec<Option<KeptSet>>,
+    /// Kept slots not checked yet (hashed before candidate code runs again).
+    awaiting: Vec<usize>,
     run_timeout: Duration,
     output_limit: u64,
     hash_key: u64,
@@ -283,6 +287,7 @@ fn evaluate_on(gpu: &Gpu, telemetry: &mut Telemetry, job: Job) -> Result<Evaluat
         ref_scratch,
         cand_scratch,
         kept: Vec::new(),
+        awaiting: Vec::new(),
         run_timeout: Duration::from_millis(job.plan.run_timeout_ms.max(1)),
         output_limit: job.output_limit_bytes,
         hash_key: derive_seed(job.plan.seed, "kiln/input-hash"),
@@ -363,6 +368,30 @@ fn resources(module: &Module, plan: &CheckedPlan) -> Vec<KernelResources> {
 impl GpuTarget<'_> {
     fn fail(&self, e: GpuError) -> RunFailure {
         failure(e, self.run_timeout)
+    }
+
+    /// Hashes every kept copy that awaits its check and has no hash yet: candidate code is
+    /// about to run, and a copy it changes must be caught.
+    fn protect_kept(&mut self) -> Result<(), GpuError> {
+        for &slot in &self.awaiting {
+            let key = self.hash_key ^ (slot as u64 + 1);
+            let Some(set) = self.kept.get(slot).and_then(Option::as_ref) else {
+                continue;
+            };
+            let mut hashes = Vec::new();
+            for (b, h) in &set.bufs {
+                hashes.push(match h {
+                    Some(h) => *h,
+                    None => self.gpu.hash(b, key)?,
+                });
+            }
+            if let Some(set) = self.kept.get_mut(slot).and_then(Option::as_mut) {
+                for ((_, h), new) in set.bufs.iter_mut().zip(hashes) {
+                    *h = Some(new);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A device-printf flood is a fault (checked after every candidate run).
@@ -585,26 +614,38 @@ impl Target for GpuTarget<'_> {
                     .gpu
                     .alloc(self.tensors[i].buf.bytes())
                     .map_err(|e| self.fail(e))?;
-                bufs.push((b, 0));
+                bufs.push((b, None));
             }
             self.kept[slot] = Some(KeptSet { bufs });
         }
-        let key = self.hash_key ^ (slot as u64 + 1);
-        let mut hashes = Vec::new();
         if let Some(set) = &self.kept[slot] {
             for (&i, (b, _)) in outs.iter().zip(&set.bufs) {
                 self.gpu
                     .copy(b, &self.tensors[i].buf)
                     .map_err(|e| self.fail(e))?;
-                hashes.push(self.gpu.hash(b, key).map_err(|e| self.fail(e))?);
             }
         }
         if let Some(set) = self.kept[slot].as_mut() {
-            for ((_, h), new) in set.bufs.iter_mut().zip(hashes) {
-                *h = new;
+            for (_, h) in set.bufs.iter_mut() {
+                *h = None;
             }
         }
+        if !self.awaiting.contains(&slot) {
+            self.awaiting.push(slot);
+        }
         Ok((slot, Vec::new()))
+    }
+
+    fn unwritten(&mut self) -> Result<Vec<Unwritten>, RunFailure> {
+        let mut list = Vec::new();
+        for i in self.outputs() {
+            let t = &self.tensors[i];
+            let (n, first) = self.unwritten_in(&t.buf, t).map_err(|e| self.fail(e))?;
+            if n > 0 {
+                list.push((t.name.clone(), n, first));
+            }
+        }
+        Ok(list)
     }
 
     fn check(
@@ -619,8 +660,8 @@ impl Target for GpuTarget<'_> {
             let Some(set) = self.kept.get(slot).and_then(Option::as_ref) else {
                 return Err(CheckError::Infra(format!("no kept outputs in slot {slot}")));
             };
-            for (b, h) in &set.bufs {
-                if self.gpu.hash(b, key).map_err(infra)? != *h {
+            for (b, h) in set.bufs.iter().filter_map(|(b, h)| h.map(|h| (b, h))) {
+                if self.gpu.hash(b, key).map_err(infra)? != h {
                     return Err(CheckError::KeptChanged(format!(
                         "kiln's copy of the outputs of run {} changed while later candidate code ran",
                         slot + 1
@@ -642,6 +683,14 @@ impl Target for GpuTarget<'_> {
         }
         // Scrub: nothing of the reference's results stays on the device.
         self.scrub_reference().map_err(infra)?;
+        for &&slot in kept {
+            if let Some(set) = self.kept.get_mut(slot).and_then(Option::as_mut) {
+                for (_, h) in set.bufs.iter_mut() {
+                    *h = None;
+                }
+            }
+        }
+        self.awaiting.retain(|s| !kept.iter().any(|k| **k == *s));
         Ok(result)
     }
 
@@ -667,6 +716,7 @@ impl Target for GpuTarget<'_> {
     }
 
     fn run(&mut self, inputs: &GpuInputs) -> Result<f64, RunFailure> {
+        self.protect_kept().map_err(|e| self.fail(e))?;
         self.ensure(inputs).map_err(|e| self.fail(e))?;
         self.prepare_candidate().map_err(|e| self.fail(e))?;
         self.gpu
@@ -677,6 +727,7 @@ impl Target for GpuTarget<'_> {
     }
 
     fn sample(&mut self, inputs: &GpuInputs) -> Result<f64, RunFailure> {
+        self.protect_kept().map_err(|e| self.fail(e))?;
         self.ensure(inputs).map_err(|e| self.fail(e))?;
         self.prepare_candidate().map_err(|e| self.fail(e))?;
         let cfg = SampleConfig::contract(&self.cand_plan, self.run_timeout);
@@ -689,6 +740,7 @@ impl Target for GpuTarget<'_> {
     }
 
     fn plain_sample(&mut self, inputs: &GpuInputs) -> Result<f64, RunFailure> {
+        self.protect_kept().map_err(|e| self.fail(e))?;
         self.ensure(inputs).map_err(|e| self.fail(e))?;
         let ms = self
             .gpu

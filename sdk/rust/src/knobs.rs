@@ -18,6 +18,13 @@
 //!   all different. `VALUE` is the rest of the `#define` line up to a `//` or `/*`
 //!   comment, trimmed; it need not be one of the values (the knob's `current_index` is
 //!   then `None`). A name may be a knob only once.
+//! - A knob may end with a **launch binding** `launch:FIELD[,FIELD...][@KERNEL[,KERNEL...]]`
+//!   (`FIELD` one of `block.x`, `block.y`, `block.z`, `grid.x`, `grid.y`, `grid.z`):
+//!   when the knob is set, those fields of the launches of the named kernels (of every
+//!   launch without `@`) take its value, which must then be a positive integer — for a
+//!   `BLOCK` knob the kernel checks against `blockDim.x`:
+//!   `// @knob BLOCK 128|256|512 launch:block.x@ln_stats,ln_apply`.
+//!   [`crate::search::moves::apply`] applies bindings; [`set`] rewrites only the source.
 //! - An **idea** is a line `// @idea NAME: free text`. `NAME` is a C identifier and the
 //!   text (trimmed) must not be empty. Ideas are hints for people and LLMs; the
 //!   rewriter does not apply them.
@@ -43,6 +50,70 @@ pub struct Knob {
     pub current_index: Option<usize>,
     /// 1-based line number of the `#define`.
     pub line: usize,
+    /// Launch fields that follow the knob's value, if any.
+    pub launch: Option<LaunchBinding>,
+}
+
+/// Launch fields bound to a knob (`launch:block.x@k1,k2`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchBinding {
+    /// `(dimension, axis)`: `("block", 0)` for `block.x`.
+    pub fields: Vec<(String, usize)>,
+    /// The kernels whose launches follow it; empty = every launch.
+    pub kernels: Vec<String>,
+}
+
+impl LaunchBinding {
+    fn parse(text: &str) -> Option<LaunchBinding> {
+        let spec = text.strip_prefix("launch:")?;
+        let (fields, kernels) = match spec.split_once('@') {
+            Some((f, k)) => (f, k.split(',').map(str::to_string).collect::<Vec<_>>()),
+            None => (spec, Vec::new()),
+        };
+        if kernels.iter().any(|k| !is_identifier(k)) {
+            return None;
+        }
+        let mut out = Vec::new();
+        for f in fields.split(',') {
+            let (dim, axis) = f.split_once('.')?;
+            let axis = match axis {
+                "x" => 0,
+                "y" => 1,
+                "z" => 2,
+                _ => return None,
+            };
+            if dim != "block" && dim != "grid" {
+                return None;
+            }
+            out.push((dim.to_string(), axis));
+        }
+        Some(LaunchBinding {
+            fields: out,
+            kernels,
+        })
+    }
+
+    /// Sets the bound fields of the matching launches to `value`; an error when it is not
+    /// a positive integer.
+    pub fn apply(&self, launches: &mut [kiln_types::Launch], value: &str) -> Result<(), String> {
+        let v: u32 = value
+            .parse()
+            .ok()
+            .filter(|v| *v > 0)
+            .ok_or_else(|| format!("launch-bound knob value {value:?} is not a positive integer"))?;
+        for l in launches
+            .iter_mut()
+            .filter(|l| self.kernels.is_empty() || self.kernels.contains(&l.kernel))
+        {
+            for (dim, axis) in &self.fields {
+                match dim.as_str() {
+                    "block" => l.block[*axis] = v,
+                    _ => l.grid[*axis] = v,
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A free-text optimisation idea.
@@ -217,9 +288,16 @@ pub fn parse(source: &str) -> Result<Annotations, KnobError> {
         match word {
             "knob" => {
                 let mut parts = rest.split_whitespace();
-                let (Some(name), Some(values), None) = (parts.next(), parts.next(), parts.next())
+                let (Some(name), Some(values), binding, None) =
+                    (parts.next(), parts.next(), parts.next(), parts.next())
                 else {
                     return Err(KnobError::MalformedKnob { line });
+                };
+                let launch = match binding {
+                    None => None,
+                    Some(b) => Some(
+                        LaunchBinding::parse(b).ok_or(KnobError::MalformedKnob { line })?,
+                    ),
                 };
                 if !is_identifier(name) {
                     return Err(KnobError::BadName {
@@ -271,6 +349,7 @@ pub fn parse(source: &str) -> Result<Annotations, KnobError> {
                     current: value.into(),
                     values: vals,
                     line: line + 1,
+                    launch,
                 });
             }
             "idea" => {

@@ -58,7 +58,8 @@ pub fn describe(a: &[(String, String)]) -> String {
         .join(" ")
 }
 
-/// `base` with the knobs of `a` set and `flags` added (no parent or note), or why not.
+/// `base` with the knobs of `a` set (launch-bound knobs also set their launch fields)
+/// and `flags` added (no parent or note), or why not.
 pub fn apply(
     base: &Candidate,
     a: &[(String, String)],
@@ -66,7 +67,13 @@ pub fn apply(
 ) -> Result<Candidate, String> {
     let pairs: Vec<(&str, &str)> = a.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let source = knobs::set_all(&base.source, &pairs).map_err(|e| e.to_string())?;
+    let notes = annotations(&base.source);
     let mut c = base.clone();
+    for (name, value) in a {
+        if let Some(binding) = notes.knob(name).and_then(|k| k.launch.as_ref()) {
+            binding.apply(&mut c.launches, value)?;
+        }
+    }
     c.source = source;
     c.parent = None;
     c.note = None;
@@ -84,6 +91,28 @@ mod tests {
 
     const SRC: &str =
         "// @knob A 1|2|4|8\n#define A 2\n// @knob T double|float\n#define T double\n";
+
+    #[test]
+    fn launch_bound_knobs_move_their_launches() {
+        let src = "// @knob BLOCK 128|256 launch:block.x@a\n#define BLOCK 256\n";
+        let base: Candidate = serde_json::from_value(serde_json::json!({
+            "problem": "p", "language": "cuda", "source": src,
+            "launches": [
+                {"kernel": "a", "grid": [4, 1, 1], "block": [256, 1, 1], "args": []},
+                {"kernel": "b", "grid": [4, 1, 1], "block": [32, 1, 1], "args": []}
+            ]
+        }))
+        .expect("candidate");
+        let c = apply(&base, &[("BLOCK".into(), "128".into())], &[]).expect("applies");
+        assert!(c.source.contains("#define BLOCK 128"));
+        assert_eq!(c.launches[0].block, [128, 1, 1]);
+        assert_eq!(c.launches[1].block, [32, 1, 1], "kernel b is not bound");
+        let bad = "// @knob T f|d launch:block.x\n#define T f\n";
+        let mut b2 = base.clone();
+        b2.source = bad.into();
+        assert!(apply(&b2, &[("T".into(), "d".into())], &[]).is_err());
+        assert!(knobs::parse("// @knob B 1|2 launch:warp.x\n#define B 1\n").is_err());
+    }
 
     #[test]
     fn neighbours_respect_the_radius() {
