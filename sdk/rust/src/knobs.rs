@@ -96,11 +96,9 @@ impl LaunchBinding {
     /// Sets the bound fields of the matching launches to `value`; an error when it is not
     /// a positive integer.
     pub fn apply(&self, launches: &mut [kiln_types::Launch], value: &str) -> Result<(), String> {
-        let v: u32 = value
-            .parse()
-            .ok()
-            .filter(|v| *v > 0)
-            .ok_or_else(|| format!("launch-bound knob value {value:?} is not a positive integer"))?;
+        let v: u32 = value.parse().ok().filter(|v| *v > 0).ok_or_else(|| {
+            format!("launch-bound knob value {value:?} is not a positive integer")
+        })?;
         for l in launches
             .iter_mut()
             .filter(|l| self.kernels.is_empty() || self.kernels.contains(&l.kernel))
@@ -295,9 +293,9 @@ pub fn parse(source: &str) -> Result<Annotations, KnobError> {
                 };
                 let launch = match binding {
                     None => None,
-                    Some(b) => Some(
-                        LaunchBinding::parse(b).ok_or(KnobError::MalformedKnob { line })?,
-                    ),
+                    Some(b) => {
+                        Some(LaunchBinding::parse(b).ok_or(KnobError::MalformedKnob { line })?)
+                    }
                 };
                 if !is_identifier(name) {
                     return Err(KnobError::BadName {

@@ -14,13 +14,35 @@ fn us(v: f64) -> String {
     }
 }
 
+/// Milliseconds since the Unix epoch as `YYYY-MM-DD HH:MM UTC` (civil-from-days).
+fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        rem / 3600,
+        (rem % 3600) / 60
+    )
+}
+
 /// One line per baseline of a stored set (`BaselineSet` JSON), with a header line.
 pub fn set_lines(set: &Value) -> Vec<String> {
+    let when = set["measured_at"]
+        .as_i64()
+        .map_or_else(|| text(&set["measured_at"]), utc);
     let mut lines = vec![format!(
-        "  on {} (driver {}), measured at {} ms since the epoch",
+        "  on {} (driver {}), measured {when}",
         text(&set["gpu_model"]),
         text(&set["driver"]),
-        text(&set["measured_at"])
     )];
     for r in set["results"].as_array().into_iter().flatten() {
         let name = text(&r["name"]);
@@ -71,6 +93,13 @@ pub fn speedup_lines(speedups: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00 UTC");
+        assert_eq!(utc(1_796_020_062_986), "2026-11-30 06:27 UTC");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00 UTC");
+    }
     use serde_json::json;
 
     #[test]
