@@ -89,13 +89,7 @@ impl Backend for SandboxBackend {
     }
 
     fn compile(&self, candidate: &Candidate) -> Result<CompileOutcome, BackendError> {
-        let out =
-            kiln_sandbox::compile(&self.cfg, candidate).map_err(|e| BackendError(e.to_string()))?;
-        Ok(CompileOutcome {
-            artifact: out.artifact,
-            info: out.info,
-            failure: out.failure,
-        })
+        compile_in_jail(&self.cfg, candidate)
     }
 
     fn evaluate(
@@ -151,13 +145,7 @@ impl Backend for CudaBackend {
     }
 
     fn compile(&self, candidate: &Candidate) -> Result<CompileOutcome, BackendError> {
-        let out =
-            kiln_sandbox::compile(&self.cfg, candidate).map_err(|e| BackendError(e.to_string()))?;
-        Ok(CompileOutcome {
-            artifact: out.artifact,
-            info: out.info,
-            failure: out.failure,
-        })
+        compile_in_jail(&self.cfg, candidate)
     }
 
     fn evaluate(
@@ -208,6 +196,19 @@ impl Backend for CudaBackend {
             .map_err(|e| BackendError(format!("clock policy on {}: {e}", l.uuid)))?
             .map_err(|e| BackendError(e.to_string()))
     }
+}
+
+/// A compile in a jailed worker, as the scheduler sees it.
+fn compile_in_jail(
+    cfg: &SandboxConfig,
+    candidate: &Candidate,
+) -> Result<CompileOutcome, BackendError> {
+    let out = kiln_sandbox::compile(cfg, candidate).map_err(|e| BackendError(e.to_string()))?;
+    Ok(CompileOutcome {
+        artifact: out.artifact,
+        info: out.info,
+        failure: out.failure,
+    })
 }
 
 /// The GPUs the config selects among those found: by UUID or index; all when empty.

@@ -395,6 +395,16 @@ fn redteam_gpu_race() {
     assert_eq!(e.verdict, Verdict::Nondeterministic, "{e:#?}");
 }
 
+/// A 4096² matmul candidate: kernel `mm(A, B, C, M, N, K)`, 16 × 16 tiles.
+fn matmul_candidate(problem: &str, source: &str) -> Candidate {
+    serde_json::from_value(serde_json::json!({
+        "problem": problem, "language": "cuda", "source": source,
+        "launches": [{"kernel": "mm", "grid": [256, 256, 1], "block": [16, 16, 1],
+                      "args": ["A", "B", "C", {"i32": 4096}, {"i32": 4096}, {"i32": 4096}]}]
+    }))
+    .expect("candidate")
+}
+
 /// A tiled fp32 matmul whose operands are rounded to fp16's 10-bit mantissa.
 fn fp16_matmul(problem: &str) -> Candidate {
     let source = r#"
@@ -418,12 +428,7 @@ extern "C" __global__ void mm(const float* A, const float* B, float* C, int M, i
     C[row * N + col] = acc;
 }
 "#;
-    serde_json::from_value(serde_json::json!({
-        "problem": problem, "language": "cuda", "source": source,
-        "launches": [{"kernel": "mm", "grid": [256, 256, 1], "block": [16, 16, 1],
-                      "args": ["A", "B", "C", {"i32": 4096}, {"i32": 4096}, {"i32": 4096}]}]
-    }))
-    .expect("candidate")
+    matmul_candidate(problem, source)
 }
 
 #[test]
@@ -540,12 +545,7 @@ extern "C" __global__ void mm(const float* A, const float* B, float* C, int M, i
     C[row * N + col] = acc;
 }
 "#;
-    serde_json::from_value(serde_json::json!({
-        "problem": problem, "language": "cuda", "source": source,
-        "launches": [{"kernel": "mm", "grid": [256, 256, 1], "block": [16, 16, 1],
-                      "args": ["A", "B", "C", {"i32": 4096}, {"i32": 4096}, {"i32": 4096}]}]
-    }))
-    .expect("candidate")
+    matmul_candidate(problem, source)
 }
 
 #[test]
