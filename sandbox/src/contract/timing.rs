@@ -276,6 +276,139 @@ pub fn stats(samples: &[f64]) -> TimingStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::{CheckError, InputVariant, RunFailure, Unwritten};
+    use kiln_types::{EvalPlan, ProblemSpec, TimingPlan};
+
+    /// A backend whose samples and throttling flags are scripted.
+    struct Scripted {
+        samples: Vec<f64>,
+        next: usize,
+        /// Flagged sample indices per timing attempt.
+        flags: Vec<Vec<usize>>,
+        attempts: usize,
+    }
+
+    impl Target for Scripted {
+        type Inputs = ();
+        type Kept = ();
+        fn backend(&self) -> &'static str {
+            "scripted"
+        }
+        fn draw(&mut self, _: u64, _: &str, _: u64, _: InputVariant) -> Result<(), String> {
+            Ok(())
+        }
+        fn run(&mut self, _: &()) -> Result<f64, RunFailure> {
+            Ok(0.0)
+        }
+        fn sample(&mut self, _: &()) -> Result<f64, RunFailure> {
+            let v = self.samples[self.next % self.samples.len()];
+            self.next += 1;
+            Ok(v)
+        }
+        fn tampered(&mut self, _: &()) -> Result<Vec<String>, RunFailure> {
+            Ok(Vec::new())
+        }
+        fn keep(&mut self, _: usize) -> Result<((), Vec<Unwritten>), RunFailure> {
+            Ok(((), Vec::new()))
+        }
+        fn check(
+            &mut self,
+            _: &(),
+            kept: &[&()],
+            _: kiln_types::Tolerance,
+        ) -> Result<Vec<Vec<kiln_types::ErrorMetrics>>, CheckError> {
+            Ok(kept.iter().map(|_| Vec::new()).collect())
+        }
+        fn diff(
+            &mut self,
+            _: &(),
+            _: &(),
+            _: kiln_types::Tolerance,
+        ) -> Result<(u64, bool), RunFailure> {
+            Ok((0, true))
+        }
+        fn overhead(&mut self) -> Result<f64, RunFailure> {
+            Ok(0.0)
+        }
+        fn outputs_every_sample(&self) -> bool {
+            false
+        }
+        fn timing_finished(&mut self, _: &[(Instant, Instant)]) -> Option<serde_json::Value> {
+            self.attempts += 1;
+            None
+        }
+        fn throttled_samples(&self) -> Vec<usize> {
+            self.flags
+                .get(self.attempts.saturating_sub(1))
+                .cloned()
+                .unwrap_or_default()
+        }
+    }
+
+    fn timed(policy: ThrottlePolicy) -> TimingStats {
+        let problem: ProblemSpec = serde_json::from_value(serde_json::json!({
+            "name": "scripted",
+            "tensor": [
+                {"name": "x", "dtype": "i32", "shape": [4], "role": "input"},
+                {"name": "y", "dtype": "i32", "shape": [4], "role": "output"}
+            ],
+            "tolerance": {"atol": 0.0, "rtol": 0.0},
+            "roofline": {"min_bytes": 0, "flops": 0},
+            "reference": {}
+        }))
+        .expect("problem");
+        let plan = EvalPlan {
+            seed: 1,
+            trials: 1,
+            run_timeout_ms: 1000,
+            timing: TimingPlan {
+                warmup: 0,
+                min_samples: 10,
+                min_time_ms: 0.0,
+                max_rse: 1.0,
+                max_samples: 10,
+                wall_cap_ms: 60_000.0,
+                fresh_inputs_every: 0,
+                recheck_fraction: 0.0,
+                throttle_policy: policy,
+            },
+            peak_bytes_per_s: 0.0,
+            peak_flops: 0.0,
+            plain: None,
+            race: None,
+        };
+        // First attempt: samples 3 and 7 ran throttled (and slow); a second attempt is clean.
+        let mut samples = vec![100.0; 20];
+        samples[3] = 500.0;
+        samples[7] = 500.0;
+        let target = Scripted {
+            samples,
+            next: 0,
+            flags: vec![vec![3, 7], vec![]],
+            attempts: 0,
+        };
+        let mut s = Session::new(&problem, &plan, target);
+        match time(&mut s) {
+            Ok(t) => t,
+            Err(_) => panic!("timing stopped early"),
+        }
+    }
+
+    #[test]
+    fn throttle_policy_report_discard_retry() {
+        let report = timed(ThrottlePolicy::Report);
+        assert_eq!((report.n, report.throttled_discarded), (10, 0));
+        assert!((report.mean_us - 180.0).abs() < 1e-9, "{report:?}");
+        let discard = timed(ThrottlePolicy::Discard);
+        assert_eq!((discard.n, discard.throttled_discarded), (8, 2));
+        assert!((discard.mean_us - 100.0).abs() < 1e-9, "{discard:?}");
+        assert!(!discard.throttle_retried);
+        // 2 of 10 flagged is over a tenth: timed again; the clean second attempt is kept.
+        let retry = timed(ThrottlePolicy::Retry);
+        assert!(retry.throttle_retried, "{retry:?}");
+        assert_eq!((retry.n, retry.throttled_discarded), (10, 0));
+        assert!((retry.mean_us - 100.0).abs() < 1e-9, "{retry:?}");
+    }
 
     #[test]
     fn throttled_samples_are_dropped_unless_all_are() {
