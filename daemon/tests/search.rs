@@ -505,6 +505,49 @@ fn plugin_hosts_of(search: &str) -> Vec<u32> {
         .collect()
 }
 
+/// A request from a process in the plugin host's process group (as a guest that escaped
+/// wasmtime would be) is served the plugin routes only; the same request from the test
+/// itself is served. The process joins the group at spawn (it is in kilnd's session).
+fn plugin_host_peers_get_plugin_routes_only(socket: &Path, host_pid: u32) {
+    use std::os::unix::process::CommandExt;
+    if std::process::Command::new("python3")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        println!("SKIP the plugin-peer check: no python3");
+        return;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{host_pid}/stat")).expect("stat");
+    let pgid: i32 = stat[stat.rfind(')').expect("comm") + 1..]
+        .split_whitespace()
+        .nth(2)
+        .and_then(|g| g.parse().ok())
+        .expect("process group");
+    let script = "import socket,sys\n\
+        s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n\
+        s.sendall(b'GET /v1/problems HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n')\n\
+        out=b''\n\
+        while True:\n    b=s.recv(65536)\n    if not b: break\n    out+=b\n\
+        print(out.decode(errors='replace'))\n";
+    let get = |group: Option<i32>| {
+        let mut cmd = std::process::Command::new("python3");
+        cmd.arg("-c").arg(script).arg(socket);
+        if let Some(g) = group {
+            cmd.process_group(g);
+        }
+        let out = cmd.output().expect("python3 runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let inside = get(Some(pgid));
+    assert!(
+        inside.starts_with("HTTP/1.1 403") && inside.contains("plugin routes only"),
+        "{inside}"
+    );
+    let outside = get(None);
+    assert!(outside.starts_with("HTTP/1.1 200"), "{outside}");
+}
+
 #[test]
 fn plugin_abuse_search_host_is_jailed_sees_only_the_socket_and_dies_on_cancel() {
     build();
@@ -577,6 +620,7 @@ fn plugin_abuse_search_host_is_jailed_sees_only_the_socket_and_dies_on_cancel() 
             scratch.sort();
             assert_eq!(scratch, ["plugin.wasm", "token"]);
         }
+        plugin_host_peers_get_plugin_routes_only(&d.socket, pid);
         let (st, v) = c
             .post(&format!("/v1/searches/{id}/cancel"), &json!({}))
             .await

@@ -63,6 +63,45 @@ pub struct AppState {
 
 pub use system::Facts;
 
+/// The routes a plugin host uses (each checks the search's bearer token), with the same
+/// limits and metrics: all a connection from a plugin host's jail is served.
+pub fn plugin_router(state: AppState) -> Router {
+    let limit = state.config.server.max_body_bytes;
+    Router::new()
+        .route("/v1/searches/{id}/log", post(plugin::post_log))
+        .route("/v1/searches/{id}/archive", get(plugin::archive))
+        .route("/v1/searches/{id}/context", get(plugin::context))
+        .route("/v1/searches/{id}/candidates", post(plugin::submit))
+        .route("/v1/searches/{id}/wait", post(plugin::wait))
+        .route("/v1/searches/{id}/llm", post(plugin::llm))
+        .route(
+            "/v1/searches/{id}/checkpoint",
+            get(plugin::get_checkpoint).put(plugin::put_checkpoint),
+        )
+        .route("/v1/searches/{id}/budget", get(plugin::budget))
+        .route("/v1/searches/{id}/finish", post(plugin::finish))
+        .fallback(plugin_only)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ))
+        .with_state(state)
+}
+
+async fn plugin_only(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!(
+            "a plugin host may use its search's plugin routes only, not {} {}",
+            req.method(),
+            req.uri().path()
+        ),
+    )
+}
+
 /// The router with every route, limits and request metrics.
 pub fn router(state: AppState) -> Router {
     let limit = state.config.server.max_body_bytes;
@@ -150,6 +189,7 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     let app = router(state.clone());
+    let plugin_app = plugin_router(state.clone());
     let refused = Router::new().fallback(refused_handler);
     loop {
         let (stream, _) = tokio::select! {
@@ -164,6 +204,12 @@ pub async fn serve(
             _ = shutdown.cancelled() => break,
         };
         let service = match stream.peer_cred() {
+            Ok(cred)
+                if access.allows(cred.uid(), cred.gid())
+                    && crate::search::peers::is_plugin_host(cred.pid()) =>
+            {
+                plugin_app.clone()
+            }
             Ok(cred) if access.allows(cred.uid(), cred.gid()) => app.clone(),
             Ok(cred) => {
                 tracing::warn!(

@@ -13,6 +13,7 @@
 //! from the store, never evaluated twice.
 
 mod ending;
+pub mod peers;
 mod proposers;
 
 use std::collections::HashMap;
@@ -270,6 +271,8 @@ impl Supervisor {
         .map_err(|e| format!("cannot start the plugin host in its jail: {e}"))?;
         let killer = jailed.killer();
         let _kill_on_drop = KillOnDrop(killer.clone());
+        // Its connections get the plugin routes only, for as long as it runs.
+        let _listed = peers::register(i32::try_from(jailed.pid()).unwrap_or(i32::MAX));
         if let (Some(r), Some(k)) = (self.lock().get_mut(id), &killer) {
             r.killer = Some(k.clone());
         }

@@ -800,6 +800,7 @@ mod tests {
             libc::SYS_mkdirat,
             libc::SYS_renameat2,
             libc::SYS_setsid,
+            libc::SYS_setpgid,
             libc::SYS_seccomp,
         ];
         for nr in absent {
