@@ -208,6 +208,7 @@ pub async fn serve(
                 if access.allows(cred.uid(), cred.gid())
                     && crate::search::peers::is_plugin_host(cred.pid()) =>
             {
+                tracing::debug!(pid = ?cred.pid(), "a plugin host's connection: plugin routes only");
                 plugin_app.clone()
             }
             Ok(cred) if access.allows(cred.uid(), cred.gid()) => app.clone(),

@@ -100,11 +100,17 @@ async def _chunks(reader: asyncio.StreamReader, headers: Dict[str, str]) -> Asyn
             yield data
 
 
+CLOSE_WAIT_S = 2.0
+"""How long closing a connection waits for the transport to report it closed."""
+
+
 async def _close(writer: asyncio.StreamWriter) -> None:
     writer.close()
     try:
-        await writer.wait_closed()
-    except (OSError, asyncio.CancelledError):
+        # Bounded: on some Python versions wait_closed() can wait for ever on a stream
+        # whose reader task was cancelled mid-read; the transport is closed either way.
+        await asyncio.wait_for(writer.wait_closed(), CLOSE_WAIT_S)
+    except (OSError, asyncio.CancelledError, asyncio.TimeoutError):
         pass
 
 
