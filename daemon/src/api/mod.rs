@@ -63,13 +63,10 @@ pub struct AppState {
 
 pub use system::Facts;
 
-/// The routes a plugin host uses (each checks the search's bearer token), with the same
-/// limits and metrics: all a connection from a plugin host's jail is served.
-pub fn plugin_router(state: AppState) -> Router {
-    let limit = state.config.server.max_body_bytes;
-    Router::new()
-        .route("/v1/searches/{id}/log", post(plugin::post_log))
-        .route("/v1/searches/{id}/archive", get(plugin::archive))
+/// The plugin routes (each checks the search's bearer token) but the log, whose GET is a
+/// user route on the same path.
+fn plugin_routes(r: Router<AppState>) -> Router<AppState> {
+    r.route("/v1/searches/{id}/archive", get(plugin::archive))
         .route("/v1/searches/{id}/context", get(plugin::context))
         .route("/v1/searches/{id}/candidates", post(plugin::submit))
         .route("/v1/searches/{id}/wait", post(plugin::wait))
@@ -80,14 +77,25 @@ pub fn plugin_router(state: AppState) -> Router {
         )
         .route("/v1/searches/{id}/budget", get(plugin::budget))
         .route("/v1/searches/{id}/finish", post(plugin::finish))
-        .fallback(plugin_only)
-        .method_not_allowed_fallback(method_not_allowed)
+}
+
+/// Body limit, request metrics and the state, for either router.
+fn finish_router(r: Router<AppState>, state: AppState) -> Router {
+    let limit = state.config.server.max_body_bytes;
+    r.method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_requests,
         ))
         .with_state(state)
+}
+
+/// The routes a plugin host uses, with the same limits and metrics: all a connection from
+/// a plugin host's jail is served.
+pub fn plugin_router(state: AppState) -> Router {
+    let r = Router::new().route("/v1/searches/{id}/log", post(plugin::post_log));
+    finish_router(plugin_routes(r).fallback(plugin_only), state)
 }
 
 async fn plugin_only(req: Request) -> ApiError {
@@ -104,8 +112,7 @@ async fn plugin_only(req: Request) -> ApiError {
 
 /// The router with every route, limits and request metrics.
 pub fn router(state: AppState) -> Router {
-    let limit = state.config.server.max_body_bytes;
-    Router::new()
+    let r = Router::new()
         .route("/v1/health", get(system::health))
         .route("/v1/info", get(system::info))
         .route("/metrics", get(system::metrics))
@@ -129,27 +136,9 @@ pub fn router(state: AppState) -> Router {
             "/v1/searches/{id}/log",
             get(searches::log).post(plugin::post_log),
         )
-        .route("/v1/searches/{id}/archive", get(plugin::archive))
         .route("/v1/searches/{id}/llm-calls", get(searches::llm_calls))
-        .route("/v1/searches/{id}/cancel", post(searches::cancel))
-        .route("/v1/searches/{id}/context", get(plugin::context))
-        .route("/v1/searches/{id}/candidates", post(plugin::submit))
-        .route("/v1/searches/{id}/wait", post(plugin::wait))
-        .route("/v1/searches/{id}/llm", post(plugin::llm))
-        .route(
-            "/v1/searches/{id}/checkpoint",
-            get(plugin::get_checkpoint).put(plugin::put_checkpoint),
-        )
-        .route("/v1/searches/{id}/budget", get(plugin::budget))
-        .route("/v1/searches/{id}/finish", post(plugin::finish))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(limit))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            count_requests,
-        ))
-        .with_state(state)
+        .route("/v1/searches/{id}/cancel", post(searches::cancel));
+    finish_router(plugin_routes(r).fallback(not_found), state)
 }
 
 async fn not_found(req: Request) -> ApiError {
