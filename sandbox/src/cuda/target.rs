@@ -163,11 +163,6 @@ pub fn failure(e: GpuError, run_timeout: Duration) -> RunFailure {
     }
 }
 
-/// Opens the GPU and evaluates one candidate (a lane used once).
-pub fn evaluate(job: Job) -> Result<Evaluation, String> {
-    Lane::open()?.evaluate(job)
-}
-
 /// Sets up the buffers and both modules, checks both plans, and runs the contract.
 /// `Err` is an infrastructure failure (a broken reference, the GPU), never the candidate's.
 fn evaluate_on(gpu: &Gpu, telemetry: &mut Telemetry, job: Job) -> Result<Evaluation, String> {
@@ -592,18 +587,11 @@ impl Target for GpuTarget<'_> {
     }
 
     fn keep(&mut self, slot: usize) -> Result<(usize, Vec<Unwritten>), RunFailure> {
-        let outs = self.outputs();
-        let mut unwritten_list = Vec::new();
-        for &i in &outs {
-            let t = &self.tensors[i];
-            let (n, first) = self.unwritten_in(&t.buf, t).map_err(|e| self.fail(e))?;
-            if n > 0 {
-                unwritten_list.push((t.name.clone(), n, first));
-            }
-        }
+        let unwritten_list = Target::unwritten(self)?;
         if !unwritten_list.is_empty() {
             return Ok((slot, unwritten_list));
         }
+        let outs = self.outputs();
         while self.kept.len() <= slot {
             self.kept.push(None);
         }

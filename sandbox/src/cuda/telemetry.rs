@@ -86,15 +86,6 @@ impl Telemetry {
     }
 }
 
-/// How many sample windows overlap (within one interval) a throttled NVML reading.
-pub fn throttled_samples(
-    readings: &[TelemetrySample],
-    windows: &[(Instant, Instant)],
-    t0: Instant,
-) -> usize {
-    throttled_indices(readings, windows, t0).len()
-}
-
 /// Which sample windows overlap (within one interval) a throttled NVML reading.
 pub fn throttled_indices(
     readings: &[TelemetrySample],
@@ -138,6 +129,6 @@ mod tests {
         };
         let readings = [reading(0.0, 0), reading(100.0, 0x20), reading(200.0, 0x1)];
         let windows = [(at(0), at(1)), (at(98), at(99)), (at(199), at(201))];
-        assert_eq!(throttled_samples(&readings, &windows, t0), 1);
+        assert_eq!(throttled_indices(&readings, &windows, t0), vec![1]);
     }
 }
