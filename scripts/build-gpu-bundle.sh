@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what a GPU host needs to check kiln's cuda backend, here (no GPU needed), into
 # gpu-bundle/ (gitignored):
-#   gpu-bundle/gpu_probe      release build of sandbox/cuda/examples/gpu_probe.rs, stripped
+#   gpu-bundle/gpu_probe      release build of sandbox/gpu/examples/gpu_probe.rs, stripped
 #   gpu-bundle/kiln-worker, kilnd, kiln, kiln-plugin-host   release builds, stripped
 #   gpu-bundle/gpu-tests/gpu  the GPU test binary (sandbox/tests/gpu.rs), release, stripped
 #   gpu-bundle/problems/      a copy of problems/
@@ -18,7 +18,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 out=$top/gpu-bundle
 cd "$top"
 
-cargo build --release -p kiln-cuda --example gpu_probe
+cargo build --release -p kiln-gpu --example gpu_probe
 cargo build --release -p kiln-sandbox -p kiln-daemon -p kiln-plugin-host --bins
 # The GPU test binary: its path comes from cargo's JSON messages.
 gpu_test=$(cargo test --release -p kiln-sandbox --test gpu --no-run --message-format=json |

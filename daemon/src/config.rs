@@ -230,7 +230,7 @@ impl Default for QueueConfig {
 pub struct EvaluationConfig {
     /// Correctness trials on the problem's distributions (a shifted one is added).
     pub trials: u32,
-    /// Wall-clock limit for one run of a launch plan, milliseconds.
+    /// Wall-clock limit for one run of a launch list, milliseconds.
     pub run_timeout_ms: u64,
     /// Wall-clock limit for one compile, seconds.
     pub compile_timeout_secs: u64,

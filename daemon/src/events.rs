@@ -1,4 +1,5 @@
-//! The event bus: job (and, later, search) state changes fanned out to SSE clients.
+//! The event bus: job and search state changes, and search log lines, fanned out to SSE
+//! clients.
 //!
 //! A bounded broadcast channel: a client that falls behind misses events (it is told so
 //! with a `lagged` event) rather than slowing the daemon down.

@@ -2,15 +2,15 @@
 //!
 //! - [`config`]: the TOML schema, defaults and paths;
 //! - [`store`]: SQLite — problems, candidates, the durable job queue, evaluations, compile cache;
-//! - [`sched`]: the scheduler — compile pool, one lane per backend;
-//! - [`plan`]: the per-job part of an evaluation plan (plain timing, racing);
-//! - [`backend`] / [`backends`]: the seam to the jailed evaluation backends;
+//! - [`sched`]: the scheduler — compile pool, evaluation lanes (one per GPU for cuda, one
+//!   for the host), a job's options applied to its evaluation plan, baselines;
+//! - [`backends`]: the evaluation backends (host, cuda) behind the trait the scheduler
+//!   uses, built at start;
 //! - [`api`]: HTTP/1.1 + JSON on the Unix socket, SSE, metrics;
 //! - [`client`]: the HTTP-over-Unix-socket client the CLI uses;
 //! - [`gpu`], [`systemd`], [`logging`], [`events`], [`metrics`]: the rest of the service.
 
 pub mod api;
-pub mod backend;
 pub mod backends;
 pub mod client;
 pub mod config;
@@ -19,7 +19,6 @@ pub mod gpu;
 pub mod llm;
 pub mod logging;
 pub mod metrics;
-pub mod plan;
 pub mod sched;
 pub mod search;
 pub mod store;

@@ -1,5 +1,5 @@
 //! [`measure_baselines`]: the problem's baselines timed on the GPU in a fresh jailed
-//! `kiln-worker` (the reference, cuBLAS, cuDNN: see [`crate::cuda::baseline`]), blocking
+//! `kiln-worker` (the reference, cuBLAS, cuDNN: see [`crate::backends::cuda::baseline`]), blocking
 //! (call it from `spawn_blocking`, on the GPU's lane so no candidate is timed meanwhile).
 //!
 //! torch eager is not timed here: it runs in the trusted helper of
@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use kiln_types::{BaselineResult, EvalPlan, ProblemSpec};
 
-use crate::api::{JobDir, SandboxConfig, jail_spec, protocol_error};
+use crate::config::SandboxConfig;
 use crate::error::SandboxError;
 use crate::jail::{self, Limits, Role};
+use crate::jailed_worker::{JobDir, jail_spec, protocol_error};
 use crate::protocol::{self, PROTOCOL_VERSION, Request, Response};
 
 /// Libraries the GPU worker times itself.
@@ -37,7 +38,7 @@ pub fn measure_baselines(
     plan: &EvalPlan,
     libraries: &[String],
 ) -> Result<Vec<BaselineResult>, SandboxError> {
-    if let Err(e) = kiln_cuda::available() {
+    if let Err(e) = kiln_gpu::available() {
         return Err(SandboxError::BackendUnavailable("cuda".into(), e.reason));
     }
     if !problem.reference.contains_key("cuda") {

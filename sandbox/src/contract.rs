@@ -7,9 +7,15 @@
 //! outputs, the input tamper check, run-twice determinism, error metrics against the
 //! reference, the precision tier, then timing ([`timing`]) and the roofline floor check.
 //!
-//! Backends: `host::evaluate::HostTarget` (C in runner processes) and
-//! `cuda::target::GpuTarget` (CUDA kernels on the worker's GPU).
+//! Backend-neutral pieces every backend uses: [`data`] (inputs drawn from the secret seed,
+//! the poison pattern, elements read back) and [`compare`] (error metrics, precision
+//! tiers).
+//!
+//! Backends: `backends::host::evaluate::HostTarget` (C in runner processes) and
+//! `backends::cuda::target::GpuTarget` (CUDA kernels on the worker's GPU).
 
+pub mod compare;
+pub mod data;
 pub mod timing;
 
 use std::time::Instant;
@@ -17,8 +23,6 @@ use std::time::Instant;
 use kiln_types::{
     Dtype, ErrorMetrics, EvalPlan, Evaluation, Evidence, ProblemSpec, Role, TimingStats, Verdict,
 };
-
-use crate::host::compare;
 
 /// Output tensors: (name, bytes).
 pub type Outputs = Vec<(String, Vec<u8>)>;
@@ -43,9 +47,7 @@ impl InputVariant {
     pub fn init(self, t: &kiln_types::TensorSpec) -> kiln_types::Init {
         use kiln_types::Init;
         match self {
-            InputVariant::Shifted if t.shifted_trial && t.dtype.is_float() => {
-                crate::host::data::SHIFTED
-            }
+            InputVariant::Shifted if t.shifted_trial && t.dtype.is_float() => data::SHIFTED,
             InputVariant::Tiny if matches!(t.dtype, Dtype::F32 | Dtype::F64) => {
                 let s = (2.0f64).powi(-RANGE_SCALE_LOG2);
                 match t.init {

@@ -6,16 +6,20 @@
 //! - [`compile`], [`evaluate`], [`probe_layers`], [`backend_status`]: the blocking API
 //!   kilnd calls (wrap it in `spawn_blocking`). Each call starts a fresh jailed
 //!   `kiln-worker` ([`SandboxConfig::worker_exe`], see [`default_worker_exe`]).
-//! - [`GpuLane`]: one GPU's warm jailed worker, reused from one evaluation to the next and
-//!   replaced after a fault, a timeout or a number of evaluations.
+//! - [`WarmWorker`]: one GPU's warm jailed worker, reused from one evaluation to the next
+//!   and replaced after a fault, a timeout or a number of evaluations. What it shares with
+//!   the one-shot calls (job directory, jail spec, request, wall budget) is in
+//!   `jailed_worker`.
 //! - [`measure_baselines`] (the reference, cuBLAS, cuDNN in a jailed GPU worker) and
 //!   [`torch_baseline`] (torch eager in kiln's trusted helper): library baselines.
 //! - [`jail`]: start a command isolated from the host (namespaces, private root, rlimits,
 //!   cgroup, `no_new_privs`, seccomp, parent-death signal, tree kill on a deadline).
 //! - [`protocol`]: the framed messages between caller and worker.
-//! - [`contract`]: the evaluation contract (design guide §5), generic over a backend.
-//! - [`host`]: the host backend (C on the CPU).
-//! - [`cuda`]: the cuda backend (NVRTC, kernels on the worker's GPU through `kiln-cuda`).
+//! - [`contract`]: the evaluation contract (design guide §5), generic over a backend, with
+//!   the backend-neutral input data and comparison code.
+//! - [`backends`]: the backends inside `kiln-worker`: [`backends::host`] (C on the CPU)
+//!   and [`backends::cuda`] (NVRTC, kernels on the worker's GPU through `kiln-gpu`).
+//! - [`worker`]: `kiln-worker serve`, which dispatches each request to a backend.
 //! - [`plugin_host`]: one search's `kiln-plugin-host`, started in the jail.
 //!
 //! Errors ([`SandboxError`]) are infrastructure failures only; anything a candidate does
@@ -40,26 +44,25 @@
 #![deny(missing_docs)]
 
 mod api;
+pub mod backends;
 pub mod baselines;
+mod config;
 pub mod contract;
-pub mod cuda;
 mod error;
-pub mod host;
 pub mod jail;
-mod lane;
+mod jailed_worker;
 pub mod plugin_host;
 pub mod protocol;
 pub mod torch_baseline;
+mod warm_worker;
 pub mod worker;
 
-pub use api::{
-    BackendStatus, CompileOutcome, SandboxConfig, backend_status, compile, default_worker_exe,
-    evaluate, probe_layers,
-};
+pub use api::{BackendStatus, CompileOutcome, backend_status, compile, evaluate, probe_layers};
 pub use baselines::measure_baselines;
+pub use config::{SandboxConfig, default_worker_exe};
 pub use error::SandboxError;
 pub use jail::{JailReport, LayerStatus};
 /// The GPU mechanics crate, for callers that need its types (clock policy, facts).
-pub use kiln_cuda;
-pub use lane::{GpuLane, LaneStats};
+pub use kiln_gpu;
 pub use torch_baseline::{TorchHelper, torch_baseline};
+pub use warm_worker::{WarmWorker, WarmWorkerStats};

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use crate::api::SandboxConfig;
+use crate::config::SandboxConfig;
 use crate::error::SandboxError;
 use crate::jail::{self, CgroupSpec, JailSpec, JailedChild, Killer, LayerStatus, Limits, Role};
 

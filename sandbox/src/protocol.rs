@@ -8,7 +8,7 @@
 //! allocation.
 //!
 //! A **message** is one JSON frame holding an [`Envelope`] (`{"blobs": N, "body": …}`),
-//! followed by exactly `N` raw frames (artifacts: shared objects, later cubins). Raw bytes
+//! followed by exactly `N` raw frames (artifacts: shared objects, CUBIN/PTX images). Raw bytes
 //! never go through JSON.
 //!
 //! The conversation on a jailed worker's stdin (requests) and stdout (responses):
@@ -27,14 +27,19 @@
 //! worker       -> caller : Response::Failed    (infrastructure failure inside the worker)
 //! ```
 //!
-//! One request per worker process: each job gets a fresh jail. Closing stdin tells an idle
-//! worker to exit. The worker's stderr carries its tracing log and is not part of the
-//! protocol. Every backend (host and cuda) speaks these same messages; the
-//! candidate's `language` picks the backend inside the worker.
+//! A compile, a host evaluation and a baselines request each get a fresh jail and one
+//! request; a baselines worker then exits, the others exit when the caller closes stdin.
+//! A GPU worker is warm ([`crate::WarmWorker`]): it answers one evaluate request after
+//! another until stdin closes, or until it answers `retire: true` (a fault or timeout
+//! poisoned its CUDA context) and exits. The worker's stderr carries its tracing log and
+//! is not part of the protocol. Every backend (host and cuda) speaks these same messages;
+//! the candidate's `language` picks the backend inside the worker.
 //!
-//! Candidate code never writes to these pipes: it runs in a separate runner process (see
-//! `host::runner`), whose own pipes carry single bytes (`G`o / `D`one) plus one JSON
-//! setup frame and one JSON ready frame, in the same framing.
+//! Candidate code never writes to these pipes. Host candidates run in a separate runner
+//! process (see `backends::host::runner`), whose own pipes carry single bytes (`G`o /
+//! `D`one) plus one JSON setup frame and one JSON ready frame, in the same framing. A GPU
+//! worker's device `printf` lands on its fd 1, so the protocol moves to a duplicate
+//! descriptor first (see `backends::cuda::printf`).
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -187,7 +192,7 @@ pub enum Request {
         limits: RunLimits,
     },
     /// Time the problem's baselines on the worker's GPU (cuda only); blob: the compiled
-    /// reference. See `cuda::baseline`.
+    /// reference. See `backends::cuda::baseline`.
     Baselines {
         /// Protocol version the caller speaks.
         version: u32,

@@ -3,9 +3,9 @@
 //! one response per request to stdout.
 //!
 //! Host candidates never run in this process: compiles run the system compiler as a
-//! child, evaluations run candidate code in runner children (see `host::runner`). Cuda
+//! child, evaluations run candidate code in runner children (see `backends::host::runner`). Cuda
 //! candidates compile in-process (NVRTC) and run on the GPU this worker holds. A GPU
-//! worker is warm: it keeps its CUDA context ([`cuda::target::Lane`]) from one evaluation
+//! worker is warm: it keeps its CUDA context ([`cuda::context::GpuContext`]) from one evaluation
 //! to the next. A fault or timeout poisons the context; the worker then answers with
 //! `retire: true` and exits, and the caller starts a fresh one.
 
@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use kiln_types::Language;
 
+use crate::backends::{cuda, host};
 use crate::protocol::{self, PROTOCOL_VERSION, ProtocolError, Request, Response};
-use crate::{cuda, host};
 
 /// Serves requests on stdin/stdout until stdin closes or the GPU context is poisoned;
 /// returns the exit status.
@@ -34,9 +34,9 @@ pub fn serve(tag: &str) -> i32 {
     } else {
         Box::new(std::io::stdout().lock())
     };
-    let mut lane: Option<cuda::target::Lane> = None;
+    let mut context: Option<cuda::context::GpuContext> = None;
     loop {
-        match serve_on(&mut input, &mut output, tag, &mut lane) {
+        match serve_on(&mut input, &mut output, tag, &mut context) {
             Ok(Next::More) => {}
             Ok(Next::Exit) => return 0,
             Err(e) => {
@@ -60,7 +60,7 @@ fn serve_on(
     input: &mut impl Read,
     output: &mut impl Write,
     tag: &str,
-    lane: &mut Option<cuda::target::Lane>,
+    context: &mut Option<cuda::context::GpuContext>,
 ) -> Result<Next, ProtocolError> {
     let (request, blobs): (Request, Vec<Vec<u8>>) = match protocol::read_message(input) {
         Ok(m) => m,
@@ -187,9 +187,9 @@ fn serve_on(
                         candidate_artifact: artifact,
                         output_limit_bytes: limits.output_limit_bytes,
                     };
-                    let opened = match lane.take() {
+                    let opened = match context.take() {
                         Some(l) => Ok(l),
-                        None => cuda::target::Lane::open(),
+                        None => cuda::context::GpuContext::open(),
                     };
                     match opened {
                         Ok(mut l) => {
@@ -204,10 +204,10 @@ fn serve_on(
                                 Some(why) => {
                                     tracing::warn!(reason = %why, served = l.served(), "GPU context poisoned; this worker retires");
                                     retire = true;
-                                    // Leaked on purpose (see kiln_cuda::device): the process exits.
+                                    // Leaked on purpose (see kiln_gpu::device): the process exits.
                                     std::mem::forget(l);
                                 }
-                                None => *lane = Some(l),
+                                None => *context = Some(l),
                             }
                             r
                         }

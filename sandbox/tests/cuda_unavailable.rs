@@ -20,7 +20,7 @@ fn cuda_candidate(flags: &[&str]) -> Candidate {
 
 #[test]
 fn cuda_status_reports_unavailable_with_reason() {
-    if kiln_cuda::available().is_ok() {
+    if kiln_gpu::available().is_ok() {
         println!("SKIP: CUDA is available here");
         return;
     }
@@ -28,16 +28,16 @@ fn cuda_status_reports_unavailable_with_reason() {
     let cuda = s.iter().find(|b| b.name == "cuda").expect("cuda listed");
     assert!(!cuda.usable, "{cuda:?}");
     assert!(
-        cuda.reason.contains("not found")
-            || cuda.reason.contains("cuInit")
-            || cuda.reason.contains("no CUDA"),
+        cuda.detail.contains("not found")
+            || cuda.detail.contains("cuInit")
+            || cuda.detail.contains("no CUDA"),
         "{cuda:?}"
     );
 }
 
 #[test]
 fn cuda_compile_without_nvrtc_is_backend_unavailable() {
-    if kiln_cuda::facts::nvrtc_version().is_some() {
+    if kiln_gpu::facts::nvrtc_version().is_some() {
         println!("SKIP: NVRTC is available here");
         return;
     }
@@ -64,7 +64,7 @@ fn cuda_compile_refuses_a_forbidden_flag_as_compile_error() {
 
 #[test]
 fn cuda_evaluate_without_gpu_is_backend_unavailable() {
-    if kiln_cuda::available().is_ok() {
+    if kiln_gpu::available().is_ok() {
         println!("SKIP: CUDA is available here");
         return;
     }

@@ -1,16 +1,16 @@
 //! GPU tests of the cuda backend, through the real jailed `kiln-worker` (run on a GPU host:
 //! `scripts/gpu-check.sh`). Every test skips, with the reason printed, when
-//! `kiln_cuda::available()` fails. Run with `--test-threads=1 --nocapture`.
+//! `kiln_gpu::available()` fails. Run with `--test-threads=1 --nocapture`.
 //!
-//! Red-team cases and the stability run go through one warm [`GpuLane`] each, as kilnd's
-//! lanes do: the honest candidate after a red-team kernel runs on the same lane.
+//! Red-team cases and the stability run go through one warm [`WarmWorker`] each, as kilnd's
+//! lanes do: the honest candidate after a red-team kernel runs on the same worker.
 //!
 //! `KILN_WORKER` overrides the worker binary (the bundle's); scratch goes to a temp dir.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kiln_sandbox::{GpuLane, SandboxConfig};
+use kiln_sandbox::{SandboxConfig, WarmWorker};
 use kiln_types::{
     Candidate, EvalPlan, Evaluation, Language, PrecisionTier, ProblemSpec, TimingPlan, Verdict,
 };
@@ -19,7 +19,7 @@ use kiln_types::{
 const PEAKS: (f64, f64) = (4.3e12, 990e12);
 
 fn gpu() -> Option<(tempfile::TempDir, SandboxConfig)> {
-    if let Err(e) = kiln_cuda::available() {
+    if let Err(e) = kiln_gpu::available() {
         println!("SKIP: cuda unavailable: {}", e.reason);
         return None;
     }
@@ -104,9 +104,9 @@ fn compile_ok(cfg: &SandboxConfig, c: &Candidate) -> Vec<u8> {
         .unwrap_or_else(|| panic!("{} failed to compile: {:#?}", c.problem, out.failure))
 }
 
-/// Like [`run`], on a warm lane.
+/// Like [`run`], on a warm worker.
 fn run_on(
-    lane: &mut GpuLane,
+    worker: &mut WarmWorker,
     cfg: &SandboxConfig,
     p: &ProblemSpec,
     c: &Candidate,
@@ -118,13 +118,13 @@ fn run_on(
         return out.failure.expect("failure");
     };
     let t0 = std::time::Instant::now();
-    let e = lane
+    let e = worker
         .evaluate(p, &reference, c, &art, plan)
         .expect("evaluate runs");
     println!(
-        "{} (lane: {:?}): {} in {:.3} s: {}",
+        "{} (worker: {:?}): {} in {:.3} s: {}",
         p.name,
-        lane.stats(),
+        worker.stats(),
         e.verdict,
         t0.elapsed().as_secs_f64(),
         e.message
@@ -249,21 +249,21 @@ fn vecadd(body: &str) -> Candidate {
 fn redteam(body: &str, run_timeout_ms: u64) -> Option<Evaluation> {
     let (_dir, cfg) = gpu()?;
     let p = problem("vecadd-cuda-1m");
-    let mut lane = GpuLane::new(cfg.clone(), 100);
-    // A warm lane: an honest candidate first, then the red-team kernel, then another
-    // honest one, which must evaluate normally on the same lane.
+    let mut worker = WarmWorker::new(cfg.clone(), 100);
+    // A warm worker: an honest candidate first, then the red-team kernel, then another
+    // honest one, which must evaluate normally on the same worker.
     let first = run_on(
-        &mut lane,
+        &mut worker,
         &cfg,
         &p,
         &kernel_candidate(&p, "seed"),
         &plan(5_000),
     );
     assert_eq!(first.verdict, Verdict::Ok, "{first:#?}");
-    let e = run_on(&mut lane, &cfg, &p, &vecadd(body), &plan(run_timeout_ms));
-    let before = lane.stats();
+    let e = run_on(&mut worker, &cfg, &p, &vecadd(body), &plan(run_timeout_ms));
+    let before = worker.stats();
     let honest = run_on(
-        &mut lane,
+        &mut worker,
         &cfg,
         &p,
         &kernel_candidate(&p, "seed"),
@@ -274,10 +274,10 @@ fn redteam(body: &str, run_timeout_ms: u64) -> Option<Evaluation> {
         Verdict::Ok,
         "after the red-team kernel: {honest:#?}"
     );
-    let after = lane.stats();
+    let after = worker.stats();
     let fresh = after.workers_started > before.workers_started;
     println!(
-        "lane after {}: {} (workers started {} -> {})",
+        "worker after {}: {} (workers started {} -> {})",
         e.verdict,
         if fresh {
             "fresh worker"
@@ -474,10 +474,10 @@ fn gpu_stability_twenty_medians() {
             )
         })
         .collect();
-    let mut lane = GpuLane::new(cfg.clone(), 1000);
+    let mut worker = WarmWorker::new(cfg.clone(), 1000);
     let mut medians = Vec::new();
     for i in 0..20 {
-        let e = lane
+        let e = worker
             .evaluate(&main, &main_ref, &main_c, &main_art, &plan(10_000))
             .expect("evaluate runs");
         assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
@@ -490,7 +490,7 @@ fn gpu_stability_twenty_medians() {
         );
         medians.push(t.median_us);
         let (r, c, a) = &other_arts[i % other_arts.len()];
-        let o = lane
+        let o = worker
             .evaluate(&others[i % others.len()], r, c, a, &plan(10_000))
             .expect("evaluate runs");
         assert_eq!(o.verdict, Verdict::Ok, "{o:#?}");
@@ -500,13 +500,13 @@ fn gpu_stability_twenty_medians() {
     let sd = (medians.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt();
     let cv = sd / mean;
     println!(
-        "STABILITY layernorm-16x64x256x256 seed: 20 medians, mean {mean:.3} us, CV {:.3} % (target <= 0.5 %: {}); lane {:?}",
+        "STABILITY layernorm-16x64x256x256 seed: 20 medians, mean {mean:.3} us, CV {:.3} % (target <= 0.5 %: {}); worker {:?}",
         cv * 100.0,
         if cv <= 0.005 { "met" } else { "MISSED" },
-        lane.stats()
+        worker.stats()
     );
     assert_eq!(
-        lane.stats().workers_started,
+        worker.stats().workers_started,
         1,
         "one warm worker served all 40"
     );
@@ -551,10 +551,10 @@ extern "C" __global__ void mm(const float* A, const float* B, float* C, int M, i
 #[test]
 fn gpu_fp16_matmul_is_ok_at_1e_2_and_reads_fp16_like() {
     let Some((_dir, cfg)) = gpu() else { return };
-    let mut lane = GpuLane::new(cfg.clone(), 100);
+    let mut worker = WarmWorker::new(cfg.clone(), 100);
     let p = problem("matmul-fp32-4096");
     let e = run_on(
-        &mut lane,
+        &mut worker,
         &cfg,
         &p,
         &fp16_hilo_matmul(&p.name),
@@ -566,7 +566,7 @@ fn gpu_fp16_matmul_is_ok_at_1e_2_and_reads_fp16_like() {
     assert_eq!(e.tier, Some(PrecisionTier::Fp16Like), "{e:#?}");
     let strict = problem("matmul-fp32-4096-strict");
     let e = run_on(
-        &mut lane,
+        &mut worker,
         &cfg,
         &strict,
         &fp16_hilo_matmul(&strict.name),
@@ -579,14 +579,14 @@ fn gpu_fp16_matmul_is_ok_at_1e_2_and_reads_fp16_like() {
 
 #[test]
 fn gpu_compare_kernel_matches_the_host_rules() {
-    use kiln_cuda::compare::Against;
-    use kiln_sandbox::host::compare;
+    use kiln_gpu::compare::Against;
+    use kiln_sandbox::contract::compare;
     use kiln_types::{Dtype, Tolerance};
-    if let Err(e) = kiln_cuda::available() {
+    if let Err(e) = kiln_gpu::available() {
         println!("SKIP: cuda unavailable: {}", e.reason);
         return;
     }
-    let gpu = kiln_cuda::Gpu::open(0).expect("gpu opens");
+    let gpu = kiln_gpu::Gpu::open(0).expect("gpu opens");
     let n = 1usize << 20;
     let mut want = vec![0f32; n];
     let mut got = vec![0f32; n];
@@ -863,7 +863,7 @@ fn baseline_table_seed_problems() {
     let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".into());
     let helper =
         kiln_sandbox::TorchHelper::find(&cfg.worker_exe, &python, Duration::from_secs(900));
-    let mut lane = GpuLane::new(cfg.clone(), 50);
+    let mut worker = WarmWorker::new(cfg.clone(), 50);
     let mut rows = Vec::new();
     for name in [
         "matmul-fp32-4096",
@@ -880,7 +880,7 @@ fn baseline_table_seed_problems() {
             r.extend(kiln_sandbox::torch_baseline(None, h, &p, &baseline_plan()));
         }
         let seed = run_on(
-            &mut lane,
+            &mut worker,
             &cfg,
             &p,
             &kernel_candidate(&p, "seed"),

@@ -8,8 +8,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, AppState};
-use crate::backend::BackendStatus;
 use crate::gpu::GpuInventory;
+use kiln_sandbox::BackendStatus;
 
 /// Facts gathered once at start: they do not change while the daemon runs.
 #[derive(Debug, Clone, Serialize)]
@@ -77,7 +77,7 @@ pub async fn info(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
 /// Where cuBLAS and cuDNN were found for the GPU workers (files only; nothing loaded),
 /// and the torch helper's python.
 fn baseline_libraries(config: &crate::config::Config) -> Value {
-    let dirs: Vec<std::path::PathBuf> = crate::sched::baseline::library_dirs(config)
+    let dirs: Vec<std::path::PathBuf> = crate::gpu::libs::library_dirs(config)
         .into_iter()
         .chain(
             std::env::var("LD_LIBRARY_PATH")
@@ -88,7 +88,7 @@ fn baseline_libraries(config: &crate::config::Config) -> Value {
         )
         .map(std::path::PathBuf::from)
         .collect();
-    let libs = kiln_sandbox::kiln_cuda::baseline::library_report(&dirs);
+    let libs = kiln_sandbox::kiln_gpu::baseline::library_report(&dirs);
     let python = if config.gpu.python.is_empty() {
         "off ([gpu] python is empty)".to_string()
     } else {

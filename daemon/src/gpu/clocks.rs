@@ -1,5 +1,5 @@
 //! The clock policy in kilnd: with `lock`, each evaluation on a GPU lane runs inside a
-//! clock window (`kiln_cuda::telemetry::ClockPolicy::enter`): the lock intent is written
+//! clock window (`kiln_gpu::telemetry::ClockPolicy::enter`): the lock intent is written
 //! to the store's clock journal before NVML locks the SM clock, and the clocks are reset
 //! (and the release journalled) when the evaluation ends, however it ends. At start,
 //! [`recover`] resets the clocks of every GPU whose last journal entry is a lock intent —
@@ -12,7 +12,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use kiln_sandbox::kiln_cuda::telemetry::{ClockControl, ClockError, ClockEvent, ClockPolicy};
+use kiln_sandbox::kiln_gpu::telemetry::{ClockControl, ClockError, ClockEvent, ClockPolicy};
 
 use crate::store::Store;
 
@@ -96,7 +96,7 @@ pub fn recover(
             );
             continue;
         };
-        match kiln_sandbox::kiln_cuda::telemetry::recover_after_crash(&mut *ctl, Some(&event)) {
+        match kiln_sandbox::kiln_gpu::telemetry::recover_after_crash(&mut *ctl, Some(&event)) {
             Ok(true) => {
                 let released = ClockEvent::Released { gpu: gpu.clone() };
                 if let Err(e) = store.journal_clock_event(&released) {
@@ -143,7 +143,7 @@ pub fn lock_permitted() -> (bool, String) {
 
 #[cfg(test)]
 mod tests {
-    use kiln_sandbox::kiln_cuda::FakeNvml;
+    use kiln_sandbox::kiln_gpu::FakeNvml;
 
     use super::*;
 
@@ -217,7 +217,7 @@ mod tests {
         store
             .journal_clock_event(&ClockEvent::LockIntent {
                 gpu: "GPU-a".into(),
-                setting: kiln_sandbox::kiln_cuda::telemetry::LockSetting::Base,
+                setting: kiln_sandbox::kiln_gpu::telemetry::LockSetting::Base,
             })
             .expect("journal");
         store

@@ -2,9 +2,11 @@
 //!
 //! NVML is loaded at run time (nvml-wrapper); on a machine without the driver the
 //! inventory is empty and says why. Nothing here changes a GPU's settings; the clock
-//! policy (`observe`, or `lock` around evaluations) is in [`clocks`].
+//! policy (`observe`, or `lock` around evaluations) is in [`clocks`]; the libraries GPU
+//! workers may load (cuBLAS, cuDNN) are found by [`libs`].
 
 pub mod clocks;
+pub mod libs;
 
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::Clock;

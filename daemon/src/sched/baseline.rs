@@ -3,22 +3,17 @@
 //! compile), a GPU lane held exactly as a job holds it (so no candidate is timed at the
 //! same time), the reference, cuBLAS and cuDNN timed in a jailed worker, torch eager in
 //! the trusted helper — and stores the result.
-//!
-//! Also the library search for the GPU workers: `[gpu] library_dirs` plus, when enabled,
-//! the `nvidia/*/lib` folders of python's wheels (where torch's cuDNN lives).
 
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use kiln_sandbox::{SandboxConfig, TorchHelper};
+use kiln_sandbox::TorchHelper;
 use kiln_types::Candidate;
 use kiln_types::baseline::{BaselineResult, BaselineStatus};
 use thiserror::Error;
 
 use super::Scheduler;
-use crate::backend::compile_key;
-use crate::config::Config;
+use crate::backends::compile_key;
 use crate::gpu::GpuInventory;
 use crate::store::{Artifact, BaselineSet, GpuKey};
 
@@ -49,98 +44,6 @@ pub fn gpu_key(inv: &GpuInventory, uuid: Option<&str>) -> Option<GpuKey> {
     })
 }
 
-/// A lane's sandbox settings: `cfg` pointed at the GPU with `uuid`.
-pub fn lane_config(cfg: &SandboxConfig, uuid: &str) -> SandboxConfig {
-    let mut c = cfg.clone();
-    if uuid.starts_with("GPU-") || uuid.starts_with("MIG-") {
-        c.gpu_uuid = Some(uuid.to_string());
-        c.gpu_minor = kiln_sandbox::cuda::setup::minor_number(uuid);
-    }
-    c
-}
-
-/// `existing` (an `LD_LIBRARY_PATH` value) with `dirs` appended, without duplicates.
-pub fn library_path(existing: Option<&str>, dirs: &[String]) -> Option<String> {
-    let mut parts: Vec<String> = existing
-        .unwrap_or("")
-        .split(':')
-        .filter(|p| !p.is_empty())
-        .map(str::to_string)
-        .collect();
-    for d in dirs {
-        if !d.is_empty() && !parts.contains(d) {
-            parts.push(d.clone());
-        }
-    }
-    (!parts.is_empty()).then(|| parts.join(":"))
-}
-
-/// `[gpu] library_dirs`, then (when enabled) python's nvidia wheel folders; asked once.
-pub fn library_dirs(config: &Config) -> Vec<String> {
-    let mut dirs = config.gpu.library_dirs.clone();
-    if config.gpu.discover_python_libraries && !config.gpu.python.is_empty() {
-        static FOUND: OnceLock<Vec<String>> = OnceLock::new();
-        for d in FOUND.get_or_init(|| discover_python_dirs(&config.gpu.python)) {
-            if !dirs.contains(d) {
-                dirs.push(d.clone());
-            }
-        }
-    }
-    dirs
-}
-
-/// Lists `nvidia/*/lib` folders holding libcudnn or libcublas in `python`'s packages.
-const DISCOVER: &str = "import os, sys\n\
-try:\n    import nvidia\nexcept Exception:\n    sys.exit(0)\n\
-for base in list(getattr(nvidia, '__path__', [])):\n\
-    for sub in sorted(os.listdir(base)):\n\
-        d = os.path.join(base, sub, 'lib')\n\
-        if os.path.isdir(d) and any(f.startswith(('libcudnn.so', 'libcublas.so')) for f in os.listdir(d)):\n\
-            print(d)\n";
-
-/// Asks `python` where its nvidia wheels keep cuDNN/cuBLAS (5 s limit; nothing on any
-/// failure).
-pub fn discover_python_dirs(python: &str) -> Vec<String> {
-    use std::io::Read;
-    let child = std::process::Command::new(python)
-        .args(["-I", "-c", DISCOVER])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn();
-    let Ok(mut child) = child else {
-        return Vec::new();
-    };
-    let started = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if started.elapsed() < Duration::from_secs(5) => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Vec::new();
-            }
-        }
-    }
-    let mut out = String::new();
-    if let Some(mut s) = child.stdout.take() {
-        let _ = s.read_to_string(&mut out);
-    }
-    let dirs: Vec<String> = out
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.starts_with('/') && PathBuf::from(l).is_dir())
-        .map(str::to_string)
-        .collect();
-    if !dirs.is_empty() {
-        tracing::info!(?dirs, "baseline libraries found in python's nvidia wheels");
-    }
-    dirs
-}
-
 /// One measurement at a time (two requests for the same problem measure once).
 fn measuring() -> &'static tokio::sync::Mutex<()> {
     static M: OnceLock<tokio::sync::Mutex<()>> = OnceLock::new();
@@ -151,7 +54,7 @@ impl Scheduler {
     /// The compiled reference, from the compile cache or compiled now (and cached).
     async fn reference_artifact(
         &self,
-        backend: &Arc<dyn crate::backend::Backend>,
+        backend: &Arc<dyn crate::backends::Backend>,
         reference: &Candidate,
     ) -> Result<Artifact, BaselineError> {
         let failed = |e: &dyn std::fmt::Display| BaselineError::Failed(e.to_string());
@@ -238,13 +141,13 @@ impl Scheduler {
             note: None,
         };
         let art = self.reference_artifact(&backend, &ref_candidate).await?;
-        let pool = self
-            .lanes
+        let slots = self
+            .lane_slots
             .get("cuda")
             .cloned()
             .ok_or_else(|| BaselineError::Unavailable("no cuda lane".into()))?;
         // The lane, held as a job holds it: no candidate is timed while baselines are.
-        let lane = pool
+        let lane = slots
             .acquire()
             .await
             .ok_or_else(|| BaselineError::Failed("the cuda lane is closed".into()))?;
@@ -303,19 +206,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn library_path_appends_without_duplicates() {
-        assert_eq!(
-            library_path(Some("/a:/b"), &["/b".into(), "/c".into()]).as_deref(),
-            Some("/a:/b:/c")
-        );
-        assert_eq!(library_path(None, &[]), None);
-        assert_eq!(
-            library_path(Some(""), &["/x".into()]).as_deref(),
-            Some("/x")
-        );
-    }
-
-    #[test]
     fn gpu_key_needs_a_driver_and_prefers_the_lane_gpu() {
         let mut inv = GpuInventory {
             gpus: Vec::new(),
@@ -347,10 +237,5 @@ mod tests {
         );
         inv.driver_version = None;
         assert_eq!(gpu_key(&inv, Some("GPU-b")), None);
-    }
-
-    #[test]
-    fn python_discovery_never_fails() {
-        assert!(discover_python_dirs("/nonexistent/python3").is_empty());
     }
 }

@@ -1,4 +1,4 @@
-//! One job's path: compile (cached) → lane → evaluate → store → event.
+//! One job's path: compile (cached) → lane → job options → evaluate → store → event.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,7 +9,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use super::Scheduler;
-use crate::backend::{Backend, BackendError, compile_key};
+use crate::backends::{Backend, BackendError, compile_key};
 use crate::events::Event;
 use crate::store::{Artifact, JobRecord};
 
@@ -187,17 +187,17 @@ impl Scheduler {
             None,
             None,
         );
-        let pool = self
-            .lanes
+        let slots = self
+            .lane_slots
             .get(backend.name())
             .cloned()
             .ok_or_else(|| JobFailure::Infra("no lane for backend".into()))?;
-        let lane = pool
+        let lane = slots
             .acquire()
             .await
             .ok_or_else(|| JobFailure::Infra("lane closed".into()))?;
         let lane_index = lane.index;
-        let plan = crate::plan::for_job(
+        let plan = super::job_options::apply_job_options(
             &self.store,
             &self.config,
             job,
@@ -246,11 +246,7 @@ impl Scheduler {
 
     pub(super) fn plan_for(&self, backend: &dyn Backend) -> EvalPlan {
         let ev = &self.config.evaluation;
-        let (peak_bytes, peak_flops) = if backend.name() == "host" {
-            (ev.host_peak_bytes_per_s, ev.host_peak_flops)
-        } else {
-            backend.peaks()
-        };
+        let (peak_bytes, peak_flops) = backend.peaks();
         EvalPlan {
             seed: rand::rng().next_u64(),
             trials: ev.trials,

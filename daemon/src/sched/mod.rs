@@ -3,16 +3,18 @@
 //! One dispatcher claims queued jobs while a compile slot is free (the compile pool is
 //! sized from the CPU count), so waiting jobs stay visibly `queued` in the store. Each
 //! claimed job compiles in the pool, then waits for a lane of its backend (one per GPU
-//! for cuda, [`LanePool`]) — one evaluation at a time per lane, so timings never overlap
-//! — and ends with its evaluation stored and
-//! the job `done`, or `failed` with the reason when the backend itself broke.
-//! Jobs for a backend that is not usable here stay queued.
+//! for cuda, [`LaneSlots`]) — one evaluation at a time per lane, so timings never overlap
+//! — gets its options applied to the evaluation plan ([`job_options`]), and ends with its
+//! evaluation stored and the job `done`, or `failed` with the reason when the backend
+//! itself broke (`job`). Jobs for a backend that is not usable here stay queued.
+//! Baselines hold a GPU lane the same way ([`baseline`]).
 
 pub mod baseline;
 mod job;
-mod lanes;
+pub mod job_options;
+mod lane_slots;
 
-pub use lanes::{LaneGuard, LanePool};
+pub use lane_slots::{LaneSlot, LaneSlots};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,7 +24,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::Backend;
+use crate::backends::Backend;
 use crate::config::Config;
 use crate::events::EventBus;
 use crate::store::Store;
@@ -34,7 +36,7 @@ pub struct Scheduler {
     pub(crate) backends: HashMap<&'static str, Arc<dyn Backend>>,
     pub(crate) config: Config,
     compile_slots: Arc<Semaphore>,
-    pub(crate) lanes: HashMap<&'static str, Arc<LanePool>>,
+    pub(crate) lane_slots: HashMap<&'static str, Arc<LaneSlots>>,
     wake: Notify,
     shutdown: CancellationToken,
 }
@@ -56,9 +58,9 @@ impl Scheduler {
                 crate::metrics::register_lane(b.name(), lane);
             }
         }
-        let lanes = backends
+        let lane_slots = backends
             .iter()
-            .map(|b| (b.name(), LanePool::new(b.lanes())))
+            .map(|b| (b.name(), LaneSlots::new(b.lanes())))
             .collect();
         let backends = backends.into_iter().map(|b| (b.name(), b)).collect();
         Arc::new(Scheduler {
@@ -67,7 +69,7 @@ impl Scheduler {
             backends,
             config,
             compile_slots: Arc::new(Semaphore::new(workers)),
-            lanes,
+            lane_slots,
             wake: Notify::new(),
             shutdown: CancellationToken::default(),
         })

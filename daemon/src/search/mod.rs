@@ -86,7 +86,7 @@ impl Supervisor {
         } else {
             Some(PathBuf::from(&config.search.plugin_host))
         };
-        let sandbox = crate::backends::sandbox_config(&config, state_dir);
+        let sandbox = crate::backends::start::sandbox_config(&config, state_dir);
         let stale = plugin_host::remove_stale(&sandbox);
         if stale > 0 {
             tracing::info!(

@@ -1,7 +1,7 @@
-//! The clock-lock journal (see `kiln_cuda::telemetry::ClockPolicy`): lock intents and
+//! The clock-lock journal (see `kiln_gpu::telemetry::ClockPolicy`): lock intents and
 //! releases per GPU, so clocks a crashed daemon left locked are reset at the next start.
 
-use kiln_sandbox::kiln_cuda::telemetry::ClockEvent;
+use kiln_sandbox::kiln_gpu::telemetry::ClockEvent;
 use rusqlite::params;
 
 use super::{Result, Store, corrupt, now_ms};
@@ -40,7 +40,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use kiln_sandbox::kiln_cuda::telemetry::LockSetting;
+    use kiln_sandbox::kiln_gpu::telemetry::LockSetting;
 
     use super::*;
 

@@ -32,7 +32,7 @@ fn main() -> ExitCode {
             None => usage(),
         },
         Some("serve") => kiln_sandbox::worker::serve(tag),
-        Some("runner") => kiln_sandbox::host::runner::main(),
+        Some("runner") => kiln_sandbox::backends::host::runner::main(),
         Some("probe") => 0,
         _ => usage(),
     };

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use kiln_types::{ThrottlePolicy, TimingStats, Verdict};
 
 use super::{Session, Step, Stop, Target};
-use crate::host::data;
+use crate::contract::data;
 
 pub mod plain;
 pub mod race;

@@ -1,4 +1,4 @@
-//! Candidates: device code plus a declarative launch plan, never host code.
+//! Candidates: device code plus a declarative launch list, never host code.
 //!
 //! The JSON shape is the one in the design guide (§3). kiln launches every kernel itself
 //! from the plan, so a candidate cannot patch timers, use side streams or fall back to a
@@ -117,7 +117,7 @@ pub struct Candidate {
     pub language: Language,
     /// Device code (CUDA) or C source (host).
     pub source: String,
-    /// The launch plan, executed in order by trusted code.
+    /// The launch list, executed in order by trusted code.
     pub launches: Vec<Launch>,
     /// Scratch buffers.
     #[serde(default)]

@@ -173,7 +173,7 @@ pub struct KernelSource {
     /// The source text, inlined by [`ProblemSpec::load_dir`].
     #[serde(default)]
     pub source: String,
-    /// Launch plan.
+    /// Launch list.
     pub launches: Vec<Launch>,
     /// Scratch buffers.
     #[serde(default)]

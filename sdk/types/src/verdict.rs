@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 pub enum Verdict {
     /// The compiler refused the source, a flag was not allowed, or the compile timed out.
     CompileError,
-    /// The launch plan cannot run: unknown kernel or buffer, bad argument types, limits.
+    /// The launch list cannot run: unknown kernel or buffer, bad argument types, limits.
     InvalidLaunch,
     /// The candidate crashed, was killed by the jail (forbidden syscall, resource limit) or faulted.
     RuntimeFault,

@@ -25,7 +25,7 @@ pub struct Prepared {
     owns_socket: bool,
     config: Config,
     store: Arc<Store>,
-    backends: backends::Built,
+    backends: backends::start::Built,
     facts: Facts,
     access: Access,
     state_dir: PathBuf,
@@ -67,7 +67,7 @@ pub fn prepare(socket: PathBuf, state_dir: PathBuf, config: Config) -> Result<Pr
     }
 
     // Backends and jail probes fork: do them now, before any thread exists.
-    let built = backends::build(&config, &state_dir, &store);
+    let built = backends::start::build(&config, &state_dir, &store);
     let gpu = gpu::inventory();
     if let Some(e) = &gpu.error {
         tracing::info!(reason = %e, "no GPUs listed");

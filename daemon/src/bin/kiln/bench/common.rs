@@ -87,7 +87,7 @@ pub fn run_tag() -> String {
 #[serde(rename_all = "lowercase")]
 pub enum Variants {
     /// A unique comment, and the seed's first knob cycled through its values (the suite's
-    /// first knob never changes the launch plan), so speeds differ as in a search.
+    /// first knob never changes the launch list), so speeds differ as in a search.
     Knob,
     /// Only a unique comment: every candidate is the seed's code.
     Comment,

@@ -1,0 +1,8 @@
+//! The backends inside `kiln-worker`: each one's compile step and its mechanics of the
+//! evaluation contract ([`crate::contract::Target`]).
+//!
+//! - [`host`]: C on the CPU (the system compiler; candidate code in runner processes);
+//! - [`cuda`]: CUDA C on the worker's GPU (NVRTC; kernels through `kiln-gpu`).
+
+pub mod cuda;
+pub mod host;

@@ -1,0 +1,33 @@
+//! The cuda backend: CUDA C candidates compiled by NVRTC and run on the worker's GPU, under
+//! the same evaluation contract as every backend ([`crate::contract`]).
+//!
+//! - [`compile`]: NVRTC inside the jailed worker's compile role; the artifact is the CUBIN
+//!   (or PTX) image itself;
+//! - [`context`]: [`context::GpuContext`], the CUDA context and NVML a GPU worker keeps
+//!   between evaluations;
+//! - [`target`]: [`target::GpuTarget`], the contract's mechanics on one GPU: inputs drawn on
+//!   the GPU from the secret seed, reference outputs downloaded and scrubbed before
+//!   candidate code runs, poisoned outputs, keyed GPU-side input hashes, L2-cold timed
+//!   samples, faults and timeouts;
+//! - [`baseline`]: the reference, cuBLAS and cuDNN timed as baselines under the same protocol;
+//! - [`telemetry`]: NVML around the timing window, and which samples ran throttled;
+//! - [`printf`]: device `printf` captured off the protocol pipe, counted and bounded;
+//! - [`setup`]: what a GPU worker's jail must show (device nodes, driver libraries) and
+//!   whether the backend is usable here.
+//!
+//! Per-kernel resources (registers, shared and local memory, max threads, occupancy for
+//! the launch's block) need the module loaded on a GPU, so they are filled at evaluation
+//! time, into `Evaluation.compile.kernels` and `Evaluation.telemetry.kernels`.
+//!
+//! A GPU worker is warm: it keeps its context from one evaluation to the next
+//! ([`context::GpuContext`]). After a fault or timeout the context is poisoned: the worker
+//! answers with the verdict and `retire: true`, and exits; its caller
+//! ([`crate::WarmWorker`]) starts a fresh worker.
+
+pub mod baseline;
+pub mod compile;
+pub mod context;
+pub mod printf;
+pub mod setup;
+pub mod target;
+pub mod telemetry;

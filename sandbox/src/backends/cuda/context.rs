@@ -1,0 +1,49 @@
+//! [`GpuContext`]: what a GPU worker keeps from one evaluation to the next — the CUDA
+//! context (with kiln's trusted kernels and the L2 flush buffer) and NVML. Each
+//! [`GpuContext::evaluate`] sets up a fresh [`super::target::GpuTarget`] on it. After a
+//! fault or a timeout the context is poisoned and the worker is replaced.
+
+use kiln_gpu::Gpu;
+use kiln_types::Evaluation;
+
+use super::target::{Job, evaluate_on};
+use super::telemetry::Telemetry;
+
+/// What a GPU worker keeps between evaluations: the context (with kiln's trusted kernels
+/// and the L2 flush buffer) and NVML. Replaced by a fresh worker after a fault or timeout
+/// poisons the context.
+pub struct GpuContext {
+    gpu: Gpu,
+    telemetry: Telemetry,
+    served: u32,
+}
+
+impl GpuContext {
+    /// Opens the worker's GPU (ordinal 0: inside the jail only its own GPU is visible).
+    pub fn open() -> Result<GpuContext, String> {
+        let gpu = Gpu::open(0).map_err(|e| format!("cannot open the GPU: {e}"))?;
+        let telemetry = Telemetry::new(&gpu.facts().uuid);
+        Ok(GpuContext {
+            gpu,
+            telemetry,
+            served: 0,
+        })
+    }
+
+    /// Why the context can no longer be used (a fault or a timeout), if it cannot.
+    pub fn poisoned(&self) -> Option<String> {
+        self.gpu.poisoned()
+    }
+
+    /// Evaluations served so far.
+    pub fn served(&self) -> u32 {
+        self.served
+    }
+
+    /// Evaluates one candidate on this context's GPU.
+    pub fn evaluate(&mut self, job: Job) -> Result<Evaluation, String> {
+        self.served += 1;
+        super::printf::reset();
+        evaluate_on(&self.gpu, &mut self.telemetry, job)
+    }
+}

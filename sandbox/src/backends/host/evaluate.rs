@@ -1,0 +1,361 @@
+//! The host backend's side of the evaluation contract: [`HostTarget`] implements
+//! [`crate::contract::Target`] over two runner processes, and [`evaluate`] sets them up
+//! and hands them to the generic [`crate::contract::Session`], which owns the verdicts.
+//!
+//! The reference and the candidate run in two separate runners with separate memfds: the
+//! reference's outputs are copied into this (trusted) process, compared after the
+//! candidate has been stopped, and poisoned again in the reference's buffers afterwards.
+
+use std::path::Path;
+use std::time::Duration;
+
+use kiln_types::{Candidate, Dtype, EvalPlan, Evaluation, ProblemSpec, Role, Verdict};
+
+use super::layout::{self, Kind, Layout};
+use super::runner_ctl::{RunEnd, Runner, RunnerConfig};
+use crate::contract::compare;
+use crate::contract::data;
+use crate::contract::{CheckError, InputVariant, Outputs, RunFailure, Session, Target, Unwritten};
+use crate::protocol::RunLimits;
+
+/// One drawn input set: (tensor name, bytes, blake3 of the bytes).
+pub type Inputs = Vec<(String, Vec<u8>, blake3::Hash)>;
+
+/// What the worker hands to [`evaluate`].
+pub struct Job<'a> {
+    /// The problem.
+    pub problem: &'a ProblemSpec,
+    /// The candidate.
+    pub candidate: &'a Candidate,
+    /// The plan (secret seed, trials, stop rule).
+    pub plan: &'a EvalPlan,
+    /// Runner limits.
+    pub limits: &'a RunLimits,
+    /// The reference's artifact.
+    pub reference_artifact: &'a [u8],
+    /// The candidate's artifact.
+    pub candidate_artifact: &'a [u8],
+    /// kiln-worker's own path (runners are exec'd from it).
+    pub exe: &'a Path,
+    /// Tag for the runners' argv.
+    pub tag: &'a str,
+}
+
+/// The host backend's mechanics: a reference runner and a candidate runner, each with its
+/// own memfd, so the reference's outputs are never in memory the candidate can reach.
+pub struct HostTarget<'a> {
+    problem: &'a ProblemSpec,
+    /// The reference runner.
+    pub reference: Runner,
+    /// The candidate runner.
+    pub candidate: Runner,
+    /// Per-run wall limit.
+    pub run_timeout: Duration,
+}
+
+/// Runs the whole contract. `Err` is an infrastructure failure (broken reference, no
+/// scratch space), never the candidate's fault.
+pub fn evaluate(job: Job) -> Result<Evaluation, String> {
+    let problem = job.problem;
+    let ref_ks = problem
+        .reference
+        .get("host")
+        .ok_or_else(|| format!("problem {} has no host reference", problem.name))?;
+    let ref_layout =
+        Layout::new(&problem.tensors, &ref_ks.scratch).map_err(|e| format!("reference: {e}"))?;
+    let ref_calls =
+        layout::resolve(&ref_ks.launches, &ref_layout).map_err(|e| format!("reference: {e}"))?;
+    let cand_layout = match Layout::new(&problem.tensors, &job.candidate.scratch) {
+        Ok(l) => l,
+        Err(e) => return Ok(early(Verdict::InvalidLaunch, e)),
+    };
+    let cand_calls = match layout::resolve(&job.candidate.launches, &cand_layout) {
+        Ok(c) => c,
+        Err(e) => return Ok(early(Verdict::InvalidLaunch, e)),
+    };
+    let dir = std::env::current_dir().map_err(|e| format!("scratch: {e}"))?;
+    let (ref_path, cand_path) = (dir.join("reference.so"), dir.join("candidate.so"));
+    std::fs::write(&ref_path, job.reference_artifact)
+        .map_err(|e| format!("write reference artifact: {e}"))?;
+    std::fs::write(&cand_path, job.candidate_artifact)
+        .map_err(|e| format!("write candidate artifact: {e}"))?;
+
+    let run_timeout = Duration::from_millis(job.plan.run_timeout_ms.max(1));
+    let base = RunnerConfig {
+        exe: job.exe,
+        tag: job.tag,
+        artifact: &ref_path,
+        as_bytes: job.limits.memory_limit_bytes,
+        cpu_s: job.limits.cpu_limit_s,
+        output_limit: job.limits.output_limit_bytes,
+        load_timeout: Duration::from_secs(10).max(run_timeout),
+    };
+    let (reference, ready) = Runner::spawn(&base, ref_layout, ref_calls)?;
+    match ready {
+        Ok(r) if r.error.is_none() && r.missing.is_empty() => {}
+        Ok(r) => {
+            return Err(format!(
+                "reference failed to load: {:?} missing {:?}",
+                r.error, r.missing
+            ));
+        }
+        Err(end) => return Err(format!("reference failed to load: {end:?}")),
+    }
+    let cand_cfg = RunnerConfig {
+        artifact: &cand_path,
+        ..base
+    };
+    let (candidate, ready) = Runner::spawn(&cand_cfg, cand_layout, cand_calls)?;
+    let target = HostTarget {
+        problem,
+        reference,
+        candidate,
+        run_timeout,
+    };
+    let mut session = Session::new(problem, job.plan, target);
+    match ready {
+        Ok(r) if !r.missing.is_empty() => {
+            return Ok(session.verdict(
+                Verdict::InvalidLaunch,
+                format!(
+                    "unknown function{} {}: dlsym found no such symbol in the artifact",
+                    if r.missing.len() > 1 { "s" } else { "" },
+                    r.missing.join(", ")
+                ),
+            ));
+        }
+        Ok(r) if r.error.is_some() => {
+            let e = r.error.unwrap_or_default();
+            session.evidence.fault = Some(e.clone());
+            return Ok(session.verdict(
+                Verdict::RuntimeFault,
+                format!("the artifact failed to load: {e}"),
+            ));
+        }
+        Ok(_) => {}
+        Err(end) => {
+            let f = session.target.failure(end);
+            return Ok(*session.failure_verdict(f, "loading the artifact"));
+        }
+    }
+    session.run()
+}
+
+fn early(v: Verdict, msg: String) -> Evaluation {
+    Evaluation::early(v, "host", msg)
+}
+
+impl HostTarget<'_> {
+    /// The contract's failure for a run that did not answer `D`.
+    fn failure(&self, end: RunEnd) -> RunFailure {
+        match end {
+            RunEnd::Timeout => RunFailure::Timeout(format!(
+                "no answer within the run timeout of {} ms; runner killed",
+                self.run_timeout.as_millis()
+            )),
+            RunEnd::Died(fault) => RunFailure::Fault(fault),
+            RunEnd::Flood(n) => RunFailure::Fault(format!(
+                "output flood: {n} bytes written to stdout/stderr; runner killed"
+            )),
+            RunEnd::Done(_) => RunFailure::Fault("runner answered unexpectedly".into()),
+        }
+    }
+
+    /// Writes inputs, poisons outputs and zeroes scratch of a runner.
+    fn prepare(runner: &mut Runner, inputs: &Inputs) {
+        for (name, bytes, _) in inputs {
+            runner.bytes_mut(name).copy_from_slice(bytes);
+        }
+        let buffers = runner.layout.buffers.clone();
+        for b in buffers {
+            match b.kind {
+                Kind::Output => data::poison(runner.bytes_mut(&b.name), b.dtype),
+                Kind::Scratch => runner.bytes_mut(&b.name).fill(0),
+                Kind::Input => {}
+            }
+        }
+    }
+
+    fn read_outputs(runner: &Runner) -> Outputs {
+        runner
+            .layout
+            .buffers
+            .iter()
+            .filter(|b| b.kind == Kind::Output)
+            .map(|b| (b.name.clone(), runner.bytes(&b.name).to_vec()))
+            .collect()
+    }
+
+    fn dtype(&self, name: &str) -> Dtype {
+        self.problem.tensor(name).map_or(Dtype::F32, |t| t.dtype)
+    }
+
+    /// Runs the reference on `inputs`, copies its outputs into this process and poisons
+    /// them again in the reference's runner.
+    fn reference_outputs(&mut self, inputs: &Inputs) -> Result<Outputs, String> {
+        Self::prepare(&mut self.reference, inputs);
+
+        let end = self
+            .reference
+            .run(b'G', self.run_timeout.max(Duration::from_secs(10)) * 4);
+        if !matches!(end, RunEnd::Done(_)) {
+            return Err(format!("did not finish: {end:?}"));
+        }
+        let out = Self::read_outputs(&self.reference);
+        // Check before scrubbing: the contract refuses a reference that left holes.
+        let holes: Vec<String> = out
+            .iter()
+            .filter(|(name, bytes)| {
+                let dtype = self.problem.tensor(name).map_or(Dtype::F32, |t| t.dtype);
+                data::unwritten(bytes, dtype).0 > 0
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        if let Some(name) = holes.first() {
+            return Err(format!("left {name} partly unwritten"));
+        }
+        let buffers = self.reference.layout.buffers.clone();
+        for b in buffers.iter().filter(|b| b.kind == Kind::Output) {
+            data::poison(self.reference.bytes_mut(&b.name), b.dtype);
+        }
+        Ok(out)
+    }
+
+    fn go(&mut self, inputs: &Inputs) -> Result<f64, RunFailure> {
+        Self::prepare(&mut self.candidate, inputs);
+        match self.candidate.run(b'G', self.run_timeout) {
+            RunEnd::Done(d) => Ok(d.as_secs_f64() * 1e6),
+            end => Err(self.failure(end)),
+        }
+    }
+}
+
+/// Empty round trips used to measure the timer's overhead.
+const OVERHEAD_ROUNDS: usize = 16;
+
+impl Target for HostTarget<'_> {
+    type Inputs = Inputs;
+    type Kept = Outputs;
+
+    fn backend(&self) -> &'static str {
+        "host"
+    }
+
+    fn draw(
+        &mut self,
+        seed: u64,
+        purpose: &str,
+        index: u64,
+        variant: InputVariant,
+    ) -> Result<Inputs, String> {
+        let mut rng = data::rng_for(seed, purpose, index);
+        Ok(self
+            .problem
+            .tensors
+            .iter()
+            .filter(|t| t.role == Role::Input)
+            .map(|t| {
+                let mut bytes = vec![0u8; t.bytes() as usize];
+                data::fill(&mut bytes, t.dtype, variant.init(t), &mut rng);
+                let hash = blake3::hash(&bytes);
+                (t.name.clone(), bytes, hash)
+            })
+            .collect())
+    }
+
+    fn keep(&mut self, _slot: usize) -> Result<(Outputs, Vec<Unwritten>), RunFailure> {
+        let out = Self::read_outputs(&self.candidate);
+        let unwritten = out
+            .iter()
+            .filter_map(|(name, bytes)| {
+                let (n, first) = data::unwritten(bytes, self.dtype(name));
+                (n > 0).then(|| (name.clone(), n, first))
+            })
+            .collect();
+        Ok((out, unwritten))
+    }
+
+    fn check(
+        &mut self,
+        inputs: &Inputs,
+        kept: &[&Outputs],
+        tol: kiln_types::Tolerance,
+    ) -> Result<Vec<Vec<kiln_types::ErrorMetrics>>, CheckError> {
+        let want = self.reference_outputs(inputs).map_err(CheckError::Infra)?;
+        Ok(kept
+            .iter()
+            .map(|got| {
+                got.iter()
+                    .zip(&want)
+                    .map(|((name, g), (_, w))| compare::metrics(name, g, w, self.dtype(name), tol))
+                    .collect()
+            })
+            .collect())
+    }
+
+    fn diff(
+        &mut self,
+        a: &Outputs,
+        b: &Outputs,
+        tol: kiln_types::Tolerance,
+    ) -> Result<(u64, bool), RunFailure> {
+        let mut diffs = 0;
+        let mut agree = true;
+        for ((name, x), (_, y)) in a.iter().zip(b) {
+            let dtype = self.dtype(name);
+            let d = compare::bitwise_diffs(x, y, dtype);
+            diffs += d;
+            if d > 0 {
+                agree &= compare::agree(x, y, dtype, tol);
+            }
+        }
+        Ok((diffs, agree))
+    }
+
+    fn run(&mut self, inputs: &Inputs) -> Result<f64, RunFailure> {
+        self.go(inputs)
+    }
+
+    fn sample(&mut self, inputs: &Inputs) -> Result<f64, RunFailure> {
+        self.go(inputs)
+    }
+
+    /// The host timing has no cache flush to leave out: a plain sample is the same timed
+    /// round trip, without rewriting the (current) inputs or poisoning the outputs first.
+    fn plain_sample(&mut self, _inputs: &Inputs) -> Result<f64, RunFailure> {
+        match self.candidate.run(b'G', self.run_timeout) {
+            RunEnd::Done(d) => Ok(d.as_secs_f64() * 1e6),
+            end => Err(self.failure(end)),
+        }
+    }
+
+    fn tampered(&mut self, inputs: &Inputs) -> Result<Vec<String>, RunFailure> {
+        Ok(inputs
+            .iter()
+            .filter(|(name, _, hash)| blake3::hash(self.candidate.bytes(name)) != *hash)
+            .map(|(name, _, _)| name.clone())
+            .collect())
+    }
+
+    fn overhead(&mut self) -> Result<f64, RunFailure> {
+        let mut empty = Vec::with_capacity(OVERHEAD_ROUNDS);
+        for _ in 0..OVERHEAD_ROUNDS {
+            match self.candidate.run(b'E', self.run_timeout) {
+                RunEnd::Done(d) => empty.push(d.as_secs_f64() * 1e6),
+                end => return Err(self.failure(end)),
+            }
+        }
+        // The smallest empty round trip is the fixed part of the overhead: every sample
+        // carries at least that much. Subtracting the median instead drove half the samples
+        // of a ~1 µs kernel to zero (and its median to 0 µs, which no speedup can divide).
+        Ok(empty.iter().copied().fold(f64::INFINITY, f64::min).max(0.0))
+    }
+
+    fn outputs_every_sample(&self) -> bool {
+        true
+    }
+
+    fn output_excerpt(&self) -> Option<String> {
+        self.candidate.output_excerpt()
+    }
+}

@@ -1,0 +1,241 @@
+//! What the calls into a jailed `kiln-worker` share (the one-shot [`crate::compile`] and
+//! [`crate::evaluate`], the warm [`crate::WarmWorker`], [`crate::measure_baselines`]): the
+//! job's directory, the worker's jail spec, the refusals made before any worker starts,
+//! the evaluate request and its wall budget, and the evaluations made from a worker's end
+//! (its jail's layers, a wall budget run out).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use kiln_types::{Candidate, EvalPlan, Evaluation, Language, ProblemSpec, Verdict};
+
+use crate::config::SandboxConfig;
+use crate::error::SandboxError;
+use crate::jail::{self, CgroupSpec, JailSpec, LayerStatus, Limits, Role};
+use crate::protocol::{self, PROTOCOL_VERSION, Request, RunLimits};
+
+/// A job's directory, removed on drop.
+pub(crate) struct JobDir {
+    base: PathBuf,
+    name: String,
+}
+
+impl JobDir {
+    pub(crate) fn new(cfg: &SandboxConfig) -> Result<JobDir, SandboxError> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "job-{}-{}-{:08x}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed),
+            rand::random::<u32>()
+        );
+        let base = cfg.scratch_root.join(&name);
+        let mk = |p: &Path| {
+            std::fs::create_dir_all(p).map_err(|source| SandboxError::Scratch {
+                path: p.to_path_buf(),
+                source,
+            })
+        };
+        mk(&base.join("root"))?;
+        mk(&base.join("work"))?;
+        Ok(JobDir { base, name })
+    }
+}
+
+impl Drop for JobDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.base) {
+            tracing::warn!(dir = %self.base.display(), "cannot remove job directory: {e}");
+        }
+    }
+}
+
+/// Host paths the private root shows read-only: the toolchain and shared libraries.
+const RO_PATHS: &[&str] = &[
+    "/usr",
+    "/lib",
+    "/lib64",
+    "/lib32",
+    "/libx32",
+    "/bin",
+    "/sbin",
+    "/etc/ld.so.cache",
+    "/etc/alternatives",
+];
+
+pub(crate) fn jail_spec(
+    cfg: &SandboxConfig,
+    role: Role,
+    cuda: bool,
+    job: &JobDir,
+    limits: Limits,
+    payload: &str,
+) -> Result<JailSpec, SandboxError> {
+    let abs = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let program = abs(&cfg.worker_exe);
+    let mut env = vec![("PATH".to_string(), "/usr/bin:/bin".to_string())];
+    if let Ok(level) = std::env::var("KILN_WORKER_LOG") {
+        env.push(("KILN_LOG".into(), level));
+    }
+    let mut ro_paths: Vec<PathBuf> = RO_PATHS.iter().map(PathBuf::from).collect();
+    let (mut devices, mut optional_ro_paths) = (Vec::new(), Vec::new());
+    if cuda {
+        use crate::backends::cuda::setup;
+        if let Some(lp) = &cfg.library_path {
+            env.push(("LD_LIBRARY_PATH".into(), lp.clone()));
+            ro_paths.extend(setup::library_dirs(Some(lp)));
+        }
+        // Driver caches would be written under $HOME, which a jail does not have.
+        env.push(("CUDA_CACHE_DISABLE".into(), "1".into()));
+        if role == Role::GpuWorker {
+            let visible = cfg.gpu_uuid.clone().unwrap_or_else(|| "0".into());
+            env.push(("CUDA_VISIBLE_DEVICES".into(), visible));
+            env.push((crate::worker::CAPTURE_ENV.into(), "1".into()));
+            devices = setup::device_nodes(cfg.gpu_minor);
+            optional_ro_paths = setup::OPTIONAL_RO.iter().map(PathBuf::from).collect();
+        }
+    }
+    Ok(JailSpec {
+        role,
+        program,
+        args: vec![payload.to_string(), format!("--tag={}", job.base.display())],
+        env,
+        scratch: abs(&job.base.join("work")),
+        root_dir: abs(&job.base.join("root")),
+        ro_paths,
+        hidden_paths: cfg.hidden_paths.iter().map(|p| abs(p)).collect(),
+        devices,
+        optional_ro_paths,
+        namespaces: !cfg.disable_namespaces,
+        limits,
+        cgroup: cfg.cgroup_parent.as_ref().map(|parent| CgroupSpec {
+            parent: parent.clone(),
+            name: job.name.clone(),
+            memory_max: cfg.memory_limit_bytes.saturating_mul(3),
+            pids_max: 128,
+        }),
+    })
+}
+
+pub(crate) fn protocol_error(
+    e: protocol::ProtocolError,
+    child: &mut jail::JailedChild,
+) -> SandboxError {
+    let ended = child.finish();
+    SandboxError::Protocol {
+        message: format!(
+            "{e}; worker {}; log: {}",
+            ended
+                .status
+                .map_or("status unknown".into(), |s| s.to_string()),
+            ended.stderr_tail.trim()
+        ),
+        source: Some(e),
+    }
+}
+
+/// Wall budget for a whole evaluation: a backstop above the worker's own per-run limits.
+pub(crate) fn evaluation_budget(plan: &EvalPlan) -> Duration {
+    let runs = 3 * (u64::from(plan.trials) + 2) + u64::from(plan.timing.warmup) + 20;
+    Duration::from_secs(15)
+        + Duration::from_millis(plan.run_timeout_ms.saturating_mul(runs))
+        + Duration::from_secs_f64(plan.timing.wall_cap_ms.max(0.0) / 1e3)
+}
+
+/// Refusals before any worker starts: the cuda backend missing here (an error), no
+/// reference for the backend (an error), an invalid candidate (`Some` verdict).
+pub(crate) fn precheck(
+    problem: &ProblemSpec,
+    candidate: &Candidate,
+) -> Result<Option<Evaluation>, SandboxError> {
+    let cuda = candidate.language == Language::Cuda;
+    let backend = if cuda { "cuda" } else { "host" };
+    // Only the libraries (cheap): the GPU itself was found when kilnd chose it at start, and
+    // the worker reports it if it is gone.
+    if cuda && let Err(e) = kiln_gpu::facts::libraries_present() {
+        return Err(SandboxError::BackendUnavailable("cuda".into(), e.reason));
+    }
+    if !problem.reference.contains_key(backend) {
+        return Err(SandboxError::Problem(
+            problem.name.clone(),
+            format!("no {backend} reference"),
+        ));
+    }
+    if let Err(e) = candidate.validate() {
+        return Ok(Some(Evaluation::early(
+            Verdict::InvalidLaunch,
+            backend,
+            e.to_string(),
+        )));
+    }
+    Ok(None)
+}
+
+/// The evaluate request for a worker.
+pub(crate) fn evaluate_request(
+    cfg: &SandboxConfig,
+    problem: &ProblemSpec,
+    candidate: &Candidate,
+    plan: &EvalPlan,
+    budget: Duration,
+) -> Request {
+    Request::Evaluate {
+        version: PROTOCOL_VERSION,
+        problem: Box::new(problem.clone()),
+        candidate: candidate.clone(),
+        plan: plan.clone(),
+        limits: RunLimits {
+            memory_limit_bytes: cfg.memory_limit_bytes,
+            output_limit_bytes: cfg.output_limit_bytes,
+            cpu_limit_s: budget.as_secs() + 1,
+        },
+    }
+}
+
+/// The evaluation a worker killed at its wall budget gets.
+pub(crate) fn budget_timeout(
+    backend: &str,
+    budget: Duration,
+    layers: &[LayerStatus],
+) -> Evaluation {
+    let mut e = Evaluation::early(
+        Verdict::Timeout,
+        backend,
+        format!(
+            "evaluation exceeded its wall budget of {:.0} s; the jail was killed",
+            budget.as_secs_f64()
+        ),
+    );
+    e.telemetry = Some(layers_json(layers));
+    e
+}
+
+/// Adds the jail's layers to an evaluation's telemetry.
+pub(crate) fn with_layers(mut e: Evaluation, layers: &[LayerStatus]) -> Evaluation {
+    e.telemetry = Some(match e.telemetry.take() {
+        Some(serde_json::Value::Object(mut m)) => {
+            if let serde_json::Value::Object(jail) = layers_json(layers) {
+                m.extend(jail);
+            }
+            serde_json::Value::Object(m)
+        }
+        _ => layers_json(layers),
+    });
+    e
+}
+
+/// The jail layers as telemetry: `{"jail": {"active": [...], "inactive": {name: why}}}`.
+pub(crate) fn layers_json(layers: &[LayerStatus]) -> serde_json::Value {
+    let active: Vec<&str> = layers
+        .iter()
+        .filter(|l| l.active)
+        .map(|l| l.name.as_str())
+        .collect();
+    let inactive: serde_json::Map<String, serde_json::Value> = layers
+        .iter()
+        .filter(|l| !l.active)
+        .map(|l| (l.name.clone(), serde_json::Value::String(l.detail.clone())))
+        .collect();
+    serde_json::json!({ "jail": { "active": active, "inactive": inactive } })
+}
