@@ -293,6 +293,11 @@ pub struct GpuConfig {
     pub python: String,
     /// Wall-clock limit of the torch helper, seconds.
     pub torch_timeout_secs: u64,
+    /// Where GPU workers find CUPTI for kernel timing: `auto` (the loader's path, then the
+    /// CUDA toolkit's usual directories), `off` (events only), or an absolute directory
+    /// holding `libcupti.so.13` (used when the loader finds none; shown read-only in the
+    /// workers' jails).
+    pub cupti: String,
 }
 
 impl Default for GpuConfig {
@@ -306,6 +311,7 @@ impl Default for GpuConfig {
             discover_python_libraries: true,
             python: "python3".into(),
             torch_timeout_secs: 600,
+            cupti: "auto".into(),
         }
     }
 }
@@ -377,6 +383,9 @@ impl Config {
         }
         if !matches!(self.gpu.clock_policy.as_str(), "observe" | "lock") {
             return bad("gpu.clock_policy must be \"observe\" or \"lock\"");
+        }
+        if let Err(e) = kiln_sandbox::kiln_gpu::cupti::CuptiSetting::parse(&self.gpu.cupti) {
+            return Err(ConfigError::Invalid(format!("gpu.{e}")));
         }
         if self.gpu.worker_max_evals == 0 {
             return bad("gpu.worker_max_evals must be at least 1");
@@ -504,6 +513,20 @@ mod tests {
         assert!(
             Config::from_toml("[gpu]\nclock_policy = \"fast\"\n", Path::new("x")).is_err(),
             "lock is not available yet"
+        );
+        let err = Config::from_toml("[gpu]\ncupti = \"lib\"\n", Path::new("x"))
+            .expect_err("a relative cupti directory");
+        assert!(err.to_string().contains("gpu.cupti"), "{err}");
+        for ok in ["auto", "off", "/opt/cuda/extras/CUPTI/lib64"] {
+            let c =
+                Config::from_toml(&format!("[gpu]\ncupti = \"{ok}\"\n"), Path::new("x")).expect(ok);
+            assert_eq!(c.gpu.cupti, ok);
+        }
+        let err = Config::from_toml("[evaluation.timing]\nfigure = \"wall\"\n", Path::new("x"))
+            .expect_err("an unknown figure");
+        assert!(
+            err.to_string().contains("figure") || err.to_string().contains("wall"),
+            "{err}"
         );
     }
 }

@@ -1,5 +1,5 @@
 //! [`SandboxConfig`]: how the sandbox runs jobs (the worker, scratch, limits, the GPU and
-//! its libraries), and where the `kiln-worker` executable is found.
+//! its libraries, CUPTI), and where the `kiln-worker` executable is found.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -43,6 +43,10 @@ pub struct SandboxConfig {
     /// shown read-only in their jails); defaults to the caller's own.
     #[serde(default)]
     pub library_path: Option<String>,
+    /// Where GPU workers find CUPTI for kernel timing (passed in `KILN_CUPTI`; a directory
+    /// is shown read-only in their jails).
+    #[serde(default)]
+    pub cupti: kiln_gpu::cupti::CuptiSetting,
 }
 
 fn default_arch() -> String {
@@ -69,6 +73,7 @@ impl SandboxConfig {
             library_path: std::env::var("LD_LIBRARY_PATH")
                 .ok()
                 .filter(|v| !v.is_empty()),
+            cupti: kiln_gpu::cupti::CuptiSetting::Auto,
         }
     }
 

@@ -174,6 +174,12 @@ pub trait Target {
     fn throttled_samples(&self) -> Vec<usize> {
         Vec::new()
     }
+    /// How the last timing window's samples were measured and their other figures,
+    /// leaving out the samples at `excluded` (GPU: CUPTI kernel records or events, see
+    /// `TimingStats::timer`); none by default.
+    fn timer_evidence(&self, _excluded: &[usize]) -> Option<kiln_types::TimerEvidence> {
+        None
+    }
 }
 
 /// Why an evaluation ended before its last step.

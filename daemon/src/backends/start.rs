@@ -62,6 +62,9 @@ pub fn sandbox_config(config: &Config, state_dir: &Path) -> SandboxConfig {
         (!config.jail.cgroup_parent.is_empty()).then(|| config.jail.cgroup_parent.clone().into());
     // [gpu] library_dirs (cuBLAS, cuDNN) join the GPU workers' library path.
     cfg.library_path = libs::library_path(cfg.library_path.as_deref(), &libs::library_dirs(config));
+    // Checked by Config::validate; an unreadable value means the default.
+    cfg.cupti =
+        kiln_sandbox::kiln_gpu::cupti::CuptiSetting::parse(&config.gpu.cupti).unwrap_or_default();
     cfg
 }
 

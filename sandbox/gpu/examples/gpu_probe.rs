@@ -261,6 +261,9 @@ fn main() -> ExitCode {
 
 /// Everything the parent process checks, in order.
 fn run_parent(r: &mut Report, ordinal: u32) {
+    // The kernel tracer comes up before the context (KILN_CUPTI=off turns it off).
+    let tracer = kiln_gpu::cupti::start(&kiln_gpu::cupti::CuptiSetting::from_env());
+    r.info("cupti", format!("{tracer:?}"));
     let t = Instant::now();
     let gpu = match Gpu::open(ordinal) {
         Ok(g) => g,
@@ -925,7 +928,7 @@ fn timing(r: &mut Report, gpu: &Gpu, misc: &Module, vadd_m: &Module) {
     let series = |cfg: Option<SampleConfig>, count: usize| -> Result<Vec<f64>, GpuError> {
         (0..count)
             .map(|_| match cfg {
-                Some(c) => gpu.time_sample(misc, &checked, &c),
+                Some(c) => gpu.time_sample(misc, &checked, &c).map(|t| t.event_ms),
                 None => gpu.time_plain(misc, &checked, timeout),
             })
             .collect()
@@ -974,6 +977,9 @@ fn timing(r: &mut Report, gpu: &Gpu, misc: &Module, vadd_m: &Module) {
         let v = series(Some(cfg), 20).map_err(e2s)?;
         Ok(format!("L2 flush, no blocker: {}", fmt(&v)))
     });
+    r.check("timing_cupti", || {
+        cupti_check(gpu, misc, &checked, contract)
+    });
     r.check("timing_stability", || {
         // 10 rounds of 20 contract samples, a vector add between rounds (another
         // "candidate" on the lane); the target is CV of the medians <= 0.5 %.
@@ -994,6 +1000,64 @@ fn timing(r: &mut Report, gpu: &Gpu, misc: &Module, vadd_m: &Module) {
         );
         if s.cv <= 0.005 { Ok(d) } else { Err(d) }
     });
+}
+
+/// Kernel records beside events: saxpy once and twice per sample (a two-launch plan);
+/// each sample's kernel time must be found, at most its event time, and two launches about
+/// twice one. Skipped (INFO-like pass) when the tracer is off, with its reason.
+fn cupti_check(
+    gpu: &Gpu,
+    misc: &Module,
+    one: &CheckedLaunches,
+    cfg: SampleConfig,
+) -> Result<String, String> {
+    if let Some(kiln_gpu::cupti::TimerStatus::Events { reason }) = kiln_gpu::cupti::status() {
+        return Err(format!("CUPTI is not running: {reason}"));
+    }
+    let two = CheckedLaunches {
+        launches: [one.launches.clone(), one.launches.clone()].concat(),
+    };
+    let mut lines = Vec::new();
+    let mut sums = Vec::new();
+    for (label, plan) in [("1 launch", one), ("2 launches", &two)] {
+        let (mut ev, mut sum, mut span) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..20 {
+            let t = gpu.time_sample(misc, plan, &cfg).map_err(e2s)?;
+            let k = match t.kernels {
+                Some(Ok(k)) => k,
+                Some(Err(why)) => {
+                    return Err(format!("{label}: a sample had no kernel time: {why}"));
+                }
+                None => return Err(format!("{label}: no kernel records (tracer off)")),
+            };
+            if k.kernels != plan.launches.len() || k.sum_us() > t.event_ms * 1e3 + 0.5 {
+                return Err(format!(
+                    "{label}: {} records, sum {:.3} us vs events {:.3} us",
+                    k.kernels,
+                    k.sum_us(),
+                    t.event_ms * 1e3
+                ));
+            }
+            ev.push(t.event_ms * 1e3);
+            sum.push(k.sum_us());
+            span.push(k.span_us());
+        }
+        let med = |v: &[f64]| stats(v).map_or(f64::NAN, |s| s.median);
+        sums.push(med(&sum));
+        lines.push(format!(
+            "{label}: events {:.2} us, kernel sum {:.2} us, span {:.2} us (medians of 20)",
+            med(&ev),
+            med(&sum),
+            med(&span)
+        ));
+    }
+    let ratio = sums[1] / sums[0];
+    let d = format!("{}; two/one = {ratio:.3}", lines.join("; "));
+    if (1.8..2.2).contains(&ratio) {
+        Ok(d)
+    } else {
+        Err(d)
+    }
 }
 
 /// Runs one fault kind in a child process and checks what it reports.

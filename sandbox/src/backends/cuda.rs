@@ -11,6 +11,8 @@
 //!   samples, faults and timeouts;
 //! - [`baseline`]: the reference, cuBLAS and cuDNN timed as baselines under the same protocol;
 //! - [`telemetry`]: NVML around the timing window, and which samples ran throttled;
+//! - [`timer_log`]: which figure of each timed sample is the time (CUPTI kernel span or
+//!   sum, or events), the fallback to events, and the timing evidence of every figure;
 //! - [`printf`]: device `printf` captured off the protocol pipe, counted and bounded;
 //! - [`setup`]: what a GPU worker's jail must show (device nodes, driver libraries) and
 //!   whether the backend is usable here.
@@ -31,3 +33,4 @@ pub mod printf;
 pub mod setup;
 pub mod target;
 pub mod telemetry;
+pub mod timer_log;

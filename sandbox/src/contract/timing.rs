@@ -30,12 +30,14 @@ pub mod race;
 
 /// Runs the timing phase; an early verdict if a timed run misbehaves. Then applies the
 /// plan's throttle policy: `discard` drops throttled samples from the statistics,
-/// `retry` also times once more when over a tenth of them were throttled.
+/// `retry` also times once more when over a tenth of them were throttled. The target's
+/// timer evidence (GPU: which figure the samples are, and the others) covers the samples
+/// the statistics kept.
 pub fn time<T: Target>(s: &mut Session<T>) -> Step<TimingStats> {
     let (first, samples) = time_once(s)?;
     let policy = s.plan.timing.throttle_policy;
     if policy == ThrottlePolicy::Report || first.plain {
-        return Ok(first);
+        return Ok(with_timer(s, first, &samples, &[]));
     }
     let flagged = s.target.throttled_samples();
     if policy == ThrottlePolicy::Retry && flagged.len() * 10 > samples.len() {
@@ -48,9 +50,22 @@ pub fn time<T: Target>(s: &mut Session<T>) -> Step<TimingStats> {
         let flagged = s.target.throttled_samples();
         let mut stats = discard_throttled(again, &samples, &flagged);
         stats.throttle_retried = true;
-        return Ok(stats);
+        return Ok(with_timer(s, stats, &samples, &flagged));
     }
-    Ok(discard_throttled(first, &samples, &flagged))
+    let stats = discard_throttled(first, &samples, &flagged);
+    Ok(with_timer(s, stats, &samples, &flagged))
+}
+
+/// `stats` with the target's timer evidence over the samples `discard_throttled` kept.
+fn with_timer<T: Target>(
+    s: &Session<T>,
+    mut stats: TimingStats,
+    samples: &[f64],
+    flagged: &[usize],
+) -> TimingStats {
+    let dropped = !flagged.is_empty() && flagged.len() < samples.len();
+    stats.timer = s.target.timer_evidence(if dropped { flagged } else { &[] });
+    stats
 }
 
 /// The statistics without the flagged samples (unchanged when every sample is flagged:
@@ -371,6 +386,7 @@ mod tests {
                 fresh_inputs_every: 0,
                 recheck_fraction: 0.0,
                 throttle_policy: policy,
+                figure: kiln_types::TimingFigure::default(),
             },
             peak_bytes_per_s: 0.0,
             peak_flops: 0.0,

@@ -23,11 +23,13 @@ pub mod verdict;
 pub use baseline::{BaselineOp, BaselineResult, BaselineStatus};
 pub use candidate::{Arg, Candidate, CandidateError, Language, Launch, ScratchBuffer};
 pub use eval_plan::{
-    EvalPlan, JobOptions, RaceAgainst, RaceBound, RaceTarget, ThrottlePolicy, TimingPlan,
+    EvalPlan, JobOptions, RaceAgainst, RaceBound, RaceTarget, ThrottlePolicy, TimingFigure,
+    TimingPlan,
 };
 pub use problem::{
     Dtype, Init, KernelSource, ProblemError, ProblemSpec, Role, Roofline, TensorSpec, Tolerance,
 };
 pub use verdict::{
-    CompileInfo, ErrorMetrics, Evaluation, Evidence, PrecisionTier, TimingStats, Verdict, t95,
+    CompileInfo, ErrorMetrics, Evaluation, Evidence, FigureSummary, PrecisionTier, TimerEvidence,
+    TimingStats, Verdict, t95,
 };

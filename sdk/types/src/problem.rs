@@ -203,6 +203,11 @@ pub struct ProblemSpec {
     /// Roofline figures.
     #[serde(default)]
     pub roofline: Roofline,
+    /// Which figure of a GPU sample ranks candidates for this problem (`kernel_span`,
+    /// `kernel_sum`, `events`); none: the daemon's `[evaluation.timing] figure`. Left out
+    /// of the JSON when unset, so specs without it keep their hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing_figure: Option<crate::TimingFigure>,
     /// Trusted reference per backend (`host`, `cuda`).
     pub reference: BTreeMap<String, KernelSource>,
     /// Plain correct starting kernel per backend, carrying knobs.

@@ -263,6 +263,95 @@ pub struct TimingStats {
     /// The timing was taken a second time because too many samples ran throttled.
     #[serde(default, skip_serializing_if = "is_false")]
     pub throttle_retried: bool,
+    /// GPU only: which figure of each sample the statistics above are of, how the samples
+    /// were measured (CUPTI kernel records or events only, and why), and the other figures
+    /// of the same samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timer: Option<TimerEvidence>,
+}
+
+/// How a GPU timing's samples were measured, and every figure of them.
+///
+/// Each sample has its event time (start to end event) and, when CUPTI's kernel records
+/// were read, the sum of the work's kernel durations and their span (first start to last
+/// end). `figure` is the one [`TimingStats`] is of; the summaries cover the same samples.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimerEvidence {
+    /// The figure the statistics are of.
+    pub figure: crate::TimingFigure,
+    /// The figure asked for (the problem's, else the daemon's); differs from `figure` when
+    /// kernel records could not be read.
+    pub asked: crate::TimingFigure,
+    /// `cupti` when kernel records were read, `events` otherwise.
+    pub source: String,
+    /// Why no kernel records were read (library missing, a profiler attached, turned off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+    /// The libcupti in use, and CUPTI's API version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub library: Option<String>,
+    /// Launches of the work in each sample.
+    pub launches: u32,
+    /// Event times.
+    pub events: FigureSummary,
+    /// Sums of the kernels' durations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_sum: Option<FigureSummary>,
+    /// First kernel start to last kernel end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_span: Option<FigureSummary>,
+    /// Samples whose kernel records could not be attributed: counted with their event
+    /// time (never shorter than their kernel time), and the first reason.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub records_missing: u32,
+    /// Why the first such sample had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records_missing_reason: Option<String>,
+}
+
+/// A few numbers about one figure over a timing's samples, µs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct FigureSummary {
+    /// Samples.
+    pub n: u32,
+    /// Median.
+    pub median_us: f64,
+    /// Mean.
+    pub mean_us: f64,
+    /// Fastest.
+    pub min_us: f64,
+    /// Coefficient of variation (sample stdev / mean).
+    pub cv: f64,
+}
+
+impl FigureSummary {
+    /// The summary of `values` (µs); all zero when empty.
+    pub fn of(values: &[f64]) -> FigureSummary {
+        let n = values.len();
+        if n == 0 {
+            return FigureSummary::default();
+        }
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        let mean = v.iter().sum::<f64>() / n as f64;
+        let sd = if n > 1 {
+            (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+        } else {
+            0.0
+        };
+        FigureSummary {
+            n: n as u32,
+            median_us: median,
+            mean_us: mean,
+            min_us: v[0],
+            cv: if mean > 0.0 { sd / mean } else { 0.0 },
+        }
+    }
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -385,5 +474,14 @@ mod tests {
             "rse":0,"stop_reason":"converged","wall_ms":1,"fresh_inputs":0,"rechecks":1,"overhead_us":0}"#;
         let t: TimingStats = serde_json::from_str(old).expect("old record");
         assert!(!t.raced_out && !t.plain);
+        assert!(t.timer.is_none());
+    }
+
+    #[test]
+    fn figure_summaries() {
+        let s = FigureSummary::of(&[6.0, 8.0, 7.0, 7.0]);
+        assert_eq!((s.n, s.median_us, s.mean_us, s.min_us), (4, 7.0, 7.0, 6.0));
+        assert!((s.cv - (2.0f64 / 3.0).sqrt() / 7.0).abs() < 1e-12, "{s:?}");
+        assert_eq!(FigureSummary::of(&[]), FigureSummary::default());
     }
 }

@@ -1,7 +1,9 @@
 //! `kiln doctor`: can this machine evaluate kernels? What kilnd has (backends, jail
-//! layers, GPUs, driver, clock policy and whether clock locking would be permitted), then
-//! one known kernel run end to end on each usable backend. A clear report, and a non-zero
-//! exit when something essential is missing or the known kernel does not come out `ok`.
+//! layers, GPUs, driver, clock policy and whether clock locking would be permitted, where
+//! CUPTI is for kernel timing), then one known kernel run end to end on each usable
+//! backend, with how the GPU worker timed it (CUPTI kernel records, or events and why). A
+//! clear report, and a non-zero exit when something essential is missing or the known
+//! kernel does not come out `ok`.
 
 use anyhow::{Context, Result};
 use kiln_daemon::client::Client;
@@ -54,6 +56,7 @@ async fn known_kernel(client: &Client, backend: &str, problem: &str, timeout: u6
                 "ok": verdict == "ok", "verdict": verdict,
                 "message": if e.is_null() { record["job"]["error"].clone() } else { e["message"].clone() },
                 "median_us": e["timing"]["median_us"], "wall_s": secs,
+                "timer": e["timing"]["timer"],
             })
         }
         Err(e) => json!({
@@ -61,6 +64,29 @@ async fn known_kernel(client: &Client, backend: &str, problem: &str, timeout: u6
             "verdict": "not run", "message": format!("{e:#}"),
         }),
     }
+}
+
+/// How a GPU evaluation's samples were timed, in one line (`None` for the host backend).
+fn timer_line(t: &Value) -> Option<String> {
+    if t.is_null() {
+        return None;
+    }
+    let us = |k: &str| t[k]["median_us"].as_f64().map(|v| format!("{v:.2} us"));
+    Some(match t["source"].as_str() {
+        Some("cupti") => format!(
+            "timed by {} from CUPTI kernel records ({}): kernel span {}, kernel sum {}, events {}",
+            text(&t["figure"]),
+            text(&t["library"]),
+            us("kernel_span").unwrap_or_else(|| "-".into()),
+            us("kernel_sum").unwrap_or_else(|| "-".into()),
+            us("events").unwrap_or_else(|| "-".into()),
+        ),
+        _ => format!(
+            "timed by EVENTS (asked: {}), because {}",
+            text(&t["asked"]),
+            text(&t["fallback"])
+        ),
+    })
 }
 
 /// Asks kilnd what it has, runs the known kernels, and judges it.
@@ -115,6 +141,7 @@ pub async fn doctor(
             "clock_policy": info["clock_policy"],
             "clock_lock": info["clock_lock"],
             "baseline_libraries": info["baseline_libraries"],
+            "kernel_timer": info["kernel_timer"],
             "known_kernels": runs,
         }));
     } else {
@@ -185,6 +212,20 @@ pub async fn doctor(
         if !bl["torch_python"].is_null() {
             println!("  torch  {}", text(&bl["torch_python"]));
         }
+        let kt = &info["kernel_timer"];
+        if !kt.is_null() {
+            let mark = if kt["found"].as_bool() == Some(true) {
+                "ok"
+            } else {
+                "--"
+            };
+            println!(
+                "kernel timer (CUPTI, [gpu] cupti = {}):\n  [{mark}] {} {}",
+                text(&kt["setting"]),
+                kt["library"].as_str().unwrap_or("not found:"),
+                text(&kt["detail"])
+            );
+        }
         if !runs.is_empty() {
             println!("known kernels, end to end:");
         }
@@ -207,6 +248,9 @@ pub async fn doctor(
                 text(&r["verdict"]),
                 text(&r["message"])
             );
+            if let Some(line) = timer_line(&r["timer"]) {
+                println!("         {line}");
+            }
         }
         if essential_ok {
             println!(

@@ -31,6 +31,7 @@ use kiln_types::{
 
 use super::compile::module_from_artifact;
 use super::telemetry::Telemetry;
+use super::timer_log::TimerLog;
 use crate::contract::{CheckError, InputVariant, RunFailure, Session, Target, Unwritten};
 use crate::contract::{compare, data};
 
@@ -97,6 +98,8 @@ pub struct GpuTarget<'g> {
     hash_key: u64,
     current: Option<u64>,
     next_id: u64,
+    /// Each timed sample's figures, and which one is the time.
+    timer: TimerLog,
     telemetry: &'g mut Telemetry,
     gpu: &'g Gpu,
 }
@@ -237,6 +240,12 @@ pub(super) fn evaluate_on(
         "uuid": gpu.facts().uuid,
         "arch": arch,
     });
+    let asked = problem.timing_figure.unwrap_or(job.plan.timing.figure);
+    let timer = TimerLog::new(
+        asked,
+        kiln_gpu::cupti::status(),
+        cand_launches.launches.len(),
+    );
     let target = GpuTarget {
         ref_launches,
         cand_launches,
@@ -252,6 +261,7 @@ pub(super) fn evaluate_on(
         hash_key: derive_seed(job.plan.seed, "kiln/input-hash"),
         current: None,
         next_id: 0,
+        timer,
         telemetry,
         gpu,
     };
@@ -683,12 +693,12 @@ impl Target for GpuTarget<'_> {
         self.ensure(inputs).map_err(|e| self.fail(e))?;
         self.prepare_candidate().map_err(|e| self.fail(e))?;
         let cfg = SampleConfig::contract(&self.cand_launches, self.run_timeout);
-        let ms = self
+        let times = self
             .gpu
             .time_sample(&self.candidate, &self.cand_launches, &cfg)
             .map_err(|e| self.fail(e))?;
         self.check_printed()?;
-        Ok(ms * 1e3)
+        Ok(self.timer.record(&times))
     }
 
     fn plain_sample(&mut self, inputs: &GpuInputs) -> Result<f64, RunFailure> {
@@ -721,7 +731,7 @@ impl Target for GpuTarget<'_> {
     }
 
     fn overhead(&mut self) -> Result<f64, RunFailure> {
-        Ok(0.0) // events time the GPU itself
+        Ok(0.0) // events and kernel records time the GPU itself
     }
 
     fn outputs_every_sample(&self) -> bool {
@@ -733,7 +743,12 @@ impl Target for GpuTarget<'_> {
     }
 
     fn timing_started(&mut self) {
+        self.timer.reset();
         self.telemetry.start();
+    }
+
+    fn timer_evidence(&self, excluded: &[usize]) -> Option<kiln_types::TimerEvidence> {
+        self.timer.evidence(excluded)
     }
 
     fn timing_finished(&mut self, windows: &[(Instant, Instant)]) -> Option<serde_json::Value> {
