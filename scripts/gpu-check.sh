@@ -14,9 +14,12 @@
 #      waited for, then `kiln doctor`.
 #
 #   5. (step `searches`) each proposer, offline, on the softmax and LayerNorm seed problems;
-#   6. (step `bench`) `kiln bench throughput|latency|stability` on the cuda backend.
+#   6. (step `bench`) `kiln bench throughput|latency|stability` on the cuda backend;
+#   7. (step `agreement`, where the host has Nsight Compute) `kiln bench agreement`: kiln's
+#      medians of the seed kernels against ncu's gpu__time_duration, one PASS/FAIL line each.
 #
-# Steps run: $GPU_CHECK_STEPS (default "probe tests kilnd searches bench"); the GPU tests
+# Steps run: $GPU_CHECK_STEPS (default "probe tests kilnd baselines searches bench
+# agreement"); the GPU tests
 # run are filtered by $GPU_TEST_FILTER (a libtest filter; default: all).
 # Everything printed also goes to $OUT/gpu-check.log when $OUT is set.
 # Usage: gpu-check.sh [BUNDLE_DIR]   (default: the directory of this script if it holds
@@ -44,7 +47,7 @@ fi
 
 status=0
 section() { printf '\n=== %s === (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
-steps=" ${GPU_CHECK_STEPS:-probe tests kilnd baselines searches bench} "
+steps=" ${GPU_CHECK_STEPS:-probe tests kilnd baselines searches bench agreement} "
 want() { case "$steps" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 section "host"
@@ -109,9 +112,11 @@ echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 py=$(command -v python3 || true)
 echo "python3: ${py:-not found}"
 [ -n "$py" ] && "$py" -c 'import torch, sys; print("  torch", torch.__version__, "at", torch.__file__, "for", sys.executable)' 2>&1 | head -2
-for lib in libcuda.so.1 libnvidia-ml.so.1 libnvrtc.so.13; do
+for lib in libcuda.so.1 libnvidia-ml.so.1 libnvrtc.so.13 libcupti.so.13; do
     if found "$lib"; then echo "  $lib: found"; else echo "  $lib: NOT FOUND"; fi
 done
+# libcupti (kernel times from CUPTI activity records) is optional: without it kiln times
+# with CUDA events, and every GPU evaluation's timing.timer says so.
 
 if want probe; then
 section "gpu_probe"
@@ -141,7 +146,7 @@ if want tests && [ -d "$bundle/gpu-tests" ]; then
     done
 fi
 
-if { want kilnd || want baselines || want searches || want bench; } && [ -x "$bundle/kilnd" ] && [ -x "$bundle/kiln" ]; then
+if { want kilnd || want baselines || want searches || want bench || want agreement; } && [ -x "$bundle/kilnd" ] && [ -x "$bundle/kiln" ]; then
     section "kilnd end to end"
     tmp=$(mktemp -d /tmp/kiln-gpu-check.XXXXXX)
     export KILN_SOCKET="$tmp/kiln.sock"
@@ -194,6 +199,18 @@ TOML
             for f in latency throughput throughput-raced stability; do
                 echo "--- bench $f"; cat "$bench_out/bench-$f.json"
             done
+        fi
+        if want agreement; then
+            section "kiln bench agreement (Nsight Compute)"
+            ncu_bin=$(command -v ncu 2>/dev/null || true)
+            [ -z "$ncu_bin" ] && [ -x /usr/local/cuda/bin/ncu ] && ncu_bin=/usr/local/cuda/bin/ncu
+            if [ -z "$ncu_bin" ]; then
+                echo "SKIP agreement: no ncu on this host (PATH, /usr/local/cuda/bin)"
+            else
+                "$ncu_bin" --version | tail -1
+                "$bundle/kiln" bench agreement --ncu "$ncu_bin" --launcher "$bundle/kiln-worker" \
+                    ${AGREEMENT_ARGS:-} --report "${out:-$tmp}/bench-agreement.json" || status=1
+            fi
         fi
     else
         echo "kilnd did not start"

@@ -512,6 +512,116 @@ fn gpu_stability_twenty_medians() {
     );
 }
 
+/// The timer evidence of a GPU evaluation, printed with every figure.
+fn timer_of(name: &str, e: &Evaluation) -> kiln_types::TimerEvidence {
+    assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+    let t = e.timing.clone().expect("timing");
+    let tm = t
+        .timer
+        .clone()
+        .expect("a GPU timing carries its timer evidence");
+    let med = |f: Option<kiln_types::FigureSummary>| {
+        f.map_or("-".to_string(), |f| format!("{:.3} us", f.median_us))
+    };
+    println!(
+        "TIMER {name}: median {:.3} us by {} (asked {}) from {}{}; events {} kernel_sum {} kernel_span {}; launches {} records_missing {} {:?}",
+        t.median_us,
+        tm.figure.name(),
+        tm.asked.name(),
+        tm.source,
+        tm.fallback
+            .as_ref()
+            .map_or(String::new(), |f| format!(" (fallback: {f})")),
+        med(Some(tm.events)),
+        med(tm.kernel_sum),
+        med(tm.kernel_span),
+        tm.launches,
+        tm.records_missing,
+        tm.records_missing_reason
+    );
+    tm
+}
+
+#[test]
+fn cupti_gpu_vecadd_kernel_time_is_below_the_event_time() {
+    let Some((_dir, cfg)) = gpu() else { return };
+    let p = problem("vecadd-cuda-1m");
+    let e = run(&cfg, &p, &kernel_candidate(&p, "seed"), &plan(10_000));
+    let tm = timer_of("vecadd-cuda-1m", &e);
+    assert_eq!(tm.source, "cupti", "CUPTI did not run: {:?}", tm.fallback);
+    assert_eq!(tm.figure, kiln_types::TimingFigure::KernelSpan);
+    assert_eq!((tm.launches, tm.records_missing), (1, 0));
+    let (sum, span) = (
+        tm.kernel_sum.expect("sum").median_us,
+        tm.kernel_span.expect("span").median_us,
+    );
+    // One launch: the span is the kernel's duration; events add the overhead around it.
+    assert!((span - sum).abs() < 1e-6, "sum {sum} span {span}");
+    assert!(span < tm.events.median_us, "{tm:?}");
+    let t = e.timing.expect("timing");
+    assert!(
+        (t.median_us - span).abs() < 1e-9,
+        "the statistics are of the span"
+    );
+}
+
+#[test]
+fn cupti_gpu_layernorm_sums_its_three_launches_and_the_problem_picks_the_figure() {
+    let Some((_dir, cfg)) = gpu() else { return };
+    let mut p = problem("layernorm-16x64x256x256");
+    p.timing_figure = Some(kiln_types::TimingFigure::KernelSum);
+    let c = kernel_candidate(&p, "seed");
+    let launches = c.launches.len() as u32;
+    let e = run(&cfg, &p, &c, &plan(10_000));
+    let tm = timer_of("layernorm-16x64x256x256", &e);
+    assert_eq!(tm.source, "cupti", "CUPTI did not run: {:?}", tm.fallback);
+    assert_eq!(
+        (tm.figure, tm.launches),
+        (kiln_types::TimingFigure::KernelSum, launches)
+    );
+    assert_eq!(tm.records_missing, 0);
+    let sum = tm.kernel_sum.expect("sum");
+    let span = tm.kernel_span.expect("span");
+    assert!(
+        sum.median_us <= span.median_us && span.median_us <= tm.events.median_us,
+        "{tm:?}"
+    );
+    // The gaps between dependent launches on one stream are microseconds, not more.
+    assert!(
+        span.median_us - sum.median_us < 10.0 * f64::from(launches),
+        "{tm:?}"
+    );
+    let t = e.timing.expect("timing");
+    assert!(
+        (t.median_us - sum.median_us).abs() < 1e-9,
+        "the statistics are of the sum"
+    );
+}
+
+#[test]
+fn cupti_gpu_turned_off_falls_back_to_events_and_says_so() {
+    let Some((_dir, mut cfg)) = gpu() else { return };
+    cfg.cupti = kiln_gpu::cupti::CuptiSetting::Off;
+    let p = problem("vecadd-cuda-1m");
+    let e = run(&cfg, &p, &kernel_candidate(&p, "seed"), &plan(10_000));
+    let tm = timer_of("vecadd-cuda-1m (cupti off)", &e);
+    assert_eq!(tm.source, "events");
+    assert_eq!(
+        (tm.figure, tm.asked),
+        (
+            kiln_types::TimingFigure::Events,
+            kiln_types::TimingFigure::KernelSpan
+        )
+    );
+    assert!(
+        tm.fallback.as_deref().is_some_and(|f| f.contains("off")),
+        "{tm:?}"
+    );
+    assert!(tm.kernel_sum.is_none() && tm.kernel_span.is_none());
+    let t = e.timing.expect("timing");
+    assert!((t.median_us - tm.events.median_us).abs() < 1e-9);
+}
+
 /// A matmul computing in fp16 arithmetic the way the seed's kernel did: each f32 operand
 /// split into an fp16 high part and an fp16 low part (`x ≈ hi + lo`), three products
 /// accumulated in f32. Fine at normal magnitudes; at small ones fp16's range

@@ -15,7 +15,9 @@
 //!   sum, or events), the fallback to events, and the timing evidence of every figure;
 //! - [`printf`]: device `printf` captured off the protocol pipe, counted and bounded;
 //! - [`setup`]: what a GPU worker's jail must show (device nodes, driver libraries) and
-//!   whether the backend is usable here.
+//!   whether the backend is usable here;
+//! - [`launcher`]: `kiln-worker launch`, a problem's own seed or reference kernel run on
+//!   its own for an external profiler (`kiln bench agreement` runs it under Nsight Compute).
 //!
 //! Per-kernel resources (registers, shared and local memory, max threads, occupancy for
 //! the launch's block) need the module loaded on a GPU, so they are filled at evaluation
@@ -29,6 +31,7 @@
 pub mod baseline;
 pub mod compile;
 pub mod context;
+pub mod launcher;
 pub mod printf;
 pub mod setup;
 pub mod target;

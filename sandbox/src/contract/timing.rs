@@ -358,6 +358,26 @@ mod tests {
                 .cloned()
                 .unwrap_or_default()
         }
+        /// Evidence whose event summary counts the samples it was asked to keep.
+        fn timer_evidence(&self, excluded: &[usize]) -> Option<kiln_types::TimerEvidence> {
+            let kept = 10 - excluded.len();
+            Some(kiln_types::TimerEvidence {
+                figure: kiln_types::TimingFigure::Events,
+                asked: kiln_types::TimingFigure::KernelSpan,
+                source: "events".into(),
+                fallback: Some("scripted".into()),
+                library: None,
+                launches: 1,
+                events: kiln_types::FigureSummary {
+                    n: kept as u32,
+                    ..Default::default()
+                },
+                kernel_sum: None,
+                kernel_span: None,
+                records_missing: 0,
+                records_missing_reason: None,
+            })
+        }
     }
 
     fn timed(policy: ThrottlePolicy) -> TimingStats {
@@ -415,8 +435,12 @@ mod tests {
         let report = timed(ThrottlePolicy::Report);
         assert_eq!((report.n, report.throttled_discarded), (10, 0));
         assert!((report.mean_us - 180.0).abs() < 1e-9, "{report:?}");
+        // The target's timer evidence covers the samples the statistics kept.
+        let n_timer = |t: &TimingStats| t.timer.as_ref().map(|e| e.events.n);
+        assert_eq!(n_timer(&report), Some(10));
         let discard = timed(ThrottlePolicy::Discard);
         assert_eq!((discard.n, discard.throttled_discarded), (8, 2));
+        assert_eq!(n_timer(&discard), Some(8));
         assert!((discard.mean_us - 100.0).abs() < 1e-9, "{discard:?}");
         assert!(!discard.throttle_retried);
         // 2 of 10 flagged is over a tenth: timed again; the clean second attempt is kept.

@@ -1,6 +1,8 @@
-//! `kiln bench throughput|latency|stability`: kiln's own benchmarks, run against a live
-//! kilnd on any backend (docs/benchmarks.md describes the method and each number).
+//! `kiln bench throughput|latency|stability|agreement`: kiln's own benchmarks, run against a
+//! live kilnd on any backend (agreement: cuda, with Nsight Compute on the host);
+//! docs/benchmarks.md describes the method and each number.
 
+mod agreement;
 mod common;
 mod latency;
 mod stability;
@@ -21,6 +23,8 @@ pub enum BenchCmd {
     Latency(latency::LatencyArgs),
     /// One kernel evaluated N times among other candidates: CV of its medians, and a plain loop.
     Stability(stability::StabilityArgs),
+    /// kiln's median of each seed kernel against Nsight Compute's gpu__time_duration.
+    Agreement(agreement::AgreementArgs),
 }
 
 /// Runs a benchmark.
@@ -29,5 +33,6 @@ pub async fn run(client: &Client, out: Output, cmd: BenchCmd) -> Result<std::pro
         BenchCmd::Throughput(a) => throughput::run(client, out, a).await,
         BenchCmd::Latency(a) => latency::run(client, out, a).await,
         BenchCmd::Stability(a) => stability::run(client, out, a).await,
+        BenchCmd::Agreement(a) => agreement::run(client, out, a).await,
     }
 }

@@ -320,8 +320,9 @@ impl Collected {
 }
 
 /// Closes the window after the sample's work has finished (the context is synchronised):
-/// flushes the records, once more forced when the sample's are not all in, and returns
-/// what was collected.
+/// flushes the records and, while the sample's are not all in, flushes again forced (at
+/// most [`FORCED_FLUSHES`] times, 200 µs apart: CUPTI may finish a record just after the
+/// kernel); returns what was collected.
 pub(crate) fn close_window(
     kiln_first: usize,
     launches: Option<usize>,
@@ -331,8 +332,14 @@ pub(crate) fn close_window(
     }
     activity::flush_all(0)
         .map_err(|e| format!("cuptiActivityFlushAll failed: {}", cupti_name(e)))?;
-    if !peek_complete(kiln_first, launches) {
-        let forced = sys::CUpti_ActivityFlag::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED as u32;
+    let forced = sys::CUpti_ActivityFlag::CUPTI_ACTIVITY_FLAG_FLUSH_FORCED as u32;
+    for attempt in 0..FORCED_FLUSHES {
+        if peek_complete(kiln_first, launches) {
+            break;
+        }
+        if attempt > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
         activity::flush_all(forced)
             .map_err(|e| format!("cuptiActivityFlushAll(FORCED) failed: {}", cupti_name(e)))?;
     }
@@ -345,6 +352,9 @@ pub(crate) fn close_window(
         records: std::mem::take(&mut s.records),
     })
 }
+
+/// Forced flushes tried at most per window when records are missing.
+const FORCED_FLUSHES: u32 = 3;
 
 fn peek_complete(kiln_first: usize, launches: Option<usize>) -> bool {
     let s = state();

@@ -235,6 +235,9 @@ pub struct Finished {
     pub compile_cached: Option<bool>,
     /// Per-stage latencies, ms (absent where the job never reached the stage).
     pub stages: BTreeMap<&'static str, f64>,
+    /// GPU: how the samples were timed and every figure of them (`timing.timer`).
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub timer: Value,
 }
 
 /// Reads a finished job (as `GET /v1/jobs/{id}` sends it), with the client-side time
@@ -286,6 +289,7 @@ pub fn finished(candidate: &str, job: &Value, end_to_end_ms: f64) -> Finished {
         plain: t["plain"].as_bool() == Some(true),
         compile_cached: e["compile"]["cached"].as_bool(),
         stages,
+        timer: t["timer"].clone(),
     }
 }
 
