@@ -2,24 +2,28 @@
 //! so that an external profiler can time it — `kiln bench agreement` runs it under Nsight
 //! Compute and compares ncu's `gpu__time_duration` with kiln's time of the same kernel.
 //!
-//! Only a problem's trusted kernels run here, never a candidate's, and without the jail:
-//! the caller is a person (or `kiln bench`) on the GPU host. The problem comes as the JSON
-//! kilnd serves (`GET /v1/problems/{name}`'s `spec`, sources inlined). What it does: open
-//! the GPU (no CUPTI: the profiler owns it), compile the kernel with NVRTC for the GPU's
-//! arch, allocate the tensors and the kernel's scratch, draw the inputs on the GPU from
-//! each tensor's distribution, then run the launch list `warmup + runs` times, waiting for
-//! each run. One JSON line on stdout says what ran: the kernel names in launch order, the
-//! launches per run, the warm-up runs, the timed runs — so the profiler's rows can be
-//! grouped into runs.
+//! Only a problem's own kernels run here, never a candidate's. The caller is a person (or
+//! `kiln bench`) on the GPU host, and the profiler must see the process, so the kernel runs
+//! outside the jail; its source is still compiled by NVRTC in a jailed compile child, as
+//! for any candidate (`crate::compile`), so untrusted text never reaches NVRTC unjailed.
+//! The problem comes as the JSON kilnd serves (`GET /v1/problems/{name}`'s `spec`, sources
+//! inlined). What it does: compile the kernel (jailed) for the GPU's arch, open the GPU (no
+//! CUPTI: the profiler owns it), allocate the tensors and the kernel's scratch, draw the
+//! inputs on the GPU from each tensor's distribution, then run the launch list
+//! `warmup + runs` times, waiting for each run. One JSON line on stdout says what ran: the
+//! kernel names in launch order, the warm-up runs, the timed runs — so the profiler's rows
+//! can be grouped into runs.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use kiln_gpu::Gpu;
 use kiln_gpu::inputs::derive_seed;
 use kiln_gpu::launch::BufferArg;
-use kiln_gpu::{Gpu, nvrtc};
-use kiln_types::{ProblemSpec, Role};
+use kiln_types::{Candidate, Language, ProblemSpec, Role};
 use serde::{Deserialize, Serialize};
+
+use super::compile::module_from_artifact;
 
 /// Which of the problem's kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -154,9 +158,19 @@ pub fn run(a: &Args) -> Result<Launched, String> {
             "the spec carries no kernel source (give kilnd's JSON, sources inlined)".into(),
         );
     }
+    let candidate = Candidate {
+        problem: problem.name.clone(),
+        language: Language::Cuda,
+        source: ks.source.clone(),
+        launches: ks.launches.clone(),
+        scratch: ks.scratch.clone(),
+        flags: ks.flags.clone(),
+        parent: None,
+        note: None,
+    };
+    let artifact = compile_jailed(&candidate)?;
     let gpu = Gpu::open(0).map_err(|e| format!("cannot open the GPU: {e}"))?;
-    let compiled = nvrtc::compile(&ks.source, &gpu.facts().arch, &ks.flags)
-        .map_err(|e| format!("compiling the {:?} kernel: {e}", a.which))?;
+    let compiled = module_from_artifact(&artifact, &gpu.facts().arch);
     let mut buffers: BTreeMap<String, BufferArg> = BTreeMap::new();
     let mut keep = Vec::new();
     for (i, t) in problem.tensors.iter().enumerate() {
@@ -209,6 +223,29 @@ pub fn run(a: &Args) -> Result<Launched, String> {
         runs: a.runs,
         device: gpu.facts().name.clone(),
     })
+}
+
+/// NVRTC in a jailed compile child (this binary is the jail's worker), for the first GPU's
+/// architecture, before this process touches the GPU.
+fn compile_jailed(candidate: &Candidate) -> Result<Vec<u8>, String> {
+    let scratch = std::env::temp_dir().join(format!("kiln-launch-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)
+        .map_err(|e| format!("a scratch directory for the compile: {e}"))?;
+    let mut cfg = crate::SandboxConfig::new(&scratch);
+    if let Ok(exe) = std::env::current_exe() {
+        cfg.worker_exe = exe;
+    }
+    if !cfg.use_first_gpu() {
+        return Err("no CUDA GPU found here".into());
+    }
+    let out = crate::compile(&cfg, candidate);
+    let _ = std::fs::remove_dir(&scratch);
+    let out = out.map_err(|e| format!("the jailed compile: {e}"))?;
+    match (out.artifact, out.failure) {
+        (Some(a), _) => Ok(a),
+        (None, Some(f)) => Err(format!("the kernel did not compile: {}", f.message)),
+        (None, None) => Err("the compile returned nothing".into()),
+    }
 }
 
 #[cfg(test)]
