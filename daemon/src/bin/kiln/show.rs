@@ -130,6 +130,20 @@ pub fn print_record(r: &Value) {
                 fmt_us(hi)
             );
         }
+        if let Some(tm) = t.get("timer").filter(|v| v.is_object()) {
+            let med = |k: &str| tm[k]["median_us"].as_f64().map_or("-".into(), fmt_us);
+            let how = match tm["source"].as_str() {
+                Some("cupti") => "CUPTI kernel records".to_string(),
+                _ => format!("events only: {}", text(&tm["fallback"])),
+            };
+            println!(
+                "            timed by {} ({how}); kernel span {}  kernel sum {}  events {}",
+                text(&tm["figure"]),
+                med("kernel_span"),
+                med("kernel_sum"),
+                med("events")
+            );
+        }
         if raced_out {
             println!(
                 "            raced out: clearly slower than the incumbent, timing stopped early (never ranked as a best)"
