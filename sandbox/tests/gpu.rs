@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use kiln_sandbox::{SandboxConfig, WarmWorker};
 use kiln_types::{
-    Candidate, EvalPlan, Evaluation, Language, PrecisionTier, ProblemSpec, TimingPlan, Verdict,
+    Candidate, EvalPlan, Evaluation, PrecisionTier, ProblemSpec, TimingPlan, Verdict,
 };
 
 /// H200 peaks, as the daemon passes them (tensor-core flop rate, HBM3e bandwidth).
@@ -82,19 +82,13 @@ fn rand_seed() -> u64 {
 }
 
 fn kernel_candidate(p: &ProblemSpec, which: &str) -> Candidate {
-    let ks = match which {
-        "reference" => &p.reference["cuda"],
-        _ => &p.seed["cuda"],
+    let c = match which {
+        "reference" => p.reference_candidate("cuda"),
+        _ => p.seed_candidate("cuda"),
     };
     Candidate {
-        problem: p.name.clone(),
-        language: Language::Cuda,
-        source: ks.source.clone(),
-        launches: ks.launches.clone(),
-        scratch: ks.scratch.clone(),
-        flags: ks.flags.clone(),
-        parent: None,
         note: None,
+        ..c.unwrap_or_else(|| panic!("{} has no cuda {which}", p.name))
     }
 }
 

@@ -127,19 +127,9 @@ impl Scheduler {
             .ok_or_else(|| {
                 BaselineError::Unavailable("the cuda backend is not usable here".into())
             })?;
-        let reference = spec.reference.get("cuda").ok_or_else(|| {
+        let ref_candidate = spec.reference_candidate("cuda").ok_or_else(|| {
             BaselineError::Unavailable(format!("problem {problem:?} has no cuda reference"))
         })?;
-        let ref_candidate = Candidate {
-            problem: spec.name.clone(),
-            language: kiln_types::Language::Cuda,
-            source: reference.source.clone(),
-            launches: reference.launches.clone(),
-            scratch: reference.scratch.clone(),
-            flags: reference.flags.clone(),
-            parent: None,
-            note: None,
-        };
         let art = self.reference_artifact(&backend, &ref_candidate).await?;
         let slots = self
             .lane_slots

@@ -132,7 +132,7 @@ impl Scheduler {
 
         // Compile stage: the reference (cached after its first use) and the candidate.
         let t0 = Instant::now();
-        let Some(reference) = problem.reference.get(backend.name()) else {
+        let Some(ref_candidate) = problem.reference_candidate(backend.name()) else {
             let eval = Evaluation::early(
                 kiln_types::Verdict::InvalidLaunch,
                 backend.name(),
@@ -143,16 +143,6 @@ impl Scheduler {
                 ),
             );
             return Ok((eval, 0.0, 0.0));
-        };
-        let ref_candidate = Candidate {
-            problem: problem.name.clone(),
-            language: rec.candidate.language,
-            source: reference.source.clone(),
-            launches: reference.launches.clone(),
-            scratch: reference.scratch.clone(),
-            flags: reference.flags.clone(),
-            parent: None,
-            note: None,
         };
         let reference_art = match self.compile_cached(&backend, &ref_candidate).await? {
             Ok(a) => a,

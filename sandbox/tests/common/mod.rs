@@ -60,17 +60,7 @@ pub fn plan() -> EvalPlan {
 
 /// The problem's host reference as a candidate (as kilnd builds it).
 pub fn reference_candidate(p: &ProblemSpec) -> Candidate {
-    let ks = &p.reference["host"];
-    Candidate {
-        problem: p.name.clone(),
-        language: kiln_types::Language::C,
-        source: ks.source.clone(),
-        launches: ks.launches.clone(),
-        scratch: ks.scratch.clone(),
-        flags: ks.flags.clone(),
-        parent: None,
-        note: None,
-    }
+    p.reference_candidate("host").expect("a host reference")
 }
 
 /// The compiled reference of a problem, compiled once per test binary.

@@ -376,8 +376,19 @@ impl ProblemSpec {
 
     /// The seed kernel for a backend as a submittable candidate.
     pub fn seed_candidate(&self, backend: &str) -> Option<crate::Candidate> {
-        let ks = self.seed.get(backend)?;
-        Some(crate::Candidate {
+        let mut c = self.kernel_candidate(self.seed.get(backend)?, backend);
+        c.note = Some("seed kernel".into());
+        Some(c)
+    }
+
+    /// The reference kernel for `backend` as a candidate (to compile or profile it like
+    /// one), if the problem has one.
+    pub fn reference_candidate(&self, backend: &str) -> Option<crate::Candidate> {
+        Some(self.kernel_candidate(self.reference.get(backend)?, backend))
+    }
+
+    fn kernel_candidate(&self, ks: &KernelSource, backend: &str) -> crate::Candidate {
+        crate::Candidate {
             problem: self.name.clone(),
             language: if backend == "cuda" {
                 crate::Language::Cuda
@@ -389,8 +400,8 @@ impl ProblemSpec {
             scratch: ks.scratch.clone(),
             flags: ks.flags.clone(),
             parent: None,
-            note: Some("seed kernel".into()),
-        })
+            note: None,
+        }
     }
 
     /// Looks up a tensor by name.

@@ -324,36 +324,6 @@ pub struct FigureSummary {
     pub cv: f64,
 }
 
-impl FigureSummary {
-    /// The summary of `values` (µs); all zero when empty.
-    pub fn of(values: &[f64]) -> FigureSummary {
-        let n = values.len();
-        if n == 0 {
-            return FigureSummary::default();
-        }
-        let mut v = values.to_vec();
-        v.sort_by(f64::total_cmp);
-        let median = if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        };
-        let mean = v.iter().sum::<f64>() / n as f64;
-        let sd = if n > 1 {
-            (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
-        } else {
-            0.0
-        };
-        FigureSummary {
-            n: n as u32,
-            median_us: median,
-            mean_us: mean,
-            min_us: v[0],
-            cv: if mean > 0.0 { sd / mean } else { 0.0 },
-        }
-    }
-}
-
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
@@ -475,13 +445,5 @@ mod tests {
         let t: TimingStats = serde_json::from_str(old).expect("old record");
         assert!(!t.raced_out && !t.plain);
         assert!(t.timer.is_none());
-    }
-
-    #[test]
-    fn figure_summaries() {
-        let s = FigureSummary::of(&[6.0, 8.0, 7.0, 7.0]);
-        assert_eq!((s.n, s.median_us, s.mean_us, s.min_us), (4, 7.0, 7.0, 6.0));
-        assert!((s.cv - (2.0f64 / 3.0).sqrt() / 7.0).abs() < 1e-12, "{s:?}");
-        assert_eq!(FigureSummary::of(&[]), FigureSummary::default());
     }
 }

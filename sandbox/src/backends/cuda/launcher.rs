@@ -20,7 +20,7 @@ use std::time::Duration;
 use kiln_gpu::Gpu;
 use kiln_gpu::inputs::derive_seed;
 use kiln_gpu::launch::BufferArg;
-use kiln_types::{Candidate, Language, ProblemSpec, Role};
+use kiln_types::{Candidate, ProblemSpec, Role};
 use serde::{Deserialize, Serialize};
 
 use super::compile::module_from_artifact;
@@ -148,26 +148,16 @@ pub fn run(a: &Args) -> Result<Launched, String> {
     let problem: ProblemSpec = serde_json::from_str(&text)
         .map_err(|e| format!("{} is not a problem spec: {e}", a.spec.display()))?;
     problem.validate().map_err(|e| e.to_string())?;
-    let ks = match a.which {
-        Which::Seed => problem.seed.get("cuda"),
-        Which::Reference => problem.reference.get("cuda"),
+    let candidate = match a.which {
+        Which::Seed => problem.seed_candidate("cuda"),
+        Which::Reference => problem.reference_candidate("cuda"),
     }
     .ok_or_else(|| format!("problem {} has no cuda {:?} kernel", problem.name, a.which))?;
-    if ks.source.is_empty() {
+    if candidate.source.is_empty() {
         return Err(
             "the spec carries no kernel source (give kilnd's JSON, sources inlined)".into(),
         );
     }
-    let candidate = Candidate {
-        problem: problem.name.clone(),
-        language: Language::Cuda,
-        source: ks.source.clone(),
-        launches: ks.launches.clone(),
-        scratch: ks.scratch.clone(),
-        flags: ks.flags.clone(),
-        parent: None,
-        note: None,
-    };
     let artifact = compile_jailed(&candidate)?;
     let gpu = Gpu::open(0).map_err(|e| format!("cannot open the GPU: {e}"))?;
     let compiled = module_from_artifact(&artifact, &gpu.facts().arch);
@@ -190,7 +180,7 @@ pub fn run(a: &Args) -> Result<Launched, String> {
         buffers.insert(t.name.clone(), arg);
         keep.push(buf);
     }
-    for s in &ks.scratch {
+    for s in &candidate.scratch {
         let buf = gpu
             .alloc((s.elems * s.dtype.size()) as usize)
             .map_err(|e| format!("allocating scratch {}: {e}", s.name))?;
@@ -203,12 +193,16 @@ pub fn run(a: &Args) -> Result<Launched, String> {
         keep.push(buf);
     }
     gpu.synchronize().map_err(|e| e.to_string())?;
-    let names: Vec<&str> = ks.launches.iter().map(|l| l.kernel.as_str()).collect();
+    let names: Vec<&str> = candidate
+        .launches
+        .iter()
+        .map(|l| l.kernel.as_str())
+        .collect();
     let module = gpu
         .load_module(&compiled, &names)
         .map_err(|e| format!("loading the module: {e}"))?;
     let plan = gpu
-        .check_launches(&module, &ks.launches, &buffers)
+        .check_launches(&module, &candidate.launches, &buffers)
         .map_err(|e| format!("the launch list: {e}"))?;
     let timeout = Duration::from_secs(60);
     for _ in 0..a.warmup + a.runs {

@@ -114,7 +114,15 @@ impl TimerLog {
         let events: Vec<f64> = kept.iter().map(|f| f.event_us).collect();
         let sums: Vec<f64> = kept.iter().filter_map(|f| f.kernels.map(|k| k.0)).collect();
         let spans: Vec<f64> = kept.iter().filter_map(|f| f.kernels.map(|k| k.1)).collect();
-        let summary = |v: &[f64]| (!v.is_empty()).then(|| FigureSummary::of(v));
+        let summary = |v: &[f64]| {
+            kiln_gpu::timing::stats(v).map(|s| FigureSummary {
+                n: u32::try_from(s.n).unwrap_or(u32::MAX),
+                median_us: s.median,
+                mean_us: s.mean,
+                min_us: s.min,
+                cv: s.cv,
+            })
+        };
         let (source, fallback, library) = match &self.status {
             TimerStatus::Cupti { library, version } => (
                 "cupti",
@@ -130,7 +138,7 @@ impl TimerLog {
             fallback,
             library,
             launches: self.launches,
-            events: FigureSummary::of(&events),
+            events: summary(&events).unwrap_or_default(),
             kernel_sum: summary(&sums),
             kernel_span: summary(&spans),
             records_missing: self.missing,
