@@ -306,16 +306,21 @@ impl Collected {
         }
     }
 
-    /// Whether every record the sample should have produced is in.
+    /// Whether every record the sample should have produced is in: one for each launch ID
+    /// noted, or (IDs that match nothing, none noted) as many records of the window as
+    /// kiln's launches plus the work's (one when the count is unknown).
     fn complete(&self, kiln_first: usize, launches: Option<usize>) -> bool {
-        let fresh = || self.records.iter().filter(|r| r.start_ns >= self.opened_ns);
-        if !self.work_ids.is_empty() {
-            return self
+        let by_id = !self.work_ids.is_empty()
+            && self
                 .work_ids
                 .iter()
                 .all(|id| self.records.iter().any(|r| r.correlation_id == *id));
-        }
-        fresh().count() >= kiln_first + launches.unwrap_or(1)
+        let fresh = self
+            .records
+            .iter()
+            .filter(|r| r.start_ns >= self.opened_ns)
+            .count();
+        by_id || fresh >= kiln_first + launches.unwrap_or(1)
     }
 }
 
@@ -612,6 +617,11 @@ mod tests {
         assert!(!c.complete(1, Some(2)));
         c.records.push(rec(7, 150));
         assert!(c.complete(1, Some(2)));
+        // IDs that match no record: enough records of the window will do.
+        c.work_ids = vec![60, 61];
+        assert!(c.complete(1, Some(2)));
+        c.records.pop();
+        assert!(!c.complete(1, Some(2)));
         // Without IDs: the blocker plus the launches, counting only records of the window.
         c.work_ids.clear();
         c.records = vec![rec(1, 50), rec(5, 110), rec(6, 130)];
