@@ -307,7 +307,9 @@ async fn ncu_runs(
             tail(text.as_bytes())
         );
     }
-    let rows = parse_ncu_csv(&text)?;
+    // The table goes to the log file; some ncu versions print it on stdout instead.
+    let rows =
+        parse_ncu_csv(&text).or_else(|_| parse_ncu_csv(&String::from_utf8_lossy(&out.stdout)))?;
     Ok((per_run_us(&rows, kernels, warmup, a.runs)?, shown))
 }
 
@@ -540,6 +542,9 @@ mod tests {
             ]
         );
         assert!(parse_ncu_csv("==PROF== nothing profiled\n").is_err());
+        // The launcher's own JSON line after the table (ncu printing to stdout) is skipped.
+        let with_app = format!("{LOG}{{\"problem\":\"x\",\"kernels\":[\"ln_stats\"]}}\n");
+        assert_eq!(parse_ncu_csv(&with_app).expect("parses").len(), 4);
         let cycles = LOG.replace("\"nsecond\",\"2500\"", "\"cycle\",\"2500\"");
         assert!(parse_ncu_csv(&cycles).is_err());
     }
