@@ -30,6 +30,6 @@ pub use problem::{
     Dtype, Init, KernelSource, ProblemError, ProblemSpec, Role, Roofline, TensorSpec, Tolerance,
 };
 pub use verdict::{
-    CompileInfo, ErrorMetrics, Evaluation, Evidence, FigureSummary, PrecisionTier, TimerEvidence,
-    TimingStats, Verdict, t95,
+    CompileInfo, ErrorMetrics, Evaluation, Evidence, FigureSummary, MAX_KEPT_SAMPLES,
+    PrecisionTier, TimerEvidence, TimingStats, Verdict, kept_samples, t95,
 };
