@@ -8,9 +8,11 @@
 //! - [`verdict`]: the verdicts of the evaluation contract, their evidence and timing statistics.
 //! - [`baseline`]: library baselines named by a problem, and their measured times.
 //! - [`eval_plan`]: how an evaluation is run (trials, stop rule, secret seed).
+//! - [`summary`]: the summary document of the bundled search strategies (rounds, grid).
 //!
 //! Every type that is read from untrusted input denies unknown fields, so a typo is a
-//! `400` naming the field rather than a silently ignored setting.
+//! `400` naming the field rather than a silently ignored setting; the exception is the
+//! summary document, which is only displayed and is read leniently.
 #![deny(missing_docs)]
 
 pub mod baseline;
@@ -18,6 +20,7 @@ pub mod candidate;
 pub mod eval_plan;
 pub mod plugin;
 pub mod problem;
+pub mod summary;
 pub mod verdict;
 
 pub use baseline::{BaselineOp, BaselineResult, BaselineStatus};
