@@ -14,7 +14,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, Once};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -23,38 +23,19 @@ use kiln_daemon::client::Client;
 use serde_json::{Value, json};
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    common::repo_root()
 }
 
 /// Builds the proposers, the abuse plugins, the plugin host and the jail helper
 /// (kiln-worker), once.
 fn build() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let root = repo();
-        let st = std::process::Command::new(root.join("scripts/build-plugins.sh"))
-            .current_dir(&root)
-            .args([
-                "kiln-hill-climb",
-                "kiln-idea-branch",
-                "kiln-map-elites",
-                "kiln-test-plugin-abuse",
-                "kiln-test-plugin-snoop-fs",
-            ])
-            .status()
-            .expect("run scripts/build-plugins.sh");
-        assert!(st.success(), "scripts/build-plugins.sh failed");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = std::process::Command::new(cargo)
-            .current_dir(&root)
-            .args(["build", "-p", "kiln-plugin-host", "-p", "kiln-sandbox"])
-            .status()
-            .expect("run cargo build");
-        assert!(
-            st.success(),
-            "building kiln-plugin-host and kiln-worker failed"
-        );
-    });
+    common::build_search_tools(&[
+        "kiln-hill-climb",
+        "kiln-idea-branch",
+        "kiln-map-elites",
+        "kiln-test-plugin-abuse",
+        "kiln-test-plugin-snoop-fs",
+    ]);
 }
 
 /// One test at a time: each starts its own kilnd, and parallel timing would be noise.

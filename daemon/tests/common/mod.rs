@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use kiln_daemon::client::Client;
@@ -221,4 +222,35 @@ pub fn raw_request(socket: &Path, request: &[u8]) -> (u16, String) {
         .unwrap_or(0);
     let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
     (status, body)
+}
+
+/// The repository's root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Builds `plugins` with `scripts/build-plugins.sh` (installed as
+/// `target/debug/proposers/NAME.wasm`), the plugin host and the jail helper (kiln-worker),
+/// once per test binary.
+pub fn build_search_tools(plugins: &[&str]) {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let root = repo_root();
+        let st = Command::new(root.join("scripts/build-plugins.sh"))
+            .current_dir(&root)
+            .args(plugins)
+            .status()
+            .expect("run scripts/build-plugins.sh");
+        assert!(st.success(), "scripts/build-plugins.sh failed");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = Command::new(cargo)
+            .current_dir(&root)
+            .args(["build", "-p", "kiln-plugin-host", "-p", "kiln-sandbox"])
+            .status()
+            .expect("run cargo build");
+        assert!(
+            st.success(),
+            "building kiln-plugin-host and kiln-worker failed"
+        );
+    });
 }

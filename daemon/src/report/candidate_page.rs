@@ -1,0 +1,365 @@
+//! The candidate page (`kiln show ID --report`): its verdict and timing statistics, its
+//! timing samples as a histogram, the GPU's SM clock and power over the timing window,
+//! and its trials with their errors. While its job is queued or running the page reloads
+//! itself every [`REFRESH_SECS`] seconds.
+
+use kiln_types::Evaluation;
+use serde_json::Value;
+
+use super::html::{self, esc, esc_cut, figure, id};
+use super::inputs::CandidateInputs;
+use super::plots;
+use super::points::class_of;
+use super::search_page::date;
+use super::style::{fmt_us, fmt_x, tier_name};
+use crate::store::JobState;
+
+/// Seconds between reloads while the candidate's job has not ended.
+pub const REFRESH_SECS: u32 = 3;
+
+fn timing_rows(e: &Evaluation, rows: &mut Vec<(&'static str, String)>) {
+    let Some(t) = &e.timing else {
+        return;
+    };
+    rows.push((
+        "time",
+        esc(&format!(
+            "median {}  mean {}  min {}  max {}  stdev {}",
+            fmt_us(t.median_us),
+            fmt_us(t.mean_us),
+            fmt_us(t.min_us),
+            fmt_us(t.max_us),
+            fmt_us(t.stdev_us)
+        )),
+    ));
+    let (lo, hi) = t.interval95();
+    rows.push((
+        "samples",
+        esc(&format!(
+            "n {}, rse {:.3} %, stopped: {}, mean within {} … {} (95 %), {} fresh input sets, {} rechecks, timer overhead {} subtracted",
+            t.n,
+            t.rse * 100.0,
+            t.stop_reason,
+            fmt_us(lo),
+            fmt_us(hi),
+            t.fresh_inputs,
+            t.rechecks,
+            fmt_us(t.overhead_us)
+        )),
+    ));
+    if t.throttled_discarded > 0 || t.throttle_retried {
+        rows.push((
+            "throttling",
+            esc(&format!(
+                "{} throttled samples dropped{}",
+                t.throttled_discarded,
+                if t.throttle_retried {
+                    "; timed a second time"
+                } else {
+                    ""
+                }
+            )),
+        ));
+    }
+}
+
+fn telemetry_section(e: &Evaluation) -> String {
+    let mut out = String::from("<h2>GPU over the timing window</h2>");
+    let gpu = e.telemetry.as_ref().and_then(|t| t.get("gpu"));
+    let Some(gpu) = gpu else {
+        out.push_str(&format!(
+            "<p class=\"muted\">No GPU telemetry: the {} backend reports none{}.</p>",
+            esc(&e.backend),
+            if e.timing.is_none() {
+                ", and this evaluation was not timed"
+            } else {
+                ""
+            }
+        ));
+        return out;
+    };
+    if gpu.get("available") == Some(&Value::Bool(false)) {
+        out.push_str(&format!(
+            "<p class=\"muted\">NVML telemetry was not available: {}.</p>",
+            esc_cut(
+                gpu.get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("no reason given"),
+                500
+            )
+        ));
+        return out;
+    }
+    let sum = gpu.get("summary").cloned().unwrap_or(Value::Null);
+    let mmm = |k: &str| {
+        let v = &sum[k];
+        match (v["min"].as_f64(), v["median"].as_f64(), v["max"].as_f64()) {
+            (Some(a), Some(b), Some(c)) => format!("{a:.0} / {b:.0} / {c:.0} MHz"),
+            _ => "-".into(),
+        }
+    };
+    let num = |v: &Value, unit: &str| v.as_f64().map_or("-".into(), |x| format!("{x:.0} {unit}"));
+    let reasons: Vec<String> = sum["reasons_seen"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .take(20)
+        .map(esc)
+        .collect();
+    let rows = vec![
+        ("SM clock min / median / max", mmm("sm_mhz")),
+        ("memory clock min / median / max", mmm("mem_mhz")),
+        (
+            "power mean / peak",
+            format!(
+                "{} / {}",
+                num(&sum["power_w_avg"], "W"),
+                num(&sum["power_w_max"], "W")
+            ),
+        ),
+        ("peak temperature", num(&sum["temp_c_max"], "°C")),
+        (
+            "clock-event reasons seen",
+            if reasons.is_empty() {
+                "none".into()
+            } else {
+                reasons.join(", ")
+            },
+        ),
+        (
+            "timed samples that ran throttled",
+            format!(
+                "{} of {}",
+                gpu["throttled_timing_samples"].as_u64().unwrap_or(0),
+                gpu["timing_samples"].as_u64().unwrap_or(0)
+            ),
+        ),
+        (
+            "policies",
+            esc(&format!(
+                "throttle {}, clocks {}",
+                gpu["throttle_policy"].as_str().unwrap_or("-"),
+                gpu["clock_policy"].as_str().unwrap_or("-")
+            )),
+        ),
+    ];
+    out.push_str(&html::facts(&rows));
+    match plots::telemetry::series(e.telemetry.as_ref()) {
+        Some(s) => out.push_str(&figure(
+            "telemetry",
+            plots::telemetry::plot(&s),
+            &format!(
+                "{} NVML readings over the timing window (red crosses: readings with a throttling reason).",
+                s.t_ms.len()
+            ),
+        )),
+        None => out.push_str(
+            "<p class=\"muted\">No readings were kept with this evaluation (only their summary).</p>",
+        ),
+    }
+    out
+}
+
+fn trials_section(e: &Evaluation) -> String {
+    let ev = &e.evidence;
+    let mut rows = vec![(
+        "trials",
+        format!("{} of {} passed", ev.trials_passed, ev.trials_run),
+    )];
+    if let Some(d) = &ev.deciding_trial {
+        rows.push(("deciding trial", esc_cut(d, 300)));
+    }
+    if let Some(f) = &ev.fault {
+        rows.push((
+            "fault",
+            format!("<span class=\"bad\">{}</span>", esc_cut(f, 500)),
+        ));
+    }
+    if !ev.tampered_inputs.is_empty() {
+        rows.push((
+            "inputs changed",
+            esc_cut(&ev.tampered_inputs.join(", "), 500),
+        ));
+    }
+    for (tensor, n, first) in ev.unwritten.iter().take(20) {
+        let first: Vec<String> = first.iter().take(8).map(u64::to_string).collect();
+        rows.push((
+            "unwritten",
+            esc(&format!(
+                "{n} elements of {tensor} (first {})",
+                first.join(", ")
+            )),
+        ));
+    }
+    if ev.bitwise_diffs > 0 {
+        rows.push(("run-to-run differences", ev.bitwise_diffs.to_string()));
+    }
+    for n in ev.notes.iter().take(20) {
+        rows.push(("note", esc_cut(n, 500)));
+    }
+    if let Some(ms) = ev.correctness_ms {
+        rows.push(("correctness stage", esc(&format!("{ms:.1} ms"))));
+    }
+    let mut out = format!("<h2>Trials and errors</h2>{}", html::facts(&rows));
+    if !ev.errors.is_empty() {
+        let rows: Vec<Vec<String>> = ev
+            .errors
+            .iter()
+            .take(64)
+            .map(|m| {
+                let first: Vec<String> = m
+                    .first_mismatches
+                    .iter()
+                    .take(5)
+                    .map(|x| format!("[{}] {:.6e} vs {:.6e}", x.index, x.got, x.want))
+                    .collect();
+                vec![
+                    esc(&m.tensor),
+                    format!("{:.3e}", m.max_abs),
+                    format!("{:.3e}", m.max_rel),
+                    format!("{:.3e}", m.rel_l2),
+                    format!(
+                        "<span class=\"{}\">{}</span>",
+                        if m.mismatches > 0 { "bad" } else { "good" },
+                        m.mismatches
+                    ),
+                    m.nonfinite_mismatches.to_string(),
+                    esc(&first.join("; ")),
+                ]
+            })
+            .collect();
+        out.push_str(&html::table(
+            "errors",
+            &[
+                "output",
+                "max abs",
+                "max rel",
+                "rel L2",
+                "mismatches",
+                "NaN/Inf mismatches",
+                "first mismatches (got vs want)",
+            ],
+            &rows,
+        ));
+    }
+    if let Some(o) = &ev.output_excerpt {
+        out.push_str(&format!(
+            "<p>What the candidate printed:</p><pre>{}</pre>",
+            esc_cut(o, 4000)
+        ));
+    }
+    if let Some(log) = e
+        .compile
+        .as_ref()
+        .map(|c| c.log.trim())
+        .filter(|l| !l.is_empty())
+    {
+        out.push_str(&format!(
+            "<p>Compiler output:</p><pre>{}</pre>",
+            esc_cut(log, 8000)
+        ));
+    }
+    out
+}
+
+/// The page.
+pub fn page(inp: &CandidateInputs) -> String {
+    let r = &inp.record;
+    let c = &r.candidate;
+    let mut rows = vec![
+        ("candidate", id(&r.id)),
+        ("problem", esc(&c.problem)),
+        ("backend", esc(&r.backend)),
+        ("submitted", esc(&date(r.created_at))),
+    ];
+    if let Some(p) = &c.parent {
+        rows.push(("parent", id(p)));
+    }
+    if let Some(n) = &c.note {
+        rows.push(("note", esc_cut(n, 1000)));
+    }
+    let ended = r
+        .job
+        .as_ref()
+        .is_none_or(|j| matches!(j.state, JobState::Done | JobState::Failed));
+    if let Some(j) = &r.job {
+        let mut job = format!("{} {} (attempts {})", j.id, j.state.as_str(), j.attempts);
+        if let Some(e) = &j.error {
+            job.push_str(&format!(": {e}"));
+        }
+        rows.push(("job", esc_cut(&job, 1000)));
+    }
+    let mut body = String::new();
+    match &r.evaluation {
+        Some(e) => {
+            let class = class_of(e);
+            rows.push((
+                "verdict",
+                format!(
+                    "<b style=\"color:{}\">{}</b> — {}",
+                    super::style::css(class.color()),
+                    esc(&class.label()),
+                    esc_cut(&e.message, 1000)
+                ),
+            ));
+            if let Some(t) = e.tier {
+                rows.push(("precision tier", esc(tier_name(t))));
+            }
+            timing_rows(e, &mut rows);
+            for s in &inp.speedups {
+                rows.push((
+                    "speedup",
+                    esc(&format!(
+                        "{} vs {} ({}, {})",
+                        fmt_x(s.speedup),
+                        s.baseline,
+                        s.precision,
+                        fmt_us(s.baseline_us)
+                    )),
+                ));
+            }
+            body.push_str(&format!(
+                "<h1>Candidate {}</h1>{}",
+                esc(&r.id),
+                html::facts(&rows)
+            ));
+            body.push_str("<h2>Timing samples</h2>");
+            match &e.timing {
+                Some(t) => body.push_str(&figure(
+                    "samples",
+                    plots::histogram::plot(&t.samples_us, t.median_us),
+                    &format!(
+                        "{} of the {} samples the statistics come from (at most {} are kept), by time; red: the median.",
+                        t.samples_us.len(),
+                        t.n,
+                        kiln_types::MAX_KEPT_SAMPLES
+                    ),
+                )),
+                None => body.push_str(
+                    "<p class=\"muted\">Not timed: only correct candidates are.</p>",
+                ),
+            }
+            body.push_str(&telemetry_section(e));
+            body.push_str(&trials_section(e));
+        }
+        None => {
+            rows.push(("verdict", "(not yet)".into()));
+            body.push_str(&format!(
+                "<h1>Candidate {}</h1>{}",
+                esc(&r.id),
+                html::facts(&rows)
+            ));
+        }
+    }
+    body.push_str(&format!(
+        "<p class=\"muted\">Generated by kilnd {} at {}.</p>",
+        env!("CARGO_PKG_VERSION"),
+        esc(&date(inp.generated_at))
+    ));
+    html::page(
+        &format!("kiln candidate {}", r.id),
+        (!ended).then_some(REFRESH_SECS),
+        &body,
+    )
+}
