@@ -165,6 +165,17 @@ fn header(inp: &SearchInputs, pts: &[Point], lines: &[RefLine]) -> String {
                 us.map_or("-".into(), |u| esc(&fmt_us(u)))
             ),
         ));
+        if let Some((fid, fus)) = s.best.as_ref().filter(|(f, _)| *f != b) {
+            rows.push((
+                "fastest median",
+                format!(
+                    "{} {} <span class=\"muted\">(the best above is the strategy's pick, \
+                     judged by its statistics; this one was not significantly faster)</span>",
+                    id(fid),
+                    esc(&fmt_us(*fus))
+                ),
+            ));
+        }
     }
     format!("<h1>Search {}</h1>{}", esc(&s.id), html::facts(&rows))
 }
@@ -476,7 +487,6 @@ mod tests {
     fn plots_points_lines_grid_lineage_and_rounds_are_there() {
         let inp = inputs(60);
         let html = page(&inp);
-        std::fs::write("/tmp/report60.html", &html).ok();
         assert_self_contained(&html);
         let pts = points::points(&inp.timeline, inp.search.created_at);
         assert_eq!(pts.len(), 60, "every entry finished");

@@ -187,6 +187,35 @@ pub fn fmt_us(us: f64) -> String {
     }
 }
 
+/// Microseconds for axis ticks: three significant digits, no trailing zeros (`10 ms`,
+/// `3.35 ms`, `750 µs`).
+pub fn fmt_tick(us: f64) -> String {
+    if !us.is_finite() {
+        return "-".into();
+    }
+    let (v, unit) = if us >= 1e6 {
+        (us / 1e6, "s")
+    } else if us >= 1e3 {
+        (us / 1e3, "ms")
+    } else {
+        (us, "µs")
+    };
+    let digits = if v >= 100.0 {
+        0
+    } else if v >= 10.0 {
+        1
+    } else {
+        2
+    };
+    let text = format!("{v:.digits$}");
+    let text = if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    };
+    format!("{text} {unit}")
+}
+
 /// Seconds for people (`42 s`, `3 min 5 s`, `2 h 1 min`).
 pub fn fmt_secs(s: f64) -> String {
     let s = s.max(0.0);
@@ -247,6 +276,10 @@ mod tests {
         glyphs.dedup();
         assert_eq!(glyphs.len(), TIERS.len() + 1);
         assert_eq!(fmt_us(1234.5), "1.234 ms");
+        assert_eq!(fmt_tick(10_000.0), "10 ms");
+        assert_eq!(fmt_tick(3346.2), "3.35 ms");
+        assert_eq!(fmt_tick(750.0), "750 µs");
+        assert_eq!(fmt_tick(1.5), "1.5 µs");
         assert_eq!(fmt_secs(125.0), "2 min 5 s");
         // The tier names are the wire names.
         for t in TIERS {

@@ -4,9 +4,9 @@
 
 use plotters::prelude::*;
 
-use super::{Plot, log_range, marker, svg};
+use super::{Plot, log_range, log_ticks, marker, svg};
 use crate::report::points::{Point, best_steps};
-use crate::report::style::{self, Marker, fmt_secs, fmt_us};
+use crate::report::style::{self, Marker, fmt_secs, fmt_tick, fmt_us};
 
 /// Which x axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +60,10 @@ pub fn plot(points: &[Point], lines: &[RefLine], axis: Axis) -> Plot {
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(80)
-            .build_cartesian_2d(0.0..x_max, (lo..hi).log_scale())?;
+            .build_cartesian_2d(
+                0.0..x_max,
+                (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)),
+            )?;
         chart
             .configure_mesh()
             .x_desc(match axis {
@@ -72,7 +75,7 @@ pub fn plot(points: &[Point], lines: &[RefLine], axis: Axis) -> Plot {
                 Axis::Evaluations => format!("{v:.0}"),
                 Axis::WallTime => fmt_secs(*v),
             })
-            .y_label_formatter(&|v| fmt_us(*v))
+            .y_label_formatter(&|v| fmt_tick(*v))
             .light_line_style(RGBColor(0xee, 0xee, 0xee))
             .label_style(("sans-serif", 16))
             .axis_desc_style(("sans-serif", 17))

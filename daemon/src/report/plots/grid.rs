@@ -6,8 +6,8 @@
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::{ColorMap, ViridisRGB};
 
-use super::{Plot, svg};
-use crate::report::style::{self, fmt_us};
+use super::{Plot, log_ticks, svg};
+use crate::report::style::{self, fmt_tick, fmt_us};
 use kiln_types::summary::Grid;
 
 /// Most columns and rows drawn (a grid larger than this is listed, not drawn).
@@ -170,6 +170,7 @@ pub fn plot(grid: &Grid, island: u32, range: (f64, f64), best: Option<&str>) -> 
             )
         }))?;
         // The colour bar.
+        let top = range.1.max(range.0 * 1.001);
         let mut scale = ChartBuilder::on(&bar)
             .margin_top(10)
             .margin_bottom(40)
@@ -177,14 +178,15 @@ pub fn plot(grid: &Grid, island: u32, range: (f64, f64), best: Option<&str>) -> 
             .y_label_area_size(70)
             .build_cartesian_2d(
                 0.0..1.0,
-                (range.0..range.1.max(range.0 * 1.001)).log_scale(),
+                (range.0..top)
+                    .log_scale()
+                    .with_key_points(log_ticks(range.0, top)),
             )?;
         scale
             .configure_mesh()
             .disable_mesh()
             .disable_x_axis()
-            .y_labels(4)
-            .y_label_formatter(&|v| fmt_us(*v))
+            .y_label_formatter(&|v| fmt_tick(*v))
             .label_style(("sans-serif", 14))
             .draw()?;
         let steps = 40;

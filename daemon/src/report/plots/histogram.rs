@@ -3,7 +3,7 @@
 use plotters::prelude::*;
 
 use super::{Plot, svg};
-use crate::report::style::{self, fmt_us};
+use crate::report::style::{self, fmt_tick, fmt_us};
 
 /// Width and height of the plot, pixels.
 pub const SIZE: (u32, u32) = (960, 340);
@@ -47,7 +47,7 @@ pub fn plot(samples: &[f64], median_us: f64) -> Plot {
             .configure_mesh()
             .x_desc("sample time")
             .y_desc("samples")
-            .x_label_formatter(&|v| fmt_us(*v))
+            .x_label_formatter(&|v| fmt_tick(*v))
             .y_label_formatter(&|v| format!("{v:.0}"))
             .light_line_style(RGBColor(0xee, 0xee, 0xee))
             .label_style(("sans-serif", 16))

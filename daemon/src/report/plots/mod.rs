@@ -63,6 +63,45 @@ pub fn log_range(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
     Some((lo / 1.25, hi * 1.25))
 }
 
+/// Tick values for a log axis over `[lo, hi]`: 1-2-5 steps per decade, or finer steps
+/// (1, 1.5, 2, 3, 5, 7) when that gives fewer than four, or four values evenly spaced on
+/// the log scale (rounded to three digits) when those give fewer than three.
+pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    if !(lo.is_finite() && hi.is_finite() && lo > 0.0 && hi > lo) {
+        return Vec::new();
+    }
+    let within = |steps: &[f64]| -> Vec<f64> {
+        let mut out = Vec::new();
+        let mut decade = 10f64.powf(lo.log10().floor());
+        while decade <= hi {
+            for s in steps {
+                let v = decade * s;
+                if v >= lo && v <= hi {
+                    out.push(v);
+                }
+            }
+            decade *= 10.0;
+        }
+        out
+    };
+    let coarse = within(&[1.0, 2.0, 5.0]);
+    if coarse.len() >= 4 {
+        return coarse;
+    }
+    let fine = within(&[1.0, 1.5, 2.0, 3.0, 5.0, 7.0]);
+    if fine.len() >= 3 {
+        return fine;
+    }
+    let (a, b) = (lo.ln(), hi.ln());
+    (1..=4)
+        .map(|i| {
+            let v = (a + (b - a) * f64::from(i) / 5.0).exp();
+            let mag = 10f64.powf(v.log10().floor() - 2.0);
+            (v / mag).round() * mag
+        })
+        .collect()
+}
+
 /// A pixel offset from a marker's anchor.
 pub type BackendCoord = (i32, i32);
 
@@ -134,6 +173,14 @@ mod tests {
         assert!(lo < 2.0 && hi > 100.0);
         let (lo, hi) = log_range([5.0]).expect("one value");
         assert!(lo < 5.0 && hi > 5.0);
+        assert_eq!(
+            log_ticks(1.0, 100.0),
+            [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
+        );
+        assert_eq!(log_ticks(2.5, 8.0), [3.0, 5.0, 7.0]);
+        let narrow = log_ticks(3.2, 3.5);
+        assert_eq!(narrow.len(), 4);
+        assert!(narrow.windows(2).all(|w| w[1] > w[0]) && narrow[0] > 3.2 && narrow[3] < 3.5);
         let s = svg(100, 50, |root| {
             root.draw(&Circle::new((10, 10), 3, RED.filled()))?;
             Ok(())
