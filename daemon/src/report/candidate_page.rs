@@ -363,3 +363,138 @@ pub fn page(inp: &CandidateInputs) -> String {
         &body,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use kiln_types::{Candidate, ErrorMetrics, Evaluation, TimingStats, Verdict};
+
+    use super::*;
+    use crate::report::fixtures::assert_self_contained;
+    use crate::store::{CandidateRecord, JobRecord, Speedup};
+
+    fn record(evaluation: Option<Evaluation>, state: JobState) -> CandidateRecord {
+        let candidate: Candidate = serde_json::from_value(serde_json::json!({
+            "problem": "softmax-4096x65536", "language": "cuda",
+            "source": "__global__ void k() {}", "launches": [{"kernel": "k", "args": []}],
+            "parent": "p0", "note": "vectorise <loads>"
+        }))
+        .expect("candidate");
+        CandidateRecord {
+            id: "c1".into(),
+            candidate,
+            backend: "cuda".into(),
+            created_at: 0,
+            job: Some(JobRecord {
+                id: 7,
+                candidate_id: "c1".into(),
+                backend: "cuda".into(),
+                state,
+                stage: None,
+                attempts: 1,
+                error: None,
+                created_at: 0,
+                started_at: None,
+                finished_at: None,
+                compile_ms: None,
+                eval_ms: None,
+                search_id: None,
+                options: None,
+            }),
+            evaluation,
+        }
+    }
+
+    fn timed() -> Evaluation {
+        let mut e = Evaluation::early(Verdict::Ok, "cuda", "correct on 3 trials");
+        e.timing = Some(TimingStats {
+            median_us: 10.0,
+            mean_us: 10.1,
+            n: 40,
+            samples_us: (0..40).map(|i| 9.0 + f64::from(i % 5) * 0.5).collect(),
+            ..TimingStats::default()
+        });
+        e.tier = Some(kiln_types::PrecisionTier::Tf32Like);
+        e.telemetry = Some(serde_json::json!({"gpu": {
+            "available": true,
+            "summary": {"sm_mhz": {"min": 1755, "median": 1980, "max": 1980},
+                        "power_w_avg": 150.2, "power_w_max": 171.0, "temp_c_max": 41,
+                        "reasons_seen": ["sw_power_cap"]},
+            "series": {"t_ms": [0, 5, 10], "sm_mhz": [1980, 1980, 1755],
+                       "power_w": [150.0, 160.0, 171.0], "throttled": [false, false, true]},
+            "timing_samples": 40, "throttled_timing_samples": 1,
+            "throttle_policy": "report", "clock_policy": "observe"
+        }}));
+        e.evidence.trials_run = 3;
+        e.evidence.trials_passed = 3;
+        e
+    }
+
+    #[test]
+    fn histogram_telemetry_and_speedups_of_a_timed_gpu_candidate() {
+        let html = page(&CandidateInputs {
+            record: record(Some(timed()), JobState::Done),
+            speedups: vec![Speedup {
+                baseline: "torch-compile".into(),
+                precision: "tf32".into(),
+                baseline_us: 20.0,
+                speedup: 2.0,
+            }],
+            generated_at: 0,
+        });
+        assert_self_contained(&html);
+        assert_eq!(html.matches("<svg").count(), 2, "samples and telemetry");
+        assert!(html.contains("40 of the 40 samples"));
+        assert!(html.contains("1755 / 1980 / 1980 MHz"));
+        assert!(html.contains("150 W / 171 W"));
+        assert!(html.contains("sw_power_cap"));
+        assert!(html.contains("1 of 40"), "throttled timed samples");
+        assert!(html.contains("2.00x vs torch-compile (tf32, 20.0 µs)"));
+        assert!(html.contains("tf32-like"));
+        assert!(html.contains("vectorise &lt;loads&gt;"));
+        assert!(
+            !html.contains("http-equiv"),
+            "an evaluated candidate's page stays"
+        );
+    }
+
+    #[test]
+    fn trial_errors_of_a_wrong_answer_and_a_waiting_candidate() {
+        let mut e = Evaluation::early(Verdict::WrongAnswer, "cuda", "y differs");
+        e.evidence.trials_run = 2;
+        e.evidence.trials_passed = 1;
+        e.evidence.deciding_trial = Some("trial 2 (shifted)".into());
+        e.evidence.errors = vec![ErrorMetrics {
+            tensor: "y".into(),
+            max_abs: 0.5,
+            mismatches: 12,
+            first_mismatches: vec![kiln_types::verdict::Mismatch {
+                index: 3,
+                got: f64::NAN,
+                want: 1.0,
+            }],
+            ..ErrorMetrics::default()
+        }];
+        e.telemetry =
+            Some(serde_json::json!({"gpu": {"available": false, "reason": "nvml refused"}}));
+        let html = page(&CandidateInputs {
+            record: record(Some(e), JobState::Done),
+            speedups: Vec::new(),
+            generated_at: 0,
+        });
+        assert_self_contained(&html);
+        assert_eq!(html.matches("<svg").count(), 0);
+        assert!(html.contains("1 of 2 passed"));
+        assert!(html.contains("trial 2 (shifted)"));
+        assert!(html.contains("<span class=\"bad\">12</span>"));
+        assert!(html.contains("[3] NaN vs 1.000000e0"));
+        assert!(html.contains("Not timed"));
+        assert!(html.contains("NVML telemetry was not available: nvml refused"));
+        let waiting = page(&CandidateInputs {
+            record: record(None, JobState::Running),
+            speedups: Vec::new(),
+            generated_at: 0,
+        });
+        assert!(waiting.contains(&format!("content=\"{REFRESH_SECS}\"")));
+        assert!(waiting.contains("(not yet)"));
+    }
+}

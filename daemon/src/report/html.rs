@@ -124,7 +124,7 @@ h1{font-size:1.4em;margin-bottom:.2em}h2{font-size:1.15em;margin-top:1.8em;\
 border-bottom:1px solid #ddd;padding-bottom:.2em}\
 table{border-collapse:collapse;margin:.6em 0;font-size:.9em}\
 td,th{border:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}\
-th{background:#f4f4f4}table.facts th{width:12em}\
+th{background:#f4f4f4}table.facts th{width:12em}table.rounds{width:100%}\
 figure{margin:.8em 0}figcaption{font-size:.85em;color:#555}\
 svg{max-width:100%;height:auto;display:block}\
 .sw{margin-right:1.1em;white-space:nowrap}.legend{font-size:.9em;margin:.3em 0}\

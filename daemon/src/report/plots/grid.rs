@@ -14,8 +14,8 @@ use kiln_types::summary::Grid;
 pub const MAX_BINS: (usize, usize) = (40, 80);
 
 /// The bins along each side of `grid` (over every island, so the islands line up): the
-/// first descriptor's values across, the rest joined down. Sorted by their first number,
-/// then as text (`<=32` before `<=64`, `16` before `128`).
+/// first descriptor's values across, the rest joined down. Sorted value by value, by each
+/// value's first number and then as text (`<=32` before `<=64`, `16` before `128`).
 pub fn axes(grid: &Grid) -> (Vec<String>, Vec<String>) {
     let mut xs: Vec<String> = Vec::new();
     let mut ys: Vec<String> = Vec::new();
@@ -28,23 +28,24 @@ pub fn axes(grid: &Grid) -> (Vec<String>, Vec<String>) {
             ys.push(y);
         }
     }
-    xs.sort_by(|a, b| {
-        natural(a)
-            .partial_cmp(&natural(b))
+    let order = |a: &String, b: &String| {
+        let key = |s: &str| -> Vec<(f64, String)> { s.split(SEP).map(natural).collect() };
+        key(a)
+            .partial_cmp(&key(b))
             .unwrap_or(std::cmp::Ordering::Equal)
-    });
-    ys.sort_by(|a, b| {
-        natural(a)
-            .partial_cmp(&natural(b))
-            .unwrap_or(std::cmp::Ordering::Equal)
-    });
+    };
+    xs.sort_by(order);
+    ys.sort_by(order);
     (xs, ys)
 }
+
+/// Between the values of a row's label.
+const SEP: &str = ", ";
 
 fn split(bins: &[String]) -> (String, String) {
     let x = bins.first().cloned().unwrap_or_else(|| "-".into());
     let y = if bins.len() > 1 {
-        bins[1..].join(", ")
+        bins[1..].join(SEP)
     } else {
         "all".into()
     };
@@ -83,7 +84,8 @@ pub fn plot(grid: &Grid, island: u32, range: (f64, f64), best: Option<&str>) -> 
             let (x, y) = split(&c.bins);
             Some((
                 xs.iter().position(|v| *v == x)?,
-                ys.iter().position(|v| *v == y)?,
+                // The first row at the top (the y axis runs upwards).
+                ys.len() - 1 - ys.iter().position(|v| *v == y)?,
                 c.median_us,
                 best == Some(c.id.as_str()),
             ))
@@ -101,6 +103,7 @@ pub fn plot(grid: &Grid, island: u32, range: (f64, f64), best: Option<&str>) -> 
     } else {
         String::new()
     };
+    let ys_up: Vec<String> = ys.iter().rev().cloned().collect();
     svg(width, height, |root| {
         let (main, bar) = root.split_horizontally(width - 110);
         let mut chart = ChartBuilder::on(&main)
@@ -124,7 +127,7 @@ pub fn plot(grid: &Grid, island: u32, range: (f64, f64), best: Option<&str>) -> 
             .x_labels(xs.len())
             .y_labels(ys.len())
             .x_label_formatter(&|v| label(&xs, v))
-            .y_label_formatter(&|v| label(&ys, v))
+            .y_label_formatter(&|v| label(&ys_up, v))
             .label_style(("sans-serif", 15))
             .axis_desc_style(("sans-serif", 16))
             .draw()?;
@@ -210,6 +213,25 @@ mod tests {
         let (xs, ys) = axes(&grid);
         assert_eq!(xs, ["16", "32", "64"]);
         assert_eq!(ys, ["1", "2"]);
+        let rows = Grid {
+            descriptors: vec!["ACC_T".into(), "EXP".into(), "UNROLL".into()],
+            source: "knobs".into(),
+            cells: [
+                ["float", "expf", "8"],
+                ["float", "exp", "8"],
+                ["double", "expf", "1"],
+                ["float", "exp", "1"],
+            ]
+            .iter()
+            .map(|b| kiln_types::summary::Cell {
+                island: 0,
+                bins: b.iter().map(|s| s.to_string()).collect(),
+                id: "x".into(),
+                median_us: 1.0,
+            })
+            .collect(),
+        };
+        assert_eq!(axes(&rows).1, ["exp, 1", "exp, 8", "expf, 1", "expf, 8"]);
         for island in [0, 1] {
             let s = plot(&grid, island, (10.0, 30.0), Some("c1")).expect("plot");
             let elites = grid.cells.iter().filter(|c| c.island == island).count();

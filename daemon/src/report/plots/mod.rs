@@ -65,7 +65,8 @@ pub fn log_range(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
 
 /// Tick values for a log axis over `[lo, hi]`: 1-2-5 steps per decade, or finer steps
 /// (1, 1.5, 2, 3, 5, 7) when that gives fewer than four, or four values evenly spaced on
-/// the log scale (rounded to three digits) when those give fewer than three.
+/// the log scale (rounded to two significant digits, or three where two would repeat a
+/// value) when those give fewer than three.
 pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
     if !(lo.is_finite() && hi.is_finite() && lo > 0.0 && hi > lo) {
         return Vec::new();
@@ -93,13 +94,19 @@ pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
         return fine;
     }
     let (a, b) = (lo.ln(), hi.ln());
-    (1..=4)
-        .map(|i| {
-            let v = (a + (b - a) * f64::from(i) / 5.0).exp();
-            let mag = 10f64.powf(v.log10().floor() - 2.0);
-            (v / mag).round() * mag
-        })
-        .collect()
+    let spaced = |digits: f64| -> Vec<f64> {
+        let mut v: Vec<f64> = (1..=4)
+            .map(|i| {
+                let v = (a + (b - a) * f64::from(i) / 5.0).exp();
+                let mag = 10f64.powf(v.log10().floor() - digits + 1.0);
+                (v / mag).round() * mag
+            })
+            .collect();
+        v.dedup();
+        v
+    };
+    let two = spaced(2.0);
+    if two.len() == 4 { two } else { spaced(3.0) }
 }
 
 /// A pixel offset from a marker's anchor.
