@@ -91,7 +91,7 @@ pub fn points(timeline: &[TimelineEntry], started_at: i64) -> Vec<Point> {
 
 /// Each point that beat every ranked point before it: (x, its time, its id), with x
 /// read from the point by `x`.
-pub fn best_steps<'a>(points: &'a [Point], x: impl Fn(&Point) -> f64) -> Vec<(f64, f64, &'a str)> {
+pub fn best_steps(points: &[Point], x: impl Fn(&Point) -> f64) -> Vec<(f64, f64, &str)> {
     let mut best = f64::INFINITY;
     let mut out = Vec::new();
     for p in points {
