@@ -19,29 +19,6 @@ use common::{Daemon, register, repo_root};
 use kiln_daemon::client::Client;
 use serde_json::{Value, json};
 
-fn config() -> String {
-    format!(
-        r#"
-[evaluation]
-trials = 2
-run_timeout_ms = 5000
-compile_timeout_secs = 30
-[evaluation.timing]
-warmup = 1
-min_samples = 12
-min_time_ms = 20.0
-max_rse = 0.02
-max_samples = 80
-wall_cap_ms = 1500.0
-fresh_inputs_every = 4
-recheck_fraction = 0.1
-[search]
-proposers_dir = "{}"
-"#,
-        repo_root().join("target/debug/proposers").display()
-    )
-}
-
 /// Runs the `kiln` CLI against the daemon; its stdout, stderr and success.
 fn kiln(d: &Daemon, args: &[&str]) -> (String, String, bool) {
     let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
@@ -200,7 +177,7 @@ fn report_of_a_real_search_renders_in_chromium() {
         .enable_all()
         .build()
         .expect("runtime");
-    let d = Daemon::start_with_config(&config());
+    let d = Daemon::start_with_config(&common::search_config(""));
     let c = d.client();
     let dir = tempfile::tempdir().expect("tempdir");
     let id = rt.block_on(async {

@@ -53,27 +53,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// Timing with enough samples for the interval test, and the installed proposers.
 fn config(extra: &str) -> String {
-    format!(
-        r#"
-[evaluation]
-trials = 2
-run_timeout_ms = 5000
-compile_timeout_secs = 30
-[evaluation.timing]
-warmup = 1
-min_samples = 12
-min_time_ms = 20.0
-max_rse = 0.02
-max_samples = 80
-wall_cap_ms = 1500.0
-fresh_inputs_every = 4
-recheck_fraction = 0.1
-[search]
-proposers_dir = "{}"
-{extra}
-"#,
-        repo().join("target/debug/proposers").display()
-    )
+    common::search_config(extra)
 }
 
 async fn start_search(c: &Client, body: Value) -> String {

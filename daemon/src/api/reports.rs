@@ -123,12 +123,7 @@ pub async fn candidate(
         .store
         .get_candidate(&id)?
         .ok_or_else(|| ApiError::not_found(format!("candidate {id:?} not found")))?;
-    let median = record
-        .evaluation
-        .as_ref()
-        .filter(|e| e.backend == "cuda")
-        .and_then(|e| e.timing.as_ref())
-        .map(|t| t.median_us);
+    let median = record.cuda_median_us();
     let speedups = match median {
         Some(m) => super::baselines::cached_here(&s, &record.candidate.problem)?
             .map(|set| set.speedups(m))

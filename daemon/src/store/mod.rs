@@ -114,6 +114,8 @@ fn corrupt(what: impl Into<String>, e: impl std::fmt::Display) -> StoreError {
 
 #[cfg(test)]
 pub(crate) use problems::sample_spec;
+#[cfg(test)]
+pub(crate) use searches::sample_search;
 
 #[cfg(test)]
 pub(crate) fn open_temp() -> (tempfile::TempDir, Store) {

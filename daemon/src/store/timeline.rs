@@ -108,7 +108,6 @@ impl Store {
 mod tests {
     use kiln_types::{Candidate, Evaluation, TimingStats, Verdict};
 
-    use super::super::NewSearch;
     use super::super::problems::sample_spec;
 
     fn cand(n: u32, parent: Option<&str>) -> Candidate {
@@ -123,19 +122,7 @@ mod tests {
     fn timeline_lists_submissions_in_order_with_their_evaluations() {
         let (_d, store) = super::super::open_temp();
         store.put_problem(&sample_spec("p")).expect("problem");
-        let hash = store.put_plugin("hill", b"\0asm").expect("plugin");
-        let id = store
-            .create_search(&NewSearch {
-                problem: "p".into(),
-                proposer: "hill".into(),
-                plugin_hash: hash,
-                config: serde_json::Value::Null,
-                seed: 1,
-                budget_candidates: 10,
-                time_limit_ms: 1000,
-                llm_tokens: 0,
-            })
-            .expect("search");
+        let id = super::super::sample_search(&store, "p");
         let a = store.submit(&cand(0, None), Some(&id)).expect("a");
         let b = store.submit(&cand(1, Some(&a.id)), Some(&id)).expect("b");
         let job = store.claim_next(&["host"]).expect("claim").expect("job");

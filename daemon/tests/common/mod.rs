@@ -254,3 +254,30 @@ pub fn build_search_tools(plugins: &[&str]) {
         );
     });
 }
+
+/// Config for search tests: timing with enough samples for 95 % intervals that separate
+/// kernels on a small machine, and the proposers installed by [`build_search_tools`];
+/// `extra` is appended.
+pub fn search_config(extra: &str) -> String {
+    format!(
+        r#"
+[evaluation]
+trials = 2
+run_timeout_ms = 5000
+compile_timeout_secs = 30
+[evaluation.timing]
+warmup = 1
+min_samples = 12
+min_time_ms = 20.0
+max_rse = 0.02
+max_samples = 80
+wall_cap_ms = 1500.0
+fresh_inputs_every = 4
+recheck_fraction = 0.1
+[search]
+proposers_dir = "{}"
+{extra}
+"#,
+        repo_root().join("target/debug/proposers").display()
+    )
+}

@@ -4,7 +4,7 @@
 
 use plotters::prelude::*;
 
-use super::{Plot, log_range, log_ticks, marker, svg};
+use super::{Plot, legend, log_range, log_ticks, marker, svg};
 use crate::report::points::{Point, best_steps};
 use crate::report::style::{self, Marker, fmt_secs, fmt_tick, fmt_us};
 
@@ -114,13 +114,7 @@ pub fn plot(points: &[Point], lines: &[RefLine], axis: Axis) -> Plot {
                     PathElement::new(vec![(x, y), (x + 20, y)], style::BEST.stroke_width(3))
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(0xbb, 0xbb, 0xbb))
-            .label_font(("sans-serif", 16))
-            .draw()?;
+        legend(&mut chart)?;
         Ok(())
     })
 }

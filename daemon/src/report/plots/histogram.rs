@@ -2,7 +2,7 @@
 
 use plotters::prelude::*;
 
-use super::{Plot, svg};
+use super::{Plot, legend, svg};
 use crate::report::style::{self, fmt_tick, fmt_us};
 
 /// Width and height of the plot, pixels.
@@ -76,13 +76,7 @@ pub fn plot(samples: &[f64], median_us: f64) -> Plot {
                 .legend(|(x, y)| {
                     PathElement::new(vec![(x, y), (x + 20, y)], style::FLOOR.stroke_width(2))
                 });
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(RGBColor(0xbb, 0xbb, 0xbb))
-                .label_font(("sans-serif", 16))
-                .draw()?;
+            legend(&mut chart)?;
         }
         Ok(())
     })

@@ -44,6 +44,23 @@ pub fn svg(
     Ok(buf.replace(" xmlns=\"http://www.w3.org/2000/svg\"", ""))
 }
 
+/// Draws the legend of `chart`'s labelled series in its upper right corner.
+pub fn legend<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>) -> Drawn
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: plotters::coord::CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(0xbb, 0xbb, 0xbb))
+        .label_font(("sans-serif", 16))
+        .draw()?;
+    Ok(())
+}
+
 /// A log-scale range around `values` (a little room on both sides); `None` when there is
 /// no positive finite value.
 pub fn log_range(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
