@@ -535,6 +535,34 @@ mod tests {
     }
 
     #[test]
+    fn text_from_the_plugin_is_escaped_in_tables_and_plots() {
+        let evil = "</text><script>alert(1)</script><img src=x>";
+        let mut inp = inputs(20);
+        inp.search.error = Some(evil.into());
+        for e in &mut inp.timeline {
+            e.note = Some(evil.into());
+            e.parent = e.parent.as_ref().map(|_| evil.into());
+        }
+        if let Some((r, _)) = inp.summary.as_mut() {
+            r.text = evil.into();
+            r.strategy = evil.into();
+            r.best = Some("c2".into());
+            r.rounds[0].note = evil.into();
+            r.rounds[0].tried[0].idea = evil.into();
+            r.rounds[0].tried[0].family = Some(evil.into());
+            r.rounds[0].tried[0].outcome = evil.into();
+            if let Some(g) = r.grid.as_mut() {
+                g.descriptors = vec![evil.into(), evil.into()];
+                g.source = evil.into();
+                g.cells[0].bins = vec![evil.into(), evil.into()];
+            }
+        }
+        let html = page(&inp);
+        assert_self_contained(&html);
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    }
+
+    #[test]
     fn a_running_search_refreshes_and_an_ended_one_does_not() {
         let mut inp = inputs(10);
         assert!(!page(&inp).contains("http-equiv=\"refresh\""));
