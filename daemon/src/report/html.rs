@@ -4,35 +4,119 @@
 
 use std::fmt::Write;
 
-/// What a page must not contain, lower-cased: anything a browser would fetch (URLs,
-/// scripts, linked files, embedded objects, CSS imports and fonts).
-const OUTSIDE: &[&str] = &[
-    "http://",
-    "https://",
-    "//www.",
-    "<script",
-    "<link",
-    "<img",
-    "<iframe",
-    "<object",
-    "<embed",
-    "src=",
-    "href=",
-    "url(",
-    "@import",
-    "@font-face",
-    "xlink:",
+/// Elements that load something.
+const LOADING_TAGS: &[&str] = &[
+    "script", "link", "img", "image", "iframe", "frame", "object", "embed", "audio", "video",
+    "source", "track", "use", "base", "form", "input",
 ];
 
-/// The references to anything outside `page` that it contains (empty for a
-/// self-contained page).
-pub fn outside_references(page: &str) -> Vec<&'static str> {
+/// Attributes whose value is a URL.
+const POINTING_ATTRS: &[&str] = &[
+    "src",
+    "href",
+    "xlink:href",
+    "srcset",
+    "poster",
+    "data",
+    "action",
+    "formaction",
+    "background",
+    "ping",
+];
+
+/// A tag's name and attributes (name, value), read from just after its `<`; and where
+/// the tag ends.
+fn tag_at(s: &str) -> (String, Vec<(String, String)>, usize) {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() && b[i] == b'/' {
+        i += 1;
+    }
+    let start = i;
+    while i < b.len() && !b[i].is_ascii_whitespace() && b[i] != b'>' && b[i] != b'/' {
+        i += 1;
+    }
+    let name = s[start..i].to_string();
+    let mut attrs = Vec::new();
+    loop {
+        while i < b.len() && (b[i].is_ascii_whitespace() || b[i] == b'/') {
+            i += 1;
+        }
+        if i >= b.len() || b[i] == b'>' {
+            return (name, attrs, i);
+        }
+        let a = i;
+        while i < b.len() && !b[i].is_ascii_whitespace() && !matches!(b[i], b'=' | b'>' | b'/') {
+            i += 1;
+        }
+        let key = s[a..i].to_string();
+        let mut value = String::new();
+        if i < b.len() && b[i] == b'=' {
+            i += 1;
+            if i < b.len() && (b[i] == b'"' || b[i] == b'\'') {
+                let q = b[i];
+                let v = i + 1;
+                i = v;
+                while i < b.len() && b[i] != q {
+                    i += 1;
+                }
+                value = s[v..i.min(b.len())].to_string();
+                i = (i + 1).min(b.len());
+            } else {
+                let v = i;
+                while i < b.len() && !b[i].is_ascii_whitespace() && b[i] != b'>' {
+                    i += 1;
+                }
+                value = s[v..i].to_string();
+            }
+        }
+        if key.is_empty() {
+            i += 1;
+        } else {
+            attrs.push((key, value));
+        }
+    }
+}
+
+/// What in `page` would make a browser fetch something: elements that load, attributes
+/// whose value is a URL, `url(` in a style attribute, `url(`/`@import`/`@font-face` in a
+/// stylesheet, a refresh that goes elsewhere. Text and attribute values such as titles
+/// (escaped, so free of markup) are not looked at. Empty for a self-contained page.
+pub fn outside_references(page: &str) -> Vec<String> {
     let lower = page.to_ascii_lowercase();
-    OUTSIDE
-        .iter()
-        .copied()
-        .filter(|p| lower.contains(p))
-        .collect()
+    let mut found = Vec::new();
+    let mut at = 0;
+    while let Some(i) = lower[at..].find('<') {
+        let from = at + i + 1;
+        let (name, attrs, len) = tag_at(&lower[from..]);
+        let closing = lower[from..].starts_with('/');
+        let bare = name.rsplit(':').next().unwrap_or("").to_string();
+        if !closing && LOADING_TAGS.contains(&bare.as_str()) {
+            found.push(format!("<{bare}>"));
+        }
+        for (k, v) in &attrs {
+            if POINTING_ATTRS.contains(&k.as_str()) || k.ends_with(":href") {
+                found.push(format!("{k}= in <{name}>"));
+            }
+            if k == "style" && v.contains("url(") {
+                found.push(format!("url( in <{name}>"));
+            }
+            if name == "meta" && k == "content" && v.contains("url") {
+                found.push("a refresh to another page".into());
+            }
+        }
+        at = from + len;
+        if name == "style" && !closing {
+            let css = &lower[at..];
+            let css = &css[..css.find("</style").unwrap_or(css.len())];
+            if css.contains("url(") || css.contains("@import") || css.contains("@font-face") {
+                found.push("a fetch in CSS".into());
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
 }
 
 /// `text` escaped for HTML text and attribute values.
@@ -164,9 +248,32 @@ mod tests {
         assert_eq!(t.matches("<tr>").count(), 2);
         assert!(figure("f", Err("<bad>".into()), "c").contains("&lt;bad&gt;"));
         assert!(outside_references(&page("t", Some(5), "<svg></svg>")).is_empty());
+        let escaped = esc("<img src=\"https://x\"> <script>");
+        assert!(
+            outside_references(&format!("<p>{escaped}</p>")).is_empty(),
+            "text is text"
+        );
         assert_eq!(
             outside_references("<IMG SRC=\"HTTPS://x\">"),
-            ["https://", "<img", "src="]
+            ["<img>", "src= in <img>"]
         );
+        assert_eq!(
+            outside_references("<svg><use xlink:href=\"#a\"/></svg>").len(),
+            2
+        );
+        assert_eq!(
+            outside_references("<style>@import 'x.css';</style>"),
+            ["a fetch in CSS"]
+        );
+        assert_eq!(
+            outside_references("<meta http-equiv=\"refresh\" content=\"0; url=x\">"),
+            ["a refresh to another page"]
+        );
+        assert_eq!(
+            outside_references("<div style=\"background:url(x)\">"),
+            ["url( in <div>"]
+        );
+        let titled = format!("<code title=\"{}\">x</code>", esc("<img src=https://x>"));
+        assert!(outside_references(&titled).is_empty(), "a title is text");
     }
 }
