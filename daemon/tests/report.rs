@@ -228,6 +228,7 @@ fn report_of_a_real_search_renders_in_chromium() {
     assert!(ok, "kiln search report: {err}");
     let page = std::fs::read_to_string(&html).expect("read report");
     assert_self_contained(&page);
+    assert!(!page.contains("://"), "no URL at all");
     assert!(
         !page.contains("http-equiv"),
         "an ended search's page does not refresh"

@@ -488,7 +488,10 @@ mod tests {
         let inp = inputs(60);
         let html = page(&inp);
         assert_self_contained(&html);
-        assert!(!html.contains("://"), "no URL at all, not even the SVG namespace");
+        assert!(
+            !html.contains("://"),
+            "no URL at all, not even the SVG namespace"
+        );
         let pts = points::points(&inp.timeline, inp.search.created_at);
         assert_eq!(pts.len(), 60, "every entry finished");
         // Two time plots, the verdict strip and one heat map per island.
