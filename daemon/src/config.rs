@@ -224,6 +224,15 @@ impl Default for QueueConfig {
     }
 }
 
+/// Default host peak bandwidth for the floor check: 2 TB/s, above what one core moves even
+/// from its L1 cache (two or three 64-byte loads a cycle at 5-6 GHz is about 1 TB/s). The
+/// host runner is single-threaded (seccomp refuses threads), so no honest kernel comes
+/// near it, while a time that implies more cannot have read its inputs.
+pub const HOST_PEAK_BYTES_PER_S: f64 = 2e12;
+/// Default host peak compute for the floor check: 2 Tflop/s, over five times one core's
+/// f32 peak with AVX-512 (2 FMA units × 16 lanes × 2 flops × 6 GHz ≈ 0.38 Tflop/s).
+pub const HOST_PEAK_FLOPS: f64 = 2e12;
+
 /// `[evaluation]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -251,8 +260,8 @@ impl Default for EvaluationConfig {
             run_timeout_ms: 5_000,
             compile_timeout_secs: 60,
             memory_limit_mb: 2048,
-            host_peak_bytes_per_s: 0.0,
-            host_peak_flops: 0.0,
+            host_peak_bytes_per_s: HOST_PEAK_BYTES_PER_S,
+            host_peak_flops: HOST_PEAK_FLOPS,
             timing: kiln_types::TimingPlan::default(),
         }
     }
@@ -338,9 +347,18 @@ impl Default for LogConfig {
 impl Config {
     /// Parses TOML text; `origin` names the file in errors.
     pub fn from_toml(text: &str, origin: &Path) -> Result<Self, ConfigError> {
-        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: origin.to_path_buf(),
-            message: e.to_string(),
+        let cfg: Config = toml::from_str(text).map_err(|e| {
+            let mut message = e.to_string();
+            if message.contains("fresh_inputs_every") {
+                message.push_str(
+                    "\nevaluation.timing.fresh_inputs_every was removed: every timed sample \
+                     now runs on fresh inputs, so the key has nothing left to set; delete it",
+                );
+            }
+            ConfigError::Parse {
+                path: origin.to_path_buf(),
+                message,
+            }
         })?;
         cfg.validate()?;
         Ok(cfg)

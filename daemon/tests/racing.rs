@@ -22,7 +22,6 @@ min_time_ms = 1000000.0
 max_rse = 0.000001
 max_samples = 150
 wall_cap_ms = 20000.0
-fresh_inputs_every = 8
 recheck_fraction = 0.1
 "#;
 

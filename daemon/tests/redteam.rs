@@ -98,7 +98,7 @@ async fn run_case(name: &str) {
     let mem = case.memory_limit_mib.unwrap_or(512);
     let d = Daemon::start_with_config(&format!(
         "[evaluation]\ntrials = 2\nrun_timeout_ms = 5000\ncompile_timeout_secs = 3\nmemory_limit_mb = {mem}\n\
-         [evaluation.timing]\nwarmup = 1\nmin_samples = 5\nmin_time_ms = 5.0\nmax_rse = 0.05\nmax_samples = 100\nwall_cap_ms = 300.0\nfresh_inputs_every = 4\nrecheck_fraction = 0.2\n"
+         [evaluation.timing]\nwarmup = 1\nmin_samples = 5\nmin_time_ms = 5.0\nmax_rse = 0.05\nmax_samples = 100\nwall_cap_ms = 300.0\nrecheck_fraction = 0.2\n"
     ));
     let c = d.client();
     register(&c, &repo().join("problems").join(&suite.problem)).await;

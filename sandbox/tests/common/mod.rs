@@ -47,7 +47,6 @@ pub fn plan() -> EvalPlan {
             max_rse: 0.05,
             max_samples: 40,
             wall_cap_ms: 300.0,
-            fresh_inputs_every: 4,
             recheck_fraction: 0.25,
             ..kiln_types::TimingPlan::default()
         },

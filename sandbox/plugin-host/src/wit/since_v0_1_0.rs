@@ -56,6 +56,9 @@ fn verdict(v: kiln_types::Verdict) -> types::Verdict {
         V::InputTampered => W::InputTampered,
         V::Nondeterministic => W::Nondeterministic,
         V::ImplausibleTime => W::ImplausibleTime,
+        // ABI 0.1 has no `unmeasurable-time` (sdk/wit/PENDING_CHANGES.md): the nearest
+        // verdict that also carries no time to rank; `message` and `json` say which.
+        V::UnmeasurableTime => W::ImplausibleTime,
         V::Ok => W::Ok,
     }
 }

@@ -512,6 +512,10 @@ impl GpuTarget<'_> {
     }
 }
 
+/// Resolution of `cuEventElapsedTime` ("around 0.5 microseconds", CUDA driver API
+/// reference): a median at or below it is not a time.
+const EVENT_RESOLUTION_US: f64 = 0.5;
+
 /// Elements downloaded around a first mismatch or hole, to list them by value.
 const WINDOW: u64 = 4096;
 
@@ -539,7 +543,7 @@ impl Target for GpuTarget<'_> {
             .filter(|(_, t)| t.role == Role::Input)
             .map(|(i, t)| {
                 let init = variant.init(&t.spec);
-                let s = derive_seed(seed, &format!("{purpose}/{index}/{}", t.name));
+                let s = data::tensor_seed(seed, purpose, index, &t.name);
                 (i, init, s)
             })
             .collect();
@@ -688,7 +692,15 @@ impl Target for GpuTarget<'_> {
         Ok(0.0)
     }
 
-    fn sample(&mut self, inputs: &GpuInputs) -> Result<f64, RunFailure> {
+    fn sample(&mut self, sets: &[GpuInputs]) -> Result<f64, RunFailure> {
+        // One run per sample (`reps_max` is 1): events time a launch list well above their
+        // resolution.
+        let [inputs] = sets else {
+            return Err(RunFailure::Fault(format!(
+                "internal: a GPU sample runs on one input set, not {}",
+                sets.len()
+            )));
+        };
         self.protect_kept().map_err(|e| self.fail(e))?;
         self.ensure(inputs).map_err(|e| self.fail(e))?;
         self.prepare_candidate().map_err(|e| self.fail(e))?;
@@ -732,6 +744,10 @@ impl Target for GpuTarget<'_> {
 
     fn overhead(&mut self) -> Result<f64, RunFailure> {
         Ok(0.0) // events and kernel records time the GPU itself
+    }
+
+    fn resolution_us(&self) -> f64 {
+        EVENT_RESOLUTION_US
     }
 
     fn outputs_every_sample(&self) -> bool {
