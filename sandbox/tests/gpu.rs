@@ -1138,3 +1138,121 @@ fn gpu_fill_throughput_and_bit_exact_host_mirror() {
         bytes as f64 / s / 1e9
     );
 }
+
+/// The GPU timing cases of issue 21: caches keyed on input content (`tests/redteam/gpu/`).
+const CACHE_SOFTMAX: &str = include_str!("redteam/gpu/cache_softmax.cu");
+const CACHE_MATMUL: &str = include_str!("redteam/gpu/cache_matmul.cu");
+
+/// The case's candidate: the honest build (`cheat` = None) or `-DKILN_CHEAT=cheat`.
+fn cache_candidate(p: &ProblemSpec, cheat: Option<u32>) -> Candidate {
+    let softmax = p.name.starts_with("softmax");
+    let (source, launches, elems) = if softmax {
+        (
+            CACHE_SOFTMAX,
+            serde_json::json!([
+                {"kernel": "cache_key", "grid": [1, 1, 1], "block": [32, 1, 1], "args": ["x", "cache"]},
+                {"kernel": "softmax_cached", "grid": [4096, 1, 1], "block": [256, 1, 1],
+                 "args": ["x", "y", "cache"]},
+                {"kernel": "cache_commit", "grid": [1, 1, 1], "block": [32, 1, 1], "args": ["cache"]}
+            ]),
+            4096u64 * 65536 + 16,
+        )
+    } else {
+        (
+            CACHE_MATMUL,
+            serde_json::json!([
+                {"kernel": "cache_key", "grid": [1, 1, 1], "block": [32, 1, 1],
+                 "args": ["A", "B", "cache"]},
+                {"kernel": "mm_cached", "grid": [256, 256, 1], "block": [16, 16, 1],
+                 "args": ["A", "B", "C", "cache"]},
+                {"kernel": "cache_commit", "grid": [1, 1, 1], "block": [32, 1, 1], "args": ["cache"]}
+            ]),
+            4096u64 * 4096 + 16,
+        )
+    };
+    serde_json::from_value(serde_json::json!({
+        "problem": p.name, "language": "cuda", "source": source, "launches": launches,
+        "scratch": [{"name": "cache", "dtype": "f32", "elems": elems}],
+        "flags": cheat.map(|c| vec![format!("-DKILN_CHEAT={c}")]).unwrap_or_default(),
+    }))
+    .expect("candidate")
+}
+
+/// One GPU cache case on one warm worker: the honest build, the cheat under the contract,
+/// the cheat with plain timing (inputs reused: the cache must win there, or the case
+/// tests nothing), the honest build again. The cheat under the contract must fail or be
+/// no faster than the honest kernel (GPU medians repeat within a fraction of a percent).
+fn gpu_cache_case(problem_name: &str, cheat: u32, what: &str) {
+    let Some((_dir, cfg)) = gpu() else { return };
+    let p = problem(problem_name);
+    let mut worker = WarmWorker::new(cfg.clone(), 100);
+    let plan = plan(60_000);
+    let honest = run_on(&mut worker, &cfg, &p, &cache_candidate(&p, None), &plan);
+    let cheated = run_on(&mut worker, &cfg, &p, &cache_candidate(&p, Some(cheat)), &plan);
+    let mut plain_plan = plan.clone();
+    plain_plan.plain = Some(20);
+    let plain = run_on(
+        &mut worker,
+        &cfg,
+        &p,
+        &cache_candidate(&p, Some(cheat)),
+        &plain_plan,
+    );
+    let again = run_on(&mut worker, &cfg, &p, &cache_candidate(&p, None), &plan);
+    let median = |e: &Evaluation| e.timing.as_ref().map_or(f64::NAN, |t| t.median_us);
+    assert_eq!(honest.verdict, Verdict::Ok, "{honest:#?}");
+    assert_eq!(again.verdict, Verdict::Ok, "{again:#?}");
+    let honest_us = median(&honest).min(median(&again));
+    println!(
+        "CACHE {what} on {problem_name}: honest {honest_us:.1} us; cheat {} {:.1} us; \
+         cheat with plain timing {} {:.1} us ({})",
+        cheated.verdict,
+        median(&cheated),
+        plain.verdict,
+        median(&plain),
+        plain.message
+    );
+    let cache_wins = match plain.verdict {
+        Verdict::Ok => median(&plain) < 0.8 * honest_us,
+        Verdict::ImplausibleTime | Verdict::UnmeasurableTime => true,
+        _ => false,
+    };
+    assert!(
+        cache_wins,
+        "the cheat is not faster even on repeated inputs: the case tests nothing: {plain:#?}"
+    );
+    assert!(
+        cheated.verdict != Verdict::Ok || median(&cheated) >= 0.95 * honest_us,
+        "the cache won the timing: {cheated:#?}"
+    );
+}
+
+#[test]
+fn redteam_gpu_cache_device_memory_softmax() {
+    gpu_cache_case("softmax-4096x65536", 1, "__device__ cache");
+}
+
+#[test]
+fn redteam_gpu_cache_scratch_softmax() {
+    gpu_cache_case("softmax-4096x65536", 2, "scratch cache");
+}
+
+#[test]
+fn redteam_gpu_cache_high_bits_softmax() {
+    gpu_cache_case("softmax-4096x65536", 3, "high-bits cache");
+}
+
+#[test]
+fn redteam_gpu_cache_device_memory_matmul() {
+    gpu_cache_case("matmul-fp32-4096", 1, "__device__ cache");
+}
+
+#[test]
+fn redteam_gpu_cache_scratch_matmul() {
+    gpu_cache_case("matmul-fp32-4096", 2, "scratch cache");
+}
+
+#[test]
+fn redteam_gpu_cache_high_bits_matmul() {
+    gpu_cache_case("matmul-fp32-4096", 3, "high-bits cache");
+}
