@@ -91,6 +91,10 @@ fn throughput_smoke_reports_both_passes() {
             p["verdicts"]["ok"], count,
             "the seed's variants are all correct: {p}"
         );
+        assert_eq!(
+            p["ok_without_a_time"], 0,
+            "tiny kernels still get times: {p}"
+        );
         let per_min = p["per_minute"].as_f64().expect("per_minute");
         assert!(per_min.is_finite() && per_min > 0.0, "{p}");
         assert!(p["lanes"].as_u64().expect("lanes") >= 1);

@@ -1188,7 +1188,13 @@ fn gpu_cache_case(problem_name: &str, cheat: u32, what: &str) {
     let mut worker = WarmWorker::new(cfg.clone(), 100);
     let plan = plan(60_000);
     let honest = run_on(&mut worker, &cfg, &p, &cache_candidate(&p, None), &plan);
-    let cheated = run_on(&mut worker, &cfg, &p, &cache_candidate(&p, Some(cheat)), &plan);
+    let cheated = run_on(
+        &mut worker,
+        &cfg,
+        &p,
+        &cache_candidate(&p, Some(cheat)),
+        &plan,
+    );
     let mut plain_plan = plan.clone();
     plain_plan.plain = Some(20);
     let plain = run_on(

@@ -90,8 +90,9 @@ pub struct Layout {
     pub total: u64,
 }
 
-/// Most slots a layout gets ([`Layout::with_slots_within`]).
-pub const MAX_SLOTS: u32 = 64;
+/// Most slots a layout gets ([`Layout::with_slots_within`]); the runner's `T` command
+/// counts them in one byte.
+pub const MAX_SLOTS: u32 = 255;
 
 /// Dtypes the host backend can generate, poison and compare.
 pub fn dtype_supported(d: Dtype) -> bool {

@@ -231,6 +231,10 @@ pub struct Finished {
     pub raced_out: bool,
     /// Whether it was a plain timing.
     pub plain: bool,
+    /// An `ok` verdict whose time is no time: a median of 0, or a sample (all its runs)
+    /// at or below the timer overhead kiln subtracted. kiln never reports one; a
+    /// benchmark counts them to show it.
+    pub ok_without_a_time: bool,
     /// Whether the compile came from the cache.
     pub compile_cached: Option<bool>,
     /// Per-stage latencies, ms (absent where the job never reached the stage).
@@ -287,6 +291,11 @@ pub fn finished(candidate: &str, job: &Value, end_to_end_ms: f64) -> Finished {
         median_us: f(&t["median_us"]),
         raced_out: t["raced_out"].as_bool() == Some(true),
         plain: t["plain"].as_bool() == Some(true),
+        ok_without_a_time: e["verdict"] == "ok" && {
+            let median = f(&t["median_us"]).unwrap_or(0.0);
+            let reps = f(&t["reps"]).unwrap_or(1.0);
+            median <= 0.0 || median * reps <= f(&t["overhead_us"]).unwrap_or(0.0)
+        },
         compile_cached: e["compile"]["cached"].as_bool(),
         stages,
         timer: t["timer"].clone(),

@@ -130,11 +130,22 @@ pub async fn run(
                 .0,
         );
     }
+    let untimed: u64 = passes
+        .iter()
+        .filter_map(|p| p["ok_without_a_time"].as_u64())
+        .sum();
     report["passes"] = Value::Array(passes);
     if out == Output::Json {
         print_json(&report);
     } else {
         print_table(&report);
+    }
+    if untimed > 0 {
+        eprintln!(
+            "FAIL: {untimed} `ok` verdicts carry a median of 0 or a sample at or below the \
+             timer's overhead: kiln must never rank such a time"
+        );
+        return Ok(std::process::ExitCode::from(2));
     }
     Ok(std::process::ExitCode::SUCCESS)
 }
@@ -173,6 +184,7 @@ async fn pass(
         "busy_fraction": busy_mean,
         "verdicts": common::verdict_counts(&done),
         "raced_out": done.iter().filter(|d| d.raced_out).count(),
+        "ok_without_a_time": done.iter().filter(|d| d.ok_without_a_time).count(),
         "compile_cached": cached,
         "latency_ms": common::stage_summaries(&done),
     });
