@@ -72,6 +72,18 @@ fn problems_add_list_show_through_the_cli() {
     );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("problem.toml"));
+    // A problem named only with dots is refused before anything is sent.
+    let dots = write_double_problem(d.dir.path(), "dots");
+    let toml = std::fs::read_to_string(dots.join("problem.toml")).expect("read");
+    std::fs::write(
+        dots.join("problem.toml"),
+        toml.replace("name = \"dots\"", "name = \"..\""),
+    )
+    .expect("write");
+    let out = kiln(&d, &["problems", "add", dots.to_str().expect("utf8")]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("only dots"), "{err}");
 }
 
 #[test]
@@ -135,6 +147,20 @@ fn kilnd_refuses_a_bad_config_file_by_name() {
         err.contains("bad.toml") && err.contains("max_attempts"),
         "{err}"
     );
+    // The removed fresh_inputs_every cannot be set back silently: refused, with the reason.
+    std::fs::write(&cfg, "[evaluation.timing]\nfresh_inputs_every = 8\n").expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_kilnd"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--socket")
+        .arg(dir.path().join("s.sock"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .output()
+        .expect("run kilnd");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("every timed sample"), "{err}");
 }
 
 #[test]

@@ -387,6 +387,7 @@ redteam!(
     redteam_unknown_buffer,
     redteam_disallowed_flag,
     redteam_include_dev_zero,
+    redteam_object_bomb,
     redteam_macro_bomb,
     redteam_compile_timeout,
 );

@@ -151,7 +151,28 @@ pub fn compile(cfg: &SandboxConfig, candidate: &Candidate) -> Result<CompileOutc
             layers,
         });
     }
-    let (response, mut blobs) = reply.map_err(|e| protocol_error(e, &mut child))?;
+    let (response, mut blobs) = match reply {
+        Ok(r) => r,
+        Err(e) => {
+            // NVRTC compiles inside the worker: a limit that kills the compiler kills it.
+            let ended = child.finish();
+            let limit = ended
+                .status
+                .and_then(|s| s.code())
+                .filter(|&c| c > 128)
+                .and_then(|c| crate::backends::limits::signal_limit(c - 128));
+            if let Some(limit) = limit {
+                let msg = format!("the compiling worker died: {limit}");
+                return Ok(CompileOutcome {
+                    artifact: None,
+                    info: CompileInfo::default(),
+                    failure: Some(compile_failure(backend, msg, CompileInfo::default())),
+                    layers,
+                });
+            }
+            return Err(crate::jailed_worker::protocol_error_after(e, &ended));
+        }
+    };
     child.finish();
     match response {
         Response::Compiled { ok: true, info, .. } if blobs.len() == 1 => Ok(CompileOutcome {

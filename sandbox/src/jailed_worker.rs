@@ -128,7 +128,14 @@ pub(crate) fn protocol_error(
     e: protocol::ProtocolError,
     child: &mut jail::JailedChild,
 ) -> SandboxError {
-    let ended = child.finish();
+    protocol_error_after(e, &child.finish())
+}
+
+/// [`protocol_error`] for a child already finished.
+pub(crate) fn protocol_error_after(
+    e: protocol::ProtocolError,
+    ended: &jail::spawn::Ended,
+) -> SandboxError {
     SandboxError::Protocol {
         message: format!(
             "{e}; worker {}; log: {}",

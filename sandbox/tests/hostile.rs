@@ -307,6 +307,7 @@ hostile!(
     host_hostile_unknown_buffer,
     host_hostile_disallowed_flag,
     host_hostile_include_dev_zero,
+    host_hostile_object_bomb,
     host_hostile_macro_bomb,
     host_hostile_compile_timeout,
 );

@@ -187,7 +187,8 @@ pub struct KernelSource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProblemSpec {
-    /// Unique name: lowercase letters, digits, `-`, `_` and `.`.
+    /// Unique name: lowercase letters, digits, `-`, `_` and `.`, starting with a letter or
+    /// a digit ([`crate::names`]).
     pub name: String,
     /// One line saying what is computed.
     #[serde(default)]
@@ -300,16 +301,7 @@ impl ProblemSpec {
             name: self.name.clone(),
             message,
         };
-        let name_ok = !self.name.is_empty()
-            && self.name.len() <= 128
-            && self.name.chars().all(|c| {
-                c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.')
-            });
-        if !name_ok {
-            return Err(bad(
-                "name must be 1-128 characters of a-z, 0-9, '-', '_' and '.'".into(),
-            ));
-        }
+        crate::names::check(crate::names::NameKind::Problem, &self.name).map_err(bad)?;
         if self.tensors.is_empty() {
             return Err(bad("no tensors".into()));
         }

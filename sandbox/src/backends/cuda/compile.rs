@@ -37,6 +37,12 @@ pub fn compile(candidate: &Candidate, arch: &str) -> Result<Compiled, String> {
             };
             let message = match &e {
                 CompileError::Failed { .. } => "nvrtc: compilation failed (see the log)".into(),
+                CompileError::Nvrtc { code, .. } if code.contains("OUT_OF_MEMORY") => {
+                    format!(
+                        "nvrtc: {code}: {}",
+                        crate::backends::limits::address_space()
+                    )
+                }
                 other => other.to_string(),
             };
             Ok(Compiled {

@@ -174,19 +174,11 @@ pub fn compile(candidate: &Candidate, cc: &Path, timeout: Duration) -> Compiled 
                 .unwrap_or("")
                 .trim()
                 .to_string();
-            let limit_hint = if libc::WIFSIGNALED(s) || log.contains("out of memory") {
-                " (a compile limit was exceeded: memory, file size or CPU)"
-            } else {
-                ""
+            let message = match crate::backends::limits::compiler_limit(Some(s), &log) {
+                Some(limit) => format!("compiler {}: {limit}", sys::describe_status(s)),
+                None => format!("compiler {}: {first_error}", sys::describe_status(s)),
             };
-            return fail(
-                format!(
-                    "compiler {}{limit_hint}: {first_error}",
-                    sys::describe_status(s)
-                ),
-                log,
-                started,
-            );
+            return fail(message, log, started);
         }
         None => return fail("compiler status lost".into(), log, started),
     }
