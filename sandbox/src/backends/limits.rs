@@ -43,31 +43,30 @@ pub fn signal_limit(signal: libc::c_int) -> Option<String> {
 
 /// The address-space limit, as a reason.
 pub fn address_space() -> String {
-    match current(libc::RLIMIT_AS) {
-        Some(b) => format!(
-            "the compiler ran out of memory: the address-space limit (RLIMIT_AS) of {} MiB \
-             (evaluation.memory_limit_mb)",
-            b >> 20
-        ),
-        None => "the compiler ran out of memory".into(),
-    }
+    format!(
+        "the compiler ran out of memory: the address-space limit (RLIMIT_AS){} \
+         (evaluation.memory_limit_mb)",
+        of(current(libc::RLIMIT_AS).map(|b| format!("{} MiB", b >> 20)))
+    )
 }
 
 fn cpu_time() -> String {
-    match current(libc::RLIMIT_CPU) {
-        Some(s) => format!("the compiler used up the CPU-time limit (RLIMIT_CPU) of {s} s"),
-        None => "the compiler used up its CPU-time limit (RLIMIT_CPU)".into(),
-    }
+    format!(
+        "the compiler used up the CPU-time limit (RLIMIT_CPU){}",
+        of(current(libc::RLIMIT_CPU).map(|s| format!("{s} s")))
+    )
 }
 
 fn file_size() -> String {
-    match current(libc::RLIMIT_FSIZE) {
-        Some(b) => format!(
-            "the compiler wrote past the file-size limit (RLIMIT_FSIZE) of {} MiB",
-            b >> 20
-        ),
-        None => "the compiler wrote past its file-size limit (RLIMIT_FSIZE)".into(),
-    }
+    format!(
+        "the compiler wrote past the file-size limit (RLIMIT_FSIZE){}",
+        of(current(libc::RLIMIT_FSIZE).map(|b| format!("{} MiB", b >> 20)))
+    )
+}
+
+/// " of VALUE", or nothing when the value is unknown.
+fn of(value: Option<String>) -> String {
+    value.map_or(String::new(), |v| format!(" of {v}"))
 }
 
 fn killed() -> String {
