@@ -85,6 +85,10 @@ pub struct SearchConfig {
     /// How much slower than the best's upper bound a candidate's lower bound must be to be
     /// raced out (0.05 = 5 %); also the default for single submissions that ask to race.
     pub race_margin: f64,
+    /// Most lines a search's plugin may write to the search's log; later ones are dropped.
+    pub log_max_rows: u64,
+    /// Most bytes of messages a search's plugin may write to the search's log.
+    pub log_max_bytes: u64,
 }
 
 impl Default for SearchConfig {
@@ -99,6 +103,8 @@ impl Default for SearchConfig {
             queue_cap: 8,
             race: true,
             race_margin: 0.05,
+            log_max_rows: 20_000,
+            log_max_bytes: 8 << 20,
         }
     }
 }
