@@ -513,8 +513,10 @@ impl GpuTarget<'_> {
 }
 
 /// Resolution of `cuEventElapsedTime` ("around 0.5 microseconds", CUDA driver API
-/// reference): a median at or below it is not a time.
+/// reference): a median of the events figure at or below it is not a time.
 const EVENT_RESOLUTION_US: f64 = 0.5;
+/// Resolution of CUPTI's kernel-record timestamps (nanoseconds), for the kernel figures.
+const KERNEL_RECORD_RESOLUTION_US: f64 = 0.001;
 
 /// Elements downloaded around a first mismatch or hole, to list them by value.
 const WINDOW: u64 = 4096;
@@ -693,8 +695,8 @@ impl Target for GpuTarget<'_> {
     }
 
     fn sample(&mut self, sets: &[GpuInputs]) -> Result<f64, RunFailure> {
-        // One run per sample (`reps_max` is 1): events time a launch list well above their
-        // resolution.
+        // One run per sample (`reps_max` is 1): a launch list takes microseconds, well
+        // above the resolution of events and of kernel records.
         let [inputs] = sets else {
             return Err(RunFailure::Fault(format!(
                 "internal: a GPU sample runs on one input set, not {}",
@@ -747,7 +749,10 @@ impl Target for GpuTarget<'_> {
     }
 
     fn resolution_us(&self) -> f64 {
-        EVENT_RESOLUTION_US
+        match self.timer.figure() {
+            kiln_types::TimingFigure::Events => EVENT_RESOLUTION_US,
+            _ => KERNEL_RECORD_RESOLUTION_US,
+        }
     }
 
     fn outputs_every_sample(&self) -> bool {
