@@ -127,11 +127,11 @@ fn print_default_config_is_the_whole_commented_toml() {
     }
 }
 
-#[test]
-fn kilnd_refuses_a_bad_config_file_by_name() {
+/// Starts kilnd with `config` as its config file; it must refuse it. Its stderr.
+fn refused_config(config: &str) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("bad.toml");
-    std::fs::write(&cfg, "[queue]\nmax_attempts = \"three\"\n").expect("write");
+    std::fs::write(&cfg, config).expect("write");
     let out = Command::new(env!("CARGO_BIN_EXE_kilnd"))
         .arg("--config")
         .arg(&cfg)
@@ -142,24 +142,18 @@ fn kilnd_refuses_a_bad_config_file_by_name() {
         .output()
         .expect("run kilnd");
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn kilnd_refuses_a_bad_config_file_by_name() {
+    let err = refused_config("[queue]\nmax_attempts = \"three\"\n");
     assert!(
         err.contains("bad.toml") && err.contains("max_attempts"),
         "{err}"
     );
     // The removed fresh_inputs_every cannot be set back silently: refused, with the reason.
-    std::fs::write(&cfg, "[evaluation.timing]\nfresh_inputs_every = 8\n").expect("write");
-    let out = Command::new(env!("CARGO_BIN_EXE_kilnd"))
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--socket")
-        .arg(dir.path().join("s.sock"))
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .output()
-        .expect("run kilnd");
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_config("[evaluation.timing]\nfresh_inputs_every = 8\n");
     assert!(err.contains("every timed sample"), "{err}");
 }
 
