@@ -360,7 +360,7 @@ pub fn host_value(init: &Init, dtype: Dtype, seed: u64, i: u64) -> Result<f64, S
 /// `kiln_clamp_floor`: the floor of `x` within `[lo, hi]` (NaN gives `lo`).
 pub fn clamp_floor(x: f64, lo: f64, hi: f64) -> f64 {
     let x = x.floor();
-    if !(x >= lo) {
+    if x.is_nan() || x < lo {
         lo
     } else if x > hi {
         hi

@@ -130,7 +130,7 @@ pub fn reps_for(
         return 1;
     }
     let target = (REPS_TARGET_FACTOR * overhead_us.max(resolution_us)).max(REPS_TARGET_MIN_US);
-    if !(fastest_run_us > 0.0) {
+    if fastest_run_us.is_nan() || fastest_run_us <= 0.0 {
         return reps_max;
     }
     let want = (target / fastest_run_us).ceil();
