@@ -48,6 +48,8 @@ const TIMED_PURPOSE: &str = "timed run";
 pub const REPS_TARGET_FACTOR: f64 = 10.0;
 /// ... and at least this many µs.
 pub const REPS_TARGET_MIN_US: f64 = 50.0;
+/// Untimed runs after the warm-up that judge the runs per sample.
+const CALIBRATION_RUNS: u32 = 3;
 
 /// Runs the timing phase; an early verdict if a timed run misbehaves. Then applies the
 /// plan's throttle policy: `discard` drops throttled samples from the statistics,
@@ -195,7 +197,14 @@ fn time_once<T: Target>(
         return Ok((stats, Vec::new()));
     }
 
-    // 3. Runs per sample.
+    // 3. Runs per sample, judged from the fastest of a few more untimed runs (the first
+    // launch, cold, says little) where the backend can repeat runs at all.
+    if s.target.reps_max() > 1 {
+        for c in 0..CALIBRATION_RUNS {
+            let us = s.warmup_run(&warm, &format!("calibration run {}", c + 1))?;
+            fastest = fastest.min(us - overhead_us);
+        }
+    }
     let reps = reps_for(
         fastest,
         overhead_us,
