@@ -823,7 +823,7 @@ fn plugin_abuse_floods_of_logs_checkpoints_and_prompts_stay_within_their_limits(
         };
         let before = store_bytes(&d.state);
 
-        // 60,000 lines of 1 KiB (60 MB) offered; the log keeps the bound and says so.
+        // 20,000 lines of 1 KiB (20 MB) offered; the log keeps the bound and says so.
         let flood = start_search(&c, search("flood-log")).await;
         let s = wait_end(&c, &flood, Duration::from_secs(240)).await;
         assert_eq!(s["state"], "done", "{s}");

@@ -9,7 +9,7 @@
 //! - `host-calls`: exercise every import once and report what it saw;
 //! - `spam-stderr`: write 1 MiB to stderr, then return ok;
 //! - `wait-forever`: ask the host to wait for the seed for an hour, repeatedly;
-//! - `flood-log`: write 60,000 log lines of 1 KiB, then return ok;
+//! - `flood-log`: write 20,000 log lines of 1 KiB, then return ok;
 //! - `checkpoint-limits`: a checkpoint of exactly 16 MiB (restored and compared), then
 //!   16 MiB + 1 byte and 40 MiB, and report what each got;
 //! - `checkpoint-huge`: an 80 MiB checkpoint, past what wasmtime copies into the host;
@@ -140,7 +140,7 @@ impl Proposer for Abuse {
             "host-calls" => host_calls(),
             "flood-log" => {
                 let filler = "x".repeat(1000);
-                for i in 0..60_000 {
+                for i in 0..20_000 {
                     kiln_sdk::info!("flood line {i} {filler}");
                 }
                 Ok(Summary::new(None, "flooded"))
