@@ -3,8 +3,11 @@
 //!
 //! - [`host`]: C on the CPU (the system compiler; candidate code in runner processes);
 //! - [`cuda`]: CUDA C on the worker's GPU (NVRTC; kernels through `kiln-gpu`);
-//! - [`limits`]: which resource limit ended a compile, for both.
+//! - [`triton`]: Triton's Python, compiled by Triton in the compile jail, then run by
+//!   [`cuda`] as plain CUDA launches of its CUBINs;
+//! - [`limits`]: which resource limit ended a compile, for all of them.
 
 pub mod cuda;
 pub mod host;
 pub mod limits;
+pub mod triton;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use kiln_types::{Candidate, EvalPlan, Evaluation, Language, ProblemSpec, Verdict};
+use kiln_types::{Candidate, EvalPlan, Evaluation, ProblemSpec, Verdict};
 
 use crate::config::SandboxConfig;
 use crate::error::SandboxError;
@@ -162,8 +162,8 @@ pub(crate) fn precheck(
     problem: &ProblemSpec,
     candidate: &Candidate,
 ) -> Result<Option<Evaluation>, SandboxError> {
-    let cuda = candidate.language == Language::Cuda;
-    let backend = if cuda { "cuda" } else { "host" };
+    let backend = candidate.language.backend();
+    let cuda = backend == "cuda";
     // Only the libraries (cheap): the GPU itself was found when kilnd chose it at start, and
     // the worker reports it if it is gone.
     if cuda && let Err(e) = kiln_gpu::facts::libraries_present() {

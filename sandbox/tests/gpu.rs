@@ -91,8 +91,8 @@ fn kernel_candidate(p: &ProblemSpec, which: &str) -> Candidate {
     }
 }
 
-fn compile_ok(cfg: &SandboxConfig, c: &Candidate) -> Vec<u8> {
-    let out = kiln_sandbox::compile(cfg, c).expect("compile runs");
+fn compile_ok(cfg: &SandboxConfig, p: &ProblemSpec, c: &Candidate) -> Vec<u8> {
+    let out = kiln_sandbox::compile(cfg, p, c).expect("compile runs");
     out.artifact
         .unwrap_or_else(|| panic!("{} failed to compile: {:#?}", c.problem, out.failure))
 }
@@ -105,8 +105,8 @@ fn run_on(
     c: &Candidate,
     plan: &EvalPlan,
 ) -> Evaluation {
-    let reference = compile_ok(cfg, &kernel_candidate(p, "reference"));
-    let out = kiln_sandbox::compile(cfg, c).expect("compile runs");
+    let reference = compile_ok(cfg, p, &kernel_candidate(p, "reference"));
+    let out = kiln_sandbox::compile(cfg, p, c).expect("compile runs");
     let Some(art) = out.artifact else {
         return out.failure.expect("failure");
     };
@@ -127,8 +127,8 @@ fn run_on(
 
 /// Compiles the reference and `c`, evaluates `c`; a compile failure is its evaluation.
 fn run(cfg: &SandboxConfig, p: &ProblemSpec, c: &Candidate, plan: &EvalPlan) -> Evaluation {
-    let reference = compile_ok(cfg, &kernel_candidate(p, "reference"));
-    let out = kiln_sandbox::compile(cfg, c).expect("compile runs");
+    let reference = compile_ok(cfg, p, &kernel_candidate(p, "reference"));
+    let out = kiln_sandbox::compile(cfg, p, c).expect("compile runs");
     let Some(art) = out.artifact else {
         return out.failure.expect("failure");
     };
@@ -454,16 +454,16 @@ fn gpu_stability_twenty_medians() {
     let main = problem("layernorm-16x64x256x256");
     let others = [problem("vecadd-cuda-1m"), problem("rowsum-cuda-4096x1024")];
     let main_c = kernel_candidate(&main, "seed");
-    let main_ref = compile_ok(&cfg, &kernel_candidate(&main, "reference"));
-    let main_art = compile_ok(&cfg, &main_c);
+    let main_ref = compile_ok(&cfg, &main, &kernel_candidate(&main, "reference"));
+    let main_art = compile_ok(&cfg, &main, &main_c);
     let other_arts: Vec<(Vec<u8>, Candidate, Vec<u8>)> = others
         .iter()
         .map(|p| {
             let c = kernel_candidate(p, "seed");
             (
-                compile_ok(&cfg, &kernel_candidate(p, "reference")),
+                compile_ok(&cfg, p, &kernel_candidate(p, "reference")),
                 c.clone(),
-                compile_ok(&cfg, &c),
+                compile_ok(&cfg, p, &c),
             )
         })
         .collect();
@@ -803,7 +803,7 @@ fn baseline_plan() -> EvalPlan {
 }
 
 fn measure(cfg: &SandboxConfig, p: &ProblemSpec) -> Vec<BaselineResult> {
-    let reference = compile_ok(cfg, &kernel_candidate(p, "reference"));
+    let reference = compile_ok(cfg, p, &kernel_candidate(p, "reference"));
     let libs: Vec<String> = p.baseline.keys().cloned().collect();
     let t0 = std::time::Instant::now();
     let r = kiln_sandbox::measure_baselines(cfg, p, &reference, &baseline_plan(), &libs)

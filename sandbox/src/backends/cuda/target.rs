@@ -48,10 +48,21 @@ pub struct Job<'a> {
     pub plan: &'a EvalPlan,
     /// The reference's CUBIN/PTX.
     pub reference_artifact: &'a [u8],
-    /// The candidate's CUBIN/PTX.
-    pub candidate_artifact: &'a [u8],
+    /// The candidate's compiled code.
+    pub candidate_code: Code<'a>,
     /// Bytes device `printf` may print in the whole evaluation before it is a fault.
     pub output_limit_bytes: u64,
+}
+
+/// A candidate's compiled code as the GPU target loads it.
+#[derive(Clone, Copy)]
+pub enum Code<'a> {
+    /// A CUDA C candidate's artifact: one CUBIN (or PTX) image whose kernels the plan names
+    /// by their symbols.
+    Artifact(&'a [u8]),
+    /// Several images, each with the kernels taken from it as (name in the plan, symbol):
+    /// a lowered Triton candidate (`backends::triton::lower`).
+    Parts(&'a [(kiln_gpu::CompiledModule, Vec<(String, String)>)]),
 }
 
 /// One of the problem's tensors on the GPU.
@@ -216,10 +227,17 @@ pub(super) fn evaluate_on(
         .map_err(|e| format!("the reference's launch plan: {e}"))?;
     let cand_names = names(&job.candidate.launches);
     let cand_refs: Vec<&str> = cand_names.iter().map(String::as_str).collect();
-    let candidate = match gpu.load_module(
-        &module_from_artifact(job.candidate_artifact, &arch),
-        &cand_refs,
-    ) {
+    let loaded = match job.candidate_code {
+        Code::Artifact(bytes) => gpu.load_module(&module_from_artifact(bytes, &arch), &cand_refs),
+        Code::Parts(parts) => {
+            let parts: Vec<kiln_gpu::ImagePart> = parts
+                .iter()
+                .map(|(module, kernels)| kiln_gpu::ImagePart { module, kernels })
+                .collect();
+            gpu.load_parts(&parts)
+        }
+    };
+    let candidate = match loaded {
         Ok(m) => m,
         Err(e) => {
             let mut ev = early(
