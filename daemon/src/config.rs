@@ -52,6 +52,8 @@ pub struct Config {
     pub jail: JailConfig,
     /// GPUs and clock policy.
     pub gpu: GpuConfig,
+    /// Triton candidates: the python whose triton compiles them.
+    pub triton: TritonConfig,
     /// Searches and their proposer plugins.
     pub search: SearchConfig,
     /// The LLM gateway.
@@ -327,6 +329,26 @@ impl Default for GpuConfig {
             python: "python3".into(),
             torch_timeout_secs: 600,
             cupti: "auto".into(),
+        }
+    }
+}
+
+/// `[triton]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TritonConfig {
+    /// The python whose `triton` compiles Triton candidates (in the compile jail, its
+    /// directories shown read-only); empty = `[gpu] python`, the one that has torch.
+    pub python: String,
+}
+
+impl Config {
+    /// The python asked for triton: `[triton] python`, else `[gpu] python`.
+    pub fn triton_python(&self) -> &str {
+        if self.triton.python.is_empty() {
+            &self.gpu.python
+        } else {
+            &self.triton.python
         }
     }
 }

@@ -177,6 +177,7 @@ pub async fn submit(
             ),
         ));
     }
+    super::candidates::language_available(&s, &candidate)?;
     let id = candidate.content_hash();
     let archive = s.store.search_archive(&search.id)?;
     let known = archive.iter().any(|e| e.candidate_id == id);

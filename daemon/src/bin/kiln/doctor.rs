@@ -1,4 +1,4 @@
-//! `kiln doctor`: can this machine evaluate kernels? What kilnd has (backends, jail
+//! `kiln doctor`: can this machine evaluate kernels? What kilnd has (backends, Triton, jail
 //! layers, GPUs, driver, clock policy and whether clock locking would be permitted, where
 //! CUPTI is for kernel timing), then one known kernel run end to end on each usable
 //! backend, with how the GPU worker timed it (CUPTI kernel records, or events and why). A
@@ -142,6 +142,7 @@ pub async fn doctor(
             "clock_lock": info["clock_lock"],
             "baseline_libraries": info["baseline_libraries"],
             "kernel_timer": info["kernel_timer"],
+            "triton": info["triton"],
             "known_kernels": runs,
         }));
     } else {
@@ -159,6 +160,20 @@ pub async fn doctor(
             };
             println!("  [{mark}] {:<5} {}", text(&b["name"]), text(&b["detail"]));
         }
+        let triton = &info["triton"];
+        println!(
+            "  [{}] triton {}",
+            if triton["usable"].as_bool() == Some(true) {
+                "ok  "
+            } else {
+                "--  "
+            },
+            if triton.is_null() {
+                "not reported by this kilnd".to_string()
+            } else {
+                text(&triton["detail"])
+            }
+        );
         println!("jail layers:");
         if layers.is_empty() {
             println!("  (none reported)");
