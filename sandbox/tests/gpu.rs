@@ -6,6 +6,7 @@
 //! lanes do: the honest candidate after a red-team kernel runs on the same worker.
 //!
 //! `KILN_WORKER` overrides the worker binary (the bundle's); scratch goes to a temp dir.
+//! Triton candidates' GPU tests are in `gpu/triton.rs` (module `triton`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,6 +15,11 @@ use kiln_sandbox::{SandboxConfig, WarmWorker};
 use kiln_types::{
     Candidate, EvalPlan, Evaluation, PrecisionTier, ProblemSpec, TimingPlan, Verdict,
 };
+
+#[path = "gpu/triton.rs"]
+mod triton;
+#[path = "triton/plans.rs"]
+mod triton_plans;
 
 /// H200 peaks, as the daemon passes them (tensor-core flop rate, HBM3e bandwidth).
 const PEAKS: (f64, f64) = (4.3e12, 990e12);

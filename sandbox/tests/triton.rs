@@ -8,6 +8,8 @@
 //! `invalid_launch`; Triton's own errors reach the candidate as `compile_error`.
 
 mod common;
+#[path = "triton/plans.rs"]
+mod plans;
 
 use std::time::{Duration, Instant};
 
@@ -278,5 +280,51 @@ fn triton_without_a_python_is_backend_unavailable() {
             assert!(why.contains("[triton] python"), "{why}");
         }
         other => panic!("expected BackendUnavailable, got {other:?}"),
+    }
+}
+
+#[test]
+fn triton_test_kernels_compile_for_the_gpu_and_lower() {
+    let Some((_dir, cfg)) = triton() else { return };
+    let mut cases = vec![
+        ("layernorm", plans::layernorm()),
+        ("matmul f32 3xTF32", plans::matmul_f32(false)),
+        ("matmul f32 operands cast to f16", plans::matmul_f32(true)),
+        ("matmul f16", plans::matmul_f16()),
+    ];
+    for mode in 0..=5 {
+        cases.push((
+            "vecadd red-team",
+            plans::redteam(mode, u32::from(mode == 2)),
+        ));
+    }
+    for (what, c) in cases {
+        let p = common::problem(&c.problem);
+        let t0 = Instant::now();
+        let out = kiln_sandbox::compile(&cfg, &p, &c).expect("compile runs");
+        let bytes = out
+            .artifact
+            .unwrap_or_else(|| panic!("{what} failed: {:#?}", out.failure));
+        let art = Artifact::decode(&bytes).expect("decodes");
+        let lowered = lower(&c, &art).expect("lowers");
+        println!(
+            "SUMMARY triton compile {what} ({}): {:.2} s; {}",
+            c.problem,
+            t0.elapsed().as_secs_f64(),
+            lowered
+                .candidate
+                .launches
+                .iter()
+                .map(|l| format!(
+                    "{} block {} shared {}",
+                    l.kernel, l.block[0], l.shared_bytes
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        assert_eq!(lowered.candidate.launches.len(), c.launches.len());
+        for (l, k) in lowered.candidate.launches.iter().zip(&c.launches) {
+            assert_eq!(l.block[0], 32 * k.num_warps.unwrap_or(4), "{what}");
+        }
     }
 }

@@ -799,6 +799,31 @@ mod tests {
     }
 
     #[test]
+    fn compile_table_has_no_network() {
+        // The compile role runs compilers on candidate code (cc, and Triton's python):
+        // no socket of any family, so no network and no way to reach kilnd's socket.
+        let rules = rules(Stage::Compile);
+        for nr in [
+            libc::SYS_socket,
+            libc::SYS_socketpair,
+            libc::SYS_connect,
+            libc::SYS_bind,
+            libc::SYS_sendto,
+            libc::SYS_sendmsg,
+            libc::SYS_ptrace,
+            libc::SYS_mount,
+            libc::SYS_unshare,
+            libc::SYS_io_uring_setup,
+        ] {
+            assert!(
+                rules.iter().all(|r| r.nr != nr),
+                "{} is in the compile allow-list",
+                syscall_name(nr)
+            );
+        }
+    }
+
+    #[test]
     fn plugin_host_table_leaves_out_processes_servers_and_writes() {
         let rules = rules(Stage::PluginHost);
         let absent = [
