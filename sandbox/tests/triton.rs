@@ -164,7 +164,7 @@ fn triton_hostile_python_is_refused_before_it_runs_and_touches_nothing() {
         ),
         (
             String::new(),
-            format!("getattr(triton, 'compiler')"),
+            "getattr(triton, 'compiler')".to_string(),
             "getattr",
         ),
         (

@@ -435,20 +435,18 @@ mod tests {
     fn metadata_is_checked_before_it_becomes_an_entry() {
         let e = entry(&meta(), 0, "3.6.0", "k").expect("good metadata");
         assert_eq!((e.trailing_params, e.shared_bytes, e.num_warps), (2, 16, 4));
-        let cases: Vec<(Box<dyn Fn(&mut KernelMeta)>, &str)> = vec![
-            (Box::new(|m| m.symbol = "k x".into()), "symbol"),
-            (Box::new(|m| m.num_warps = 0), "warps"),
-            (Box::new(|m| m.num_ctas = 2), "CTAs"),
-            (Box::new(|m| m.shared = 1 << 40), "shared memory"),
-            (Box::new(|m| m.profile_scratch_size = 8), "profile scratch"),
-            (Box::new(|m| m.launch_pdl = true), "programmatic"),
-            (Box::new(|m| m.ptx_params = Some(9)), "trailing"),
-            (Box::new(|m| m.ptx_params = Some(1)), "fewer"),
-            (
-                Box::new(|m| m.global_scratch_align = 4096),
-                "global scratch",
-            ),
-            (Box::new(|m| m.function = "other".into()), "compiled for"),
+        type Change = fn(&mut KernelMeta);
+        let cases: [(Change, &str); 10] = [
+            (|m| m.symbol = "k x".into(), "symbol"),
+            (|m| m.num_warps = 0, "warps"),
+            (|m| m.num_ctas = 2, "CTAs"),
+            (|m| m.shared = 1 << 40, "shared memory"),
+            (|m| m.profile_scratch_size = 8, "profile scratch"),
+            (|m| m.launch_pdl = true, "programmatic"),
+            (|m| m.ptx_params = Some(9), "trailing"),
+            (|m| m.ptx_params = Some(1), "fewer"),
+            (|m| m.global_scratch_align = 4096, "global scratch"),
+            (|m| m.function = "other".into(), "compiled for"),
         ];
         for (change, needle) in cases {
             let mut m = meta();
