@@ -39,6 +39,8 @@ SAFE_BUILTINS = {"range", "len", "min", "max", "int", "float", "isinstance", "pr
 #: Attributes never followed inside a kernel: a JITFunction's Python-side machinery.
 JIT_INTERNALS = {"fn", "run", "warmup", "src", "cache", "launch_metadata", "preload",
                  "device_caches", "kernel_cache", "hash", "cache_key", "module"}
+#: Builtin types a parameter may be annotated with (a name lookup at definition time).
+ANNOTATION_BUILTINS = {"int", "float", "bool", "str"}
 #: What `from triton import NAME` may bring in.
 TRITON_NAMES = {"language", "jit", "cdiv", "next_power_of_2"}
 #: Keyword arguments accepted by `@triton.jit(...)`, each with literal values only.
@@ -318,19 +320,29 @@ class Filter:
         if node.returns is not None:
             self.check_annotation(node.returns)
         for d in args.defaults + [d for d in args.kw_defaults if d is not None]:
-            if not (literal(d) or (isinstance(d, ast.Name) and d.id in self.m.constants)):
-                refuse(self.source, d, "default values must be literals or constexpr constants")
+            if not (literal(d) or (isinstance(d, ast.Name) and d.id in self.m.constants)
+                    or self.resolves(d)):
+                refuse(self.source, d, "default values must be literals, constexpr constants "
+                       "or triton.language objects (tl.float32)")
         self.new_name(node, node.name)
         self.m.jit.add(node.name)
         self.check_body(node, set(params))
 
+    def resolves(self, node):
+        """True if `node` is an attribute chain (or a name) bound to triton.language."""
+        parts = chain(node)
+        return parts is not None and (
+            (len(parts) > 1 or parts[0] in self.m.objects)
+            and self.resolve_chain(node, parts) is not None)
+
     def check_annotation(self, node):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             return
-        parts = chain(node)
-        if parts is None or self.resolve_chain(node, parts) is None:
+        if isinstance(node, ast.Name) and node.id in ANNOTATION_BUILTINS:
+            return
+        if not self.resolves(node):
             refuse(self.source, node, "annotations must name triton.language types "
-                   "(tl.constexpr, tl.int32, ...) or be strings")
+                   "(tl.constexpr, tl.int32, ...), int, float, bool or str, or be strings")
 
     # --- inside a jit function -------------------------------------------------------
 
@@ -415,8 +427,13 @@ def ptx_params(ptx):
     return m.group(1), len(re.findall(r"\.param\s+", m.group(2)))
 
 
-def constexpr_value(v):
-    # JSON gives bool, int, float or str already.
+def constexpr_value(v, tl):
+    """A launch's constexpr as Triton takes it: JSON gives bool, int, float or str; a
+    string naming a triton.language dtype (`"tl.float16"`) becomes that dtype."""
+    if isinstance(v, str) and v.startswith("tl."):
+        d = getattr(tl, v[3:], None)
+        if isinstance(d, tl.dtype):
+            return d
     return v
 
 
@@ -456,7 +473,7 @@ def compile_kernel(index, spec, module, source_path, target_arch, triton, tl):
         if p.is_constexpr:
             signature[p.name] = "constexpr"
             if p.name in constexprs:
-                values[p.name] = constexpr_value(constexprs[p.name])
+                values[p.name] = constexpr_value(constexprs[p.name], tl)
             elif p.default is not inspect.Parameter.empty:
                 d = p.default
                 values[p.name] = d.value if isinstance(d, tl.constexpr) else d
