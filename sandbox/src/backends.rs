@@ -11,3 +11,13 @@ pub mod cuda;
 pub mod host;
 pub mod limits;
 pub mod triton;
+
+/// A fresh compile's info: the wall time since `started` and the compiler's log.
+pub(crate) fn compile_info(started: std::time::Instant, log: String) -> kiln_types::CompileInfo {
+    kiln_types::CompileInfo {
+        duration_ms: started.elapsed().as_secs_f64() * 1e3,
+        log,
+        cached: false,
+        kernels: Vec::new(),
+    }
+}

@@ -394,6 +394,22 @@ fn redteam_gpu_race() {
     assert_eq!(e.verdict, Verdict::Nondeterministic, "{e:#?}");
 }
 
+/// The precision tier an evaluation reports, or for a failed one the tier its worst
+/// relative L2 error reads as (fp32-faithful up to 1e-5, else coarse).
+fn delivered_tier(e: &Evaluation) -> PrecisionTier {
+    let worst = e
+        .evidence
+        .errors
+        .iter()
+        .map(|m| m.rel_l2)
+        .fold(0.0, f64::max);
+    e.tier.unwrap_or(if worst <= 1e-5 {
+        PrecisionTier::Fp32Faithful
+    } else {
+        PrecisionTier::Coarse
+    })
+}
+
 /// A 4096² matmul candidate: kernel `mm(A, B, C, M, N, K)`, 16 × 16 tiles.
 fn matmul_candidate(problem: &str, source: &str) -> Candidate {
     serde_json::from_value(serde_json::json!({
@@ -436,18 +452,7 @@ fn redteam_gpu_fp16_in_fp32_problem() {
     let p = problem("matmul-fp32-4096");
     let e = run(&cfg, &p, &fp16_matmul(&p.name), &plan(10_000));
     println!("{}", summary("fp16-in-matmul-fp32-4096", &e));
-    let worst = e
-        .evidence
-        .errors
-        .iter()
-        .map(|m| m.rel_l2)
-        .fold(0.0, f64::max);
-    let tier = e.tier.unwrap_or(if worst <= 1e-5 {
-        PrecisionTier::Fp32Faithful
-    } else {
-        PrecisionTier::Coarse
-    });
-    assert!(tier > PrecisionTier::Fp32Faithful, "{e:#?}");
+    assert!(delivered_tier(&e) > PrecisionTier::Fp32Faithful, "{e:#?}");
     let strict = problem("matmul-fp32-4096-strict");
     let e = run(&cfg, &strict, &fp16_matmul(&strict.name), &plan(10_000));
     assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");

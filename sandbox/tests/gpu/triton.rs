@@ -100,18 +100,7 @@ fn redteam_triton_fp16_in_fp32_problem() {
     };
     let p = problem("matmul-fp32-4096");
     let e = triton_run(&cfg, &p, &plans::matmul_f32(true), &plan(10_000));
-    let worst = e
-        .evidence
-        .errors
-        .iter()
-        .map(|m| m.rel_l2)
-        .fold(0.0, f64::max);
-    let tier = e.tier.unwrap_or(if worst <= 1e-5 {
-        PrecisionTier::Fp32Faithful
-    } else {
-        PrecisionTier::Coarse
-    });
-    assert!(tier > PrecisionTier::Fp32Faithful, "{e:#?}");
+    assert!(delivered_tier(&e) > PrecisionTier::Fp32Faithful, "{e:#?}");
     let strict = problem("matmul-fp32-4096-strict");
     let mut cheat = plans::matmul_f32(true);
     cheat.problem = strict.name.clone();

@@ -47,12 +47,7 @@ pub fn compile(candidate: &Candidate, arch: &str) -> Result<Compiled, String> {
             };
             Ok(Compiled {
                 artifact: None,
-                info: CompileInfo {
-                    duration_ms: started.elapsed().as_secs_f64() * 1e3,
-                    log,
-                    cached: false,
-                    kernels: Vec::new(),
-                },
+                info: crate::backends::compile_info(started, log),
                 message,
             })
         }

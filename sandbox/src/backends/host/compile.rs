@@ -105,12 +105,7 @@ pub fn compile(candidate: &Candidate, cc: &Path, timeout: Duration) -> Compiled 
     let started = Instant::now();
     let fail = |message: String, log: String, started: Instant| Compiled {
         artifact: None,
-        info: CompileInfo {
-            duration_ms: started.elapsed().as_secs_f64() * 1e3,
-            log,
-            cached: false,
-            kernels: Vec::new(),
-        },
+        info: crate::backends::compile_info(started, log),
         message,
     };
     if let Err(e) = flags::check_all(&candidate.flags) {
@@ -185,12 +180,7 @@ pub fn compile(candidate: &Candidate, cc: &Path, timeout: Duration) -> Compiled 
     match fs::read(&out) {
         Ok(bytes) => Compiled {
             artifact: Some(bytes),
-            info: CompileInfo {
-                duration_ms: started.elapsed().as_secs_f64() * 1e3,
-                log,
-                cached: false,
-                kernels: Vec::new(),
-            },
+            info: crate::backends::compile_info(started, log),
             message: String::new(),
         },
         Err(e) => fail(format!("compiler produced no artifact: {e}"), log, started),

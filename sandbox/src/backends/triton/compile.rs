@@ -219,12 +219,7 @@ pub fn compile(
     let done =
         |artifact: Option<Vec<u8>>, log: String, message: String, verdict: Verdict| Compiled {
             artifact,
-            info: CompileInfo {
-                duration_ms: started.elapsed().as_secs_f64() * 1e3,
-                log,
-                cached: false,
-                kernels: Vec::new(),
-            },
+            info: crate::backends::compile_info(started, log),
             message,
             verdict,
         };
