@@ -229,7 +229,12 @@ pub fn compile(
                 return Ok(CompileOutcome {
                     artifact: None,
                     info: CompileInfo::default(),
-                    failure: Some(compile_failure(backend, msg, CompileInfo::default())),
+                    failure: Some(compile_failure(
+                        Verdict::CompileError,
+                        backend,
+                        msg,
+                        CompileInfo::default(),
+                    )),
                     layers,
                 });
             }

@@ -279,13 +279,16 @@ pub fn compile(
         let status = run
             .status
             .map_or("status lost".into(), crate::jail::sys::describe_status);
-        let limit_hint =
-            if run.status.is_some_and(|s| libc::WIFSIGNALED(s)) || log.contains("MemoryError") {
-                " (a compile limit was exceeded: memory, file size or CPU)"
-            } else {
-                ""
-            };
-        let msg = format!("the triton compiler {status}{limit_hint}: {last}");
+        // Python reports an allocation the address-space limit refused as MemoryError.
+        let limit = if log.contains("MemoryError") {
+            Some(crate::backends::limits::address_space())
+        } else {
+            crate::backends::limits::compiler_limit(run.status, &log)
+        };
+        let msg = match limit {
+            Some(limit) => format!("the triton compiler {status}: {limit}"),
+            None => format!("the triton compiler {status}: {last}"),
+        };
         return Ok(done(None, log, msg, Verdict::CompileError));
     };
     let answer: Answer = match serde_json::from_slice(&bytes) {
