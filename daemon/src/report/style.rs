@@ -60,6 +60,7 @@ impl Class {
                 Verdict::InputTampered => RGBColor(0x20, 0x20, 0x20),
                 Verdict::Nondeterministic => RGBColor(0x17, 0xbe, 0xcf),
                 Verdict::ImplausibleTime => RGBColor(0xbc, 0xbd, 0x22),
+                Verdict::UnmeasurableTime => RGBColor(0x55, 0x6b, 0x2f),
                 Verdict::Ok => RGBColor(0x1b, 0x9e, 0x45),
             },
         }

@@ -31,7 +31,6 @@ min_time_ms = 5.0
 max_rse = 0.05
 max_samples = 200
 wall_cap_ms = 500.0
-fresh_inputs_every = 4
 recheck_fraction = 0.2
 "#;
 
@@ -272,7 +271,6 @@ min_time_ms = 20.0
 max_rse = 0.02
 max_samples = 80
 wall_cap_ms = 1500.0
-fresh_inputs_every = 4
 recheck_fraction = 0.1
 [search]
 proposers_dir = "{}"
