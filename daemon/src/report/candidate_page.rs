@@ -3,7 +3,7 @@
 //! and its trials with their errors. While its job is queued or running the page reloads
 //! itself every [`REFRESH_SECS`] seconds.
 
-use kiln_types::Evaluation;
+use kiln_types::{Evaluation, TimingStats};
 use serde_json::Value;
 
 use super::html::{self, esc, esc_cut, figure, id};
@@ -47,6 +47,7 @@ fn timing_rows(e: &Evaluation, rows: &mut Vec<(&'static str, String)>) {
             fmt_us(t.overhead_us)
         )),
     ));
+    rows.push(("timer", esc(&timer_line(t))));
     if t.throttled_discarded > 0 || t.throttle_retried {
         rows.push((
             "throttling",
@@ -61,6 +62,49 @@ fn timing_rows(e: &Evaluation, rows: &mut Vec<(&'static str, String)>) {
             )),
         ));
     }
+}
+
+/// What the times are of: the runs per sample, and on the GPU the figure ranked (kernel
+/// records or events), where it came from and why it is not the one asked for.
+fn timer_line(t: &TimingStats) -> String {
+    let runs = if t.plain {
+        "plain timing".to_string()
+    } else {
+        format!(
+            "{} run{} per sample (each sample is their mean)",
+            t.reps,
+            if t.reps == 1 { "" } else { "s" }
+        )
+    };
+    let Some(ev) = &t.timer else {
+        return runs;
+    };
+    let mut line = format!("{runs}; figure {} from {}", ev.figure.name(), ev.source);
+    if ev.asked != ev.figure {
+        line.push_str(&format!(" (asked for {})", ev.asked.name()));
+    }
+    if let Some(why) = &ev.fallback {
+        line.push_str(&format!(": {}", cut(why, 300)));
+    }
+    if ev.launches > 0 {
+        line.push_str(&format!(", {} launches per run", ev.launches));
+    }
+    if ev.records_missing > 0 {
+        line.push_str(&format!(
+            ", {} samples without kernel records (counted by events{})",
+            ev.records_missing,
+            ev.records_missing_reason
+                .as_deref()
+                .map(|r| format!(": {}", cut(r, 300)))
+                .unwrap_or_default()
+        ));
+    }
+    line
+}
+
+/// At most `max` characters of `s`.
+fn cut(s: &str, max: usize) -> String {
+    s.chars().take(max).collect()
 }
 
 fn telemetry_section(e: &Evaluation) -> String {
@@ -411,6 +455,20 @@ mod tests {
             mean_us: 10.1,
             n: 40,
             samples_us: (0..40).map(|i| 9.0 + f64::from(i % 5) * 0.5).collect(),
+            reps: 4,
+            timer: Some(kiln_types::TimerEvidence {
+                figure: kiln_types::TimingFigure::Events,
+                asked: kiln_types::TimingFigure::KernelSpan,
+                source: "events".into(),
+                fallback: Some("a profiler <is> attached".into()),
+                library: None,
+                launches: 2,
+                events: kiln_types::FigureSummary::default(),
+                kernel_sum: None,
+                kernel_span: None,
+                records_missing: 0,
+                records_missing_reason: None,
+            }),
             ..TimingStats::default()
         });
         e.tier = Some(kiln_types::PrecisionTier::Tf32Like);
@@ -451,6 +509,13 @@ mod tests {
         assert!(html.contains("2.00x vs torch-compile (tf32, 20.0 µs)"));
         assert!(html.contains("tf32-like"));
         assert!(html.contains("vectorise &lt;loads&gt;"));
+        assert!(
+            html.contains(
+                "4 runs per sample (each sample is their mean); figure events from events \
+                 (asked for kernel_span): a profiler &lt;is&gt; attached, 2 launches per run"
+            ),
+            "the timer evidence, escaped"
+        );
         assert!(
             !html.contains("http-equiv"),
             "an evaluated candidate's page stays"
