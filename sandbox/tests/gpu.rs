@@ -308,6 +308,24 @@ fn redteam_gpu_out_of_bounds_write() {
 }
 
 #[test]
+fn redteam_gpu_store_just_past_the_end() {
+    // 1 KiB past the end of y: inside the same allocation granule, where the GPU does not
+    // fault; kiln's guard after the buffer sees it.
+    let Some(e) = redteam(
+        "if (i < n) y[i] = a[i] + b[i]; if (i < 256) y[n + i] = 1.0f;",
+        5_000,
+    ) else {
+        return;
+    };
+    assert_eq!(e.verdict, Verdict::RuntimeFault, "{e:#?}");
+    let fault = e.evidence.fault.clone().unwrap_or_default();
+    assert!(
+        fault.contains("out-of-bounds write") && fault.contains("tensor y"),
+        "{fault}"
+    );
+}
+
+#[test]
 fn redteam_gpu_infinite_loop() {
     let Some(e) = redteam(
         // Reads an input through a volatile pointer, so the compiler cannot prove the loop
@@ -1125,7 +1143,8 @@ fn gpu_fill_throughput_and_bit_exact_host_mirror() {
                 _ => {
                     let h =
                         kiln_sandbox::contract::data::f16_to_f64(u16::from_le_bytes([b[0], b[1]]));
-                    let ulp = 2f64.powi(want.abs().max(6.1e-5).log2().floor() as i32 - 10);
+                    // Below 2^-14 (f16's smallest normal) the spacing is that of the subnormals, 2^-24.
+                    let ulp = 2f64.powi(want.abs().max(2f64.powi(-14)).log2().floor() as i32 - 10);
                     (h - want).abs() <= ulp / 2.0
                 }
             };

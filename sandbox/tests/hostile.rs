@@ -130,6 +130,7 @@ fn cache_candidate(case: &CacheCase, cheat: bool) -> Candidate {
             block: [1, 1, 1],
             shared_bytes: 0,
             args: case.args.clone(),
+            ..Launch::default()
         }],
         scratch: vec![kiln_types::ScratchBuffer {
             name: "cache".into(),

@@ -38,6 +38,32 @@ use crate::contract::{compare, data};
 /// Largest total scratch a candidate may ask for, bytes.
 const MAX_SCRATCH_BYTES: u64 = 16 << 30;
 
+/// Bytes kept after every buffer candidate code can reach (each tensor, each scratch
+/// buffer), filled with a secret word before each candidate run and checked after it: a
+/// write up to this far past a buffer's end (an unmasked store of one block too many, the
+/// usual bounds bug) is a `runtime_fault`, where without it the write would land unseen in
+/// allocator padding or the next buffer.
+pub const GUARD_BYTES: usize = 64 << 10;
+
+/// Where a buffer's data ends and its guard begins (data rounded up to 256 bytes).
+fn guard_offset(data_bytes: u64) -> usize {
+    (data_bytes as usize).next_multiple_of(256)
+}
+
+/// One guard: the buffer it follows, by name, and where in that buffer it starts.
+struct Guard {
+    name: String,
+    of: GuardOf,
+    offset: usize,
+}
+
+/// Which buffer a guard is part of.
+#[derive(Clone, Copy)]
+enum GuardOf {
+    Tensor(usize),
+    Scratch(usize),
+}
+
 /// What the worker hands to [`GpuContext::evaluate`](super::context::GpuContext::evaluate).
 pub struct Job<'a> {
     /// The problem.
@@ -94,6 +120,12 @@ pub struct GpuInputs {
 /// The contract's mechanics on one GPU for one evaluation. Field order is drop order:
 /// plans and modules, then buffers (scrubbed when freed); the GPU outlives it.
 pub struct GpuTarget<'g> {
+    /// The guard after each buffer candidate code can reach, its secret word, the key of
+    /// its hash and the hash it must have.
+    guards: Vec<Guard>,
+    guard_word: u64,
+    guard_key: u64,
+    guard_hash: u64,
     ref_launches: CheckedLaunches,
     cand_launches: CheckedLaunches,
     reference: Module,
@@ -163,7 +195,7 @@ pub(super) fn evaluate_on(
     let mut tensors = Vec::new();
     for t in &problem.tensors {
         let buf = gpu
-            .alloc(t.bytes() as usize)
+            .alloc(guard_offset(t.bytes()) + GUARD_BYTES)
             .map_err(|e| infra(&format!("allocating tensor {}", t.name), e))?;
         tensors.push(Tensor {
             name: t.name.clone(),
@@ -189,7 +221,7 @@ pub(super) fn evaluate_on(
         let mut args = tensor_args.clone();
         let mut bufs = Vec::new();
         for s in list {
-            let buf = gpu.alloc((s.elems * s.dtype.size()) as usize)?;
+            let buf = gpu.alloc(guard_offset(s.elems * s.dtype.size()) + GUARD_BYTES)?;
             let arg = BufferArg {
                 ptr: buf.ptr(),
                 dtype: s.dtype,
@@ -264,7 +296,36 @@ pub(super) fn evaluate_on(
         kiln_gpu::cupti::status(),
         cand_launches.launches.len(),
     );
+    let mut guards: Vec<Guard> = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Guard {
+            name: format!("tensor {}", t.name),
+            of: GuardOf::Tensor(i),
+            offset: guard_offset(t.spec.bytes()),
+        })
+        .collect();
+    guards.extend(
+        job.candidate
+            .scratch
+            .iter()
+            .enumerate()
+            .map(|(j, sb)| Guard {
+                name: format!("scratch buffer {}", sb.name),
+                of: GuardOf::Scratch(j),
+                offset: guard_offset(sb.elems * sb.dtype.size()),
+            }),
+    );
+    let guard_key = derive_seed(job.plan.seed, "kiln/guard-hash");
+    let guard_word = derive_seed(job.plan.seed, "kiln/guard-word");
+    let guard_bytes: Vec<u8> = std::iter::repeat_n(guard_word.to_le_bytes(), GUARD_BYTES / 8)
+        .flatten()
+        .collect();
     let target = GpuTarget {
+        guards,
+        guard_word,
+        guard_key,
+        guard_hash: kiln_gpu::inputs::host_hash(&guard_bytes, guard_key),
         ref_launches,
         cand_launches,
         reference,
@@ -407,13 +468,49 @@ impl GpuTarget<'_> {
         Ok(())
     }
 
-    /// Poisons the outputs and zeroes the candidate's scratch.
+    /// Poisons the outputs, zeroes the candidate's scratch and arms every guard.
     fn prepare_candidate(&self) -> Result<(), GpuError> {
         for t in self.tensors.iter().filter(|t| t.role == Role::Output) {
             self.gpu.poison(&t.buf, t.dtype, t.elems)?;
         }
         for b in &self.cand_scratch {
             self.gpu.memset(b, 0)?;
+        }
+        self.arm_guards()
+    }
+
+    /// Fills every guard with its word (kiln's own scrubs zero whole buffers).
+    fn arm_guards(&self) -> Result<(), GpuError> {
+        for g in &self.guards {
+            self.gpu
+                .pattern_range(self.guarded(g.of), g.offset, GUARD_BYTES, self.guard_word)?;
+        }
+        Ok(())
+    }
+
+    fn guarded(&self, of: GuardOf) -> &DeviceBuffer {
+        match of {
+            GuardOf::Tensor(i) => &self.tensors[i].buf,
+            GuardOf::Scratch(j) => &self.cand_scratch[j],
+        }
+    }
+
+    /// After candidate code ran: every guard still holds its word, or the run wrote past
+    /// the end of a buffer (a fault of the candidate's).
+    fn check_guards(&self) -> Result<(), RunFailure> {
+        for g in &self.guards {
+            let h = self
+                .gpu
+                .hash_range(self.guarded(g.of), g.offset, GUARD_BYTES, self.guard_key)
+                .map_err(|e| self.fail(e))?;
+            if h != self.guard_hash {
+                return Err(RunFailure::Fault(format!(
+                    "out-of-bounds write: candidate code wrote past the end of {} (into the \
+                     {} KiB kiln keeps after every buffer)",
+                    g.name,
+                    GUARD_BYTES >> 10
+                )));
+            }
         }
         Ok(())
     }
@@ -575,9 +672,10 @@ impl Target for GpuTarget<'_> {
         self.ensure(&inputs)
             .map_err(|e| format!("drawing inputs on the GPU: {e}"))?;
         for &(i, _, _) in &inputs.draws {
+            let t = &self.tensors[i];
             let h = self
                 .gpu
-                .hash(&self.tensors[i].buf, self.hash_key)
+                .hash_range(&t.buf, 0, t.spec.bytes() as usize, self.hash_key)
                 .map_err(|e| format!("hashing inputs on the GPU: {e}"))?;
             inputs.hashes.push((i, h));
         }
@@ -709,6 +807,7 @@ impl Target for GpuTarget<'_> {
             .run_launches(&self.candidate, &self.cand_launches, self.run_timeout)
             .map_err(|e| self.fail(e))?;
         self.check_printed()?;
+        self.check_guards()?;
         Ok(0.0)
     }
 
@@ -730,17 +829,20 @@ impl Target for GpuTarget<'_> {
             .time_sample(&self.candidate, &self.cand_launches, &cfg)
             .map_err(|e| self.fail(e))?;
         self.check_printed()?;
+        self.check_guards()?;
         Ok(self.timer.record(&times))
     }
 
     fn plain_sample(&mut self, inputs: &GpuInputs) -> Result<f64, RunFailure> {
         self.protect_kept().map_err(|e| self.fail(e))?;
         self.ensure(inputs).map_err(|e| self.fail(e))?;
+        self.arm_guards().map_err(|e| self.fail(e))?;
         let ms = self
             .gpu
             .time_plain(&self.candidate, &self.cand_launches, self.run_timeout)
             .map_err(|e| self.fail(e))?;
         self.check_printed()?;
+        self.check_guards()?;
         Ok(ms * 1e3)
     }
 
@@ -750,7 +852,7 @@ impl Target for GpuTarget<'_> {
             let t = &self.tensors[i];
             let got = self
                 .gpu
-                .hash(&t.buf, self.hash_key)
+                .hash_range(&t.buf, 0, t.spec.bytes() as usize, self.hash_key)
                 .map_err(|e| self.fail(e))?;
             if got != want {
                 changed.push(t.name.clone());
