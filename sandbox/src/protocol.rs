@@ -200,8 +200,8 @@ pub enum Request {
         problem: Box<ProblemSpec>,
         /// Seed, run timeout and the stop rule (the candidates' own).
         plan: EvalPlan,
-        /// Libraries to time besides the reference (`cublas`, `cudnn`).
-        libraries: Vec<String>,
+        /// Kinds to time besides the reference (those the GPU worker runs).
+        kinds: Vec<kiln_types::baseline::BaselineKind>,
     },
 }
 

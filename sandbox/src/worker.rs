@@ -88,7 +88,7 @@ fn serve_on(
             version,
             problem,
             plan,
-            libraries,
+            kinds,
         } => {
             let r = match blobs.as_slice() {
                 _ if version != PROTOCOL_VERSION => failed(format!(
@@ -97,7 +97,7 @@ fn serve_on(
                 [reference] => cuda::baseline::run(cuda::baseline::Job {
                     problem: &problem,
                     plan: &plan,
-                    libraries: &libraries,
+                    kinds: &kinds,
                     reference_artifact: reference,
                 })
                 .map_or_else(failed, |results| Response::Baselines { results }),

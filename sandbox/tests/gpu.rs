@@ -805,10 +805,15 @@ fn baseline_plan() -> EvalPlan {
 
 fn measure(cfg: &SandboxConfig, p: &ProblemSpec) -> Vec<BaselineResult> {
     let reference = compile_ok(cfg, &kernel_candidate(p, "reference"));
-    let libs: Vec<String> = p.baseline.keys().cloned().collect();
     let t0 = std::time::Instant::now();
-    let r = kiln_sandbox::measure_baselines(cfg, p, &reference, &baseline_plan(), &libs)
-        .expect("baselines run");
+    let r = kiln_sandbox::measure_baselines(
+        cfg,
+        p,
+        &reference,
+        &baseline_plan(),
+        kiln_sandbox::TorchSource::Off("not asked for here".into()),
+    )
+    .expect("baselines run");
     println!(
         "{}: baselines in {:.1} s",
         p.name,
@@ -864,10 +869,11 @@ fn baseline_reference_only_for_a_torch_only_problem() {
     let r = measure(&cfg, &p);
     assert_eq!(
         r.len(),
-        1,
-        "softmax names only torch: the worker times the reference"
+        3,
+        "softmax names only torch: the worker times the reference, torch is off: {r:#?}"
     );
     assert_measured(find(&r, "reference"));
+    assert_eq!(find(&r, "torch-eager").status, BaselineStatus::Unavailable);
 }
 
 #[test]
@@ -946,15 +952,42 @@ fn baseline_torch_eager_when_torch_is_here() {
     let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".into());
     let helper =
         kiln_sandbox::TorchHelper::find(&cfg.worker_exe, &python, Duration::from_secs(600))
-            .expect("kiln_torch_baseline.py beside kiln-worker or in scripts/");
+            .expect("kiln_torch.py beside kiln-worker or in scripts/");
     let p = problem("softmax-4096x65536");
-    let r = kiln_sandbox::torch_baseline(None, &helper, &p, &baseline_plan());
+    let r = torch_kinds(&cfg, &helper, &p);
     println!("BASELINE torch {r:#?}");
-    let Some(()) = library_measured(&r[0]) else {
-        return;
-    };
-    assert_measured(&r[0]);
-    assert_eq!(r[0].mismatches, Some(0), "{:#?}", r[0]);
+    for name in ["torch-eager-fp32", "torch-compile-fp32"] {
+        let b = find(&r, name);
+        let Some(()) = library_measured(b) else {
+            return;
+        };
+        assert_measured(b);
+        assert_eq!(b.mismatches, Some(0), "{b:#?}");
+    }
+}
+
+/// The torch helper's kinds (torch eager, torch.compile) of `p` on the test GPU.
+fn torch_kinds(
+    cfg: &SandboxConfig,
+    helper: &kiln_sandbox::TorchHelper,
+    p: &ProblemSpec,
+) -> Vec<BaselineResult> {
+    use kiln_types::baseline::BaselineKind;
+    let kinds = [BaselineKind::TorchEager, BaselineKind::TorchCompile];
+    let t0 = std::time::Instant::now();
+    let r = kiln_sandbox::baselines::torch::measure(
+        cfg.gpu_uuid.as_deref(),
+        helper,
+        p,
+        &baseline_plan(),
+        &kinds,
+    );
+    println!(
+        "{}: torch baselines in {:.1} s",
+        p.name,
+        t0.elapsed().as_secs_f64()
+    );
+    r
 }
 
 /// The table of docs/gpu-results.md: for each seed problem, the seed kernel's median and
@@ -981,7 +1014,8 @@ fn baseline_table_seed_problems() {
         let p = problem(name);
         let mut r = measure(&cfg, &p);
         if let Some(h) = &helper {
-            r.extend(kiln_sandbox::torch_baseline(None, h, &p, &baseline_plan()));
+            r.retain(|b| b.library != "torch");
+            r.extend(torch_kinds(&cfg, h, &p));
         }
         let seed = run_on(
             &mut worker,

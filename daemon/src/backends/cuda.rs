@@ -7,7 +7,9 @@
 use std::sync::Mutex;
 
 use kiln_sandbox::kiln_gpu::telemetry::{ClockControl, ClockError, NvmlClocks, init_nvml};
-use kiln_sandbox::{BackendStatus, CompileOutcome, SandboxConfig, WarmWorker};
+use kiln_sandbox::{
+    BackendStatus, CompileOutcome, SandboxConfig, TorchHelper, TorchSource, WarmWorker,
+};
 use kiln_types::{Candidate, EvalPlan, Evaluation, ProblemSpec};
 use serde_json::json;
 
@@ -56,6 +58,8 @@ pub struct CudaBackend {
     pub(super) cfg: SandboxConfig,
     pub(super) lanes: Vec<GpuLane>,
     pub(super) status: BackendStatus,
+    /// The torch helper for the torch baseline kinds, or why there is none.
+    pub(super) torch: Result<TorchHelper, String>,
 }
 
 impl Backend for CudaBackend {
@@ -126,10 +130,13 @@ impl Backend for CudaBackend {
             .lanes
             .get(lane)
             .ok_or_else(|| BackendError(format!("no GPU lane {lane}")))?;
-        let libraries: Vec<String> = problem.baseline.keys().cloned().collect();
         let cfg = lane_config(&self.cfg, &l.uuid);
+        let torch = match &self.torch {
+            Ok(h) => TorchSource::Helper(h),
+            Err(why) => TorchSource::Off(why.clone()),
+        };
         l.clocks
-            .around(|| kiln_sandbox::measure_baselines(&cfg, problem, reference, plan, &libraries))
+            .around(|| kiln_sandbox::measure_baselines(&cfg, problem, reference, plan, torch))
             .map_err(|e| BackendError(format!("clock policy on {}: {e}", l.uuid)))?
             .map_err(|e| BackendError(e.to_string()))
     }

@@ -68,6 +68,24 @@ pub fn sandbox_config(config: &Config, state_dir: &Path) -> SandboxConfig {
     cfg
 }
 
+/// The torch helper `[gpu] python` runs, or why there is none.
+pub fn torch_helper(config: &Config) -> Result<kiln_sandbox::TorchHelper, String> {
+    if config.gpu.python.is_empty() {
+        return Err("[gpu] python is empty: the torch helper is off".into());
+    }
+    kiln_sandbox::TorchHelper::find(
+        &kiln_sandbox::default_worker_exe(),
+        &config.gpu.python,
+        Duration::from_secs(config.gpu.torch_timeout_secs.max(1)),
+    )
+    .ok_or_else(|| {
+        format!(
+            "{} not found beside kiln-worker (see daemon/packaging)",
+            kiln_sandbox::torch_helper::HELPER_NAME
+        )
+    })
+}
+
 /// Builds the backends. Runs before the async runtime starts (the jail probe forks).
 /// Under the `lock` clock policy, first resets clocks a crashed daemon left locked.
 pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
@@ -163,6 +181,7 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
             cfg: compile_cfg,
             lanes,
             status: cuda.clone(),
+            torch: torch_helper(config),
         }));
     }
     Built {

@@ -1,14 +1,15 @@
-//! The worker's side of `Request::Baselines`: the problem's trusted reference, cuBLAS and
-//! cuDNN timed on this GPU under the candidates' protocol.
+//! The worker's side of `Request::Baselines`: the GPU worker's baseline kinds
+//! ([`BaselineKind::runner`] = `GpuWorker`: the problem's trusted reference, cuBLAS and
+//! cuDNN) timed on this GPU by the baselines' one driver ([`crate::baselines::driver`]).
 //!
 //! Inputs are drawn on the GPU from the plan's seed exactly as for a candidate (`Gpu::fill`
 //! with `derive_seed(seed, "baseline/SET/TENSOR")`), the reference runs once and its
-//! outputs are kept as the answer every library output is checked against. Then, each
-//! timed with the same stop rule as a candidate (the first run discarded, `warmup` runs,
-//! then L2-cold samples — flush, blocking kernel, events and kernel records, wait with a
-//! deadline, context synchronize — with fresh inputs every `fresh_inputs_every` samples,
-//! until the rse target, `max_samples` or the wall cap; the time is the same figure a
-//! candidate of the problem is ranked by, see `super::timer_log`):
+//! outputs are kept as the answer every library output is checked against. Then each is
+//! timed by the baselines' one driver (`crate::baselines::driver`: the first run
+//! discarded, `warmup` runs, fresh inputs every `fresh_inputs_every` samples, the stop
+//! rule), its samples L2-cold (`Gpu::time_sample_with`: flush, blocking kernel, events and
+//! kernel records, wait with a deadline, context synchronize); the time is the same figure
+//! a candidate of the problem is ranked by, see `super::timer_log`:
 //!
 //! - `reference`: the problem's cuda reference kernel;
 //! - `cublas-fp32`, `cublas-tf32` (f32 matmul) or `cublas-fp16` (f16 matmul);
@@ -21,7 +22,7 @@
 //! and reported as `failed`.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kiln_gpu::baseline::cublas::{Cublas, GemmMath};
 use kiln_gpu::baseline::cudnn::{self, ConvMath, ConvOp, ConvShape, Cudnn};
@@ -29,13 +30,13 @@ use kiln_gpu::inputs::derive_seed;
 use kiln_gpu::launch::BufferArg;
 use kiln_gpu::timing::{SampleConfig, default_blocker_ns};
 use kiln_gpu::{DeviceBuffer, Gpu, GpuError};
-use kiln_types::baseline::{BaselineOp, BaselineResult, BaselineStatus, precision};
+use kiln_types::baseline::{BaselineKind, BaselineOp, BaselineResult, BaselineStatus, precision};
 use kiln_types::{Dtype, EvalPlan, ProblemSpec, Role, TimingPlan, TimingStats};
 
 use super::compile::module_from_artifact;
 use super::timer_log::TimerLog;
+use crate::baselines::driver::{self, Sampler};
 use crate::contract::compare;
-use crate::contract::timing::{stats, stop_rule};
 
 /// Launches a library call is budgeted for when sizing the blocking kernel.
 const LIBRARY_LAUNCHES: usize = 8;
@@ -50,8 +51,8 @@ pub struct Job<'a> {
     pub problem: &'a ProblemSpec,
     /// Seed, run timeout and stop rule.
     pub plan: &'a EvalPlan,
-    /// Libraries asked for (`cublas`, `cudnn`); others are ignored here.
-    pub libraries: &'a [String],
+    /// Kinds asked for; those the GPU worker does not run are ignored here.
+    pub kinds: &'a [BaselineKind],
     /// The compiled cuda reference.
     pub reference_artifact: &'a [u8],
 }
@@ -79,7 +80,7 @@ struct Bench {
     gpu: Gpu,
 }
 
-/// Runs every baseline the problem names for `libraries`, plus the reference. `Err` only
+/// Runs the reference and every GPU-worker kind in `kinds` the problem names. `Err` only
 /// when nothing could be measured (no GPU, a broken reference).
 pub fn run(job: Job) -> Result<Vec<BaselineResult>, String> {
     let problem = job.problem;
@@ -166,33 +167,35 @@ pub fn run(job: Job) -> Result<Vec<BaselineResult>, String> {
     });
     results.push(match reference {
         Ok(t) => measured(
-            "reference",
-            "kiln",
+            BaselineKind::Reference,
             precision::REFERENCE,
             t,
             "the problem's cuda reference kernel",
         ),
-        Err(e) => failed("reference", "kiln", precision::REFERENCE, e.to_string()),
+        Err(e) => failed(BaselineKind::Reference, precision::REFERENCE, e.to_string()),
     });
-    for library in job.libraries {
-        let Some(op) = problem.baseline.get(library) else {
+    for &kind in job.kinds {
+        let Some(op) = kind.table().and_then(|t| problem.baseline.get(t)) else {
             continue;
         };
         if bench.gpu.poisoned().is_some() {
             break;
         }
-        let out = catch_unwind(AssertUnwindSafe(|| match (library.as_str(), op) {
-            ("cublas", BaselineOp::Matmul { a, b, c }) => bench.cublas(a, b, c),
-            ("cudnn", BaselineOp::Conv2d { .. }) => bench.cudnn(op),
+        let out = catch_unwind(AssertUnwindSafe(|| match (kind, op) {
+            (BaselineKind::Cublas, BaselineOp::Matmul { a, b, c }) => bench.cublas(a, b, c),
+            (BaselineKind::Cudnn, BaselineOp::Conv2d { .. }) => bench.cudnn(op),
             _ => Vec::new(),
         }));
         match out {
             Ok(mut r) => results.append(&mut r),
             Err(p) => results.push(failed(
-                library,
-                library,
+                kind,
                 "",
-                format!("the {library} bindings panicked: {}", panic_text(&p)),
+                format!(
+                    "the {} bindings panicked: {}",
+                    kind.library(),
+                    panic_text(&p)
+                ),
             )),
         }
     }
@@ -214,16 +217,16 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
-fn measured(name: &str, library: &str, prec: &str, t: TimingStats, detail: &str) -> BaselineResult {
+fn measured(kind: BaselineKind, prec: &str, t: TimingStats, detail: &str) -> BaselineResult {
     BaselineResult {
         timing: Some(t),
         detail: detail.to_string(),
-        ..BaselineResult::not_measured(name, library, prec, BaselineStatus::Measured, "")
+        ..kind.not_measured(prec, BaselineStatus::Measured, "")
     }
 }
 
-fn failed(name: &str, library: &str, prec: &str, detail: String) -> BaselineResult {
-    BaselineResult::not_measured(name, library, prec, BaselineStatus::Failed, detail)
+fn failed(kind: BaselineKind, prec: &str, detail: String) -> BaselineResult {
+    kind.not_measured(prec, BaselineStatus::Failed, detail)
 }
 
 /// A library error's status (`unavailable` for a missing library, else `failed`) and text.
@@ -235,9 +238,9 @@ fn status_of(e: GpuError) -> (BaselineStatus, String) {
 }
 
 /// A library error as a result.
-fn from_error(name: &str, library: &str, prec: &str, e: GpuError) -> BaselineResult {
+fn from_error(kind: BaselineKind, prec: &str, e: GpuError) -> BaselineResult {
     let (status, detail) = status_of(e);
-    BaselineResult::not_measured(name, library, prec, status, detail)
+    kind.not_measured(prec, status, detail)
 }
 
 impl Bench {
@@ -301,46 +304,51 @@ impl Bench {
         Ok((rel, bad))
     }
 
-    /// The stop rule over L2-cold samples of `enqueue` (`launches` launches when known), as
-    /// for a candidate.
+    /// `enqueue` (`launches` launches when known) timed by the baselines' one driver
+    /// ([`crate::baselines::driver`]): L2-cold samples, fresh input sets, the stop rule, the
+    /// figure a candidate is ranked by, as for a candidate.
     fn time(
         &self,
         cfg: SampleConfig,
         launches: Option<usize>,
         enqueue: &mut dyn FnMut() -> Result<(), GpuError>,
     ) -> Result<TimingStats, GpuError> {
-        let mut log = TimerLog::new(
-            self.figure,
-            kiln_gpu::cupti::status(),
-            launches.unwrap_or(0),
-        );
-        let tp = &self.timing;
-        let mut set = 0u64;
-        self.fill(set)?;
-        for _ in 0..=tp.warmup {
-            self.gpu.run_with(self.timeout, enqueue)?;
+        struct On<'b, 'e> {
+            bench: &'b Bench,
+            cfg: SampleConfig,
+            launches: Option<usize>,
+            log: TimerLog,
+            enqueue: &'e mut dyn FnMut() -> Result<(), GpuError>,
         }
-        let mut samples: Vec<f64> = Vec::new();
-        let mut fresh = 0u32;
-        let started = Instant::now();
-        let reason = loop {
-            let n = samples.len() as u32;
-            if n > 0 && tp.fresh_inputs_every > 0 && n.is_multiple_of(tp.fresh_inputs_every) {
-                set += 1;
-                self.fill(set)?;
-                fresh += 1;
+        impl Sampler for On<'_, '_> {
+            type Error = GpuError;
+            fn run(&mut self) -> Result<(), GpuError> {
+                self.bench.gpu.run_with(self.bench.timeout, self.enqueue)
             }
-            let t = self.gpu.time_sample_with(&cfg, launches, enqueue)?;
-            samples.push(log.record(&t));
-            if let Some(r) = stop_rule(&samples, started.elapsed(), tp) {
-                break r;
+            fn fresh_inputs(&mut self, set: u64) -> Result<(), GpuError> {
+                self.bench.fill(set)
             }
+            fn sample(&mut self) -> Result<f64, GpuError> {
+                let t = self
+                    .bench
+                    .gpu
+                    .time_sample_with(&self.cfg, self.launches, self.enqueue)?;
+                Ok(self.log.record(&t))
+            }
+        }
+        let mut on = On {
+            bench: self,
+            cfg,
+            launches,
+            log: TimerLog::new(
+                self.figure,
+                kiln_gpu::cupti::status(),
+                launches.unwrap_or(0),
+            ),
+            enqueue,
         };
-        let mut s = stats(&samples);
-        s.stop_reason = reason.to_string();
-        s.wall_ms = started.elapsed().as_secs_f64() * 1e3;
-        s.fresh_inputs = fresh;
-        s.timer = log.evidence(&[]);
+        let mut s = driver::measure(&self.timing, &mut on)?;
+        s.timer = on.log.evidence(&[]);
         Ok(s)
     }
 
@@ -371,12 +379,13 @@ impl Bench {
     /// cuBLAS: strict fp32 and TF32 for f32 operands, fp16 (fp32 accumulation) for f16.
     fn cublas(&self, a: &str, b: &str, c: &str) -> Vec<BaselineResult> {
         let dtype = self.tensor(a).map(|t| t.dtype).unwrap_or(Dtype::F32);
-        let variants: &[(&str, &str, GemmMath)] = match dtype {
+        const KIND: BaselineKind = BaselineKind::Cublas;
+        let variants: &[(&str, GemmMath)] = match dtype {
             Dtype::F32 => &[
-                ("cublas-fp32", precision::FP32, GemmMath::Fp32),
-                ("cublas-tf32", precision::TF32, GemmMath::Tf32),
+                (precision::FP32, GemmMath::Fp32),
+                (precision::TF32, GemmMath::Tf32),
             ],
-            Dtype::F16 => &[("cublas-fp16", precision::FP16, GemmMath::Fp16)],
+            Dtype::F16 => &[(precision::FP16, GemmMath::Fp16)],
             _ => return Vec::new(),
         };
         let handle = match Cublas::new(&self.gpu) {
@@ -385,9 +394,7 @@ impl Bench {
                 let (status, detail) = status_of(e);
                 return variants
                     .iter()
-                    .map(|(n, p, _)| {
-                        BaselineResult::not_measured(n, "cublas", p, status, detail.clone())
-                    })
+                    .map(|(p, _)| KIND.not_measured(p, status, detail.clone()))
                     .collect();
             }
         };
@@ -398,18 +405,12 @@ impl Bench {
         let dims = (sa[0] as i32, sb[1] as i32, sa[1] as i32);
         let version = handle.version();
         let mut out = Vec::new();
-        for &(name, prec, math) in variants {
+        for &(prec, math) in variants {
             let r = (|| -> Result<BaselineResult, GpuError> {
                 let (ta, tb, tc) = (self.tensor(a)?, self.tensor(b)?, self.tensor(c)?);
                 let mut go = || handle.gemm(&self.gpu, math, dims, &ta.buf, &tb.buf, &tc.buf);
                 let (rel, bad) = self.check(&mut go)?;
-                let mut r = BaselineResult::not_measured(
-                    name,
-                    "cublas",
-                    prec,
-                    BaselineStatus::Measured,
-                    "",
-                );
+                let mut r = KIND.not_measured(prec, BaselineStatus::Measured, "");
                 r.rel_l2 = Some(rel);
                 r.mismatches = Some(bad);
                 if bad > 0 && math == GemmMath::Fp32 {
@@ -430,7 +431,7 @@ impl Bench {
                 );
                 Ok(r)
             })();
-            out.push(r.unwrap_or_else(|e| from_error(name, "cublas", prec, e)));
+            out.push(r.unwrap_or_else(|e| from_error(KIND, prec, e)));
         }
         out
     }
@@ -454,9 +455,10 @@ impl Bench {
         else {
             return Vec::new();
         };
+        const KIND: BaselineKind = BaselineKind::Cudnn;
         let variants = [
-            ("cudnn-fp32", precision::FP32, ConvMath::Fp32),
-            ("cudnn-tf32", precision::TF32, ConvMath::Tf32),
+            (precision::FP32, ConvMath::Fp32),
+            (precision::TF32, ConvMath::Tf32),
         ];
         let dnn = match Cudnn::new(&self.gpu) {
             Ok(h) => h,
@@ -464,9 +466,7 @@ impl Bench {
                 let (status, detail) = status_of(e);
                 return variants
                     .iter()
-                    .map(|(n, p, _)| {
-                        BaselineResult::not_measured(n, "cudnn", p, status, detail.clone())
-                    })
+                    .map(|(p, _)| KIND.not_measured(p, status, detail.clone()))
                     .collect();
             }
         };
@@ -486,7 +486,7 @@ impl Bench {
         let v = dnn.version();
         let version = format!("cuDNN {}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
         let mut out = Vec::new();
-        for (name, prec, math) in variants {
+        for (prec, math) in variants {
             let r = (|| -> Result<BaselineResult, GpuError> {
                 let (tx, tw, ty) = (self.tensor(x)?, self.tensor(w)?, self.tensor(y)?);
                 let tb = match b {
@@ -534,8 +534,7 @@ impl Bench {
                 }
                 let Some((_, algo, rel, bad)) = best else {
                     return Ok(failed(
-                        name,
-                        "cudnn",
+                        KIND,
                         prec,
                         format!(
                             "no algorithm ran correctly ({}); {version}",
@@ -547,8 +546,7 @@ impl Bench {
                 let mut go = || conv.enqueue(&dnn, &self.gpu, &tx.buf, &tw.buf, tb, &ty.buf);
                 let t = self.time(self.library_cfg(), None, &mut go)?;
                 let mut r = measured(
-                    name,
-                    "cudnn",
+                    KIND,
                     prec,
                     t,
                     &format!(
@@ -561,7 +559,7 @@ impl Bench {
                 r.mismatches = Some(bad);
                 Ok(r)
             })();
-            out.push(r.unwrap_or_else(|e| from_error(name, "cudnn", prec, e)));
+            out.push(r.unwrap_or_else(|e| from_error(KIND, prec, e)));
         }
         out
     }

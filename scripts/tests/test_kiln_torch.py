@@ -1,15 +1,16 @@
-"""Tests of scripts/kiln_torch_baseline.py that need no torch and no GPU (stdlib only)."""
+"""Tests of scripts/kiln_torch.py that need no torch and no GPU (stdlib only)."""
 
 import importlib.util
 import io
-import json
 import os
+import subprocess
 import sys
 import unittest
 from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-spec = importlib.util.spec_from_file_location("kiln_torch_baseline", os.path.join(HERE, "..", "kiln_torch_baseline.py"))
+SCRIPT = os.path.join(HERE, "..", "kiln_torch.py")
+spec = importlib.util.spec_from_file_location("kiln_torch", SCRIPT)
 helper = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(helper)
 
@@ -60,27 +61,6 @@ class ParseOp(unittest.TestCase):
             helper.parse_op(problem({"op": "softmax", "x": "x", "y": "y"}, dtype="i32"))
 
 
-class Timing(unittest.TestCase):
-    def test_stats_match_kiln(self):
-        s = helper.stats([1.0, 2.0, 3.0, 4.0])
-        self.assertEqual((s["n"], s["median_us"], s["mean_us"]), (4, 2.5, 2.5))
-        self.assertAlmostEqual(s["stdev_us"], 1.2909944487358056)
-        self.assertAlmostEqual(s["rse"], 1.2909944487358056 / 2 / 2.5)
-
-    def test_stop_rule_order(self):
-        plan = dict(helper.TIMING_DEFAULTS, min_samples=3, min_time_ms=0.0, max_samples=5, wall_cap_ms=100.0)
-        self.assertIsNone(helper.stop_rule([1.0, 1.0], 1.0, plan))
-        self.assertEqual(helper.stop_rule([1.0, 1.0, 1.0], 1.0, plan), "converged")
-        self.assertEqual(helper.stop_rule([1.0, 9.0, 1.0], 200.0, plan), "wall_cap")
-        self.assertEqual(helper.stop_rule([1.0, 9.0, 1.0, 9.0, 1.0], 1.0, plan), "max_samples")
-
-    def test_timing_plan_keeps_known_keys(self):
-        plan = helper.timing_plan(json.dumps({"min_samples": 20, "max_rse": 0.001, "recheck_fraction": 0.5}))
-        self.assertEqual(plan["min_samples"], 20)
-        self.assertEqual(plan["max_rse"], 0.001)
-        self.assertNotIn("recheck_fraction", plan)
-
-
 class Variants(unittest.TestCase):
     def test_conv_default_is_tf32_and_strict_is_added(self):
         self.assertEqual(helper.variants("conv2d", "f32"), [("tf32", True), ("fp32", False)])
@@ -88,26 +68,44 @@ class Variants(unittest.TestCase):
         self.assertEqual(helper.variants("sdpa", "f16"), [("fp16", False)])
 
 
-class Main(unittest.TestCase):
-    def run_main(self, spec, argv=()):
-        out = io.StringIO()
-        with mock.patch.object(sys, "stdin", io.StringIO(json.dumps(spec))), mock.patch.object(sys, "stdout", out), \
-                mock.patch.object(sys, "stderr", io.StringIO()):
-            code = helper.main(list(argv))
-        return code, json.loads(out.getvalue())
+class Framing(unittest.TestCase):
+    def test_messages_round_trip_with_blobs(self):
+        buf = io.BytesIO()
+        helper.write_message(buf, {"cmd": "x", "n": 3}, [b"abc", b""])
+        buf.seek(0)
+        self.assertEqual(helper.read_message(buf), ({"cmd": "x", "n": 3}, [b"abc", b""]))
 
-    def test_without_torch_every_variant_is_unavailable(self):
+    def test_a_lying_length_is_refused(self):
+        buf = io.BytesIO(b"\xff\xff\xff\xff")
+        with self.assertRaises(ValueError):
+            helper.read_frame(buf)
+
+
+class Serve(unittest.TestCase):
+    def converse(self, *requests):
+        """Runs `serve` in a subprocess with the given requests; returns the answers."""
+        stdin = io.BytesIO()
+        for r in requests:
+            helper.write_message(stdin, r)
+        env = dict(os.environ, PYTHONPATH="")
+        out = subprocess.run([sys.executable, SCRIPT, "serve"], input=stdin.getvalue(), capture_output=True,
+                             env=env, timeout=120, check=True).stdout
+        buf, answers = io.BytesIO(out), []
+        for _ in requests:
+            answers.append(helper.read_message(buf)[0])
+        return answers
+
+    def test_refusals_are_answers_not_crashes(self):
+        answers = self.converse({"cmd": "run"}, {"cmd": "nope"}, {"cmd": "sample", "flush_bytes": 1})
+        self.assertEqual(len(answers), 3, "the helper kept serving after each refusal")
+        for a in answers:
+            self.assertIn("error", a)
+
+    def test_without_torch_hello_says_so(self):
         with mock.patch.dict(sys.modules, {"torch": None}):
-            code, out = self.run_main(problem({"op": "softmax", "x": "x", "y": "y"}))
-        self.assertEqual(code, 0)
-        self.assertEqual([r["status"] for r in out["results"]], ["unavailable"])
-        self.assertIn("torch", out["results"][0]["detail"])
-
-    def test_refused_problem_exits_2_with_a_failed_result(self):
-        code, out = self.run_main(problem({"op": "rm -rf /", "x": "x", "y": "y"}))
-        self.assertEqual(code, 2)
-        self.assertEqual(out["results"][0]["status"], "failed")
-        self.assertIn("refused", out["results"][0]["detail"])
+            with self.assertRaises(helper.Refused) as e:
+                helper.Server().hello({"device": "cuda"})
+        self.assertIn("torch", str(e.exception))
 
 
 if __name__ == "__main__":
