@@ -63,7 +63,7 @@ impl TorchHelper {
 
 /// A bare interpreter name resolved on the caller's own PATH (the helper runs with a
 /// short fixed PATH, which may not lead to the python that has torch).
-fn resolve(python: &str) -> PathBuf {
+pub fn resolve(python: &str) -> PathBuf {
     if python.contains('/') {
         return PathBuf::from(python);
     }

@@ -124,10 +124,16 @@ impl Scheduler {
             .ok_or_else(|| {
                 BaselineError::Unavailable("the cuda backend is not usable here".into())
             })?;
-        let ref_candidate = spec.reference_candidate("cuda").ok_or_else(|| {
-            BaselineError::Unavailable(format!("problem {problem:?} has no cuda reference"))
-        })?;
-        let art = self.reference_artifact(&backend, &ref_candidate).await?;
+        if !spec.reference.has("cuda") {
+            return Err(BaselineError::Unavailable(format!(
+                "problem {problem:?} has no cuda or torch reference"
+            )));
+        }
+        // A torch-only reference has no kernel to compile: its baselines are torch's.
+        let art = match spec.reference_candidate("cuda") {
+            Some(c) => self.reference_artifact(&backend, &c).await?.bytes,
+            None => Vec::new(),
+        };
         let slots = self
             .lane_slots
             .get("cuda")
@@ -145,7 +151,7 @@ impl Scheduler {
         tracing::info!(problem, gpu = %uuid, remeasure, "measuring baselines");
         let results = tokio::task::spawn_blocking(move || {
             backend
-                .baselines(lane_index, &spec, &art.bytes, &plan)
+                .baselines(lane_index, &spec, &art, &plan)
                 .map_err(|e| e.to_string())
         })
         .await

@@ -33,7 +33,7 @@ pub fn measure(
     if let Err(e) = kiln_gpu::available() {
         return Err(SandboxError::BackendUnavailable("cuda".into(), e.reason));
     }
-    if !problem.reference.contains_key("cuda") {
+    if problem.reference.kernel("cuda").is_none() {
         return Err(SandboxError::Problem(
             problem.name.clone(),
             "no cuda reference".into(),

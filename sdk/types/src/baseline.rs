@@ -220,6 +220,9 @@ pub enum BaselineOp {
         /// Epsilon added to the variance.
         eps: f64,
     },
+    /// The problem's own PyTorch module (`[reference.torch]`) on the problem's tensors;
+    /// torch only.
+    Module {},
     /// Scaled dot-product attention, `softmax(q kᵀ / sqrt(d)) v`, on `[B, H, S, D]`.
     Sdpa {
         /// Queries.
@@ -245,10 +248,12 @@ impl BaselineOp {
             BaselineOp::Softmax { .. } => "softmax",
             BaselineOp::LayerNorm { .. } => "layer_norm",
             BaselineOp::Sdpa { .. } => "sdpa",
+            BaselineOp::Module {} => "module",
         }
     }
 
-    /// Whether `library` offers this op (cuBLAS: matmul; cuDNN: conv2d; torch: all).
+    /// Whether `library` offers this op (cuBLAS: matmul; cuDNN: conv2d; torch: all,
+    /// including the problem's own module).
     pub fn offered_by(&self, library: &str) -> bool {
         match library {
             "cublas" => matches!(self, BaselineOp::Matmul { .. }),
@@ -320,6 +325,11 @@ fn check_op(spec: &ProblemSpec, library: &str, op: &BaselineOp) -> Result<(), St
         &[Dtype::F32, Dtype::F16]
     };
     match op {
+        BaselineOp::Module {} => {
+            if spec.reference.torch.is_none() {
+                return Err("op \"module\" needs a [reference.torch]".into());
+            }
+        }
         BaselineOp::Matmul { a, b, c } => {
             let (sa, da) = l.get(a, Role::Input)?;
             let (sb, db) = l.get(b, Role::Input)?;

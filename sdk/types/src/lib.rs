@@ -27,7 +27,8 @@ pub use eval_plan::{
     TimingPlan,
 };
 pub use problem::{
-    Dtype, Init, KernelSource, ProblemError, ProblemSpec, Role, Roofline, TensorSpec, Tolerance,
+    Dtype, Init, KernelSource, ProblemError, ProblemSpec, References, Role, Roofline, TensorSpec,
+    Tolerance, TorchPrecision, TorchReference,
 };
 pub use verdict::{
     CompileInfo, ErrorMetrics, Evaluation, Evidence, FigureSummary, PrecisionTier, TimerEvidence,

@@ -3,6 +3,7 @@
 mod baselines;
 mod bench;
 mod doctor;
+mod kernelbench;
 mod output;
 mod problems;
 mod search;

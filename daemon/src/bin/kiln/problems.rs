@@ -27,14 +27,45 @@ pub enum ProblemsCmd {
         /// Problem name.
         name: String,
     },
+    /// Write problems of another format as kiln problem folders (nothing is registered:
+    /// `kiln problems add OUT` does that).
+    #[command(subcommand)]
+    Import(ImportCmd),
     /// Time the problem's baselines on this machine's GPU (the reference, cuBLAS/cuDNN,
-    /// torch eager), or show the cached times. The first measurement takes minutes.
+    /// torch eager and torch.compile), or show the cached times. The first measurement
+    /// takes minutes.
     Baseline {
         /// Problem name.
         name: String,
         /// Measure again even when cached.
         #[arg(long)]
         remeasure: bool,
+    },
+}
+
+/// Formats `kiln problems import` takes.
+#[derive(Debug, Subcommand)]
+pub enum ImportCmd {
+    /// KernelBench-format Python files (`class Model`, `get_inputs`, `get_init_inputs`), or
+    /// folders of them (a KernelBench level). Runs the files' Python with torch, here.
+    Kernelbench {
+        /// Files or folders.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Where the problem folders are written (one per problem).
+        #[arg(long, default_value = "problems/kernelbench")]
+        out: PathBuf,
+        /// The python that has torch.
+        #[arg(long, env = "KILN_PYTHON", default_value = "python3")]
+        python: String,
+        /// kiln's torch helper (default: kiln_torch.py beside kiln-worker, in share/kiln or
+        /// scripts/ above it).
+        #[arg(long)]
+        helper: Option<PathBuf>,
+        /// Run a module once on the CPU (to see whether the tolerance accepts an all-zero
+        /// output) only when its tensors take at most this many bytes.
+        #[arg(long, default_value_t = 256 << 20)]
+        run_limit_bytes: u64,
     },
 }
 
@@ -80,6 +111,15 @@ pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::
             if out == Output::Json {
                 print_json(&serde_json::Value::Array(results));
             }
+        }
+        ProblemsCmd::Import(ImportCmd::Kernelbench {
+            paths,
+            out: dir,
+            python,
+            helper,
+            run_limit_bytes,
+        }) => {
+            return import_kernelbench(out, &paths, &dir, &python, helper, run_limit_bytes);
         }
         ProblemsCmd::List => {
             let v = client.get("/v1/problems").await?;
@@ -189,6 +229,77 @@ pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::
                 return Ok(std::process::ExitCode::from(1));
             }
         }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `kiln problems import kernelbench`: describe every file, write the ones taken, report
+/// the counts and each refusal's reason.
+fn import_kernelbench(
+    out: Output,
+    paths: &[PathBuf],
+    dir: &std::path::Path,
+    python: &str,
+    helper: Option<PathBuf>,
+    run_limit_bytes: u64,
+) -> Result<std::process::ExitCode> {
+    use crate::kernelbench;
+    let files = kernelbench::files(paths)?;
+    anyhow::ensure!(!files.is_empty(), "no .py files in {paths:?}");
+    let helper = match helper {
+        Some(h) => h,
+        None => kiln_sandbox::TorchHelper::find(
+            &kiln_sandbox::default_worker_exe(),
+            python,
+            std::time::Duration::from_secs(1),
+        )
+        .map(|h| h.script)
+        .context("kiln_torch.py not found beside kiln-worker: pass --helper PATH")?,
+    };
+    let python = kiln_sandbox::torch_helper::resolve(python);
+    if out == Output::Text {
+        eprintln!(
+            "describing {} file(s) with {} {} ...",
+            files.len(),
+            python.display(),
+            helper.display()
+        );
+    }
+    let described = kernelbench::describe(&python, &helper, &files, run_limit_bytes)?;
+    let (mut taken, mut refused) = (Vec::new(), Vec::new());
+    for d in &described {
+        match &d.refused {
+            Some(why) => refused.push((d.file.clone(), why.clone())),
+            None => match kernelbench::write(dir, d) {
+                Ok(i) => taken.push(i),
+                Err(e) => refused.push((d.file.clone(), format!("{e:#}"))),
+            },
+        }
+    }
+    if out == Output::Json {
+        print_json(&serde_json::json!({
+            "imported": taken.iter().map(|i| serde_json::json!({
+                "name": i.name, "dir": i.dir, "warnings": i.warnings})).collect::<Vec<_>>(),
+            "refused": refused.iter().map(|(f, why)| serde_json::json!({
+                "file": f, "reason": why})).collect::<Vec<_>>(),
+        }));
+    } else {
+        for i in &taken {
+            println!("imported  {:<48} {}", i.name, i.dir.display());
+            for w in &i.warnings {
+                println!("  warning: {w}");
+            }
+        }
+        for (f, why) in &refused {
+            println!("refused   {f}: {why}");
+        }
+        println!(
+            "{} of {} imported into {}, {} refused",
+            taken.len(),
+            described.len(),
+            dir.display(),
+            refused.len()
+        );
     }
     Ok(std::process::ExitCode::SUCCESS)
 }

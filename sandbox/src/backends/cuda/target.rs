@@ -134,10 +134,17 @@ pub(super) fn evaluate_on(
     job: Job,
 ) -> Result<Evaluation, String> {
     let problem = job.problem;
-    let ref_ks = problem
-        .reference
-        .get("cuda")
-        .ok_or_else(|| format!("problem {} has no cuda reference", problem.name))?;
+    let ref_ks = problem.reference.kernel("cuda").ok_or_else(|| {
+        if problem.reference.torch.is_some() {
+            format!(
+                "problem {} has only a torch reference, and this build runs torch references \
+                 on the host backend only (the GPU reference runner is not built yet)",
+                problem.name
+            )
+        } else {
+            format!("problem {} has no cuda reference", problem.name)
+        }
+    })?;
     if let Err(e) = check_scratch(problem, &job.candidate.scratch) {
         return Ok(early(Verdict::InvalidLaunch, e));
     }

@@ -59,7 +59,7 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
     let problem = job.problem;
     let ref_ks = problem
         .reference
-        .get("host")
+        .kernel("host")
         .ok_or_else(|| format!("problem {} has no host reference", problem.name))?;
     let ref_layout =
         Layout::new(&problem.tensors, &ref_ks.scratch).map_err(|e| format!("reference: {e}"))?;
