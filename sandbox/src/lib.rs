@@ -54,16 +54,20 @@ pub mod jail;
 mod jailed_worker;
 pub mod plugin_host;
 pub mod protocol;
+pub mod reference_runner;
 pub mod torch_helper;
 mod warm_worker;
 pub mod worker;
 
-pub use api::{BackendStatus, CompileOutcome, backend_status, compile, evaluate, probe_layers};
+pub use api::{
+    BackendStatus, CompileOutcome, backend_status, compile, evaluate, evaluate_with, probe_layers,
+};
 pub use baselines::{TorchSource, measure_baselines};
 pub use config::{SandboxConfig, default_worker_exe};
 pub use error::SandboxError;
 pub use jail::{JailReport, LayerStatus};
 /// The GPU mechanics crate, for callers that need its types (clock policy, facts).
 pub use kiln_gpu;
+pub use reference_runner::ReferenceRunner;
 pub use torch_helper::TorchHelper;
 pub use warm_worker::{WarmWorker, WarmWorkerStats};

@@ -83,6 +83,11 @@ fn serve_on(
             }
             .map(|()| Next::More)
         }
+        // Only ever an answer to the worker's own `Response::Reference`.
+        Request::ReferenceOutputs { .. } => {
+            let r = failed("reference outputs arrived with no evaluation asking for them".into());
+            protocol::write_message(output, &r, &[]).map(|()| Next::More)
+        }
         // Baselines: one request, then the worker exits (see cuda::baseline).
         Request::Baselines {
             version,
@@ -160,6 +165,13 @@ fn serve_on(
                         .next()
                         .map(PathBuf::from)
                         .unwrap_or_default();
+                    // A torch reference is computed by the caller's trusted runner, asked
+                    // between candidate runs.
+                    let mut ask = |inputs: &host::evaluate::Inputs| {
+                        ask_reference(&mut *input, &mut *output, inputs)
+                    };
+                    let torch_only = problem.reference.kernel("host").is_none()
+                        && problem.reference.torch.is_some();
                     let job = host::evaluate::Job {
                         problem: &problem,
                         candidate: &candidate,
@@ -169,6 +181,11 @@ fn serve_on(
                         candidate_artifact: artifact,
                         exe: &exe,
                         tag,
+                        torch: if torch_only {
+                            Some(&mut ask as &mut host::evaluate::TorchAsk)
+                        } else {
+                            None
+                        },
                     };
                     match host::evaluate::evaluate(job) {
                         Ok(evaluation) => Response::Evaluated {
@@ -224,5 +241,30 @@ fn serve_on(
             protocol::write_message(output, &r, &[])?;
             Ok(if retire { Next::Exit } else { Next::More })
         }
+    }
+}
+
+/// Sends an input set to the caller (`Response::Reference`) and reads the torch
+/// reference's outputs back (`Request::ReferenceOutputs`).
+fn ask_reference(
+    input: &mut impl Read,
+    output: &mut impl Write,
+    inputs: &host::evaluate::Inputs,
+) -> Result<(Vec<Vec<u8>>, String), String> {
+    let blobs: Vec<&[u8]> = inputs.iter().map(|(_, b, _)| b.as_slice()).collect();
+    protocol::write_message(output, &Response::Reference, &blobs)
+        .map_err(|e| format!("asking for the torch reference: {e}"))?;
+    let (req, outputs): (Request, _) = protocol::read_message(input)
+        .map_err(|e| format!("reading the torch reference's outputs: {e}"))?;
+    match req {
+        Request::ReferenceOutputs {
+            error: None,
+            precision,
+            ..
+        } => Ok((outputs, precision)),
+        Request::ReferenceOutputs { error: Some(e), .. } => Err(e),
+        other => Err(format!(
+            "expected the torch reference's outputs, got {other:?}"
+        )),
     }
 }

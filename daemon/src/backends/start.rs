@@ -116,6 +116,7 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
                 config.evaluation.host_peak_bytes_per_s,
                 config.evaluation.host_peak_flops,
             ),
+            torch: torch_helper(config).map(|h| Mutex::new(kiln_sandbox::ReferenceRunner::cpu(h))),
         }));
     }
     if let Some(cuda) = status.iter_mut().find(|b| b.name == "cuda")

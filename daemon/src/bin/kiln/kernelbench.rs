@@ -204,7 +204,7 @@ pub fn problem_toml(name: &str, d: &Description) -> Result<(String, Vec<String>)
         .and_then(|f| f.to_str())
         .unwrap_or("");
     t.push_str(&format!(
-        "# Imported from KernelBench's {file} by `kiln problems import kernelbench`.\n\
+        "# Imported from {file} (KernelBench format) by `kiln problems import kernelbench`.\n\
          # Tensors are in launch order: forward's arguments, the module's parameters and\n\
          # buffers (drawn per trial like any input; PyTorch's default initialiser gives the\n\
          # distribution, a constant initialiser is drawn as U(c - 0.5, c + 0.5)), the outputs.\n"
@@ -213,7 +213,7 @@ pub fn problem_toml(name: &str, d: &Description) -> Result<(String, Vec<String>)
     let summary = if d.summary.is_empty() {
         format!("KernelBench {file}")
     } else {
-        format!("{} (KernelBench {file})", d.summary.trim_end_matches('.'))
+        format!("{} ({file})", d.summary.trim_end_matches('.'))
     };
     t.push_str(&format!("summary = {}\n", toml_str(&summary)));
     for x in &d.tensors {
