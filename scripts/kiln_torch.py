@@ -605,8 +605,6 @@ def serve():
 # Random ops that make a forward pass non-deterministic (refused: kiln compares runs).
 RANDOM_OPS = ("bernoulli", "dropout", "native_dropout", "rand", "randn", "randint", "randperm", "normal",
               "uniform", "exponential", "geometric", "cauchy", "log_normal", "multinomial", "rrelu")
-# A describe runs the module once on the CPU only below these sizes.
-RUN_LIMIT_FLOPS = 4 * 10**9
 KILN_DTYPES = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int32": "i32",
                "int64": "i64", "uint8": "u8", "bool": "u8"}
 
@@ -810,7 +808,7 @@ def tensor_desc(torch, name, t, dist, role):
     return d
 
 
-def describe(path, run_limit_bytes):
+def describe(path, run_limit_bytes, run_limit_flops=4 * 10**9):
     import inspect
 
     import torch
@@ -917,11 +915,12 @@ def describe(path, run_limit_bytes):
         "output_max_abs": None,
         "output_note": "",
     }
-    if nbytes <= run_limit_bytes and result["flops"] <= RUN_LIMIT_FLOPS:
+    if nbytes <= run_limit_bytes and result["flops"] <= run_limit_flops:
         result.update(output_magnitude(torch, ns, init_json, tensors, forward, state, bools, outputs))
     else:
         result["output_note"] = (f"not run here ({nbytes} bytes of tensors, {result['flops']} flops; the limits are "
-                                 f"{run_limit_bytes} bytes (--run-limit-bytes) and {RUN_LIMIT_FLOPS} flops)")
+                                 f"{run_limit_bytes} bytes and {run_limit_flops} flops: --run-limit-bytes, "
+                                 "--run-limit-flops)")
     return result
 
 
@@ -940,23 +939,28 @@ def output_magnitude(torch, ns, init_json, tensors, forward, state, bools, outpu
     mod.model = ns["Model"](*as_args(json.loads(init_json)))
     mod.model64, mod.precision, mod.fallback, mod.bools = None, "declared", None, set(bools)
     outs, _ = mod.forward(inputs, False)
-    m = max(float(o.double().abs().max()) if o.numel() else 0.0 for o in outs)
-    return {"output_max_abs": m, "output_note": "one CPU run on kiln-drawn inputs"}
+    m = max(float(o.abs().max()) if o.numel() else 0.0 for o in outs)
+    # Outputs small enough that a zero passes KernelBench's fp32 tolerance (1e-4, 1e-4).
+    small = sum(int((o.abs() <= 1e-4 / (1 - 1e-4)).sum()) for o in outs)
+    total = sum(o.numel() for o in outs) or 1
+    return {"output_max_abs": m, "zero_passes": small / total, "output_note": "one CPU run on kiln-drawn inputs"}
 
 
 def describe_main(argv):
-    limit = 256 << 20
+    limit, flops = 256 << 20, 4 * 10**9
     files = []
     it = iter(argv)
     for a in it:
         if a == "--run-limit-bytes":
             limit = int(next(it))
+        elif a == "--run-limit-flops":
+            flops = int(next(it))
         else:
             files.append(a)
     sys.stdout, out = sys.stderr, sys.stdout
     for path in files:
         try:
-            r = describe(path, limit)
+            r = describe(path, limit, flops)
         except Refused as e:
             r = {"refused": str(e)}
         except Exception as e:  # noqa: BLE001 - the reason is the answer

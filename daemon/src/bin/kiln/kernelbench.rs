@@ -51,6 +51,8 @@ pub struct Description {
     #[serde(default)]
     output_max_abs: Option<f64>,
     #[serde(default)]
+    zero_passes: Option<f64>,
+    #[serde(default)]
     output_note: String,
 }
 
@@ -149,13 +151,15 @@ pub fn describe(
     python: &Path,
     helper: &Path,
     files: &[PathBuf],
-    run_limit_bytes: u64,
+    run_limits: (u64, u64),
 ) -> Result<Vec<Description>> {
     let out = Command::new(python)
         .arg(helper)
         .arg("describe")
         .arg("--run-limit-bytes")
-        .arg(run_limit_bytes.to_string())
+        .arg(run_limits.0.to_string())
+        .arg("--run-limit-flops")
+        .arg(run_limits.1.to_string())
         .args(files)
         .output()
         .with_context(|| format!("cannot run {} {}", python.display(), helper.display()))?;
@@ -266,10 +270,21 @@ pub fn problem_toml(name: &str, d: &Description) -> Result<(String, Vec<String>)
             t.push_str(&format!("# WARNING: {w}\n"));
             warnings.push(w);
         }
-        Some(m) => t.push_str(&format!(
-            "# Largest output magnitude {m:.3e} ({}): an all-zero output fails.\n",
-            d.output_note
-        )),
+        Some(m) => {
+            t.push_str(&format!(
+                "# Largest output magnitude {m:.3e} ({}): an all-zero output fails.\n",
+                d.output_note
+            ));
+            if let Some(f) = d.zero_passes.filter(|f| *f > 0.5) {
+                let w = format!(
+                    "a zero passes the tolerance for {:.0} % of the outputs (those at most \
+                     1e-4 in magnitude): consider a smaller atol",
+                    f * 100.0
+                );
+                t.push_str(&format!("# WARNING: {w}\n"));
+                warnings.push(w);
+            }
+        }
         None => t.push_str(&format!(
             "# Not checked whether it accepts an all-zero output: {}.\n",
             d.output_note

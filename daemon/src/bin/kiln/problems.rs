@@ -66,6 +66,9 @@ pub enum ImportCmd {
         /// output) only when its tensors take at most this many bytes.
         #[arg(long, default_value_t = 256 << 20)]
         run_limit_bytes: u64,
+        /// ... and at most this many flops.
+        #[arg(long, default_value_t = 4_000_000_000)]
+        run_limit_flops: u64,
     },
 }
 
@@ -118,8 +121,10 @@ pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::
             python,
             helper,
             run_limit_bytes,
+            run_limit_flops,
         }) => {
-            return import_kernelbench(out, &paths, &dir, &python, helper, run_limit_bytes);
+            let limits = (run_limit_bytes, run_limit_flops);
+            return import_kernelbench(out, &paths, &dir, &python, helper, limits);
         }
         ProblemsCmd::List => {
             let v = client.get("/v1/problems").await?;
@@ -241,7 +246,7 @@ fn import_kernelbench(
     dir: &std::path::Path,
     python: &str,
     helper: Option<PathBuf>,
-    run_limit_bytes: u64,
+    run_limits: (u64, u64),
 ) -> Result<std::process::ExitCode> {
     use crate::kernelbench;
     let files = kernelbench::files(paths)?;
@@ -265,7 +270,7 @@ fn import_kernelbench(
             helper.display()
         );
     }
-    let described = kernelbench::describe(&python, &helper, &files, run_limit_bytes)?;
+    let described = kernelbench::describe(&python, &helper, &files, run_limits)?;
     let (mut taken, mut refused) = (Vec::new(), Vec::new());
     for d in &described {
         match &d.refused {
