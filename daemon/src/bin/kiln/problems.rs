@@ -158,14 +158,12 @@ pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::
             } else {
                 let spec = &v["spec"];
                 println!("{} — {}", text(&spec["name"]), text(&spec["summary"]));
-                for t in spec["tensor"].as_array().into_iter().flatten() {
-                    println!(
-                        "  {:<7} {:<10} {:<5} {}",
-                        text(&t["role"]),
-                        text(&t["name"]),
-                        text(&t["dtype"]),
-                        t["shape"]
-                    );
+                println!("  tensors, in the order a launch plan names them:");
+                for line in tensor_lines(spec) {
+                    println!("{line}");
+                }
+                for line in torch_lines(&spec["reference"]["torch"]) {
+                    println!("{line}");
                 }
                 println!(
                     "  tolerance  atol {}  rtol {}",
@@ -307,4 +305,92 @@ fn import_kernelbench(
         );
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// One line per tensor (role, name, dtype, shape; the module's parameter it holds, for a
+/// torch reference), in the problem's order.
+fn tensor_lines(spec: &serde_json::Value) -> Vec<String> {
+    let state = &spec["reference"]["torch"]["state"];
+    spec["tensor"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            let name = text(&t["name"]);
+            let param = state
+                .as_object()
+                .and_then(|m| m.iter().find(|(_, v)| v.as_str() == Some(name.as_str())))
+                .map(|(p, _)| format!("  (the module's {p})"))
+                .unwrap_or_default();
+            format!(
+                "  {:<7} {:<22} {:<5} {}{param}",
+                text(&t["role"]),
+                name,
+                text(&t["dtype"]),
+                t["shape"]
+            )
+        })
+        .collect()
+}
+
+/// What a torch reference runs, for `kiln problems show`.
+fn torch_lines(torch: &serde_json::Value) -> Vec<String> {
+    if torch.is_null() {
+        return Vec::new();
+    }
+    let list = |v: &serde_json::Value| -> String {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    vec![
+        format!(
+            "  reference  PyTorch module {} (KernelBench format): Model(*{}).forward({}) -> {}",
+            text(&torch["file"]),
+            text(&torch["init_inputs"]),
+            list(&torch["forward"]),
+            list(&torch["outputs"])
+        ),
+        format!(
+            "             precision {} (float64 where every op supports it, unless declared)",
+            torch["precision"].as_str().unwrap_or("auto")
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn show_lists_tensors_in_launch_order_with_the_parameters_they_hold() {
+        let spec = serde_json::json!({
+            "tensor": [
+                {"name": "x", "dtype": "f32", "shape": [4, 16], "role": "input"},
+                {"name": "linear_weight", "dtype": "f32", "shape": [8, 16], "role": "input"},
+                {"name": "out", "dtype": "f32", "shape": [4, 8], "role": "output"}],
+            "reference": {"torch": {"file": "reference.py", "init_inputs": "[16, 8]",
+                "forward": ["x"], "outputs": ["out"], "state": {"linear.weight": "linear_weight"}}}
+        });
+        let lines = tensor_lines(&spec);
+        assert_eq!(lines.len(), 3);
+        assert!(
+            lines[0].contains("x") && lines[0].contains("[4,16]"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].contains("(the module's linear.weight)"),
+            "{lines:?}"
+        );
+        assert!(lines[2].contains("output"), "{lines:?}");
+        let torch = torch_lines(&spec["reference"]["torch"]);
+        assert!(
+            torch[0].contains("Model(*[16, 8]).forward(x) -> out"),
+            "{torch:?}"
+        );
+        assert!(torch_lines(&serde_json::Value::Null).is_empty());
+    }
 }
