@@ -155,6 +155,8 @@ if { want kilnd || want baselines || want searches || want bench || want agreeme
 [search]
 proposers_dir = "$bundle/proposers"
 queue_cap = 32
+[gpu]
+python = "${KILN_PYTHON:-python3}"
 TOML
     "$bundle/kilnd" --socket "$KILN_SOCKET" --state-dir "$tmp/state" --config "$tmp/kiln.toml" >"$tmp/kilnd.log" 2>&1 &
     kilnd_pid=$!
@@ -169,7 +171,9 @@ TOML
             done
         fi
         if want baselines; then
-            for p in softmax-4096x65536 layernorm-16x64x256x256 matmul-fp32-4096 conv2d-3to96-k11s4p2 conv2d-relu-maxpool; do
+            # kb-*: the seed's problems imported from KernelBench format (torch reference):
+            # torch eager and torch.compile of their own module.
+            for p in softmax-4096x65536 layernorm-16x64x256x256 matmul-fp32-4096 conv2d-3to96-k11s4p2 conv2d-relu-maxpool kb-softmax-4096x65536 kb-layernorm-16x64x256x256; do
                 section "baselines through kilnd: $p"
                 "$bundle/kiln" problems baseline "$p" || status=1
                 "$bundle/kiln" problems show "$p" || status=1

@@ -311,16 +311,19 @@ class TorchModule:
             raise Refused("the module returned something that is not a tensor")
         return outs, f64
 
-    def bound(self, inputs):
-        """A closure running the module on `inputs` as they are (declared dtypes)."""
-        torch = self.torch
-        args, state = self.prepare(inputs, False)
-        model = self.model
-
-        def call():
-            return torch.func.functional_call(model, state, args)
-
-        return call
+    def bind(self, inputs):
+        """The module with its parameters and buffers aliasing `inputs` (declared dtypes, so
+        fresh draws copied into `inputs` reach it), and forward's arguments: for torch
+        eager and torch.compile of the module itself."""
+        args, _ = self.prepare(inputs, False)
+        named = dict(self.model.named_parameters())
+        named.update(dict(self.model.named_buffers()))
+        for pname, tname in (self.ref.get("state") or {}).items():
+            t = named.get(pname)
+            if t is None:
+                raise Refused(f"the module has no parameter or buffer {pname}")
+            t.data = inputs[tname].reshape(t.shape)
+        return self.model, args
 
     def reference(self, inputs):
         """Outputs in the problem's order and dtypes, and how they were computed."""
@@ -405,9 +408,11 @@ class Baseline:
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
         if self.module is not None:
-            eager = self.module.bound(self.inputs)
-        else:
-            eager = make_call(torch, self.op, self.p, self.inputs)
+            model, args = self.module.bind(self.inputs)
+            run = torch.compile(model) if self.kind == "torch-compile" else model
+            self.call = lambda: run(*args)
+            return
+        eager = make_call(torch, self.op, self.p, self.inputs)
         self.call = torch.compile(eager) if self.kind == "torch-compile" else eager
 
     def check(self, index):
@@ -750,6 +755,10 @@ class Provenance:
         torch = self.torch
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         nums = [a for a in args if scalar(a)]
+        if len(tensors) > 1 and any(self.of(t) is not None for t in tensors):
+            op = name.strip("_").removeprefix("r")
+            self.set(out, Dist("unknown", why=f"the {op} of two tensors, at least one of them drawn"))
+            return
         if len(tensors) != 1 or self.of(tensors[0]) is None:
             return
         d = self.of(tensors[0])
@@ -771,6 +780,8 @@ class Provenance:
         elif d.kind in ("uniform", "const"):
             lo, hi = sorted((d.a * scale + shift, d.b * scale + shift))
             self.set(out, Dist(d.kind, lo, hi) if d.kind == "uniform" else Dist("const", d.a * scale + shift))
+        elif d.kind == "unknown":
+            self.set(out, d)
         else:
             self.set(out, Dist("unknown", why=f"{d.kind} values mapped by {name.strip('_')} {k:g}"))
 
@@ -841,8 +852,10 @@ def describe(path, run_limit_bytes, run_limit_flops=4 * 10**9):
             model = ns["Model"](*as_args(json.loads(init_json)))
     finally:
         torch.nn.Parameter.__new__ = real_param
-    if not isinstance(inputs, (list, tuple)) or not all(isinstance(x, torch.Tensor) for x in inputs):
-        raise Refused("get_inputs() returns something that is not a list of tensors")
+    if not isinstance(inputs, (list, tuple)):
+        raise Refused("get_inputs() does not return a list")
+    if not all(isinstance(x, torch.Tensor) for x in inputs):
+        raise Refused("get_inputs() returns a Python value beside its tensors (kiln's inputs are tensors)")
     taken = set()
     try:
         names = [p for p in inspect.signature(model.forward).parameters]

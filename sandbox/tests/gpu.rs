@@ -966,6 +966,45 @@ fn baseline_torch_eager_when_torch_is_here() {
     }
 }
 
+/// torch eager and torch.compile of the imported seed problems' own modules
+/// (`[baseline.torch] op = "module"`), beside the hand-written problems' registry ops:
+/// prints BASELINE lines with each median; fp32 variants must match torch's f64 run.
+#[test]
+fn baseline_torch_module_of_imported_seed_problems() {
+    let Some((_d, cfg)) = baseline_gpu() else {
+        return;
+    };
+    let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".into());
+    let helper =
+        kiln_sandbox::TorchHelper::find(&cfg.worker_exe, &python, Duration::from_secs(900))
+            .expect("kiln_torch.py beside kiln-worker or in scripts/");
+    for name in ["kb-softmax-4096x65536", "kb-layernorm-16x64x256x256"] {
+        let p = problem(name);
+        let r = torch_kinds(&cfg, &helper, &p);
+        for b in &r {
+            println!(
+                "BASELINE {} {} [{}] {:?} median {:?} us rel_l2 {:?} mismatches {:?}: {}",
+                p.name,
+                b.name,
+                b.precision,
+                b.status,
+                b.median_us(),
+                b.rel_l2,
+                b.mismatches,
+                b.detail
+            );
+        }
+        for kind in ["torch-eager-fp32", "torch-compile-fp32"] {
+            let b = find(&r, kind);
+            let Some(()) = library_measured(b) else {
+                return;
+            };
+            assert_measured(b);
+            assert_eq!(b.mismatches, Some(0), "{b:#?}");
+        }
+    }
+}
+
 /// The torch helper's kinds (torch eager, torch.compile) of `p` on the test GPU.
 fn torch_kinds(
     cfg: &SandboxConfig,

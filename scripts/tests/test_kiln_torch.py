@@ -82,14 +82,14 @@ class Framing(unittest.TestCase):
 
 
 class Serve(unittest.TestCase):
-    def converse(self, *requests):
+    def converse(self, *requests, python=sys.executable, blobs=None):
         """Runs `serve` in a subprocess with the given requests; returns the answers."""
         stdin = io.BytesIO()
-        for r in requests:
-            helper.write_message(stdin, r)
+        for i, r in enumerate(requests):
+            helper.write_message(stdin, r, (blobs or {}).get(i, ()))
         env = dict(os.environ, PYTHONPATH="")
-        out = subprocess.run([sys.executable, SCRIPT, "serve"], input=stdin.getvalue(), capture_output=True,
-                             env=env, timeout=120, check=True).stdout
+        out = subprocess.run([python, SCRIPT, "serve"], input=stdin.getvalue(), capture_output=True,
+                             env=env, timeout=300, check=True).stdout
         buf, answers = io.BytesIO(out), []
         for _ in requests:
             answers.append(helper.read_message(buf)[0])
@@ -100,6 +100,29 @@ class Serve(unittest.TestCase):
         self.assertEqual(len(answers), 3, "the helper kept serving after each refusal")
         for a in answers:
             self.assertIn("error", a)
+
+    @unittest.skipUnless(os.environ.get("KILN_PYTHON"), "KILN_PYTHON (a python with torch) is not set")
+    def test_the_module_as_baseline_and_as_reference_on_the_cpu(self):
+        import tomllib
+
+        d = os.path.join(HERE, "..", "..", "sandbox", "tests", "fixtures", "kernelbench-tiny", "kb-linear-relu-4x16x8")
+        with open(os.path.join(d, "problem.toml"), "rb") as f:
+            spec = tomllib.load(f)
+        with open(os.path.join(d, "reference.py"), encoding="utf-8") as f:
+            spec["reference"]["torch"]["source"] = f.read()
+        x = bytes(4 * 16 * 4)  # zeros: out = relu(bias)
+        w = bytes(8 * 16 * 4)
+        b = b"".join(__import__("struct").pack("<f", v) for v in (-1, 2, -3, 4, -5, 6, -7, 8))
+        answers = self.converse(
+            {"cmd": "hello", "device": "cpu"},
+            {"cmd": "baseline", "kind": "torch-eager", "problem": spec, "seed": 3},
+            {"cmd": "check", "variant": 0},
+            {"cmd": "reference", "problem": spec},
+            python=os.environ["KILN_PYTHON"], blobs={3: (x, w, b)})
+        self.assertEqual(answers[1]["variants"][0]["precision"], "fp32")
+        self.assertEqual(answers[2]["mismatches"], 0)
+        self.assertLess(answers[2]["rel_l2"], 1e-6)
+        self.assertEqual(answers[3]["precision"], "float64")
 
     def test_without_torch_hello_says_so(self):
         with mock.patch.dict(sys.modules, {"torch": None}):
