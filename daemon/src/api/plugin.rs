@@ -78,7 +78,7 @@ pub fn search_backend(s: &AppState, problem: &ProblemSpec) -> Option<&'static st
     let usable = s.sched.usable_backends();
     ["cuda", "host"]
         .into_iter()
-        .find(|b| usable.contains(b) && problem.reference.has(*b))
+        .find(|b| usable.contains(b) && problem.reference.has(b))
 }
 
 fn device_for(s: &AppState, backend: &str) -> Device {
