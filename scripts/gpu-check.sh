@@ -136,6 +136,14 @@ fi
 [ $rc -ne 0 ] && status=1
 fi
 
+# The seed's five problems in KernelBench format, imported like any other (the GPU tests
+# and the baselines step use problems/kb-*). Needs a python with torch: $KILN_PYTHON.
+if [ -x "$bundle/kiln" ] && [ -d "$bundle/problems/kernelbench-format/seed" ]; then
+    section "import: the seed's problems in KernelBench format"
+    "$bundle/kiln" problems import kernelbench "$bundle/problems/kernelbench-format/seed" \
+        --out "$bundle/problems" --python "${KILN_PYTHON:-python3}" --helper "$bundle/kiln_torch.py" || status=1
+fi
+
 if want tests && [ -d "$bundle/gpu-tests" ]; then
     section "gpu tests"
     for t in "$bundle"/gpu-tests/*; do

@@ -1,6 +1,7 @@
 //! kiln's trusted torch helper (`scripts/kiln_torch.py`) as a child process: where it is
 //! ([`TorchHelper::find`]), starting it ([`HelperProcess::start`]) and one framed call at
-//! a time with a deadline ([`HelperProcess::call`]).
+//! a time with a deadline ([`HelperProcess::call`]); and its `describe` of KernelBench
+//! files for the importer ([`describe`]).
 //!
 //! The helper is kiln's own code, run by the python that has torch. It runs outside the
 //! jail (python and torch need their whole prefix, which no jail shows) with a cleared
@@ -249,6 +250,51 @@ impl Drop for HelperProcess {
         let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
         let _ = self.child.wait();
     }
+}
+
+/// Runs the helper's `describe` on KernelBench-format `files` (their Python runs, as the
+/// caller: trusted problem code) and parses one description per file. `run_limits`:
+/// (bytes, flops) under which a module is also run once on the CPU.
+pub fn describe(
+    helper: &TorchHelper,
+    files: &[PathBuf],
+    run_limits: (u64, u64),
+) -> Result<Vec<kiln_types::kernelbench::Description>, HelperError> {
+    let out = Command::new(&helper.python)
+        .arg(&helper.script)
+        .arg("describe")
+        .arg("--run-limit-bytes")
+        .arg(run_limits.0.to_string())
+        .arg("--run-limit-flops")
+        .arg(run_limits.1.to_string())
+        .args(files)
+        .output()
+        .map_err(|source| HelperError::Start {
+            python: helper.python.display().to_string(),
+            source,
+        })?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut v = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with('{')) {
+        v.push(serde_json::from_str(line).map_err(|e| HelperError::Broken {
+            message: format!("a description did not parse ({e}): {line}"),
+            log: String::new(),
+        })?);
+    }
+    if v.len() != files.len() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(8).collect();
+        return Err(HelperError::Broken {
+            message: format!(
+                "described {} of {} files (exit {:?})",
+                v.len(),
+                files.len(),
+                out.status.code()
+            ),
+            log: tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
+        });
+    }
+    Ok(v)
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
-//! The torch reference on the host backend: problems imported from KernelBench-format
-//! files (`tests/fixtures/kernelbench-tiny`, written by `kiln problems import kernelbench`
-//! from `problems/kernelbench-format/tiny`) judged against their PyTorch module, run by the
-//! lane's warm reference runner on kiln's own inputs (parameters included).
+//! The torch reference on the host backend: problems imported (as `kiln problems import
+//! kernelbench` does: the helper's describe, then `kiln_types::kernelbench::write`) from
+//! kiln's own KernelBench-format files in `problems/kernelbench-format/tiny`, judged
+//! against their PyTorch module, run by the lane's warm reference runner on kiln's own
+//! inputs (parameters included).
 //!
 //! Needs a python with torch: `KILN_PYTHON` (CI sets it), else `python3`; skipped with the
 //! reason when that python cannot import torch.
@@ -9,6 +10,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use kiln_sandbox::{ReferenceRunner, SandboxConfig, TorchHelper};
@@ -27,20 +29,46 @@ fn python() -> Option<PathBuf> {
     Some(PathBuf::from(python))
 }
 
-fn runner() -> Option<ReferenceRunner> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kiln_torch.py");
-    Some(ReferenceRunner::cpu(TorchHelper {
+fn helper() -> Option<TorchHelper> {
+    Some(TorchHelper {
         python: python()?,
-        script,
+        script: Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kiln_torch.py"),
         timeout: Duration::from_secs(120),
-    }))
+    })
+}
+
+fn runner() -> Option<ReferenceRunner> {
+    Some(ReferenceRunner::cpu(helper()?))
+}
+
+/// The tiny fixtures imported once per test binary, under cargo's test scratch folder.
+fn imported() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("kernelbench-tiny-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../problems/kernelbench-format/tiny");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&src)
+            .expect("fixtures")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "py"))
+            .collect();
+        files.sort();
+        let helper = helper().expect("a python with torch");
+        let described = kiln_sandbox::torch_helper::describe(&helper, &files, (256 << 20, 1 << 32))
+            .expect("described");
+        for d in &described {
+            if d.refused.is_none() {
+                kiln_types::kernelbench::write(&dir, d).expect("written");
+            }
+        }
+        dir
+    })
 }
 
 fn fixture(name: &str) -> ProblemSpec {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/kernelbench-tiny")
-        .join(name);
-    ProblemSpec::load_dir(&dir).expect("fixture loads")
+    ProblemSpec::load_dir(&imported().join(name)).expect("fixture loads")
 }
 
 fn candidate(p: &ProblemSpec, source: &str, kernel: &str, args: &str) -> Candidate {
@@ -276,6 +304,9 @@ void mcs(const float *x, const unsigned char *mask, float *y, int n, int d) {
 
 #[test]
 fn without_a_runner_a_torch_problem_is_kilns_failure_not_a_verdict() {
+    if python().is_none() {
+        return;
+    }
     let (_d, cfg) = common::setup();
     let p = fixture("kb-softmax-8x64");
     let c = candidate(

@@ -2,6 +2,7 @@
 
 import importlib.util
 import io
+import json
 import os
 import subprocess
 import sys
@@ -103,13 +104,16 @@ class Serve(unittest.TestCase):
 
     @unittest.skipUnless(os.environ.get("KILN_PYTHON"), "KILN_PYTHON (a python with torch) is not set")
     def test_the_module_as_baseline_and_as_reference_on_the_cpu(self):
-        import tomllib
-
-        d = os.path.join(HERE, "..", "..", "sandbox", "tests", "fixtures", "kernelbench-tiny", "kb-linear-relu-4x16x8")
-        with open(os.path.join(d, "problem.toml"), "rb") as f:
-            spec = tomllib.load(f)
-        with open(os.path.join(d, "reference.py"), encoding="utf-8") as f:
-            spec["reference"]["torch"]["source"] = f.read()
+        src = os.path.join(HERE, "..", "..", "problems", "kernelbench-format", "tiny", "linear_relu_4x16x8.py")
+        out = subprocess.run([os.environ["KILN_PYTHON"], SCRIPT, "describe", src], capture_output=True,
+                             timeout=300, check=True).stdout
+        d = json.loads(out)
+        self.assertEqual([t["name"] for t in d["tensors"]], ["x", "linear_weight", "linear_bias", "out"])
+        with open(src, encoding="utf-8") as f:
+            source = f.read()
+        ref = {k: d[k] for k in ("forward", "state", "outputs", "init_inputs", "bool_tensors")}
+        spec = {"name": "t", "tensor": d["tensors"], "tolerance": {"atol": 1e-4, "rtol": 1e-4},
+                "reference": {"torch": dict(ref, source=source)}, "baseline": {"torch": {"op": "module"}}}
         x = bytes(4 * 16 * 4)  # zeros: out = relu(bias)
         w = bytes(8 * 16 * 4)
         b = b"".join(__import__("struct").pack("<f", v) for v in (-1, 2, -3, 4, -5, 6, -7, 8))

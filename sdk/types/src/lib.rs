@@ -7,6 +7,8 @@
 //! - [`problem`]: a problem's spec as read from `problem.toml`, with its sources inlined.
 //! - [`verdict`]: the verdicts of the evaluation contract, their evidence and timing statistics.
 //! - [`baseline`]: library baselines named by a problem, and their measured times.
+//! - [`kernelbench`]: KernelBench-format files, as described by kiln's torch helper,
+//!   written as problem folders.
 //! - [`eval_plan`]: how an evaluation is run (trials, stop rule, secret seed).
 //!
 //! Every type that is read from untrusted input denies unknown fields, so a typo is a
@@ -16,6 +18,7 @@
 pub mod baseline;
 pub mod candidate;
 pub mod eval_plan;
+pub mod kernelbench;
 pub mod plugin;
 pub mod problem;
 pub mod verdict;

@@ -3,7 +3,6 @@
 mod baselines;
 mod bench;
 mod doctor;
-mod kernelbench;
 mod output;
 mod problems;
 mod search;

@@ -246,10 +246,10 @@ fn import_kernelbench(
     helper: Option<PathBuf>,
     run_limits: (u64, u64),
 ) -> Result<std::process::ExitCode> {
-    use crate::kernelbench;
-    let files = kernelbench::files(paths)?;
+    use kiln_types::kernelbench;
+    let files = python_files(paths)?;
     anyhow::ensure!(!files.is_empty(), "no .py files in {paths:?}");
-    let helper = match helper {
+    let script = match helper {
         Some(h) => h,
         None => kiln_sandbox::TorchHelper::find(
             &kiln_sandbox::default_worker_exe(),
@@ -259,16 +259,20 @@ fn import_kernelbench(
         .map(|h| h.script)
         .context("kiln_torch.py not found beside kiln-worker: pass --helper PATH")?,
     };
-    let python = kiln_sandbox::torch_helper::resolve(python);
+    let helper = kiln_sandbox::TorchHelper {
+        python: kiln_sandbox::torch_helper::resolve(python),
+        script,
+        timeout: std::time::Duration::from_secs(3600),
+    };
     if out == Output::Text {
         eprintln!(
             "describing {} file(s) with {} {} ...",
             files.len(),
-            python.display(),
-            helper.display()
+            helper.python.display(),
+            helper.script.display()
         );
     }
-    let described = kernelbench::describe(&python, &helper, &files, run_limits)?;
+    let described = kiln_sandbox::torch_helper::describe(&helper, &files, run_limits)?;
     let (mut taken, mut refused) = (Vec::new(), Vec::new());
     for d in &described {
         match &d.refused {
@@ -361,9 +365,54 @@ fn torch_lines(torch: &serde_json::Value) -> Vec<String> {
     ]
 }
 
+/// Files to import: each PATH that is a `.py` file, and the `.py` files of each folder
+/// (numeric prefix order, as KernelBench numbers them).
+fn python_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut in_dir: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("cannot read {}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|e| e == "py") && f.is_file())
+                .collect();
+            in_dir.sort_by_key(|f| {
+                let stem = f.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+                let n: u64 = stem
+                    .split('_')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(u64::MAX);
+                (n, stem.to_string())
+            });
+            out.extend(in_dir);
+        } else if p.is_file() {
+            out.push(p.clone());
+        } else {
+            anyhow::bail!("{} is neither a file nor a folder", p.display());
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn folders_list_their_files_in_kernelbench_order() {
+        let dir = tempfile::tempdir().expect("tmp");
+        for f in ["10_b.py", "2_a.py", "1_c.py", "notes.txt"] {
+            std::fs::write(dir.path().join(f), "").expect("write");
+        }
+        let got = python_files(&[dir.path().to_path_buf()]).expect("files");
+        let names: Vec<_> = got
+            .iter()
+            .map(|p| p.file_name().and_then(|n| n.to_str()).unwrap_or(""))
+            .collect();
+        assert_eq!(names, ["1_c.py", "2_a.py", "10_b.py"]);
+        assert!(python_files(&[dir.path().join("nope")]).is_err());
+    }
 
     #[test]
     fn show_lists_tensors_in_launch_order_with_the_parameters_they_hold() {

@@ -1,23 +1,56 @@
-//! `kiln problems import kernelbench PATH…`: KernelBench-format Python files (or level
-//! folders of them) written as ordinary kiln problem folders.
+//! KernelBench-format Python files as ordinary kiln problem folders (what
+//! `kiln problems import kernelbench` writes).
 //!
-//! The files are trusted problem code (their author's), run here, as the user, by kiln's
-//! torch helper (`kiln_torch.py describe`): `get_inputs()`, `get_init_inputs()` and the
-//! module on torch's meta device give the tensors (forward arguments, then parameters and
-//! buffers, then outputs, the order a launch plan names them), their dtypes and the
-//! distributions they are drawn from, and torch's flop counter the flops. This module turns
-//! each description into `problem.toml` + `reference.py`: the torch reference, KernelBench's
-//! fp32 tolerance (with a warning when it would accept an all-zero output), the roofline
-//! figures and `[baseline.torch] op = "module"`. A file the helper refuses is reported with
-//! its reason and nothing is written for it.
+//! kiln's torch helper (`kiln_torch.py describe`, run by
+//! `kiln_sandbox::torch_helper::describe`) runs a file's `get_inputs()`,
+//! `get_init_inputs()` and module on torch's meta device and answers a [`Description`]: the
+//! tensors (forward arguments, then parameters and buffers, then outputs, the order a launch
+//! plan names them), their dtypes and the distributions they are drawn from, the flops
+//! (torch's flop counter), or why the file cannot be taken. This module turns a description
+//! into `problem.toml` + `reference.py` ([`write`]): the torch reference, KernelBench's fp32
+//! tolerance (with a warning when it would accept an all-zero output), the roofline figures
+//! and `[baseline.torch] op = "module"`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use anyhow::{Context, Result, bail};
-use kiln_types::ProblemSpec;
 use serde::Deserialize;
+use thiserror::Error;
+
+use crate::ProblemSpec;
+
+/// Why a description could not be written as a problem.
+#[derive(Debug, Error)]
+pub enum ImportError {
+    /// The description is not one the writer can use.
+    #[error("{0}")]
+    Description(String),
+    /// A file could not be written or read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or folder.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The problem written does not load back.
+    #[error("the problem written to {path}: {source}")]
+    Invalid {
+        /// The folder.
+        path: String,
+        /// Why it does not load.
+        source: crate::ProblemError,
+    },
+}
+
+type Result<T> = std::result::Result<T, ImportError>;
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ImportError + '_ {
+    move |source| ImportError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
 
 /// KernelBench's fp32 tolerance (`get_tolerance_for_precision`: atol = rtol = 1e-4).
 pub const KERNELBENCH_FP32_TOL: f64 = 1e-4;
@@ -116,83 +149,14 @@ pub fn problem_name(file: &Path) -> String {
         .to_string()
 }
 
-/// Files to import: each PATH that is a `.py` file, and the `.py` files of each folder
-/// (numeric prefix order, as KernelBench numbers them).
-pub fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            let mut in_dir: Vec<PathBuf> = std::fs::read_dir(p)
-                .with_context(|| format!("cannot read {}", p.display()))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|f| f.extension().is_some_and(|e| e == "py") && f.is_file())
-                .collect();
-            in_dir.sort_by_key(|f| {
-                let stem = f.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-                let n: u64 = stem
-                    .split('_')
-                    .next()
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(u64::MAX);
-                (n, stem.to_string())
-            });
-            out.extend(in_dir);
-        } else if p.is_file() {
-            out.push(p.clone());
-        } else {
-            bail!("{} is neither a file nor a folder", p.display());
-        }
-    }
-    Ok(out)
-}
-
-/// Runs the helper's `describe` on `files`; one description per file.
-pub fn describe(
-    python: &Path,
-    helper: &Path,
-    files: &[PathBuf],
-    run_limits: (u64, u64),
-) -> Result<Vec<Description>> {
-    let out = Command::new(python)
-        .arg(helper)
-        .arg("describe")
-        .arg("--run-limit-bytes")
-        .arg(run_limits.0.to_string())
-        .arg("--run-limit-flops")
-        .arg(run_limits.1.to_string())
-        .args(files)
-        .output()
-        .with_context(|| format!("cannot run {} {}", python.display(), helper.display()))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut v = Vec::new();
-    for line in text.lines().filter(|l| l.starts_with('{')) {
-        v.push(
-            serde_json::from_str::<Description>(line)
-                .with_context(|| format!("the helper's description did not parse: {line}"))?,
-        );
-    }
-    if v.len() != files.len() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = err.lines().rev().take(8).collect();
-        bail!(
-            "the torch helper described {} of {} files (exit {:?}); its log ends: {}",
-            v.len(),
-            files.len(),
-            out.status.code(),
-            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-        );
-    }
-    Ok(v)
-}
-
 fn toml_str(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
 }
 
 fn toml_init(init: &serde_json::Value) -> Result<String> {
-    let v: toml::Value = serde_json::from_value(init.clone()).context("an input distribution")?;
-    let toml::Value::Table(t) = v else {
-        bail!("an input distribution is not a table");
+    let bad = || ImportError::Description(format!("an input distribution is not a table: {init}"));
+    let Ok(toml::Value::Table(t)) = serde_json::from_value::<toml::Value>(init.clone()) else {
+        return Err(bad());
     };
     let parts: Vec<String> = t.iter().map(|(k, v)| format!("{k} = {v}")).collect();
     Ok(format!("{{ {} }}", parts.join(", ")))
@@ -237,10 +201,9 @@ pub fn problem_toml(name: &str, d: &Description) -> Result<(String, Vec<String>)
         ));
         t.push_str(&format!("role = {}\n", toml_str(&x.role)));
         if x.role == "input" {
-            let init = x
-                .init
-                .as_ref()
-                .with_context(|| format!("input {} has no distribution", x.name))?;
+            let init = x.init.as_ref().ok_or_else(|| {
+                ImportError::Description(format!("input {} has no distribution", x.name))
+            })?;
             t.push_str(&format!("init = {}\n", toml_init(init)?));
             // The shifted trial is for data; parameters keep their own scale.
             let shifted = x.shifted_trial && x.parameter.is_none();
@@ -321,13 +284,13 @@ pub fn write(out: &Path, d: &Description) -> Result<Imported> {
     let name = problem_name(Path::new(&d.file));
     let (text, warnings) = problem_toml(&name, d)?;
     let dir = out.join(&name);
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    std::fs::copy(&d.file, dir.join("reference.py"))
-        .with_context(|| format!("cannot copy {}", d.file))?;
-    std::fs::write(dir.join("problem.toml"), text)
-        .with_context(|| format!("cannot write {}", dir.display()))?;
-    ProblemSpec::load_dir(&dir)
-        .with_context(|| format!("the problem written to {}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    std::fs::copy(&d.file, dir.join("reference.py")).map_err(io(Path::new(&d.file)))?;
+    std::fs::write(dir.join("problem.toml"), text).map_err(io(&dir))?;
+    ProblemSpec::load_dir(&dir).map_err(|source| ImportError::Invalid {
+        path: dir.display().to_string(),
+        source,
+    })?;
     Ok(Imported {
         name,
         dir,
@@ -391,7 +354,7 @@ mod tests {
         assert_eq!((spec.roofline.flops, spec.roofline.min_bytes), (64, 288));
         assert!(matches!(
             spec.baseline.get("torch"),
-            Some(kiln_types::BaselineOp::Module {})
+            Some(crate::BaselineOp::Module {})
         ));
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(warnings[0].contains("constant"));
@@ -407,20 +370,5 @@ mod tests {
         d.output_max_abs = None;
         let (text, _) = problem_toml("p", &d).expect("toml");
         assert!(text.contains("Not checked"));
-    }
-
-    #[test]
-    fn folders_list_their_files_in_kernelbench_order() {
-        let dir = tempfile::tempdir().expect("tmp");
-        for f in ["10_b.py", "2_a.py", "1_c.py", "notes.txt"] {
-            std::fs::write(dir.path().join(f), "").expect("write");
-        }
-        let got = files(&[dir.path().to_path_buf()]).expect("files");
-        let names: Vec<_> = got
-            .iter()
-            .map(|p| p.file_name().and_then(|n| n.to_str()).unwrap_or(""))
-            .collect();
-        assert_eq!(names, ["1_c.py", "2_a.py", "10_b.py"]);
-        assert!(files(&[dir.path().join("nope")]).is_err());
     }
 }
