@@ -93,7 +93,9 @@ impl ReferenceRunner {
 
     fn ensure(&mut self, timeout: Duration) -> Result<&mut HelperProcess, String> {
         if self.process.is_none() {
-            let mut p = HelperProcess::start(&self.helper, None).map_err(|e| e.to_string())?;
+            // The host lane's runner sees no GPU at all.
+            let gpu = (self.device == "cpu").then_some("");
+            let mut p = HelperProcess::start(&self.helper, gpu).map_err(|e| e.to_string())?;
             p.call(
                 &json!({"cmd": "hello", "device": self.device}),
                 &[],

@@ -119,7 +119,8 @@ pub struct HelperProcess {
 const LOG_TAIL: usize = 4 << 10;
 
 impl HelperProcess {
-    /// Starts `python script serve` seeing only `gpu` (a UUID; `None`: no GPU at all).
+    /// Starts `python script serve` seeing only `gpu` (a UUID, or `""` for no GPU at
+    /// all; `None`: the machine's GPUs, torch's device 0 first).
     pub fn start(helper: &TorchHelper, gpu: Option<&str>) -> Result<HelperProcess, HelperError> {
         let mut cmd = Command::new(&helper.python);
         cmd.arg(&helper.script)
@@ -127,11 +128,13 @@ impl HelperProcess {
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("CUDA_VISIBLE_DEVICES", gpu.unwrap_or(""))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        if let Some(gpu) = gpu {
+            cmd.env("CUDA_VISIBLE_DEVICES", gpu);
+        }
         if let Some(home) = std::env::var_os("HOME") {
             cmd.env("HOME", home);
         }
