@@ -88,7 +88,7 @@ fn evaluate(
     runner: &mut ReferenceRunner,
 ) -> Evaluation {
     assert_eq!(c.language, Language::C);
-    let out = kiln_sandbox::compile(cfg, c).expect("compile runs");
+    let out = kiln_sandbox::compile(cfg, p, c).expect("compile runs");
     let art = out.artifact.expect("compiles");
     let e = kiln_sandbox::evaluate_with(cfg, p, &[], c, &art, &common::plan(), Some(runner))
         .expect("evaluate runs");
@@ -315,7 +315,7 @@ fn without_a_runner_a_torch_problem_is_kilns_failure_not_a_verdict() {
         "softmax",
         r#"["x", "out", {"i32": 8}, {"i32": 64}]"#,
     );
-    let art = kiln_sandbox::compile(&cfg, &c)
+    let art = kiln_sandbox::compile(&cfg, &p, &c)
         .expect("compile runs")
         .artifact
         .expect("compiles");

@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use kiln_types::Candidate;
+use kiln_types::{Candidate, ProblemSpec};
 use thiserror::Error;
 
 use super::Scheduler;
@@ -52,15 +52,16 @@ impl Scheduler {
     async fn reference_artifact(
         &self,
         backend: &Arc<dyn crate::backends::Backend>,
+        problem: &ProblemSpec,
         reference: &Candidate,
     ) -> Result<Artifact, BaselineError> {
         let failed = |e: &dyn std::fmt::Display| BaselineError::Failed(e.to_string());
-        let key = compile_key(backend.name(), reference);
+        let key = compile_key(backend.as_ref(), problem, reference);
         if let Some(a) = self.store.get_artifact(&key).map_err(|e| failed(&e))? {
             return Ok(a);
         }
-        let (be, c) = (backend.clone(), reference.clone());
-        let outcome = tokio::task::spawn_blocking(move || be.compile(&c))
+        let (be, p, c) = (backend.clone(), problem.clone(), reference.clone());
+        let outcome = tokio::task::spawn_blocking(move || be.compile(&p, &c))
             .await
             .map_err(|e| failed(&e))?
             .map_err(|e| failed(&e))?;
@@ -131,7 +132,7 @@ impl Scheduler {
         }
         // A torch-only reference has no kernel to compile: its baselines are torch's.
         let art = match spec.reference_candidate("cuda") {
-            Some(c) => self.reference_artifact(&backend, &c).await?.bytes,
+            Some(c) => self.reference_artifact(&backend, &spec, &c).await?.bytes,
             None => Vec::new(),
         };
         let slots = self

@@ -1,6 +1,6 @@
 //! The one timing driver every baseline is measured by: the first run discarded, `warmup`
-//! untimed runs, then timed samples with a fresh input set every `fresh_inputs_every`
-//! samples, until the contract's stop rule ([`crate::contract::timing::stop_rule`]) ends
+//! untimed runs, then timed samples with a fresh input set for every sample (as for a
+//! candidate), until the contract's stop rule ([`crate::contract::timing::stop_rule`]) ends
 //! them; statistics by [`crate::contract::timing::stats`].
 //!
 //! A baseline provides only the mechanics ([`Sampler`]): one untimed run, a fresh input
@@ -50,12 +50,9 @@ pub fn measure<S: Sampler>(tp: &TimingPlan, s: &mut S) -> Result<TimingStats, S:
     let mut fresh = 0u32;
     let started = Instant::now();
     let reason = loop {
-        let n = samples.len() as u32;
-        if n > 0 && tp.fresh_inputs_every > 0 && n.is_multiple_of(tp.fresh_inputs_every) {
-            set += 1;
-            s.fresh_inputs(set)?;
-            fresh += 1;
-        }
+        set += 1;
+        s.fresh_inputs(set)?;
+        fresh += 1;
         samples.push(s.sample()?);
         if let Some(r) = stop_rule(&samples, started.elapsed(), tp) {
             break r;
@@ -108,7 +105,6 @@ mod tests {
             min_time_ms: 0.0,
             max_rse: 1e-9,
             max_samples: 20,
-            fresh_inputs_every: 8,
             ..TimingPlan::default()
         };
         let mut s = Scripted {
@@ -123,10 +119,10 @@ mod tests {
         assert_eq!(st.stop_reason, "max_samples");
         assert_eq!(
             s.sets,
-            vec![0, 1, 2],
-            "set 0, then a fresh set after 8 and 16"
+            (0..=20).collect::<Vec<u64>>(),
+            "set 0 for the warm-up, then a fresh set before every sample"
         );
-        assert_eq!(st.fresh_inputs, 2);
+        assert_eq!(st.fresh_inputs, 20);
         assert_eq!(st.median_us, 11.0);
 
         let steady = TimingPlan {

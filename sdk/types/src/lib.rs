@@ -10,6 +10,7 @@
 //! - [`kernelbench`]: KernelBench-format files, as described by kiln's torch helper,
 //!   written as problem folders.
 //! - [`eval_plan`]: how an evaluation is run (trials, stop rule, secret seed).
+//! - [`names`]: the names people and plugins choose (problems, proposers).
 //!
 //! Every type that is read from untrusted input denies unknown fields, so a typo is a
 //! `400` naming the field rather than a silently ignored setting.
@@ -19,6 +20,7 @@ pub mod baseline;
 pub mod candidate;
 pub mod eval_plan;
 pub mod kernelbench;
+pub mod names;
 pub mod plugin;
 pub mod problem;
 pub mod verdict;

@@ -337,7 +337,8 @@ impl TorchReference {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProblemSpec {
-    /// Unique name: lowercase letters, digits, `-`, `_` and `.`.
+    /// Unique name: lowercase letters, digits, `-`, `_` and `.`, starting with a letter or
+    /// a digit ([`crate::names`]).
     pub name: String,
     /// One line saying what is computed.
     #[serde(default)]
@@ -360,7 +361,8 @@ pub struct ProblemSpec {
     pub timing_figure: Option<crate::TimingFigure>,
     /// Trusted references: a kernel per backend and/or a PyTorch module.
     pub reference: References,
-    /// Plain correct starting kernel per backend, carrying knobs.
+    /// Plain correct starting kernel per backend (`host`, `cuda`) or language (`triton`,
+    /// evaluated on the cuda backend), carrying knobs.
     #[serde(default)]
     pub seed: BTreeMap<String, KernelSource>,
     /// Library baselines per library (`cublas`, `cudnn`, `torch`): named ops, never code
@@ -456,16 +458,7 @@ impl ProblemSpec {
             name: self.name.clone(),
             message,
         };
-        let name_ok = !self.name.is_empty()
-            && self.name.len() <= 128
-            && self.name.chars().all(|c| {
-                c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.')
-            });
-        if !name_ok {
-            return Err(bad(
-                "name must be 1-128 characters of a-z, 0-9, '-', '_' and '.'".into(),
-            ));
-        }
+        crate::names::check(crate::names::NameKind::Problem, &self.name).map_err(bad)?;
         if self.tensors.is_empty() {
             return Err(bad("no tensors".into()));
         }
@@ -506,11 +499,16 @@ impl ProblemSpec {
         if let Some(t) = &self.reference.torch {
             t.check(&self.tensors).map_err(bad)?;
         }
-        let seeds = self.seed.iter().map(|(b, k)| (b.as_str(), k));
-        for (backend, ks) in self.reference.kernels().chain(seeds) {
-            if !KERNEL_BACKENDS.contains(&backend) {
-                return Err(bad(format!("unknown backend {backend:?} (host or cuda)")));
+        // Reference backends are the fields of `References` (unknown ones fail to parse).
+        for backend in self.seed.keys() {
+            if !matches!(backend.as_str(), "host" | "cuda" | "triton") {
+                return Err(bad(format!(
+                    "unknown seed backend {backend:?} (host, cuda, or triton)"
+                )));
             }
+        }
+        let references = self.reference.kernels().map(|(_, k)| k);
+        for ks in references.chain(self.seed.values()) {
             for l in &ks.launches {
                 for a in &l.args {
                     if let crate::Arg::Buffer(n) = a
@@ -539,7 +537,8 @@ impl ProblemSpec {
             .collect()
     }
 
-    /// The seed kernel for a backend as a submittable candidate.
+    /// The seed kernel for a backend (`host`, `cuda`) or for the `triton` language as a
+    /// submittable candidate.
     pub fn seed_candidate(&self, backend: &str) -> Option<crate::Candidate> {
         let mut c = self.kernel_candidate(self.seed.get(backend)?, backend);
         c.note = Some("seed kernel".into());
@@ -555,10 +554,9 @@ impl ProblemSpec {
     fn kernel_candidate(&self, ks: &KernelSource, backend: &str) -> crate::Candidate {
         crate::Candidate {
             problem: self.name.clone(),
-            language: if backend == "cuda" {
-                crate::Language::Cuda
-            } else {
-                crate::Language::C
+            language: match backend {
+                "triton" => crate::Language::Triton,
+                other => crate::Language::of_reference(other),
             },
             source: ks.source.clone(),
             launches: ks.launches.clone(),

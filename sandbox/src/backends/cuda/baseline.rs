@@ -3,10 +3,10 @@
 //! cuDNN) timed on this GPU by the baselines' one driver ([`crate::baselines::driver`]).
 //!
 //! Inputs are drawn on the GPU from the plan's seed exactly as for a candidate (`Gpu::fill`
-//! with `derive_seed(seed, "baseline/SET/TENSOR")`), the reference runs once and its
+//! with `tensor_seed(seed, "baseline", SET, TENSOR)`), the reference runs once and its
 //! outputs are kept as the answer every library output is checked against. Then each is
 //! timed by the baselines' one driver (`crate::baselines::driver`: the first run
-//! discarded, `warmup` runs, fresh inputs every `fresh_inputs_every` samples, the stop
+//! discarded, `warmup` runs, fresh inputs for every sample as for a candidate, the stop
 //! rule), its samples L2-cold (`Gpu::time_sample_with`: flush, blocking kernel, events and
 //! kernel records, wait with a deadline, context synchronize); the time is the same figure
 //! a candidate of the problem is ranked by, see `super::timer_log`:
@@ -26,7 +26,6 @@ use std::time::Duration;
 
 use kiln_gpu::baseline::cublas::{Cublas, GemmMath};
 use kiln_gpu::baseline::cudnn::{self, ConvMath, ConvOp, ConvShape, Cudnn};
-use kiln_gpu::inputs::derive_seed;
 use kiln_gpu::launch::BufferArg;
 use kiln_gpu::timing::{SampleConfig, default_blocker_ns};
 use kiln_gpu::{DeviceBuffer, Gpu, GpuError};
@@ -36,7 +35,7 @@ use kiln_types::{Dtype, EvalPlan, ProblemSpec, Role, TimingPlan, TimingStats};
 use super::compile::module_from_artifact;
 use super::timer_log::TimerLog;
 use crate::baselines::driver::{self, Sampler};
-use crate::contract::compare;
+use crate::contract::{compare, data};
 
 /// Launches a library call is budgeted for when sizing the blocking kernel.
 const LIBRARY_LAUNCHES: usize = 8;
@@ -254,7 +253,7 @@ impl Bench {
     /// Draws input set `set` on the GPU, as the contract does for a candidate.
     fn fill(&self, set: u64) -> Result<(), GpuError> {
         for t in self.tensors.iter().filter(|t| t.role == Role::Input) {
-            let seed = derive_seed(self.seed, &format!("baseline/{set}/{}", t.name));
+            let seed = data::tensor_seed(self.seed, "baseline", set, &t.name);
             self.gpu.fill(&t.buf, t.dtype, t.elems, &t.init, seed)?;
         }
         self.gpu.synchronize()
