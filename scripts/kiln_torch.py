@@ -326,7 +326,19 @@ class TorchModule:
         return self.model, args
 
     def reference(self, inputs):
-        """Outputs in the problem's order and dtypes, and how they were computed."""
+        """Outputs in the problem's order and dtypes, and how they were computed. On a GPU,
+        TF32 is off for the call (a declared-f32 fallback stays strict fp32)."""
+        torch = self.torch
+        if self.device == "cuda":
+            saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+            try:
+                return self.compute_reference(inputs)
+            finally:
+                torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        return self.compute_reference(inputs)
+
+    def compute_reference(self, inputs):
         torch = self.torch
         want64 = self.precision in ("auto", "f64")
         note = "float64"

@@ -289,7 +289,7 @@ pub fn evaluate(
 }
 
 /// [`evaluate`], with the lane's warm torch reference runner for a problem whose
-/// reference is PyTorch (host backend): the worker asks for the reference's outputs
+/// reference is PyTorch (host: a CPU runner; cuda: a runner on the lane's GPU): the worker asks for the reference's outputs
 /// between candidate runs, and `runner` answers.
 pub fn evaluate_with(
     cfg: &SandboxConfig,
@@ -302,7 +302,7 @@ pub fn evaluate_with(
 ) -> Result<Evaluation, SandboxError> {
     if candidate.language.backend() == "cuda" {
         let mut worker = WarmWorker::new(cfg.clone(), 1);
-        return worker.evaluate(problem, reference, candidate, artifact, plan);
+        return worker.evaluate_with(problem, reference, candidate, artifact, plan, runner);
     }
     if let Some(e) = precheck(problem, candidate)? {
         return Ok(e);
@@ -356,7 +356,7 @@ pub fn evaluate_with(
 }
 
 /// The answer to a worker's `Response::Reference`: the runner's outputs, or why not.
-fn reference_answer(
+pub(crate) fn reference_answer(
     problem: &ProblemSpec,
     runner: Option<&mut ReferenceRunner>,
     inputs: &[Vec<u8>],

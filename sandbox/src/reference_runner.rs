@@ -8,10 +8,13 @@
 //! (`Response::Reference`, answered by `Request::ReferenceOutputs`). The module is built
 //! once per problem in the runner, then called with `torch.func.functional_call` on kiln's
 //! own input tensors (forward arguments, parameters and buffers), in float64 where every op
-//! supports it. The host backend's runner computes on the CPU and the tensors travel as
-//! bytes over the worker's pipes; on a GPU the runner would write the worker's own device
-//! buffers through exported memory handles, which this build does not do yet (the cuda
-//! backend refuses torch-only problems with that reason).
+//! supports it. The host backend's runner computes on the CPU; the cuda backend's runs on
+//! the lane's GPU ([`ReferenceRunner::gpu`]) in a CUDA context of its own (another
+//! process: candidate code in the worker's context cannot address its memory), and scrubs
+//! torch's caching allocator after every call. On both the tensors travel as bytes over
+//! the worker's pipes (the GPU worker downloads the inputs and uploads the answer into its
+//! output tensors): a host round trip per checked input set, not yet exported memory
+//! handles.
 
 use std::time::Duration;
 
@@ -24,6 +27,9 @@ use crate::torch_helper::{HelperProcess, TorchHelper};
 pub struct ReferenceRunner {
     helper: TorchHelper,
     device: &'static str,
+    /// `CUDA_VISIBLE_DEVICES` for the runner: `Some("")` hides every GPU (the CPU runner),
+    /// `Some(uuid)` shows the lane's GPU, `None` leaves the variable unset.
+    gpu: Option<String>,
     process: Option<HelperProcess>,
     started: u32,
 }
@@ -44,6 +50,19 @@ impl ReferenceRunner {
         ReferenceRunner {
             helper,
             device: "cpu",
+            gpu: Some(String::new()),
+            process: None,
+            started: 0,
+        }
+    }
+
+    /// A runner on a GPU lane: the GPU with `uuid` (`None`: the default GPU); nothing
+    /// starts until the first call.
+    pub fn gpu(helper: TorchHelper, uuid: Option<&str>) -> ReferenceRunner {
+        ReferenceRunner {
+            helper,
+            device: "cuda",
+            gpu: uuid.map(str::to_string),
             process: None,
             started: 0,
         }
@@ -93,9 +112,9 @@ impl ReferenceRunner {
 
     fn ensure(&mut self, timeout: Duration) -> Result<&mut HelperProcess, String> {
         if self.process.is_none() {
-            // The host lane's runner sees no GPU at all.
-            let gpu = (self.device == "cpu").then_some("");
-            let mut p = HelperProcess::start(&self.helper, gpu).map_err(|e| e.to_string())?;
+            // The host lane's runner sees no GPU at all; a GPU lane's only its own.
+            let mut p = HelperProcess::start(&self.helper, self.gpu.as_deref())
+                .map_err(|e| e.to_string())?;
             p.call(
                 &json!({"cmd": "hello", "device": self.device}),
                 &[],

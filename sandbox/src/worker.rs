@@ -168,19 +168,26 @@ fn serve_on(
                 let r = failed(format!("evaluate needs 2 blobs, got {}", blobs.len()));
                 return protocol::write_message(output, &r, &[]).map(|()| Next::More);
             };
+            // A torch reference is computed by the caller's trusted runner, asked between
+            // candidate runs.
+            let mut ask =
+                |inputs: &host::evaluate::Inputs| ask_reference(&mut *input, &mut *output, inputs);
+            let torch_only = problem
+                .reference
+                .kernel(candidate.language.backend())
+                .is_none()
+                && problem.reference.torch.is_some();
+            let torch = if torch_only {
+                Some(&mut ask as &mut host::evaluate::TorchAsk)
+            } else {
+                None
+            };
             let r = match candidate.language {
                 Language::C => {
                     let exe = std::env::args_os()
                         .next()
                         .map(PathBuf::from)
                         .unwrap_or_default();
-                    // A torch reference is computed by the caller's trusted runner, asked
-                    // between candidate runs.
-                    let mut ask = |inputs: &host::evaluate::Inputs| {
-                        ask_reference(&mut *input, &mut *output, inputs)
-                    };
-                    let torch_only = problem.reference.kernel("host").is_none()
-                        && problem.reference.torch.is_some();
                     let job = host::evaluate::Job {
                         problem: &problem,
                         candidate: &candidate,
@@ -190,11 +197,7 @@ fn serve_on(
                         candidate_artifact: artifact,
                         exe: &exe,
                         tag,
-                        torch: if torch_only {
-                            Some(&mut ask as &mut host::evaluate::TorchAsk)
-                        } else {
-                            None
-                        },
+                        torch,
                     };
                     match host::evaluate::evaluate(job) {
                         Ok(evaluation) => Response::Evaluated {
@@ -212,6 +215,7 @@ fn serve_on(
                         reference_artifact: reference,
                         candidate_code: cuda::target::Code::Artifact(artifact),
                         output_limit_bytes: limits.output_limit_bytes,
+                        torch,
                     };
                     on_gpu(context, job, &mut retire)
                 }
@@ -227,6 +231,7 @@ fn serve_on(
                                 reference_artifact: reference,
                                 candidate_code: cuda::target::Code::Parts(&l.parts),
                                 output_limit_bytes: limits.output_limit_bytes,
+                                torch,
                             };
                             on_gpu(context, job, &mut retire)
                         }

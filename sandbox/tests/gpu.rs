@@ -6,7 +6,9 @@
 //! lanes do: the honest candidate after a red-team kernel runs on the same worker.
 //!
 //! `KILN_WORKER` overrides the worker binary (the bundle's); scratch goes to a temp dir.
-//! Triton candidates' GPU tests are in `gpu/triton.rs` (module `triton`).
+//! Triton candidates' GPU tests are in `gpu/triton.rs` (module `triton`); the torch
+//! reference on the GPU (imported KernelBench-format problems against their hand-written
+//! twins) in `gpu/torch_twins.rs` (module `torch_twins`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,6 +18,8 @@ use kiln_types::{
     Candidate, EvalPlan, Evaluation, PrecisionTier, ProblemSpec, TimingPlan, Verdict,
 };
 
+#[path = "gpu/torch_twins.rs"]
+mod torch_twins;
 #[path = "gpu/triton.rs"]
 mod triton;
 #[path = "triton/plans.rs"]

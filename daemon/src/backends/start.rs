@@ -142,6 +142,7 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
         let chosen = selected(&found, &config.gpu.devices);
         let mut compile_cfg = cfg.clone();
         let mut lanes = Vec::new();
+        let torch = torch_helper(config);
         for d in &chosen {
             let mut gpu_cfg = cfg.clone();
             gpu_cfg.use_gpu(d);
@@ -157,6 +158,12 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
                 uuid: d.uuid.clone(),
                 worker: Mutex::new(WarmWorker::new(gpu_cfg, config.gpu.worker_max_evals)),
                 clocks: LaneClocks::new(policy, &d.uuid, ctl, store.clone()),
+                // The lane's torch reference runner sees only the lane's GPU.
+                torch: torch.clone().map(|h| {
+                    let uuid = (d.uuid.starts_with("GPU-") || d.uuid.starts_with("MIG-"))
+                        .then_some(d.uuid.as_str());
+                    Mutex::new(kiln_sandbox::ReferenceRunner::gpu(h, uuid))
+                }),
             });
             tracing::info!(gpu = %d.uuid, name = %d.name, arch = %d.arch, "cuda lane");
         }
@@ -189,7 +196,7 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
             cfg: compile_cfg,
             lanes,
             status: cuda.clone(),
-            torch: torch_helper(config),
+            torch,
         }));
     }
     Built {
