@@ -535,6 +535,37 @@ impl GpuTarget<'_> {
         Ok(())
     }
 
+    /// Writes the torch reference's answer (one blob per output, problem order) into the
+    /// output tensors.
+    fn upload_answer(&self, blobs: &[Vec<u8>]) -> Result<(), String> {
+        let outs: Vec<&Tensor> = self
+            .tensors
+            .iter()
+            .filter(|t| t.role == Role::Output)
+            .collect();
+        if blobs.len() != outs.len() {
+            return Err(format!(
+                "the torch reference answered {} outputs; the problem has {}",
+                blobs.len(),
+                outs.len()
+            ));
+        }
+        for (t, blob) in outs.into_iter().zip(blobs) {
+            if blob.len() as u64 != t.spec.bytes() {
+                return Err(format!(
+                    "the torch reference answered {} bytes for {}; it has {}",
+                    blob.len(),
+                    t.name,
+                    t.spec.bytes()
+                ));
+            }
+            self.gpu
+                .upload(&t.buf, 0, blob)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
     /// Runs the reference on `inputs` into the output tensors, checks it wrote them all.
     fn run_reference(&mut self, inputs: &GpuInputs) -> Result<(), String> {
         let wrap = |e: GpuError| e.to_string();
@@ -568,33 +599,17 @@ impl GpuTarget<'_> {
                         .map_err(wrap)?;
                     sent.push((t.name.clone(), bytes));
                 }
-                let (blobs, how) = ask(&sent)?;
+                let (mut blobs, how) = ask(&sent)?;
                 drop(sent);
                 *precision = how;
-                let outs: Vec<&Tensor> = self
-                    .tensors
-                    .iter()
-                    .filter(|t| t.role == Role::Output)
-                    .collect();
-                if blobs.len() != outs.len() {
-                    return Err(format!(
-                        "the torch reference answered {} outputs; the problem has {}",
-                        blobs.len(),
-                        outs.len()
-                    ));
+                let uploaded = self.upload_answer(&blobs);
+                // The answer's host copy is wiped before candidate code runs again (a GPU
+                // with HMM can read the worker's pageable memory).
+                for b in &mut blobs {
+                    b.fill(0);
+                    std::hint::black_box(&b);
                 }
-                for (t, blob) in outs.into_iter().zip(&blobs) {
-                    if blob.len() as u64 != t.spec.bytes() {
-                        return Err(format!(
-                            "the torch reference answered {} bytes for {}; it has {}",
-                            blob.len(),
-                            t.name,
-                            t.spec.bytes()
-                        ));
-                    }
-                    self.gpu.upload(&t.buf, 0, blob).map_err(wrap)?;
-                }
-                return Ok(());
+                return uploaded;
             }
         };
         let limit = self.run_timeout.max(Duration::from_secs(10)) * 4;
