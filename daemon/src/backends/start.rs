@@ -73,6 +73,24 @@ pub fn sandbox_config(config: &Config, state_dir: &Path) -> SandboxConfig {
     cfg
 }
 
+/// The torch helper `[gpu] python` runs, or why there is none.
+pub fn torch_helper(config: &Config) -> Result<kiln_sandbox::TorchHelper, String> {
+    if config.gpu.python.is_empty() {
+        return Err("[gpu] python is empty: the torch helper is off".into());
+    }
+    kiln_sandbox::TorchHelper::find(
+        &kiln_sandbox::default_worker_exe(),
+        &config.gpu.python,
+        Duration::from_secs(config.gpu.torch_timeout_secs.max(1)),
+    )
+    .ok_or_else(|| {
+        format!(
+            "{} not found beside kiln-worker (see daemon/packaging)",
+            kiln_sandbox::torch_helper::HELPER_NAME
+        )
+    })
+}
+
 /// Builds the backends. Runs before the async runtime starts (the jail probe forks).
 /// Under the `lock` clock policy, first resets clocks a crashed daemon left locked.
 pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
@@ -105,6 +123,7 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
                 config.evaluation.host_peak_bytes_per_s,
                 config.evaluation.host_peak_flops,
             ),
+            torch: torch_helper(config).map(|h| Mutex::new(kiln_sandbox::ReferenceRunner::cpu(h))),
         }));
     }
     if let Some(cuda) = status.iter_mut().find(|b| b.name == "cuda")
@@ -123,6 +142,7 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
         let chosen = selected(&found, &config.gpu.devices);
         let mut compile_cfg = cfg.clone();
         let mut lanes = Vec::new();
+        let torch = torch_helper(config);
         for d in &chosen {
             let mut gpu_cfg = cfg.clone();
             gpu_cfg.use_gpu(d);
@@ -138,6 +158,12 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
                 uuid: d.uuid.clone(),
                 worker: Mutex::new(WarmWorker::new(gpu_cfg, config.gpu.worker_max_evals)),
                 clocks: LaneClocks::new(policy, &d.uuid, ctl, store.clone()),
+                // The lane's torch reference runner sees only the lane's GPU.
+                torch: torch.clone().map(|h| {
+                    let uuid = (d.uuid.starts_with("GPU-") || d.uuid.starts_with("MIG-"))
+                        .then_some(d.uuid.as_str());
+                    Mutex::new(kiln_sandbox::ReferenceRunner::gpu(h, uuid))
+                }),
             });
             tracing::info!(gpu = %d.uuid, name = %d.name, arch = %d.arch, "cuda lane");
         }
@@ -170,6 +196,7 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
             cfg: compile_cfg,
             lanes,
             status: cuda.clone(),
+            torch,
         }));
     }
     Built {

@@ -32,6 +32,7 @@ use kiln_types::{
 use super::compile::module_from_artifact;
 use super::telemetry::Telemetry;
 use super::timer_log::TimerLog;
+use crate::backends::host::evaluate::TorchAsk;
 use crate::contract::{CheckError, InputVariant, RunFailure, Session, Target, Unwritten};
 use crate::contract::{compare, data};
 
@@ -65,7 +66,7 @@ enum GuardOf {
 }
 
 /// What the worker hands to [`GpuContext::evaluate`](super::context::GpuContext::evaluate).
-pub struct Job<'a> {
+pub struct Job<'a, 'b> {
     /// The problem.
     pub problem: &'a ProblemSpec,
     /// The candidate.
@@ -78,6 +79,18 @@ pub struct Job<'a> {
     pub candidate_code: Code<'a>,
     /// Bytes device `printf` may print in the whole evaluation before it is a fault.
     pub output_limit_bytes: u64,
+    /// The torch reference, when the problem has no cuda kernel: asked for the outputs of
+    /// each checked input set (only between candidate runs).
+    pub torch: Option<&'a mut TorchAsk<'b>>,
+}
+
+/// Where the reference's outputs come from. Declared before the buffers (drop order).
+enum GpuReference<'t> {
+    /// The problem's cuda kernel: its checked launch plan and its module.
+    Kernel(CheckedLaunches, Module),
+    /// The caller's torch reference runner (a process of its own, another CUDA context),
+    /// given the inputs' bytes; the precision it last reported.
+    Torch(&'t mut TorchAsk<'t>, String),
 }
 
 /// A candidate's compiled code as the GPU target loads it.
@@ -126,9 +139,8 @@ pub struct GpuTarget<'g> {
     guard_word: u64,
     guard_key: u64,
     guard_hash: u64,
-    ref_launches: CheckedLaunches,
+    reference: GpuReference<'g>,
     cand_launches: CheckedLaunches,
-    reference: Module,
     candidate: Module,
     tensors: Vec<Tensor>,
     ref_scratch: Vec<DeviceBuffer>,
@@ -177,14 +189,19 @@ pub(super) fn evaluate_on(
     job: Job,
 ) -> Result<Evaluation, String> {
     let problem = job.problem;
-    let ref_ks = problem
-        .reference
-        .get("cuda")
-        .ok_or_else(|| format!("problem {} has no cuda reference", problem.name))?;
+    let ref_ks = problem.reference.kernel("cuda");
+    if ref_ks.is_none() && (problem.reference.torch.is_none() || job.torch.is_none()) {
+        return Err(format!(
+            "problem {} has no cuda reference (and no torch reference runner)",
+            problem.name
+        ));
+    }
     if let Err(e) = check_scratch(problem, &job.candidate.scratch) {
         return Ok(early(Verdict::InvalidLaunch, e));
     }
-    check_scratch(problem, &ref_ks.scratch).map_err(|e| format!("reference: {e}"))?;
+    let no_scratch = Vec::new();
+    let ref_scratch_spec = ref_ks.map_or(&no_scratch, |k| &k.scratch);
+    check_scratch(problem, ref_scratch_spec).map_err(|e| format!("reference: {e}"))?;
     if let Some(p) = gpu.poisoned() {
         return Err(format!(
             "the GPU context is poisoned ({p}); the worker must be replaced"
@@ -233,7 +250,7 @@ pub(super) fn evaluate_on(
         Ok((args, bufs))
     };
     let (ref_args, ref_scratch) =
-        scratch(&ref_ks.scratch).map_err(|e| infra("reference scratch", e))?;
+        scratch(ref_scratch_spec).map_err(|e| infra("reference scratch", e))?;
     let (cand_args, cand_scratch) = match scratch(&job.candidate.scratch) {
         Ok(x) => x,
         Err(e) => {
@@ -246,17 +263,24 @@ pub(super) fn evaluate_on(
     let names = |ls: &[kiln_types::Launch]| -> Vec<String> {
         ls.iter().map(|l| l.kernel.clone()).collect()
     };
-    let ref_names = names(&ref_ks.launches);
-    let ref_refs: Vec<&str> = ref_names.iter().map(String::as_str).collect();
-    let reference = gpu
-        .load_module(
-            &module_from_artifact(job.reference_artifact, &arch),
-            &ref_refs,
-        )
-        .map_err(|e| infra("loading the reference module", e))?;
-    let ref_launches = gpu
-        .check_launches(&reference, &ref_ks.launches, &ref_args)
-        .map_err(|e| format!("the reference's launch plan: {e}"))?;
+    let reference = match (ref_ks, job.torch) {
+        (Some(ref_ks), _) => {
+            let ref_names = names(&ref_ks.launches);
+            let ref_refs: Vec<&str> = ref_names.iter().map(String::as_str).collect();
+            let module = gpu
+                .load_module(
+                    &module_from_artifact(job.reference_artifact, &arch),
+                    &ref_refs,
+                )
+                .map_err(|e| infra("loading the reference module", e))?;
+            let launches = gpu
+                .check_launches(&module, &ref_ks.launches, &ref_args)
+                .map_err(|e| format!("the reference's launch plan: {e}"))?;
+            GpuReference::Kernel(launches, module)
+        }
+        (None, Some(ask)) => GpuReference::Torch(ask, String::new()),
+        (None, None) => return Err("no reference".into()),
+    };
     let cand_names = names(&job.candidate.launches);
     let cand_refs: Vec<&str> = cand_names.iter().map(String::as_str).collect();
     let loaded = match job.candidate_code {
@@ -326,9 +350,8 @@ pub(super) fn evaluate_on(
         guard_word,
         guard_key,
         guard_hash: kiln_gpu::inputs::host_hash(&guard_bytes, guard_key),
-        ref_launches,
-        cand_launches,
         reference,
+        cand_launches,
         candidate,
         tensors,
         ref_scratch,
@@ -346,6 +369,13 @@ pub(super) fn evaluate_on(
     };
     let mut session = Session::new(problem, job.plan, target);
     let mut e = session.run()?;
+    if let GpuReference::Torch(_, precision) = &session.target.reference
+        && !precision.is_empty()
+    {
+        e.evidence.notes.push(format!(
+            "reference: the problem's PyTorch module, computed in {precision}"
+        ));
+    }
     let mut tele = serde_json::json!({ "device": device });
     tele["kernels"] = serde_json::to_value(&kernels).unwrap_or_default();
     if let Some(mut gpu_t) = session.telemetry.take() {
@@ -602,6 +632,37 @@ impl GpuTarget<'_> {
         Ok(())
     }
 
+    /// Writes the torch reference's answer (one blob per output, problem order) into the
+    /// output tensors.
+    fn upload_answer(&self, blobs: &[Vec<u8>]) -> Result<(), String> {
+        let outs: Vec<&Tensor> = self
+            .tensors
+            .iter()
+            .filter(|t| t.role == Role::Output)
+            .collect();
+        if blobs.len() != outs.len() {
+            return Err(format!(
+                "the torch reference answered {} outputs; the problem has {}",
+                blobs.len(),
+                outs.len()
+            ));
+        }
+        for (t, blob) in outs.into_iter().zip(blobs) {
+            if blob.len() as u64 != t.spec.bytes() {
+                return Err(format!(
+                    "the torch reference answered {} bytes for {}; it has {}",
+                    blob.len(),
+                    t.name,
+                    t.spec.bytes()
+                ));
+            }
+            self.gpu
+                .upload(&t.buf, 0, blob)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
     /// Runs the reference on `inputs` into the output tensors, checks it wrote them all.
     fn run_reference(&mut self, inputs: &GpuInputs) -> Result<(), String> {
         let wrap = |e: GpuError| e.to_string();
@@ -612,9 +673,45 @@ impl GpuTarget<'_> {
         for b in &self.ref_scratch {
             self.gpu.memset(b, 0).map_err(wrap)?;
         }
+        let (launches, module) = match &mut self.reference {
+            GpuReference::Kernel(launches, module) => (&*launches, &*module),
+            GpuReference::Torch(ask, precision) => {
+                // The torch runner computes from the inputs' bytes in its own process; its
+                // answer is written into the output tensors, as the kernel would have.
+                let max = u64::from(crate::protocol::MAX_FRAME);
+                if let Some(t) = self.tensors.iter().find(|t| t.spec.bytes() > max) {
+                    return Err(format!(
+                        "tensor {} is {} bytes: a torch reference on the cuda backend carries \
+                         each tensor through the worker's pipe, at most {max} bytes (exported \
+                         memory handles are not built yet)",
+                        t.name,
+                        t.spec.bytes()
+                    ));
+                }
+                let mut sent = Vec::new();
+                for t in self.tensors.iter().filter(|t| t.role == Role::Input) {
+                    let bytes = self
+                        .gpu
+                        .download_vec::<u8>(&t.buf, t.spec.bytes() as usize)
+                        .map_err(wrap)?;
+                    sent.push((t.name.clone(), bytes));
+                }
+                let (mut blobs, how) = ask(&sent)?;
+                drop(sent);
+                *precision = how;
+                let uploaded = self.upload_answer(&blobs);
+                // The answer's host copy is wiped before candidate code runs again (a GPU
+                // with HMM can read the worker's pageable memory).
+                for b in &mut blobs {
+                    b.fill(0);
+                    std::hint::black_box(&b);
+                }
+                return uploaded;
+            }
+        };
         let limit = self.run_timeout.max(Duration::from_secs(10)) * 4;
         self.gpu
-            .run_launches(&self.reference, &self.ref_launches, limit)
+            .run_launches(module, launches, limit)
             .map_err(|e| format!("did not finish: {e}"))?;
         for i in self.outputs() {
             let t = &self.tensors[i];
