@@ -74,6 +74,7 @@ fn run_case(name: &str) {
             block: [1, 1, 1],
             shared_bytes: 0,
             args: case.args.clone(),
+            ..Launch::default()
         }],
         scratch: vec![],
         flags: case.flags.clone(),
