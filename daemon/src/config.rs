@@ -52,6 +52,8 @@ pub struct Config {
     pub jail: JailConfig,
     /// GPUs and clock policy.
     pub gpu: GpuConfig,
+    /// CUDA compiles: the toolkit's headers.
+    pub cuda: CudaConfig,
     /// Searches and their proposer plugins.
     pub search: SearchConfig,
     /// The LLM gateway.
@@ -316,6 +318,15 @@ impl Default for GpuConfig {
     }
 }
 
+/// `[cuda]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct CudaConfig {
+    /// The toolkit's include folders (absolute); empty = discovered (see
+    /// `kiln_sandbox::backends::cuda::toolkit`).
+    pub include_dirs: Vec<String>,
+}
+
 /// `[log]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -402,6 +413,9 @@ impl Config {
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return bad("log.format must be \"text\" or \"json\"");
+        }
+        if self.cuda.include_dirs.iter().any(|d| !d.starts_with('/')) {
+            return bad("cuda.include_dirs must be absolute paths");
         }
         Ok(())
     }

@@ -98,6 +98,12 @@ pub fn compile(cfg: &SandboxConfig, candidate: &Candidate) -> Result<CompileOutc
         if let Err(e) = kiln_gpu::nvrtc::check_flags(&candidate.flags) {
             return Ok(refused(e.to_string()));
         }
+        // Host code and unsafe directives are refused before any jail starts.
+        let screened = kiln_gpu::cxx::screen::host_code(&candidate.source)
+            .map_or_else(|| kiln_gpu::cxx::screen::directives(&candidate.source), Err);
+        if let Err(message) = screened {
+            return Ok(refused(message));
+        }
         if kiln_gpu::facts::nvrtc_version().is_none() {
             return Err(SandboxError::BackendUnavailable(
                 "cuda".into(),
@@ -123,17 +129,25 @@ pub fn compile(cfg: &SandboxConfig, candidate: &Candidate) -> Result<CompileOutc
         }),
     };
     let spec = jail_spec(cfg, Role::Compile, cuda, &job, limits, "serve")?;
-    let cc = which(&cfg.cc.to_string_lossy()).unwrap_or_else(|| cfg.cc.clone());
-    let cc = std::fs::canonicalize(&cc).unwrap_or(cc);
+    let cc = crate::config::which_cc(&cfg.cc);
     let deadline = cfg.compile_timeout + Duration::from_secs(10);
     let mut child = jail::spawn(&cfg.worker_exe, &spec, deadline)?;
     let layers = child.report.layers.clone();
+    // The header folders are at their fixed paths when the private root came up, and at
+    // their host paths when it did not (the jail's layers say which).
+    let private_root = layers.iter().any(|l| l.name == "private-root" && l.active);
+    let include_dirs = match (cuda, private_root) {
+        (false, _) => Vec::new(),
+        (true, true) => cfg.cuda_headers.inside_paths(),
+        (true, false) => cfg.cuda_headers.dirs.clone(),
+    };
     let request = Request::Compile {
         version: PROTOCOL_VERSION,
         candidate: candidate.clone(),
         cc,
         timeout_ms: cfg.compile_timeout.as_millis() as u64,
         arch: cuda.then(|| cfg.cuda_arch.clone()),
+        include_dirs,
     };
     let reply = child
         .stdin

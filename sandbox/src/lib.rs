@@ -59,10 +59,16 @@ pub mod worker;
 
 pub use api::{BackendStatus, CompileOutcome, backend_status, compile, evaluate, probe_layers};
 pub use baselines::measure_baselines;
-pub use config::{SandboxConfig, default_worker_exe};
+pub use config::{SandboxConfig, default_worker_exe, which_cc};
 pub use error::SandboxError;
 pub use jail::{JailReport, LayerStatus};
 /// The GPU mechanics crate, for callers that need its types (clock policy, facts).
 pub use kiln_gpu;
+
+/// A content hash of this build's compile path (the backends' compile code, kiln-gpu's
+/// NVRTC recipe, stand-in headers and artifact format), computed by `build.rs`: part of
+/// the compile cache's key, so a cached artifact is never served to a kiln whose compile
+/// path differs.
+pub const COMPILE_BUILD: &str = env!("KILN_COMPILE_BUILD");
 pub use torch_baseline::{TorchHelper, torch_baseline};
 pub use warm_worker::{WarmWorker, WarmWorkerStats};

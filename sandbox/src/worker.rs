@@ -110,6 +110,7 @@ fn serve_on(
             cc,
             timeout_ms,
             arch,
+            include_dirs,
             ..
         } => match candidate.language {
             Language::C => {
@@ -126,7 +127,7 @@ fn serve_on(
             }
             Language::Cuda => {
                 let arch = arch.unwrap_or_else(|| cuda::setup::DEFAULT_ARCH.to_string());
-                match cuda::compile::compile(&candidate, &arch) {
+                match cuda::compile::compile(&candidate, &arch, &include_dirs) {
                     Ok(c) => {
                         let r = Response::Compiled {
                             ok: c.artifact.is_some(),

@@ -20,6 +20,8 @@ pub struct Facts {
     pub gpu: GpuInventory,
     /// Jail layers and whether each is active here.
     pub jail: Value,
+    /// The CUDA toolkit headers cuda compiles get (`backends::start::cuda_headers`).
+    pub cuda_headers: Value,
     /// The socket served.
     pub socket: String,
     /// The state directory.
@@ -63,6 +65,7 @@ pub async fn info(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
         "clock_policy": s.config.gpu.clock_policy,
         "clock_lock": clock_lock,
         "jail": s.facts.jail,
+        "cuda_headers": s.facts.cuda_headers,
         "searches": {"usable": s.supervisor.status().0, "detail": s.supervisor.status().1},
         "llm": {"provider": s.llm.provider_name(), "usable": s.llm.status().0, "detail": s.llm.status().1},
         "host": host,

@@ -56,6 +56,8 @@ pub struct CudaBackend {
     pub(super) cfg: SandboxConfig,
     pub(super) lanes: Vec<GpuLane>,
     pub(super) status: BackendStatus,
+    /// Architecture, NVRTC and header identity (see [`super::compile_identity`]).
+    pub(super) identity: String,
 }
 
 impl Backend for CudaBackend {
@@ -69,6 +71,10 @@ impl Backend for CudaBackend {
 
     fn status(&self) -> BackendStatus {
         self.status.clone()
+    }
+
+    fn compile_identity(&self) -> String {
+        self.identity.clone()
     }
 
     fn lanes(&self) -> usize {

@@ -12,6 +12,8 @@ pub struct HostBackend {
     pub(super) status: BackendStatus,
     /// `evaluation.host_peak_bytes_per_s` and `evaluation.host_peak_flops`.
     pub(super) peaks: (f64, f64),
+    /// The C compiler's identity (see [`super::compile_identity`]).
+    pub(super) identity: String,
 }
 
 impl Backend for HostBackend {
@@ -25,6 +27,10 @@ impl Backend for HostBackend {
 
     fn status(&self) -> BackendStatus {
         self.status.clone()
+    }
+
+    fn compile_identity(&self) -> String {
+        self.identity.clone()
     }
 
     fn compile(&self, candidate: &Candidate) -> Result<CompileOutcome, BackendError> {

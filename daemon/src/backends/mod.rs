@@ -72,6 +72,11 @@ pub trait Backend: Send + Sync {
     fn peaks(&self) -> (f64, f64) {
         (0.0, 0.0)
     }
+    /// What else decides this backend's artifacts besides the candidate: the compiler and
+    /// toolkit identity and version, the target architecture (part of [`compile_key`]).
+    fn compile_identity(&self) -> String {
+        String::new()
+    }
 }
 
 /// A compile in a jailed worker, as the scheduler sees it (both backends compile alike).
@@ -82,14 +87,166 @@ fn compile_in_jail(
     kiln_sandbox::compile(cfg, candidate).map_err(|e| BackendError(e.to_string()))
 }
 
-/// The key under which a compile result is cached: everything that determines it.
-pub fn compile_key(backend: &str, candidate: &Candidate) -> String {
+/// The key under which `backend`'s compile of `candidate` is cached: everything that
+/// determines the artifact (see [`cache_key`]).
+pub fn compile_key(backend: &dyn Backend, candidate: &Candidate) -> String {
+    cache_key(
+        backend.name(),
+        &backend.compile_identity(),
+        kiln_sandbox::COMPILE_BUILD,
+        candidate,
+    )
+}
+
+/// The compile cache's key: the backend, its compile identity (compiler and toolkit
+/// versions, header set, target architecture), kiln's build (a content hash of its compile
+/// path), and of the candidate the language, source, flags and the kernel names its
+/// launches resolve (they decide which templates are instantiated and the artifact's
+/// manifest). Keys made any other way — by an older kiln — never match, so old cache rows
+/// are ignored rather than served.
+pub fn cache_key(backend: &str, identity: &str, build: &str, candidate: &Candidate) -> String {
+    let mut kernels: Vec<&str> = candidate
+        .launches
+        .iter()
+        .map(|l| l.kernel.as_str())
+        .collect();
+    kernels.sort_unstable();
+    kernels.dedup();
     let doc = serde_json::json!({
+        "key": 2,
         "backend": backend,
+        "identity": identity,
+        "build": build,
         "language": candidate.language,
         "source": candidate.source,
         "flags": candidate.flags,
-        "kiln": env!("CARGO_PKG_VERSION"),
+        "kernels": kernels,
     });
     blake3::hash(doc.to_string().as_bytes()).to_hex()[..32].to_string()
+}
+
+/// The compile identity of a backend built from `cfg`: for cuda the target architecture,
+/// NVRTC's version and the toolkit headers' identity; for the host the C compiler (its
+/// resolved path, size and modification time).
+pub fn compile_identity(cfg: &kiln_sandbox::SandboxConfig, cuda: bool) -> String {
+    if cuda {
+        let nvrtc = kiln_sandbox::kiln_gpu::facts::nvrtc_version()
+            .map_or_else(|| "none".to_string(), |(a, b)| format!("{a}.{b}"));
+        return format!(
+            "arch={}; nvrtc={nvrtc}; headers={}",
+            cfg.cuda_arch,
+            cfg.cuda_headers.identity()
+        );
+    }
+    let cc = kiln_sandbox::which_cc(&cfg.cc);
+    let meta = std::fs::metadata(&cc).ok();
+    let mtime = meta
+        .as_ref()
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    format!(
+        "cc={}; size={}; mtime={mtime}",
+        cc.display(),
+        meta.map_or(0, |m| m.len())
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(kernel: &str) -> Candidate {
+        serde_json::from_value(serde_json::json!({
+            "problem": "p", "language": "cuda", "source": "__global__ void k() {}",
+            "launches": [{"kernel": kernel}],
+        }))
+        .expect("candidate")
+    }
+
+    #[test]
+    fn the_key_changes_with_everything_that_changes_the_artifact() {
+        let c = candidate("k");
+        let base = cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &c);
+        assert_eq!(
+            base,
+            cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &c)
+        );
+        let mut other = c.clone();
+        other.flags = vec!["--use_fast_math".into()];
+        let mut source = c.clone();
+        source.source.push(' ');
+        for changed in [
+            cache_key("cuda", "arch=sm_80; nvrtc=13.0", "build-a", &c),
+            cache_key("cuda", "arch=sm_90; nvrtc=13.1", "build-a", &c),
+            cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-b", &c),
+            cache_key("host", "arch=sm_90; nvrtc=13.0", "build-a", &c),
+            cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &other),
+            cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &source),
+            cache_key(
+                "cuda",
+                "arch=sm_90; nvrtc=13.0",
+                "build-a",
+                &candidate("k<1>"),
+            ),
+        ] {
+            assert_ne!(changed, base);
+        }
+        // Grid, block and args do not change the artifact.
+        let mut shape = c.clone();
+        shape.launches[0].grid = [64, 1, 1];
+        assert_eq!(
+            cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &shape),
+            base
+        );
+    }
+
+    #[test]
+    fn a_cached_artifact_is_not_served_across_architectures_or_builds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::store::Store::open(dir.path()).expect("store");
+        let c = candidate("k");
+        let art = crate::store::Artifact {
+            bytes: b"\x7fELF sm_90 cubin".to_vec(),
+            info: kiln_types::CompileInfo::default(),
+        };
+        let key = cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &c);
+        store.put_artifact(&key, "cuda", &art).expect("put");
+        let get = |identity: &str, build: &str| {
+            store
+                .get_artifact(&cache_key("cuda", identity, build, &c))
+                .expect("get")
+        };
+        assert_eq!(
+            get("arch=sm_90; nvrtc=13.0", "build-a").map(|a| a.bytes),
+            Some(art.bytes)
+        );
+        assert!(
+            get("arch=sm_100; nvrtc=13.0", "build-a").is_none(),
+            "another architecture"
+        );
+        assert!(
+            get("arch=sm_90; nvrtc=13.0", "build-b").is_none(),
+            "another kiln build"
+        );
+        // The key kiln used before this one (no architecture, no build) is not looked up.
+        let old = serde_json::json!({
+            "backend": "cuda", "language": c.language, "source": c.source,
+            "flags": c.flags, "kiln": env!("CARGO_PKG_VERSION"),
+        });
+        let old_key = blake3::hash(old.to_string().as_bytes()).to_hex()[..32].to_string();
+        assert_ne!(old_key, key);
+    }
+
+    #[test]
+    fn identities_name_the_compiler() {
+        let mut cfg = kiln_sandbox::SandboxConfig::new("/nonexistent");
+        cfg.cuda_arch = "sm_90".into();
+        let id = compile_identity(&cfg, true);
+        assert!(id.starts_with("arch=sm_90; nvrtc="), "{id}");
+        assert!(id.contains("headers="), "{id}");
+        cfg.cuda_arch = "sm_100".into();
+        assert_ne!(compile_identity(&cfg, true), id);
+        assert!(compile_identity(&cfg, false).starts_with("cc="));
+    }
 }

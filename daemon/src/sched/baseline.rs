@@ -58,7 +58,7 @@ impl Scheduler {
         reference: &Candidate,
     ) -> Result<Artifact, BaselineError> {
         let failed = |e: &dyn std::fmt::Display| BaselineError::Failed(e.to_string());
-        let key = compile_key(backend.name(), reference);
+        let key = compile_key(backend.as_ref(), reference);
         if let Some(a) = self.store.get_artifact(&key).map_err(|e| failed(&e))? {
             return Ok(a);
         }

@@ -256,7 +256,7 @@ impl Scheduler {
         backend: &Arc<dyn Backend>,
         candidate: &Candidate,
     ) -> Result<Result<Artifact, Evaluation>, JobFailure> {
-        let key = compile_key(backend.name(), candidate);
+        let key = compile_key(backend.as_ref(), candidate);
         if let Some(mut a) = self.store.get_artifact(&key)? {
             a.info.cached = true;
             return Ok(Ok(a));

@@ -29,11 +29,11 @@ use kiln_types::{
     Tolerance, Verdict,
 };
 
-use super::compile::module_from_artifact;
 use super::telemetry::Telemetry;
 use super::timer_log::TimerLog;
 use crate::contract::{CheckError, InputVariant, RunFailure, Session, Target, Unwritten};
 use crate::contract::{compare, data};
+use kiln_gpu::artifact::Artifact;
 
 /// Largest total scratch a candidate may ask for, bytes.
 const MAX_SCRATCH_BYTES: u64 = 16 << 30;
@@ -205,21 +205,20 @@ pub(super) fn evaluate_on(
     };
     let ref_names = names(&ref_ks.launches);
     let ref_refs: Vec<&str> = ref_names.iter().map(String::as_str).collect();
+    let ref_artifact = Artifact::decode(job.reference_artifact)
+        .map_err(|e| format!("the reference's artifact: {e}"))?;
     let reference = gpu
-        .load_module(
-            &module_from_artifact(job.reference_artifact, &arch),
-            &ref_refs,
-        )
+        .load_artifact(&ref_artifact, &ref_refs)
         .map_err(|e| infra("loading the reference module", e))?;
     let ref_launches = gpu
         .check_launches(&reference, &ref_ks.launches, &ref_args)
         .map_err(|e| format!("the reference's launch plan: {e}"))?;
     let cand_names = names(&job.candidate.launches);
     let cand_refs: Vec<&str> = cand_names.iter().map(String::as_str).collect();
-    let candidate = match gpu.load_module(
-        &module_from_artifact(job.candidate_artifact, &arch),
-        &cand_refs,
-    ) {
+    let loaded = Artifact::decode(job.candidate_artifact)
+        .map_err(|e| GpuError::Usage(e.to_string()))
+        .and_then(|a| gpu.load_artifact(&a, &cand_refs));
+    let candidate = match loaded {
         Ok(m) => m,
         Err(e) => {
             let mut ev = early(
