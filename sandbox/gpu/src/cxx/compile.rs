@@ -200,10 +200,12 @@ fn no_such_kernel(program: &Program, unresolved: &[String], log: String) -> Comp
 fn with_hints(mut log: String, no_toolkit: bool) -> String {
     let mut hints = Vec::new();
     for line in log.lines() {
-        let Some(at) = line.find("cannot open source file \"") else {
+        // "cannot open source file" with an include path, "could not open" without.
+        const MARK: &str = "open source file \"";
+        let Some(at) = line.find(MARK) else {
             continue;
         };
-        let rest = &line[at + "cannot open source file \"".len()..];
+        let rest = &line[at + MARK.len()..];
         let Some(name) = rest.split('"').next() else {
             continue;
         };
@@ -327,8 +329,8 @@ mod tests {
 
     #[test]
     fn hints_and_summaries_are_short_and_say_why() {
-        let log = "candidate.cu(1): catastrophic error: cannot open source file \"cuda_fp16.h\"\n\
-                   1 catastrophic error detected";
+        let log = "candidate.cu(1): catastrophic error: could not open source file \"cuda_fp16.h\" \
+                   (no directories in search list)\n1 catastrophic error detected";
         let with = with_hints(log.to_string(), true);
         assert!(with.contains("kiln: <cuda_fp16.h> is unavailable: no CUDA toolkit headers"));
         let with = with_hints(log.to_string(), false);
