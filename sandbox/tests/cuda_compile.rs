@@ -35,7 +35,10 @@ fn with_headers() -> Option<(tempfile::TempDir, SandboxConfig)> {
     let (dir, mut cfg) = common::setup();
     cfg.find_cuda_headers(&[]);
     if !cfg.cuda_headers.found() {
-        println!("SKIP: no CUDA toolkit headers: {}", cfg.cuda_headers.describe());
+        println!(
+            "SKIP: no CUDA toolkit headers: {}",
+            cfg.cuda_headers.describe()
+        );
         return None;
     }
     println!("headers: {}", cfg.cuda_headers.describe());
@@ -45,7 +48,9 @@ fn with_headers() -> Option<(tempfile::TempDir, SandboxConfig)> {
 /// The `compile_error` message of a refused candidate.
 fn refusal(cfg: &SandboxConfig, c: &Candidate) -> String {
     let out = kiln_sandbox::compile(cfg, c).expect("compile runs");
-    let f = out.failure.unwrap_or_else(|| panic!("{} compiled", c.source));
+    let f = out
+        .failure
+        .unwrap_or_else(|| panic!("{} compiled", c.source));
     assert_eq!(f.verdict, Verdict::CompileError, "{f:#?}");
     f.message
 }
@@ -63,10 +68,20 @@ fn a_torch_host_wrapper_gets_a_compile_error_naming_its_lines() {
                  return y;\n}\n";
     let msg = refusal(&cfg, &candidate(src, &["relu"]));
     assert!(msg.starts_with("host code is not accepted"), "{msg}");
-    assert!(msg.contains("line 1: #include <torch/extension.h>"), "{msg}");
+    assert!(
+        msg.contains("line 1: #include <torch/extension.h>"),
+        "{msg}"
+    );
     assert!(msg.contains("line 6: torch::Tensor"), "{msg}");
-    assert!(msg.contains("\"launches\" list"), "says what kiln accepts: {msg}");
-    assert!(msg.len() < 700, "short enough for a model: {} bytes", msg.len());
+    assert!(
+        msg.contains("\"launches\" list"),
+        "says what kiln accepts: {msg}"
+    );
+    assert!(
+        msg.len() < 700,
+        "short enough for a model: {} bytes",
+        msg.len()
+    );
     let msg = refusal(
         &cfg,
         &candidate(
@@ -86,42 +101,21 @@ fn include_red_team_is_refused_before_any_jail() {
         ("#include \"../x.h\"\n", "climbs"),
         ("#define P </etc/passwd>\n#include P\n", "literally"),
         ("#if __has_include(</etc/shadow>)\n#endif\n", "absolute"),
-        ("#define __THRUST_HOST_SYSTEM_ROOT /etc\n", "belong to the CUDA toolkit"),
+        (
+            "#define __THRUST_HOST_SYSTEM_ROOT /etc\n",
+            "belong to the CUDA toolkit",
+        ),
     ] {
-        let out = kiln_sandbox::compile(&cfg, &candidate(&format!("{src}__global__ void k(){{}}"), &["k"]))
-            .expect("refused cleanly");
+        let out = kiln_sandbox::compile(
+            &cfg,
+            &candidate(&format!("{src}__global__ void k(){{}}"), &["k"]),
+        )
+        .expect("refused cleanly");
         assert!(out.layers.is_empty(), "refused before the jail: {src:?}");
         let f = out.failure.expect("compile_error");
         assert!(f.message.contains(needle), "{src:?}: {}", f.message);
     }
 }
-
-/// A candidate per header of issue #18 item 2, each using something from it.
-const HEADERS: &[(&str, &str)] = &[
-    ("cuda_runtime.h", "y[0] = (float)warpSize;"),
-    ("cuda.h", "y[0] = (float)CUDA_VERSION;"),
-    ("cuda_fp16.h", "y[0] = __half2float(__float2half(1.5f));"),
-    ("cuda_bf16.h", "y[0] = __bfloat162float(__float2bfloat16(1.5f));"),
-    ("cuda_fp8.h", "__nv_fp8_e4m3 v(1.5f); y[0] = float(v);"),
-    ("mma.h", "using namespace nvcuda; wmma::fragment<wmma::accumulator, 16, 16, 16, float> f; wmma::fill_fragment(f, 0.0f); y[0] = f.x[0];"),
-    ("cooperative_groups.h", "namespace cg = cooperative_groups; cg::thread_block b = cg::this_thread_block(); b.sync(); y[0] = b.size();"),
-    ("cooperative_groups/reduce.h", "namespace cg = cooperative_groups; auto w = cg::tiled_partition<32>(cg::this_thread_block()); y[0] = cg::reduce(w, 1.0f, cg::plus<float>());"),
-    ("cuda/pipeline", "cuda::pipeline<cuda::thread_scope_thread> p = cuda::make_pipeline(); p.producer_acquire(); p.producer_commit(); y[0] = 1.0f;"),
-    ("cuda/barrier", "__shared__ cuda::barrier<cuda::thread_scope_block> bar; if (threadIdx.x == 0) init(&bar, blockDim.x); __syncthreads(); bar.arrive_and_wait(); y[0] = 1.0f;"),
-    ("cuda/std/cstdint", "cuda::std::uint32_t v = 3; y[0] = v;"),
-    ("cuda/std/limits", "y[0] = cuda::std::numeric_limits<float>::max();"),
-    ("cub/block/block_reduce.cuh", "typedef cub::BlockReduce<float, 32> R; __shared__ typename R::TempStorage t; y[0] = R(t).Sum(1.0f);"),
-    ("cub/warp/warp_reduce.cuh", "typedef cub::WarpReduce<float> R; __shared__ typename R::TempStorage t; y[0] = R(t).Sum(1.0f);"),
-    ("float.h", "y[0] = FLT_MAX;"),
-    ("cfloat", "y[0] = FLT_EPSILON;"),
-    ("math.h", "y[0] = sqrtf(M_PI);"),
-    ("cmath", "y[0] = std::exp(1.0f) + std::fmax(1.0f, 2.0f);"),
-    ("stdint.h", "int64_t v = INT64_MAX; y[0] = (float)v;"),
-    ("cstdint", "std::uint8_t v = UINT8_MAX; y[0] = v;"),
-    ("climits", "y[0] = (float)INT_MAX;"),
-    ("cstdio", "printf(\"%f\\n\", y[0]);"),
-    ("cassert", "assert(y != nullptr);"),
-];
 
 #[test]
 fn every_header_nvcc_users_take_for_granted_compiles_in_the_jail() {
@@ -132,8 +126,10 @@ fn every_header_nvcc_users_take_for_granted_compiles_in_the_jail() {
         return;
     };
     let mut failed = Vec::new();
-    for (header, body) in HEADERS {
-        let src = format!("#include <{header}>\n__global__ void k(float* y) {{ {body} }}\n");
+    for (header, body) in common::headers::HEADER_USES {
+        let src = format!(
+            "#include <{header}>\n__global__ void k(float* y) {{ {body} y[0] = extra; }}\n"
+        );
         let t0 = std::time::Instant::now();
         let out = kiln_sandbox::compile(&cfg, &candidate(&src, &["k"])).expect("compile runs");
         let wall = t0.elapsed().as_secs_f64() * 1e3;
@@ -149,7 +145,83 @@ fn every_header_nvcc_users_take_for_granted_compiles_in_the_jail() {
             }
         }
     }
-    assert!(failed.is_empty(), "headers that did not compile: {failed:?}");
+    assert!(
+        failed.is_empty(),
+        "headers that did not compile: {failed:?}"
+    );
+}
+
+#[test]
+fn every_suite_kernel_still_compiles_with_the_headers_and_prelude() {
+    if !nvrtc() {
+        return;
+    }
+    let (_dir, cfg) = common::setup();
+    let mut seen = 0;
+    for entry in std::fs::read_dir(common::problems_dir()).expect("problems/") {
+        let dir = entry.expect("entry").path();
+        if !dir.join("problem.toml").is_file() {
+            continue;
+        }
+        let p = kiln_types::ProblemSpec::load_dir(&dir).expect("problem loads");
+        for (what, ks) in [
+            ("reference", p.reference.get("cuda")),
+            ("seed", p.seed.get("cuda")),
+        ] {
+            let Some(ks) = ks else { continue };
+            let c = Candidate {
+                problem: p.name.clone(),
+                language: kiln_types::Language::Cuda,
+                source: ks.source.clone(),
+                launches: ks.launches.clone(),
+                scratch: ks.scratch.clone(),
+                flags: ks.flags.clone(),
+                parent: None,
+                note: None,
+            };
+            let out = kiln_sandbox::compile(&cfg, &c).expect("compile runs");
+            assert!(
+                out.artifact.is_some(),
+                "{} {what}: {:#?}",
+                p.name,
+                out.failure
+            );
+            seen += 1;
+        }
+    }
+    println!("{seen} suite kernels compiled");
+    assert!(seen >= 10, "only {seen} cuda kernels in the suite");
+}
+
+#[test]
+fn the_documented_examples_validate_and_compile() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/cxx");
+    let (_dir, cfg) = common::setup();
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("docs/examples/cxx") {
+        let path = entry.expect("entry").path();
+        let text = std::fs::read_to_string(&path).expect("read");
+        let c: Candidate =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        c.validate()
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        n += 1;
+        if kiln_gpu::facts::nvrtc_version().is_none() {
+            continue;
+        }
+        let out = kiln_sandbox::compile(&cfg, &c).expect("compile runs");
+        if out.artifact.is_none() && !cfg.cuda_headers.found() {
+            println!("SKIP compiling {}: no toolkit headers", path.display());
+            continue;
+        }
+        assert!(
+            out.artifact.is_some(),
+            "{}: {:#?}",
+            path.display(),
+            out.failure
+        );
+    }
+    assert!(n >= 5, "{n} examples");
 }
 
 #[test]
@@ -166,10 +238,16 @@ fn templated_and_namespaced_kernels_compile_in_the_jail_with_a_manifest() {
         .artifact
         .unwrap_or_else(|| panic!("did not compile: {:#?}", out.failure));
     let a = kiln_gpu::artifact::Artifact::decode(&art).expect("artifact");
-    assert_eq!(a.manifest.kernels["k<64, float>"].symbol, "_Z1kILi64EfEvPT0_");
+    assert_eq!(
+        a.manifest.kernels["k<64, float>"].symbol,
+        "_Z1kILi64EfEvPT0_"
+    );
     assert_eq!(a.manifest.kernels["ns::inner"].symbol, "_ZN2ns5innerEPf");
     let msg = refusal(&cfg, &candidate(src, &["k<64, float>", "missing"]));
-    assert!(msg.contains("missing") && msg.contains("ns::inner(float*)"), "{msg}");
+    assert!(
+        msg.contains("missing") && msg.contains("ns::inner(float*)"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -191,7 +269,10 @@ fn without_toolkit_headers_the_error_says_which_are_unavailable() {
     assert!(ok.artifact.is_some(), "{:#?}", ok.failure);
     let msg = refusal(
         &cfg,
-        &candidate("#include <cuda_fp16.h>\n__global__ void k(float* y) {}", &["k"]),
+        &candidate(
+            "#include <cuda_fp16.h>\n__global__ void k(float* y) {}",
+            &["k"],
+        ),
     );
     assert!(
         msg.contains("<cuda_fp16.h> is unavailable: no CUDA toolkit headers were found"),
