@@ -1,4 +1,5 @@
-//! Plain-text renderings of a problem and of an evaluation's evidence, for prompts.
+//! Plain-text renderings of a problem and of an evaluation's evidence, for prompts, and
+//! what the cuda backend accepts ([`CUDA_RULES`], part of [`problem`] for cuda).
 
 use std::fmt::Write;
 
@@ -14,7 +15,23 @@ fn word(v: impl serde::Serialize) -> String {
     }
 }
 
-/// The problem: name, summary, tensors (name, dtype, shape, role), tolerance.
+/// What a CUDA candidate may contain and how its launches are written (docs/api.md, "CUDA
+/// candidates"), as a model needs to know it.
+pub const CUDA_RULES: &str = "CUDA candidates: device code only - __global__ kernels and \
+their __device__ helpers. No host code (no torch/pybind11 wrapper, no <<<...>>> launches, \
+no cudaMalloc/cudaMemcpy): kiln allocates the tensors and launches the kernels from the \
+launch plan. You may #include CUDA toolkit headers (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h, \
+mma.h, cooperative_groups.h, cub/block/*.cuh, cub/warp/*.cuh, cuda/pipeline, cuda/barrier, \
+cuda/std/*) and <cstdint>, <cfloat>, <climits>, <cmath>, <cstdio>; INFINITY, NAN, FLT_MAX, \
+M_PI, int64_t need no include. A launch's \"kernel\" may be a C++ name: a plain or \
+namespaced kernel (ns::k) or a template instance (k<256, float>). Add \"cooperative\": true \
+to a launch whose kernel calls cooperative_groups::this_grid().sync() (its whole grid must \
+fit on the GPU at once: size it to blocks-per-SM x SMs and loop grid-stride), or \
+\"cluster\": [2, 1, 1] for thread-block clusters (at most 8 blocks; the grid a multiple of \
+it). \"-arch=sm_90a\" in flags enables wgmma and TMA instructions.";
+
+/// The problem: name, summary, tensors (name, dtype, shape, role), tolerance, and for the
+/// cuda backend [`CUDA_RULES`].
 pub fn problem(spec: &ProblemSpec, backend: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "Problem {}: {}", spec.name, spec.summary);
@@ -37,6 +54,9 @@ pub fn problem(spec: &ProblemSpec, backend: &str) -> String {
     );
     if let Some(t) = spec.required_tier {
         let _ = writeln!(s, "Required precision tier: {}", word(t));
+    }
+    if backend == "cuda" {
+        let _ = writeln!(s, "{CUDA_RULES}");
     }
     s
 }
@@ -102,4 +122,28 @@ pub fn evaluation(e: &Evaluation) -> String {
         let _ = writeln!(s, "Precision tier: {}", word(t));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuda_problems_carry_the_cuda_rules() {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../problems/vecadd-cuda-1m");
+        let spec = ProblemSpec::load_dir(&dir).expect("spec");
+        let cuda = problem(&spec, "cuda");
+        assert!(cuda.contains(CUDA_RULES), "{cuda}");
+        assert!(!problem(&spec, "host").contains("cooperative"));
+        for needle in [
+            "No host code",
+            "k<256, float>",
+            "\"cooperative\": true",
+            "\"cluster\"",
+            "sm_90a",
+        ] {
+            assert!(CUDA_RULES.contains(needle), "{needle}");
+        }
+    }
 }
