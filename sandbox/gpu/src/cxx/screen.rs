@@ -134,6 +134,13 @@ fn host_code_in(line: &Line) -> Option<String> {
         if t == "main" && next == Some("(") && i > 0 && tokens[i - 1] == "int" {
             return Some("int main(…)".into());
         }
+        if t == "namespace"
+            && i > 0
+            && tokens[i - 1] == "using"
+            && next.is_some_and(|n| HOST_NAMESPACES.contains(&n))
+        {
+            return Some(format!("using namespace {}", next.unwrap_or_default()));
+        }
     }
     None
 }
@@ -411,6 +418,7 @@ mod tests {
             "void f() { cudaMemcpyAsync(a, b, 4, k, s); }",
             "void f() { cudaLaunchCooperativeKernel((void*)k, g, b, args); }",
             "namespace py = pybind11;",
+            "using namespace at;",
         ] {
             assert!(host_code(src).is_some(), "{src}");
         }

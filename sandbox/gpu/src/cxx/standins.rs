@@ -9,10 +9,13 @@
 //!   `<stddef.h>`, `<stdlib.h>`, `<string.h>` and their `c…` forms): what device code
 //!   uses from them — types, limits, constants, `std::` names for NVRTC's built-in math,
 //!   `printf` and `assert`.
-//! - `<algorithm>` and `<utility>`: `std::min`, `std::max`, `std::swap`, `std::move`,
-//!   `std::forward`; `<limits>`: `std::numeric_limits` from libcu++ (needs the toolkit).
-//! - Host-only C++ headers that generated kernels often include without using them in
-//!   device code (`<vector>`, `<string>`, `<iostream>`, …): empty.
+//! - `<algorithm>` and `<utility>`: `std::min`, `std::max`, `std::swap` (NVRTC itself
+//!   declares `std::move` and `std::forward`); `<limits>`: `std::numeric_limits` from libcu++; `<type_traits>`,
+//!   `<tuple>`, `<array>`, `<functional>`: libcu++'s, visible as `std::` (these need the
+//!   toolkit's headers).
+//! - Host-only headers that generated kernels often include without using them in device
+//!   code (`<vector>`, `<string>`, `<iostream>`, …, and the CUDA libraries' host APIs
+//!   `cublas_v2.h`, `cudnn.h`, …): empty.
 //! - When no toolkit headers were found: empty `cuda_runtime.h`, `cuda_runtime_api.h` and
 //!   `device_launch_parameters.h` (NVRTC declares everything device code takes from them).
 //! - [`PRELUDE`]: `<stdint.h>`, `<stddef.h>`, `<limits.h>`, `<float.h>` and the math
@@ -24,6 +27,7 @@ pub const PRELUDE: &str = "kiln_prelude.h";
 /// kiln's stand-in headers: (name as included, contents).
 pub const STANDINS: &[(&str, &str)] = &[
     ("algorithm", include_str!("standins/algorithm")),
+    ("array", include_str!("standins/array")),
     ("assert.h", include_str!("standins/assert.h")),
     ("cassert", include_str!("standins/cassert")),
     ("cfloat", include_str!("standins/cfloat")),
@@ -35,6 +39,7 @@ pub const STANDINS: &[(&str, &str)] = &[
     ("cstdlib", include_str!("standins/cstdlib")),
     ("cstring", include_str!("standins/cstring")),
     ("float.h", include_str!("standins/float.h")),
+    ("functional", include_str!("standins/functional")),
     (
         "kiln/math_constants.h",
         include_str!("standins/kiln/math_constants.h"),
@@ -48,14 +53,22 @@ pub const STANDINS: &[(&str, &str)] = &[
     ("stdio.h", include_str!("standins/stdio.h")),
     ("stdlib.h", include_str!("standins/stdlib.h")),
     ("string.h", include_str!("standins/string.h")),
+    ("tuple", include_str!("standins/tuple")),
+    ("type_traits", include_str!("standins/type_traits")),
     ("utility", include_str!("standins/utility")),
 ];
 
-/// Host-only C++ headers that are given as empty files.
+/// Host-only headers that are given as empty files: C++ library headers, and the host
+/// APIs of the CUDA libraries (device code cannot call cuBLAS or cuDNN).
 pub const EMPTY_HOST_HEADERS: &[&str] = &[
-    "array",
+    "cublas.h",
+    "cublasLt.h",
+    "cublas_v2.h",
+    "cudnn.h",
+    "cufft.h",
+    "curand.h",
+    "cusparse.h",
     "chrono",
-    "functional",
     "iomanip",
     "iostream",
     "map",
@@ -68,7 +81,6 @@ pub const EMPTY_HOST_HEADERS: &[&str] = &[
     "stdexcept",
     "string",
     "thread",
-    "tuple",
     "unordered_map",
     "unordered_set",
     "vector",
