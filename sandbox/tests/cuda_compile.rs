@@ -164,21 +164,11 @@ fn every_suite_kernel_still_compiles_with_the_headers_and_prelude() {
             continue;
         }
         let p = kiln_types::ProblemSpec::load_dir(&dir).expect("problem loads");
-        for (what, ks) in [
-            ("reference", p.reference.get("cuda")),
-            ("seed", p.seed.get("cuda")),
+        for (what, c) in [
+            ("reference", p.reference_candidate("cuda")),
+            ("seed", p.seed_candidate("cuda")),
         ] {
-            let Some(ks) = ks else { continue };
-            let c = Candidate {
-                problem: p.name.clone(),
-                language: kiln_types::Language::Cuda,
-                source: ks.source.clone(),
-                launches: ks.launches.clone(),
-                scratch: ks.scratch.clone(),
-                flags: ks.flags.clone(),
-                parent: None,
-                note: None,
-            };
+            let Some(c) = c else { continue };
             let out = kiln_sandbox::compile(&cfg, &c).expect("compile runs");
             assert!(
                 out.artifact.is_some(),

@@ -1,12 +1,12 @@
 //! The checks a candidate's source passes before NVRTC sees it (pure Rust).
 //!
-//! - [`host_code`]: a torch/host wrapper (`torch/extension.h`, `torch::Tensor`,
+//! - [`host_code`] refuses a torch/host wrapper (`torch/extension.h`, `torch::Tensor`,
 //!   `PYBIND11_MODULE`, `<<<…>>>` launches, `cudaMalloc` and other host runtime calls,
-//!   `main`) is refused with a message that says what kiln accepts instead, names the lines,
-//!   and is short enough to hand back to a model.
-//! - [`directives`]: `#include` (and `#include_next`, `__has_include`, `__has_include_next`)
-//!   must name a header literally (`<…>` or `"…"`, never a macro) by a relative name without
-//!   `..`; `#embed`, `#import` and `__has_embed` are refused; and `#define`/`#undef` of names
+//!   `main`) with a message that says what kiln accepts instead, names the lines, and is
+//!   short enough to hand back to a model.
+//! - [`directives`] checks preprocessor directives: `#include` (and `#include_next`,
+//!   `__has_include`, `__has_include_next`) must name a header literally (`<…>` or `"…"`,
+//!   never a macro) by a relative name without `..`; `#embed`, `#import` and `__has_embed` are refused; and `#define`/`#undef` of names
 //!   reserved to the implementation (`__x`, `_X`) are refused but for a few documented
 //!   switches, because the toolkit builds some of its own `#include`s from such macros
 //!   (Thrust's `__THRUST_*_HEADER`).

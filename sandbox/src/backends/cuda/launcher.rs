@@ -23,7 +23,6 @@ use kiln_gpu::launch::BufferArg;
 use kiln_types::{Candidate, ProblemSpec, Role};
 use serde::{Deserialize, Serialize};
 
-
 /// Which of the problem's kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

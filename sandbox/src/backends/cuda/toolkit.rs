@@ -342,7 +342,7 @@ mod tests {
         let t = tempfile::tempdir().expect("tempdir");
         let a = t.path().join("a");
         toolkit(&a, 13000);
-        let h = discover(&[a.clone()], None, t.path(), &[]);
+        let h = discover(std::slice::from_ref(&a), None, t.path(), &[]);
         let before = h.identity();
         assert!(before.starts_with("cuda 13.0 "), "{before}");
         std::fs::write(a.join("cuda_runtime_api.h"), "// a newer release").expect("write");
