@@ -175,6 +175,15 @@ fn helper() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_kiln-worker"))
 }
 
+/// Runs `spec` (which must get a private root) to the end: its stdout and how it ended.
+fn run_with_private_root(spec: &JailSpec) -> (String, String) {
+    let mut child = jail::spawn(&helper(), spec, Duration::from_secs(10)).expect("spawn");
+    assert!(child.report.is_active("private-root"), "{:?}", child.report);
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout, &mut out).expect("read");
+    (out, format!("{:?}", child.finish()))
+}
+
 #[test]
 fn jail_private_root_keeps_writes_in_scratch_and_hides_paths() {
     if !is_root() {
@@ -204,11 +213,7 @@ fn jail_private_root_keeps_writes_in_scratch_and_hides_paths() {
         vec![visible.clone()],
         vec![visible.join("state")],
     );
-    let mut child = jail::spawn(&helper(), &spec, Duration::from_secs(10)).expect("spawn");
-    assert!(child.report.is_active("private-root"), "{:?}", child.report);
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut child.stdout, &mut out).expect("read");
-    let ended = child.finish();
+    let (out, ended) = run_with_private_root(&spec);
     assert!(
         out.contains("public") && out.contains("done"),
         "{out:?} {ended:?}"
@@ -254,11 +259,7 @@ fn jail_binds_header_folders_read_only_at_fixed_paths() {
         vec![],
     );
     spec.ro_binds = vec![(headers.clone(), PathBuf::from("/kiln/include/0"))];
-    let mut child = jail::spawn(&helper(), &spec, Duration::from_secs(10)).expect("spawn");
-    assert!(child.report.is_active("private-root"), "{:?}", child.report);
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut child.stdout, &mut out).expect("read");
-    let ended = child.finish();
+    let (out, ended) = run_with_private_root(&spec);
     assert!(
         out.starts_with("half\n") && out.contains("cccl") && out.contains("done"),
         "{out:?} {ended:?}"
