@@ -95,7 +95,9 @@ pub fn compile(cfg: &SandboxConfig, candidate: &Candidate) -> Result<CompileOutc
         return Ok(refused(e.to_string()));
     }
     if cuda {
-        if let Err(e) = kiln_gpu::nvrtc::check_flags(&candidate.flags) {
+        let flags = kiln_gpu::nvrtc::check_flags(&candidate.flags)
+            .and_then(|_| kiln_gpu::nvrtc::target_arch(&cfg.cuda_arch, &candidate.flags));
+        if let Err(e) = flags {
             return Ok(refused(e.to_string()));
         }
         // Host code and unsafe directives are refused before any jail starts.

@@ -118,6 +118,18 @@ fn include_red_team_is_refused_before_any_jail() {
 }
 
 #[test]
+fn only_the_arch_specific_variant_of_the_target_may_be_asked_for() {
+    let (_dir, mut cfg) = common::setup();
+    cfg.cuda_arch = "sm_90".into();
+    let mut c = candidate("__global__ void k() {}", &["k"]);
+    c.flags = vec!["-arch=sm_80".into()];
+    let out = kiln_sandbox::compile(&cfg, &c).expect("refused cleanly");
+    assert!(out.layers.is_empty(), "refused before the jail");
+    let f = out.failure.expect("compile_error");
+    assert!(f.message.contains("-arch=sm_90a"), "{}", f.message);
+}
+
+#[test]
 fn every_header_nvcc_users_take_for_granted_compiles_in_the_jail() {
     if !nvrtc() {
         return;
