@@ -53,6 +53,11 @@ pub struct SandboxConfig {
     /// see [`crate::backends::cuda::toolkit`]. [`SandboxConfig::new`] discovers them.
     #[serde(default)]
     pub cuda_headers: ToolkitHeaders,
+    /// The python with triton that compiles Triton candidates (found by kilnd at start,
+    /// see [`crate::backends::triton::setup`]); `None`: Triton candidates cannot be
+    /// compiled here.
+    #[serde(default)]
+    pub triton: Option<crate::backends::triton::setup::TritonSetup>,
 }
 
 fn default_arch() -> String {
@@ -62,7 +67,8 @@ fn default_arch() -> String {
 impl SandboxConfig {
     /// Defaults: worker next to the current executable, `cc` from PATH, 30 s compile
     /// timeout, 2 GiB memory, 1 MiB of candidate output, namespaces on, no cgroup, the
-    /// toolkit headers found by [`SandboxConfig::find_cuda_headers`] with nothing configured.
+    /// toolkit headers found by [`SandboxConfig::find_cuda_headers`] with nothing configured,
+    /// no Triton.
     pub fn new(scratch_root: impl Into<PathBuf>) -> Self {
         let library_path = std::env::var("LD_LIBRARY_PATH")
             .ok()
@@ -83,6 +89,7 @@ impl SandboxConfig {
             library_path,
             cupti: kiln_gpu::cupti::CuptiSetting::Auto,
             cuda_headers: ToolkitHeaders::default(),
+            triton: None,
         };
         cfg.find_cuda_headers(&[]);
         cfg

@@ -180,6 +180,9 @@ pub enum Request {
         /// The CUDA toolkit's include folders as the worker sees them (cuda only).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         include_dirs: Vec<PathBuf>,
+        /// For a Triton candidate: the python, Triton version and compile plan.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        triton: Option<crate::backends::triton::compile::TritonJob>,
     },
     /// Evaluate a compiled candidate; blobs: reference artifact, candidate artifact.
     Evaluate {
@@ -220,6 +223,10 @@ pub enum Response {
         info: CompileInfo,
         /// Why it failed, for people (empty when ok).
         message: String,
+        /// The failure's verdict when it is not `compile_error` (a Triton launch plan that
+        /// does not fit its jit function: `invalid_launch`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        verdict: Option<kiln_types::Verdict>,
     },
     /// The evaluation finished with a verdict.
     Evaluated {

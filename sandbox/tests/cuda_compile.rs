@@ -22,6 +22,11 @@ fn candidate(source: &str, kernels: &[&str]) -> Candidate {
     .expect("candidate")
 }
 
+/// The problem every candidate here is compiled for.
+fn vecadd() -> kiln_types::ProblemSpec {
+    common::problem("vecadd-cuda-1m")
+}
+
 fn nvrtc() -> bool {
     if kiln_gpu::facts::nvrtc_version().is_none() {
         println!("SKIP: NVRTC is not loadable here");
@@ -47,7 +52,7 @@ fn with_headers() -> Option<(tempfile::TempDir, SandboxConfig)> {
 
 /// The `compile_error` message of a refused candidate.
 fn refusal(cfg: &SandboxConfig, c: &Candidate) -> String {
-    let out = kiln_sandbox::compile(cfg, c).expect("compile runs");
+    let out = kiln_sandbox::compile(cfg, &vecadd(), c).expect("compile runs");
     let f = out
         .failure
         .unwrap_or_else(|| panic!("{} compiled", c.source));
@@ -108,6 +113,7 @@ fn include_red_team_is_refused_before_any_jail() {
     ] {
         let out = kiln_sandbox::compile(
             &cfg,
+            &vecadd(),
             &candidate(&format!("{src}__global__ void k(){{}}"), &["k"]),
         )
         .expect("refused cleanly");
@@ -123,7 +129,7 @@ fn only_the_arch_specific_variant_of_the_target_may_be_asked_for() {
     cfg.cuda_arch = "sm_90".into();
     let mut c = candidate("__global__ void k() {}", &["k"]);
     c.flags = vec!["-arch=sm_80".into()];
-    let out = kiln_sandbox::compile(&cfg, &c).expect("refused cleanly");
+    let out = kiln_sandbox::compile(&cfg, &vecadd(), &c).expect("refused cleanly");
     assert!(out.layers.is_empty(), "refused before the jail");
     let f = out.failure.expect("compile_error");
     assert!(f.message.contains("-arch=sm_90a"), "{}", f.message);
@@ -143,7 +149,8 @@ fn every_header_nvcc_users_take_for_granted_compiles_in_the_jail() {
             "#include <{header}>\n__global__ void k(float* y) {{ {body} y[0] = extra; }}\n"
         );
         let t0 = std::time::Instant::now();
-        let out = kiln_sandbox::compile(&cfg, &candidate(&src, &["k"])).expect("compile runs");
+        let out =
+            kiln_sandbox::compile(&cfg, &vecadd(), &candidate(&src, &["k"])).expect("compile runs");
         let wall = t0.elapsed().as_secs_f64() * 1e3;
         match (&out.artifact, &out.failure) {
             (Some(_), _) => println!(
@@ -181,7 +188,7 @@ fn every_suite_kernel_still_compiles_with_the_headers_and_prelude() {
             ("seed", p.seed_candidate("cuda")),
         ] {
             let Some(c) = c else { continue };
-            let out = kiln_sandbox::compile(&cfg, &c).expect("compile runs");
+            let out = kiln_sandbox::compile(&cfg, &vecadd(), &c).expect("compile runs");
             assert!(
                 out.artifact.is_some(),
                 "{} {what}: {:#?}",
@@ -211,7 +218,7 @@ fn the_documented_examples_validate_and_compile() {
         if kiln_gpu::facts::nvrtc_version().is_none() {
             continue;
         }
-        let out = kiln_sandbox::compile(&cfg, &c).expect("compile runs");
+        let out = kiln_sandbox::compile(&cfg, &vecadd(), &c).expect("compile runs");
         if out.artifact.is_none() && !cfg.cuda_headers.found() {
             println!("SKIP compiling {}: no toolkit headers", path.display());
             continue;
@@ -234,8 +241,12 @@ fn templated_and_namespaced_kernels_compile_in_the_jail_with_a_manifest() {
     let (_dir, cfg) = common::setup();
     let src = "template <int B, typename T> __global__ void k(T* y) { y[threadIdx.x] = T(B); }\n\
                namespace ns { __global__ void inner(float* y) { y[0] = 1.0f; } }\n";
-    let out = kiln_sandbox::compile(&cfg, &candidate(src, &["k<64, float>", "ns::inner"]))
-        .expect("compile runs");
+    let out = kiln_sandbox::compile(
+        &cfg,
+        &vecadd(),
+        &candidate(src, &["k<64, float>", "ns::inner"]),
+    )
+    .expect("compile runs");
     let art = out
         .artifact
         .unwrap_or_else(|| panic!("did not compile: {:#?}", out.failure));
@@ -262,6 +273,7 @@ fn without_toolkit_headers_the_error_says_which_are_unavailable() {
     // kiln's stand-ins still serve the C/C++ headers and cuda_runtime.h.
     let ok = kiln_sandbox::compile(
         &cfg,
+        &vecadd(),
         &candidate(
             "#include <cuda_runtime.h>\n#include <cstdint>\n#include <cfloat>\n__global__ void k(float* y) { y[0] = FLT_MAX; }",
             &["k"],

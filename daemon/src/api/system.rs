@@ -22,6 +22,8 @@ pub struct Facts {
     pub jail: Value,
     /// The CUDA toolkit headers cuda compiles get (`backends::start::cuda_headers`).
     pub cuda_headers: Value,
+    /// Whether Triton candidates can be compiled here (`backends::start::triton_status`).
+    pub triton: Value,
     /// The socket served.
     pub socket: String,
     /// The state directory.
@@ -66,6 +68,7 @@ pub async fn info(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
         "clock_lock": clock_lock,
         "jail": s.facts.jail,
         "cuda_headers": s.facts.cuda_headers,
+        "triton": s.facts.triton,
         "searches": {"usable": s.supervisor.status().0, "detail": s.supervisor.status().1},
         "llm": {"provider": s.llm.provider_name(), "usable": s.llm.status().0, "detail": s.llm.status().1},
         "host": host,

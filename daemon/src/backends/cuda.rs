@@ -56,7 +56,8 @@ pub struct CudaBackend {
     pub(super) cfg: SandboxConfig,
     pub(super) lanes: Vec<GpuLane>,
     pub(super) status: BackendStatus,
-    /// Architecture, NVRTC and header identity (see [`super::compile_identity`]).
+    /// Architecture, NVRTC and header identity of CUDA compiles (see
+    /// [`super::compile_identity`]).
     pub(super) identity: String,
 }
 
@@ -73,10 +74,6 @@ impl Backend for CudaBackend {
         self.status.clone()
     }
 
-    fn compile_identity(&self) -> String {
-        self.identity.clone()
-    }
-
     fn lanes(&self) -> usize {
         self.lanes.len().max(1)
     }
@@ -87,8 +84,24 @@ impl Backend for CudaBackend {
             .map_or_else(|| format!("gpu{lane}"), |l| l.uuid.clone())
     }
 
-    fn compile(&self, candidate: &Candidate) -> Result<CompileOutcome, BackendError> {
-        compile_in_jail(&self.cfg, candidate)
+    fn compile(
+        &self,
+        problem: &ProblemSpec,
+        candidate: &Candidate,
+    ) -> Result<CompileOutcome, BackendError> {
+        compile_in_jail(&self.cfg, problem, candidate)
+    }
+
+    fn compile_identity(&self, language: kiln_types::Language) -> String {
+        match (language, &self.cfg.triton) {
+            (kiln_types::Language::Triton, Some(t)) => {
+                format!("triton {} for {}", t.version, self.cfg.cuda_arch)
+            }
+            (kiln_types::Language::Triton, None) => {
+                format!("triton none for {}", self.cfg.cuda_arch)
+            }
+            _ => self.identity.clone(),
+        }
     }
 
     fn evaluate(

@@ -29,12 +29,16 @@ impl Backend for HostBackend {
         self.status.clone()
     }
 
-    fn compile_identity(&self) -> String {
+    fn compile_identity(&self, _language: kiln_types::Language) -> String {
         self.identity.clone()
     }
 
-    fn compile(&self, candidate: &Candidate) -> Result<CompileOutcome, BackendError> {
-        compile_in_jail(&self.cfg, candidate)
+    fn compile(
+        &self,
+        problem: &ProblemSpec,
+        candidate: &Candidate,
+    ) -> Result<CompileOutcome, BackendError> {
+        compile_in_jail(&self.cfg, problem, candidate)
     }
 
     fn evaluate(

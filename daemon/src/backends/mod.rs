@@ -16,7 +16,7 @@ pub mod host;
 pub mod start;
 
 use kiln_sandbox::{BackendStatus, CompileOutcome};
-use kiln_types::{Candidate, EvalPlan, Evaluation, ProblemSpec};
+use kiln_types::{Candidate, EvalPlan, Evaluation, Language, ProblemSpec};
 use thiserror::Error;
 
 /// An infrastructure failure: the backend could not produce a verdict at all.
@@ -30,8 +30,12 @@ pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
     /// Whether it can run here.
     fn status(&self) -> BackendStatus;
-    /// Compiles a candidate (or a problem's reference) in the jail. Blocking.
-    fn compile(&self, candidate: &Candidate) -> Result<CompileOutcome, BackendError>;
+    /// Compiles a candidate (or a problem's reference) for `problem` in the jail. Blocking.
+    fn compile(
+        &self,
+        problem: &ProblemSpec,
+        candidate: &Candidate,
+    ) -> Result<CompileOutcome, BackendError>;
     /// Evaluation lanes: one per GPU for cuda (each evaluates one candidate at a time);
     /// 1 for the host.
     fn lanes(&self) -> usize {
@@ -72,9 +76,10 @@ pub trait Backend: Send + Sync {
     fn peaks(&self) -> (f64, f64) {
         (0.0, 0.0)
     }
-    /// What else decides this backend's artifacts besides the candidate: the compiler and
-    /// toolkit identity and version, the target architecture (part of [`compile_key`]).
-    fn compile_identity(&self) -> String {
+    /// What else decides this backend's artifacts of `language` besides the candidate: the
+    /// compiler and toolkit identity and version, the target architecture (part of
+    /// [`compile_key`]; Triton: its version and the target architecture).
+    fn compile_identity(&self, _language: Language) -> String {
         String::new()
     }
 }
@@ -82,18 +87,20 @@ pub trait Backend: Send + Sync {
 /// A compile in a jailed worker, as the scheduler sees it (both backends compile alike).
 fn compile_in_jail(
     cfg: &kiln_sandbox::SandboxConfig,
+    problem: &ProblemSpec,
     candidate: &Candidate,
 ) -> Result<CompileOutcome, BackendError> {
-    kiln_sandbox::compile(cfg, candidate).map_err(|e| BackendError(e.to_string()))
+    kiln_sandbox::compile(cfg, problem, candidate).map_err(|e| BackendError(e.to_string()))
 }
 
-/// The key under which `backend`'s compile of `candidate` is cached: everything that
-/// determines the artifact (see [`cache_key`]).
-pub fn compile_key(backend: &dyn Backend, candidate: &Candidate) -> String {
+/// The key under which `backend`'s compile of `candidate` for `problem` is cached:
+/// everything that determines the artifact (see [`cache_key`]).
+pub fn compile_key(backend: &dyn Backend, problem: &ProblemSpec, candidate: &Candidate) -> String {
     cache_key(
         backend.name(),
-        &backend.compile_identity(),
+        &backend.compile_identity(candidate.language),
         kiln_sandbox::COMPILE_BUILD,
+        problem,
         candidate,
     )
 }
@@ -102,9 +109,16 @@ pub fn compile_key(backend: &dyn Backend, candidate: &Candidate) -> String {
 /// versions, header set, target architecture), kiln's build (a content hash of its compile
 /// path), and of the candidate the language, source, flags and the kernel names its
 /// launches resolve (they decide which templates are instantiated and the artifact's
-/// manifest). Keys made any other way — by an older kiln — never match, so old cache rows
-/// are ignored rather than served.
-pub fn cache_key(backend: &str, identity: &str, build: &str, candidate: &Candidate) -> String {
+/// manifest). A Triton compile also depends on the launches (constexprs, options, argument
+/// types: the problem's and the scratch buffers' dtypes). Keys made any other way — by an
+/// older kiln — never match, so old cache rows are ignored rather than served.
+pub fn cache_key(
+    backend: &str,
+    identity: &str,
+    build: &str,
+    problem: &ProblemSpec,
+    candidate: &Candidate,
+) -> String {
     let mut kernels: Vec<&str> = candidate
         .launches
         .iter()
@@ -112,7 +126,7 @@ pub fn cache_key(backend: &str, identity: &str, build: &str, candidate: &Candida
         .collect();
     kernels.sort_unstable();
     kernels.dedup();
-    let doc = serde_json::json!({
+    let mut doc = serde_json::json!({
         "key": 2,
         "backend": backend,
         "identity": identity,
@@ -122,6 +136,19 @@ pub fn cache_key(backend: &str, identity: &str, build: &str, candidate: &Candida
         "flags": candidate.flags,
         "kernels": kernels,
     });
+    if candidate.language == Language::Triton {
+        let dtypes: Vec<(&str, kiln_types::Dtype)> = problem
+            .tensors
+            .iter()
+            .map(|t| (t.name.as_str(), t.dtype))
+            .collect();
+        doc["triton"] = serde_json::json!({
+            "compiler": identity,
+            "launches": candidate.launches,
+            "scratch": candidate.scratch,
+            "tensors": dtypes,
+        });
+    }
     blake3::hash(doc.to_string().as_bytes()).to_hex()[..32].to_string()
 }
 
@@ -156,7 +183,116 @@ pub fn compile_identity(cfg: &kiln_sandbox::SandboxConfig, cuda: bool) -> String
 mod tests {
     use super::*;
 
-    fn candidate(kernel: &str) -> Candidate {
+    /// A backend that only names itself and its compiler.
+    struct Named(&'static str);
+
+    impl Backend for Named {
+        fn name(&self) -> &'static str {
+            "cuda"
+        }
+        fn status(&self) -> BackendStatus {
+            BackendStatus {
+                name: "cuda".into(),
+                usable: false,
+                detail: String::new(),
+            }
+        }
+        fn compile(&self, _: &ProblemSpec, _: &Candidate) -> Result<CompileOutcome, BackendError> {
+            Err(BackendError("not here".into()))
+        }
+        fn compile_identity(&self, language: Language) -> String {
+            if language == Language::Triton {
+                self.0.to_string()
+            } else {
+                String::new()
+            }
+        }
+        fn evaluate(
+            &self,
+            _: usize,
+            _: &ProblemSpec,
+            _: &[u8],
+            _: &Candidate,
+            _: &[u8],
+            _: &EvalPlan,
+        ) -> Result<Evaluation, BackendError> {
+            Err(BackendError("not here".into()))
+        }
+    }
+
+    fn problem(dtype: &str) -> ProblemSpec {
+        ProblemSpec::from_toml(&format!(
+            "name = \"p\"\n[[tensor]]\nname = \"x\"\ndtype = \"{dtype}\"\nshape = [4]\nrole = \"input\"\n\
+             [[tensor]]\nname = \"y\"\ndtype = \"{dtype}\"\nshape = [4]\nrole = \"output\"\n\
+             [tolerance]\natol = 0.0\nrtol = 0.0\n\
+             [reference.cuda]\nfile = \"r.cu\"\nlaunches = [{{ kernel = \"r\", args = [\"x\", \"y\"] }}]\n"
+        ))
+        .expect("problem")
+    }
+
+    fn candidate(language: &str, block: u32) -> Candidate {
+        let extra = if language == "triton" {
+            format!(r#""constexprs":{{"BLOCK":{block}}}"#)
+        } else {
+            format!(r#""block":[{block},1,1]"#)
+        };
+        serde_json::from_str(&format!(
+            r#"{{"problem":"p","language":"{language}","source":"x",
+                "launches":[{{"kernel":"k","args":["x","y"],{extra}}}]}}"#
+        ))
+        .expect("candidate")
+    }
+
+    #[test]
+    fn a_triton_key_covers_its_compiler_launches_and_dtypes() {
+        let (p32, p16) = (problem("f32"), problem("f16"));
+        let key = |b: &Named, p: &ProblemSpec, c: &Candidate| compile_key(b, p, c);
+        let a = key(
+            &Named("triton 3.6.0 for sm_90"),
+            &p32,
+            &candidate("triton", 64),
+        );
+        assert_eq!(
+            a,
+            key(
+                &Named("triton 3.6.0 for sm_90"),
+                &p32,
+                &candidate("triton", 64)
+            )
+        );
+        for other in [
+            key(
+                &Named("triton 3.5.1 for sm_90"),
+                &p32,
+                &candidate("triton", 64),
+            ),
+            key(
+                &Named("triton 3.6.0 for sm_100"),
+                &p32,
+                &candidate("triton", 64),
+            ),
+            key(
+                &Named("triton 3.6.0 for sm_90"),
+                &p16,
+                &candidate("triton", 64),
+            ),
+            key(
+                &Named("triton 3.6.0 for sm_90"),
+                &p32,
+                &candidate("triton", 128),
+            ),
+        ] {
+            assert_ne!(a, other);
+        }
+        // A CUDA compile does not depend on its launches or the problem's dtypes.
+        let b = Named("triton 3.6.0 for sm_90");
+        assert_eq!(
+            key(&b, &p32, &candidate("cuda", 64)),
+            key(&b, &p16, &candidate("cuda", 128))
+        );
+    }
+
+    fn cuda_candidate(kernel: &str) -> Candidate {
         serde_json::from_value(serde_json::json!({
             "problem": "p", "language": "cuda", "source": "__global__ void k() {}",
             "launches": [{"kernel": kernel}],
@@ -166,28 +302,30 @@ mod tests {
 
     #[test]
     fn the_key_changes_with_everything_that_changes_the_artifact() {
-        let c = candidate("k");
-        let base = cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &c);
+        let p = problem("f32");
+        let c = cuda_candidate("k");
+        let base = cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &p, &c);
         assert_eq!(
             base,
-            cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &c)
+            cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &p, &c)
         );
         let mut other = c.clone();
         other.flags = vec!["--use_fast_math".into()];
         let mut source = c.clone();
         source.source.push(' ');
         for changed in [
-            cache_key("cuda", "arch=sm_80; nvrtc=13.0", "build-a", &c),
-            cache_key("cuda", "arch=sm_90; nvrtc=13.1", "build-a", &c),
-            cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-b", &c),
-            cache_key("host", "arch=sm_90; nvrtc=13.0", "build-a", &c),
-            cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &other),
-            cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &source),
+            cache_key("cuda", "arch=sm_80; nvrtc=13.0", "build-a", &p, &c),
+            cache_key("cuda", "arch=sm_90; nvrtc=13.1", "build-a", &p, &c),
+            cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-b", &p, &c),
+            cache_key("host", "arch=sm_90; nvrtc=13.0", "build-a", &p, &c),
+            cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &p, &other),
+            cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &p, &source),
             cache_key(
                 "cuda",
                 "arch=sm_90; nvrtc=13.0",
                 "build-a",
-                &candidate("k<1>"),
+                &p,
+                &cuda_candidate("k<1>"),
             ),
         ] {
             assert_ne!(changed, base);
@@ -196,7 +334,7 @@ mod tests {
         let mut shape = c.clone();
         shape.launches[0].grid = [64, 1, 1];
         assert_eq!(
-            cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &shape),
+            cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &p, &shape),
             base
         );
     }
@@ -205,16 +343,17 @@ mod tests {
     fn a_cached_artifact_is_not_served_across_architectures_or_builds() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = crate::store::Store::open(dir.path()).expect("store");
-        let c = candidate("k");
+        let p = problem("f32");
+        let c = cuda_candidate("k");
         let art = crate::store::Artifact {
             bytes: b"\x7fELF sm_90 cubin".to_vec(),
             info: kiln_types::CompileInfo::default(),
         };
-        let key = cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &c);
+        let key = cache_key("cuda", "arch=sm_90; nvrtc=13.0", "build-a", &p, &c);
         store.put_artifact(&key, "cuda", &art).expect("put");
         let get = |identity: &str, build: &str| {
             store
-                .get_artifact(&cache_key("cuda", identity, build, &c))
+                .get_artifact(&cache_key("cuda", identity, build, &p, &c))
                 .expect("get")
         };
         assert_eq!(

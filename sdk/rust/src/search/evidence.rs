@@ -1,5 +1,5 @@
 //! Plain-text renderings of a problem and of an evaluation's evidence, for prompts, and
-//! what the cuda backend accepts ([`CUDA_RULES`], part of [`problem`] for cuda).
+//! what each language's candidates may contain ([`language`]; for CUDA C [`CUDA_RULES`]).
 
 use std::fmt::Write;
 
@@ -30,8 +30,7 @@ fit on the GPU at once: size it to blocks-per-SM x SMs and loop grid-stride), or
 \"cluster\": [2, 1, 1] for thread-block clusters (at most 8 blocks; the grid a multiple of \
 it). \"-arch=sm_90a\" in flags enables wgmma and TMA instructions.";
 
-/// The problem: name, summary, tensors (name, dtype, shape, role), tolerance, and for the
-/// cuda backend [`CUDA_RULES`].
+/// The problem: name, summary, tensors (name, dtype, shape, role) and tolerance.
 pub fn problem(spec: &ProblemSpec, backend: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "Problem {}: {}", spec.name, spec.summary);
@@ -55,10 +54,34 @@ pub fn problem(spec: &ProblemSpec, backend: &str) -> String {
     if let Some(t) = spec.required_tier {
         let _ = writeln!(s, "Required precision tier: {}", word(t));
     }
-    if backend == "cuda" {
-        let _ = writeln!(s, "{CUDA_RULES}");
-    }
     s
+}
+
+/// What a model must know to write a candidate in `c`'s language, for the user message:
+/// the fence to answer in and what kiln accepts and how its launches read (for CUDA C
+/// [`CUDA_RULES`]).
+pub fn language(c: &Candidate) -> String {
+    match c.language {
+        kiln_types::Language::C => {
+            "Language: C (host backend). Answer with the source in a ```c block.\n".into()
+        }
+        kiln_types::Language::Cuda => format!(
+            "Language: CUDA C (cuda backend, compiled by NVRTC). {CUDA_RULES} Answer with the \
+             source in a ```cuda block.\n"
+        ),
+        kiln_types::Language::Triton => "Language: Triton (Python with @triton.jit functions, \
+             compiled ahead of time by Triton for the GPU). At module level only imports of \
+             triton, triton.language and its submodules (libdevice), @triton.jit functions and \
+             NAME = tl.constexpr(<literal>) constants are accepted: kiln launches the kernels \
+             itself, so no host code, no torch, no @triton.autotune or @triton.heuristics (the \
+             launch plan is the config). Inside kernels use triton.language (tl.*), the \
+             parameters, locals, other jit functions and constexpr constants. Each launch gives \
+             `kernel` (a jit function), `grid`, `args` (its non-constexpr parameters in order: \
+             tensor names or typed scalars like {\"i32\": 4096}), `constexprs` (by name), \
+             `num_warps` and `num_stages`; no `block` or `shared_bytes` (they come from Triton's \
+             compile). Answer with the source in a ```python block.\n"
+            .into(),
+    }
 }
 
 /// A candidate's launch plan as JSON (what the model may change).
@@ -129,13 +152,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cuda_problems_carry_the_cuda_rules() {
+    fn the_language_guide_names_the_fence() {
+        let c: Candidate = serde_json::from_str(
+            r#"{"problem":"p","language":"triton","source":"x","launches":[{"kernel":"k"}]}"#,
+        )
+        .expect("candidate");
+        let g = language(&c);
+        assert!(g.contains("```python") && g.contains("num_warps"), "{g}");
+        let mut cuda = c.clone();
+        cuda.language = kiln_types::Language::Cuda;
+        assert!(language(&cuda).contains("```cuda"));
+    }
+
+    #[test]
+    fn cuda_candidates_carry_the_cuda_rules() {
+        let c: Candidate = serde_json::from_str(
+            r#"{"problem":"p","language":"cuda","source":"x","launches":[{"kernel":"k"}]}"#,
+        )
+        .expect("candidate");
+        assert!(language(&c).contains(CUDA_RULES));
+        let mut triton = c.clone();
+        triton.language = kiln_types::Language::Triton;
+        assert!(!language(&triton).contains("cooperative"));
+        let mut host = c.clone();
+        host.language = kiln_types::Language::C;
+        assert!(!language(&host).contains("cooperative"));
         let dir =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../problems/vecadd-cuda-1m");
         let spec = ProblemSpec::load_dir(&dir).expect("spec");
-        let cuda = problem(&spec, "cuda");
-        assert!(cuda.contains(CUDA_RULES), "{cuda}");
-        assert!(!problem(&spec, "host").contains("cooperative"));
+        assert!(!problem(&spec, "cuda").contains("cooperative"));
         for needle in [
             "No host code",
             "k<256, float>",

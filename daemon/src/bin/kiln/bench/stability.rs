@@ -93,6 +93,7 @@ pub async fn run(client: &Client, out: Output, a: StabilityArgs) -> Result<std::
         client,
         a.problem.as_deref(),
         a.backend.as_deref(),
+        None,
         default_problem,
     )
     .await?;
