@@ -65,6 +65,9 @@ pub struct CudaBackend {
     pub(super) status: BackendStatus,
     /// The torch helper for the torch baseline kinds, or why there is none.
     pub(super) torch: Result<TorchHelper, String>,
+    /// Architecture, NVRTC and header identity of CUDA compiles (see
+    /// [`super::compile_identity`]).
+    pub(super) identity: String,
 }
 
 impl Backend for CudaBackend {
@@ -98,12 +101,15 @@ impl Backend for CudaBackend {
         compile_in_jail(&self.cfg, problem, candidate)
     }
 
-    fn compiler_identity(&self, language: kiln_types::Language) -> String {
+    fn compile_identity(&self, language: kiln_types::Language) -> String {
         match (language, &self.cfg.triton) {
             (kiln_types::Language::Triton, Some(t)) => {
                 format!("triton {} for {}", t.version, self.cfg.cuda_arch)
             }
-            _ => String::new(),
+            (kiln_types::Language::Triton, None) => {
+                format!("triton none for {}", self.cfg.cuda_arch)
+            }
+            _ => self.identity.clone(),
         }
     }
 
