@@ -24,9 +24,9 @@ use kiln_types::{
     Candidate, EvalPlan, Evaluation, PrecisionTier, ProblemSpec, TimingPlan, Verdict,
 };
 
+mod common;
 #[path = "gpu/torch_twins.rs"]
 mod torch_twins;
-mod common;
 #[path = "gpu/triton.rs"]
 mod triton;
 #[path = "triton/plans.rs"]
