@@ -8,10 +8,14 @@
 #      flush and blocking kernel vs plain, NVML telemetry, faults in child processes,
 #      invalid launches); its checks also go to $OUT/gpu-probe.json;
 #   3. GPU tests, when the bundle has any (gpu-tests/*: test binaries, one test at a time,
-#      with KILN_WORKER pointing at the bundled kiln-worker and KILN_PROBLEMS at problems/);
+#      with KILN_WORKER pointing at the bundled kiln-worker and KILN_PROBLEMS at problems/):
+#      gpu (the contract on the GPU; cxx_gpu_* for toolkit headers, C++ names, cooperative
+#      and cluster launches), cuda_compile and cxx (NVRTC with the toolkit headers: every
+#      header of issue #18, the suite's kernels, compile times per header);
 #   4. the bundled kilnd with a temporary socket and state directory (clock policy: the
-#      default, observe): problems/ registered, the vecadd-cuda-1m seed submitted and
-#      waited for, then `kiln doctor`.
+#      default, observe): problems/ registered, `kiln doctor` (with the CUDA headers it
+#      found), three seeds and the C++ examples (examples/cxx: template, namespace,
+#      cooperative, cluster, headers) submitted and waited for.
 #
 #   5. (step `searches`) each proposer, offline, on the softmax and LayerNorm seed problems;
 #   6. (step `bench`) `kiln bench throughput|latency|stability` on the cuda backend;
@@ -124,6 +128,19 @@ echo "python3: ${py:-not found}"
 for lib in libcuda.so.1 libnvidia-ml.so.1 libnvrtc.so.13 libcupti.so.13; do
     if found "$lib"; then echo "  $lib: found"; else echo "  $lib: NOT FOUND"; fi
 done
+# The python with torch (the torch helper: baselines, the torch reference runner, the
+# KernelBench import): $KILN_PYTHON, else the first of /opt/torch/.venv/bin/python3 and
+# python3 that imports torch. Exported, so the GPU tests' torch cases find it too.
+if [ -z "${KILN_PYTHON:-}" ]; then
+    for cand in /opt/torch/.venv/bin/python3 python3; do
+        if "$cand" -c 'import torch' >/dev/null 2>&1; then
+            KILN_PYTHON=$(command -v "$cand")
+            break
+        fi
+    done
+fi
+[ -n "${KILN_PYTHON:-}" ] && export KILN_PYTHON
+echo "KILN_PYTHON=${KILN_PYTHON:-none (torch cases skip)}"
 # libcupti (kernel times from CUPTI activity records) is optional: without it kiln times
 # with CUDA events, and every GPU evaluation's timing.timer says so.
 
@@ -143,6 +160,17 @@ if [ $rc -eq 2 ]; then
     exit 2
 fi
 [ $rc -ne 0 ] && status=1
+fi
+
+# The seed's five problems in KernelBench format, imported like any other (the GPU tests
+# and the baselines step use problems/kb-*). Needs a python with torch: $KILN_PYTHON. The
+# GPU tests' `torch_twins::` cases then run each hand-written seed kernel, renamed to the
+# imported tensors, against the torch reference on the GPU and compare verdict and tier
+# with its twin problem (GPU_TEST_FILTER=torch_twins runs only those).
+if [ -x "$bundle/kiln" ] && [ -d "$bundle/problems/kernelbench-format/seed" ]; then
+    section "import: the seed's problems in KernelBench format"
+    "$bundle/kiln" problems import kernelbench "$bundle/problems/kernelbench-format/seed" \
+        --out "$bundle/problems" --python "${KILN_PYTHON:-python3}" --helper "$bundle/kiln_torch.py" || status=1
 fi
 
 if want tests && [ -d "$bundle/gpu-tests" ]; then
@@ -166,6 +194,8 @@ if { want kilnd || want baselines || want searches || want bench || want agreeme
 [search]
 proposers_dir = "$bundle/proposers"
 queue_cap = 32
+[gpu]
+python = "${KILN_PYTHON:-python3}"
 TOML
     if [ -n "$triton_py" ]; then
         printf '[triton]\npython = "%s"\n' "$triton_py" >>"$tmp/kiln.toml"
@@ -181,9 +211,17 @@ TOML
             for p in vecadd-cuda-1m softmax-4096x65536 layernorm-16x64x256x256; do
                 "$bundle/kiln" submit --problem "$p" --seed --backend cuda --wait || status=1
             done
+            # C++ kernels as people write them (issue #18): each must come out ok.
+            for f in "$bundle"/examples/cxx/*.json; do
+                [ -f "$f" ] || continue
+                section "C++ candidate through kilnd: $(basename "$f")"
+                "$bundle/kiln" submit "$f" --wait || status=1
+            done
         fi
         if want baselines; then
-            for p in softmax-4096x65536 layernorm-16x64x256x256 matmul-fp32-4096 conv2d-3to96-k11s4p2 conv2d-relu-maxpool; do
+            # kb-*: the seed's problems imported from KernelBench format (torch reference):
+            # torch eager and torch.compile of their own module.
+            for p in softmax-4096x65536 layernorm-16x64x256x256 matmul-fp32-4096 conv2d-3to96-k11s4p2 conv2d-relu-maxpool kb-softmax-4096x65536 kb-layernorm-16x64x256x256; do
                 section "baselines through kilnd: $p"
                 "$bundle/kiln" problems baseline "$p" || status=1
                 "$bundle/kiln" problems show "$p" || status=1
@@ -209,8 +247,11 @@ TOML
             "$bundle/kiln" bench latency --problem vecadd-cuda-1m --backend cuda -o json >"$bench_out/bench-latency.json" || status=1
             "$bundle/kiln" bench throughput --problem softmax-4096x65536 --backend cuda -o json >"$bench_out/bench-throughput.json" || status=1
             "$bundle/kiln" bench throughput --problem softmax-4096x65536 --backend cuda --race --no-cached -o json >"$bench_out/bench-throughput-raced.json" || status=1
+            # Compiles that parse the toolkit headers (cuda_fp16, cooperative_groups, cub):
+            # compile latency cold (first pass) and from the compile cache (second pass).
+            "$bundle/kiln" bench throughput --problem softmax-4096x65536 --backend cuda --variants headers --count 30 -o json >"$bench_out/bench-throughput-headers.json" || status=1
             "$bundle/kiln" bench stability --problem layernorm-16x64x256x256 --backend cuda --rounds 20 --interleave 1 -o json >"$bench_out/bench-stability.json" || status=1
-            for f in latency throughput throughput-raced stability; do
+            for f in latency throughput throughput-raced throughput-headers stability; do
                 echo "--- bench $f"; cat "$bench_out/bench-$f.json"
             done
         fi

@@ -2,12 +2,17 @@
 //! per-GPU lanes. A [`GpuLane`] is one GPU: its warm jailed worker
 //! ([`kiln_sandbox::WarmWorker`], which sees only that GPU) and its clock window
 //! ([`crate::gpu::clocks::LaneClocks`]), around which each evaluation and baseline
-//! measurement runs. The scheduler hands each lane to one job at a time.
+//! measurement runs, and its warm torch reference runner ([`ReferenceRunner`], on that
+//! GPU) for problems whose only reference is PyTorch. The scheduler hands each lane to one
+//! job at a time.
 
 use std::sync::Mutex;
 
 use kiln_sandbox::kiln_gpu::telemetry::{ClockControl, ClockError, NvmlClocks, init_nvml};
-use kiln_sandbox::{BackendStatus, CompileOutcome, SandboxConfig, WarmWorker};
+use kiln_sandbox::{
+    BackendStatus, CompileOutcome, ReferenceRunner, SandboxConfig, TorchHelper, TorchSource,
+    WarmWorker,
+};
 use kiln_types::{Candidate, EvalPlan, Evaluation, ProblemSpec};
 use serde_json::json;
 
@@ -43,11 +48,13 @@ pub(super) fn nvml_control(uuid: &str) -> Option<Box<dyn ClockControl + Send>> {
     Some(Box::new(NvmlClocks::new(nvml, uuid)))
 }
 
-/// One GPU's lane: its warm worker and its clock window.
+/// One GPU's lane: its warm worker, its clock window and its torch reference runner.
 pub struct GpuLane {
     pub(super) uuid: String,
     pub(super) worker: Mutex<WarmWorker>,
     pub(super) clocks: LaneClocks,
+    /// The lane's warm torch reference runner (on this GPU), or why there is none.
+    pub(super) torch: Result<Mutex<ReferenceRunner>, String>,
 }
 
 /// The cuda backend: NVRTC compiles in the jail, evaluations on per-GPU lanes.
@@ -56,6 +63,11 @@ pub struct CudaBackend {
     pub(super) cfg: SandboxConfig,
     pub(super) lanes: Vec<GpuLane>,
     pub(super) status: BackendStatus,
+    /// The torch helper for the torch baseline kinds, or why there is none.
+    pub(super) torch: Result<TorchHelper, String>,
+    /// Architecture, NVRTC and header identity of CUDA compiles (see
+    /// [`super::compile_identity`]).
+    pub(super) identity: String,
 }
 
 impl Backend for CudaBackend {
@@ -89,12 +101,15 @@ impl Backend for CudaBackend {
         compile_in_jail(&self.cfg, problem, candidate)
     }
 
-    fn compiler_identity(&self, language: kiln_types::Language) -> String {
+    fn compile_identity(&self, language: kiln_types::Language) -> String {
         match (language, &self.cfg.triton) {
             (kiln_types::Language::Triton, Some(t)) => {
                 format!("triton {} for {}", t.version, self.cfg.cuda_arch)
             }
-            _ => String::new(),
+            (kiln_types::Language::Triton, None) => {
+                format!("triton none for {}", self.cfg.cuda_arch)
+            }
+            _ => self.identity.clone(),
         }
     }
 
@@ -112,9 +127,34 @@ impl Backend for CudaBackend {
             .get(lane)
             .ok_or_else(|| BackendError(format!("no GPU lane {lane}")))?;
         let mut worker = l.worker.lock().unwrap_or_else(|p| p.into_inner());
+        // A problem whose only reference is PyTorch: the lane's runner answers the worker.
+        let mut runner = match problem.reference.kernel("cuda") {
+            Some(_) => None,
+            None => Some(
+                l.torch
+                    .as_ref()
+                    .map_err(|why| {
+                        BackendError(format!(
+                            "problem {} has a torch reference and this lane has no runner: {why}",
+                            problem.name
+                        ))
+                    })?
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()),
+            ),
+        };
         let mut e = l
             .clocks
-            .around(|| worker.evaluate(problem, reference, candidate, artifact, plan))
+            .around(|| {
+                worker.evaluate_with(
+                    problem,
+                    reference,
+                    candidate,
+                    artifact,
+                    plan,
+                    runner.as_deref_mut(),
+                )
+            })
             .map_err(|e| BackendError(format!("clock policy on {}: {e}", l.uuid)))?
             .map_err(|e| BackendError(e.to_string()))?;
         if let Some(gpu) = e
@@ -139,10 +179,13 @@ impl Backend for CudaBackend {
             .lanes
             .get(lane)
             .ok_or_else(|| BackendError(format!("no GPU lane {lane}")))?;
-        let libraries: Vec<String> = problem.baseline.keys().cloned().collect();
         let cfg = lane_config(&self.cfg, &l.uuid);
+        let torch = match &self.torch {
+            Ok(h) => TorchSource::Helper(h),
+            Err(why) => TorchSource::Off(why.clone()),
+        };
         l.clocks
-            .around(|| kiln_sandbox::measure_baselines(&cfg, problem, reference, plan, &libraries))
+            .around(|| kiln_sandbox::measure_baselines(&cfg, problem, reference, plan, torch))
             .map_err(|e| BackendError(format!("clock policy on {}: {e}", l.uuid)))?
             .map_err(|e| BackendError(e.to_string()))
     }

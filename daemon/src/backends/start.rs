@@ -38,6 +38,31 @@ pub struct Built {
     pub jail: Value,
     /// Whether Triton candidates can be compiled: `{usable, detail, version, python}`.
     pub triton: Value,
+    /// The CUDA toolkit headers cuda compiles get, and NVRTC's version beside theirs.
+    pub cuda_headers: Value,
+}
+
+/// What `/v1/info` and `kiln doctor` show about the toolkit headers: where kiln looked,
+/// what it uses, the headers' CUDA version next to NVRTC's, and a warning when they differ.
+pub fn cuda_headers(cfg: &SandboxConfig) -> Value {
+    let h = &cfg.cuda_headers;
+    let nvrtc = kiln_sandbox::kiln_gpu::facts::nvrtc_version().map(|(a, b)| format!("{a}.{b}"));
+    let warning = match (&h.version, &nvrtc) {
+        (Some(hv), Some(nv)) if hv != nv => Some(format!(
+            "the headers are CUDA {hv} but NVRTC is {nv}: compiles may fail or differ; point \
+             [cuda] include_dirs at the toolkit NVRTC comes from"
+        )),
+        _ => None,
+    };
+    json!({
+        "found": h.found(),
+        "version": h.version,
+        "nvrtc_version": nvrtc,
+        "dirs": h.dirs,
+        "searched": h.searched,
+        "detail": h.describe(),
+        "warning": warning,
+    })
 }
 
 /// The GPUs the config selects among those found: by UUID or index; all when empty.
@@ -70,7 +95,30 @@ pub fn sandbox_config(config: &Config, state_dir: &Path) -> SandboxConfig {
     // Checked by Config::validate; an unreadable value means the default.
     cfg.cupti =
         kiln_sandbox::kiln_gpu::cupti::CuptiSetting::parse(&config.gpu.cupti).unwrap_or_default();
+    // The toolkit headers: [cuda] include_dirs, or discovered (also beside the python
+    // wheels now on the library path).
+    let configured: Vec<std::path::PathBuf> =
+        config.cuda.include_dirs.iter().map(Into::into).collect();
+    cfg.find_cuda_headers(&configured);
     cfg
+}
+
+/// The torch helper `[gpu] python` runs, or why there is none.
+pub fn torch_helper(config: &Config) -> Result<kiln_sandbox::TorchHelper, String> {
+    if config.gpu.python.is_empty() {
+        return Err("[gpu] python is empty: the torch helper is off".into());
+    }
+    kiln_sandbox::TorchHelper::find(
+        &kiln_sandbox::default_worker_exe(),
+        &config.gpu.python,
+        Duration::from_secs(config.gpu.torch_timeout_secs.max(1)),
+    )
+    .ok_or_else(|| {
+        format!(
+            "{} not found beside kiln-worker (see daemon/packaging)",
+            kiln_sandbox::torch_helper::HELPER_NAME
+        )
+    })
 }
 
 /// Builds the backends. Runs before the async runtime starts (the jail probe forks).
@@ -99,12 +147,14 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
             );
         }
         backends.push(Arc::new(HostBackend {
+            identity: super::compile_identity(&cfg, false),
             cfg: cfg.clone(),
             status: host.clone(),
             peaks: (
                 config.evaluation.host_peak_bytes_per_s,
                 config.evaluation.host_peak_flops,
             ),
+            torch: torch_helper(config).map(|h| Mutex::new(kiln_sandbox::ReferenceRunner::cpu(h))),
         }));
     }
     if let Some(cuda) = status.iter_mut().find(|b| b.name == "cuda")
@@ -123,6 +173,7 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
         let chosen = selected(&found, &config.gpu.devices);
         let mut compile_cfg = cfg.clone();
         let mut lanes = Vec::new();
+        let torch = torch_helper(config);
         for d in &chosen {
             let mut gpu_cfg = cfg.clone();
             gpu_cfg.use_gpu(d);
@@ -138,6 +189,12 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
                 uuid: d.uuid.clone(),
                 worker: Mutex::new(WarmWorker::new(gpu_cfg, config.gpu.worker_max_evals)),
                 clocks: LaneClocks::new(policy, &d.uuid, ctl, store.clone()),
+                // The lane's torch reference runner sees only the lane's GPU.
+                torch: torch.clone().map(|h| {
+                    let uuid = (d.uuid.starts_with("GPU-") || d.uuid.starts_with("MIG-"))
+                        .then_some(d.uuid.as_str());
+                    Mutex::new(kiln_sandbox::ReferenceRunner::gpu(h, uuid))
+                }),
             });
             tracing::info!(gpu = %d.uuid, name = %d.name, arch = %d.arch, "cuda lane");
         }
@@ -167,15 +224,18 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
             );
         }
         backends.push(Arc::new(CudaBackend {
+            identity: super::compile_identity(&compile_cfg, true),
             cfg: compile_cfg,
             lanes,
             status: cuda.clone(),
+            torch,
         }));
     }
     Built {
         backends,
         status,
         jail: json!({"layers": layers}),
+        cuda_headers: cuda_headers(&cfg),
         triton: triton_status(&triton),
     }
 }
