@@ -3,17 +3,17 @@
 //! Both backends are `kiln-sandbox`: C candidates ([`HostBackend`]) and CUDA candidates
 //! ([`CudaBackend`]) compiled and run in jailed `kiln-worker` children. The cuda backend
 //! is registered when `kiln_gpu::available()` finds a GPU at start, with one
-//! [`GpuLane`] per GPU (all found, or those `[gpu] devices` names): each lane keeps a warm
-//! jailed worker ([`kiln_sandbox::WarmWorker`]) that sees only its GPU, and runs each
-//! evaluation inside the clock policy's window ([`crate::gpu::clocks`]). The jail's layers
-//! are probed once at start (this forks, so it runs before the async runtime) and shown by
-//! `/v1/info` and `kiln doctor`.
+//! [`GpuLane`] per GPU: all found, or those `[gpu] devices` names, in NVML's order
+//! ([`crate::gpu::selection`]; a name that matches no GPU stops the start). Each lane
+//! keeps a warm jailed worker ([`kiln_sandbox::WarmWorker`]) that sees only its GPU, and
+//! runs each evaluation inside the clock policy's window ([`crate::gpu::clocks`]). The
+//! jail's layers are probed once at start (this forks, so it runs before the async
+//! runtime) and shown by `/v1/info` and `kiln doctor`; the GPU inventory is read after.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kiln_sandbox::kiln_gpu::DeviceFacts;
 use kiln_sandbox::{BackendStatus, SandboxConfig, WarmWorker};
 use serde_json::{Value, json};
 
@@ -22,10 +22,11 @@ use super::cuda::{CudaBackend, GpuLane, NoControl, nvml_control};
 use super::host::HostBackend;
 use crate::config::Config;
 use crate::gpu::clocks::{self, LaneClocks};
-use crate::gpu::libs;
+use crate::gpu::selection::{self, SelectionError};
+use crate::gpu::{self, GpuInventory, libs};
 use crate::store::Store;
 
-/// The backends built at start, their status and the jail's layers.
+/// The backends built at start, their status, the jail's layers and the GPUs.
 pub struct Built {
     /// Backends that take jobs (the scheduler asks each whether it is usable).
     pub backends: Vec<Arc<dyn Backend>>,
@@ -33,21 +34,8 @@ pub struct Built {
     pub status: Vec<BackendStatus>,
     /// The jail's layers as probed at start.
     pub jail: Value,
-}
-
-/// The GPUs the config selects among those found: by UUID or index; all when empty.
-fn selected<'a>(devices: &'a [DeviceFacts], wanted: &[String]) -> Vec<&'a DeviceFacts> {
-    devices
-        .iter()
-        .enumerate()
-        .filter(|(i, d)| {
-            wanted.is_empty()
-                || wanted
-                    .iter()
-                    .any(|w| w == &d.uuid || w == &i.to_string() || w == &d.ordinal.to_string())
-        })
-        .map(|(_, d)| d)
-        .collect()
+    /// The GPUs as NVML lists them (read after the jail probe, which forks).
+    pub gpu: GpuInventory,
 }
 
 /// The sandbox settings derived from the config: scratch under the state directory, the
@@ -69,8 +57,13 @@ pub fn sandbox_config(config: &Config, state_dir: &Path) -> SandboxConfig {
 }
 
 /// Builds the backends. Runs before the async runtime starts (the jail probe forks).
-/// Under the `lock` clock policy, first resets clocks a crashed daemon left locked.
-pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
+/// Under the `lock` clock policy, first resets clocks a crashed daemon left locked. Fails
+/// only when `[gpu] devices` names a GPU this host does not have (or names one twice).
+pub fn build(
+    config: &Config,
+    state_dir: &Path,
+    store: &Arc<Store>,
+) -> Result<Built, SelectionError> {
     let cfg = sandbox_config(config, state_dir);
     let layers = kiln_sandbox::probe_layers(&cfg);
     for l in &layers {
@@ -81,6 +74,7 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
         }
     }
     let payload_ok = layers.iter().any(|l| l.name == "payload" && l.active);
+    let gpu = gpu::inventory();
     let mut status: Vec<BackendStatus> = kiln_sandbox::backend_status();
     let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
     if let Some(host) = status.iter_mut().find(|b| b.name == "host") {
@@ -113,7 +107,7 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
         let found = kiln_sandbox::kiln_gpu::available()
             .map(|f| f.devices)
             .unwrap_or_default();
-        let chosen = selected(&found, &config.gpu.devices);
+        let chosen = selection::select(&found, &gpu, &config.gpu.devices)?;
         let mut compile_cfg = cfg.clone();
         let mut lanes = Vec::new();
         for d in &chosen {
@@ -127,28 +121,17 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
             };
             let ctl: clocks::SharedControl =
                 Arc::new(Mutex::new(control.unwrap_or_else(|| Box::new(NoControl))));
-            lanes.push(GpuLane {
-                uuid: d.uuid.clone(),
-                worker: Mutex::new(WarmWorker::new(gpu_cfg, config.gpu.worker_max_evals)),
-                clocks: LaneClocks::new(policy, &d.uuid, ctl, store.clone()),
-            });
-            tracing::info!(gpu = %d.uuid, name = %d.name, arch = %d.arch, "cuda lane");
+            let worker = WarmWorker::new(gpu_cfg, config.gpu.worker_max_evals);
+            tracing::info!(lane = lanes.len(), gpu = %d.uuid, name = %d.name, arch = %d.arch, "cuda lane");
+            lanes.push(GpuLane::new(
+                &d.uuid,
+                Box::new(worker),
+                LaneClocks::new(policy, &d.uuid, ctl, store.clone()),
+            ));
         }
         if lanes.is_empty() {
             cuda.usable = false;
-            cuda.detail = if found.is_empty() {
-                "no GPU facts could be read".into()
-            } else {
-                format!(
-                    "[gpu] devices = {:?} matches none of the GPUs found ({})",
-                    config.gpu.devices,
-                    found
-                        .iter()
-                        .map(|d| d.uuid.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            };
+            cuda.detail = "no GPU facts could be read".into();
         } else {
             cuda.detail = format!("{} ({} lane(s), warm workers)", cuda.detail, lanes.len());
         }
@@ -159,15 +142,12 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
                 cfg.worker_exe.display()
             );
         }
-        backends.push(Arc::new(CudaBackend {
-            cfg: compile_cfg,
-            lanes,
-            status: cuda.clone(),
-        }));
+        backends.push(Arc::new(CudaBackend::new(compile_cfg, lanes, cuda.clone())));
     }
-    Built {
+    Ok(Built {
         backends,
         status,
         jail: json!({"layers": layers}),
-    }
+        gpu,
+    })
 }
