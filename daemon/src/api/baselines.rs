@@ -146,27 +146,11 @@ pub fn cached(s: &AppState, problem: &str) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use kiln_types::baseline::{BaselineStatus, precision};
-    use kiln_types::{BaselineResult, TimingStats, Verdict};
+    use kiln_types::{TimingStats, Verdict};
 
     use super::*;
     use crate::gpu::fake_inventory;
-    use crate::store::{GpuKey, open_temp, sample_spec};
-
-    fn reference_at(us: f64) -> BaselineResult {
-        let mut r = BaselineResult::not_measured(
-            "reference",
-            "kiln",
-            precision::REFERENCE,
-            BaselineStatus::Measured,
-            "",
-        );
-        r.timing = Some(TimingStats {
-            median_us: us,
-            ..TimingStats::default()
-        });
-        r
-    }
+    use crate::store::{GpuKey, measured_reference, open_temp, sample_spec};
 
     fn timed_on(uuid: Option<&str>, median_us: f64) -> Evaluation {
         let mut e = Evaluation::early(Verdict::Ok, "cuda", "ok");
@@ -197,10 +181,10 @@ mod tests {
         };
         // The reference takes 30 µs on the H100 (GPU 0) and 20 µs on the H200 (GPU 1).
         store
-            .put_baselines(&key("NVIDIA H100"), "p", &[reference_at(30.0)])
+            .put_baselines(&key("NVIDIA H100"), "p", &[measured_reference(30.0)])
             .expect("h100");
         store
-            .put_baselines(&key("NVIDIA H200"), "p", &[reference_at(20.0)])
+            .put_baselines(&key("NVIDIA H200"), "p", &[measured_reference(20.0)])
             .expect("h200");
         let on = |uuid| speedup_of(&speedups(&store, &inv, "p", &timed_on(uuid, 10.0)));
         assert_eq!(

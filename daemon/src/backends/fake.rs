@@ -8,7 +8,6 @@ use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use kiln_sandbox::{BackendStatus, CompileOutcome};
-use kiln_types::baseline::{BaselineStatus, precision};
 use kiln_types::{
     BaselineResult, Candidate, CompileInfo, EvalPlan, Evaluation, ProblemSpec, TimingStats, Verdict,
 };
@@ -133,17 +132,6 @@ impl Backend for FakeLanes {
         _plan: &EvalPlan,
     ) -> Result<Vec<BaselineResult>, BackendError> {
         self.seen().baselines_on.push(lane);
-        let mut r = BaselineResult::not_measured(
-            "reference",
-            "kiln",
-            precision::REFERENCE,
-            BaselineStatus::Measured,
-            "",
-        );
-        r.timing = Some(TimingStats {
-            median_us: 100.0 + lane as f64,
-            ..TimingStats::default()
-        });
-        Ok(vec![r])
+        Ok(vec![crate::store::measured_reference(100.0 + lane as f64)])
     }
 }

@@ -15,7 +15,7 @@ use crate::backends::fake::{FakeLanes, PATIENCE};
 use crate::config::Config;
 use crate::events::{Event, EventBus};
 use crate::gpu::fake_inventory;
-use crate::store::{GpuKey, NewSearch, Store, open_temp, sample_spec};
+use crate::store::{GpuKey, Store, open_temp, sample_search, sample_spec};
 
 fn candidate(note: &str) -> Candidate {
     serde_json::from_value(serde_json::json!({
@@ -105,18 +105,7 @@ async fn every_lane_is_used_and_none_runs_two_evaluations_at_once() {
 async fn a_searchs_candidates_spread_over_all_lanes() {
     let fake = FakeLanes::new("host", 3);
     let (_d, store, sched, events) = start(fake.clone());
-    let search = store
-        .create_search(&NewSearch {
-            problem: "p".into(),
-            proposer: "t".into(),
-            plugin_hash: store.put_plugin("t", b"wasm").expect("plugin"),
-            config: serde_json::Value::Null,
-            seed: 1,
-            budget_candidates: 12,
-            time_limit_ms: 60_000,
-            llm_tokens: 0,
-        })
-        .expect("search");
+    let search = sample_search(&store, "p");
     let mut rx = events.subscribe();
     // A search keeps its queue filled: a round of candidates at once.
     for i in 0..9 {

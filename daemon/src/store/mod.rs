@@ -111,7 +111,26 @@ fn corrupt(what: impl Into<String>, e: impl std::fmt::Display) -> StoreError {
 }
 
 #[cfg(test)]
+pub(crate) use baselines::measured_reference;
+#[cfg(test)]
 pub(crate) use problems::sample_spec;
+
+/// A search of proposer `t` on `problem` (registered), budget 10, for tests.
+#[cfg(test)]
+pub(crate) fn sample_search(store: &Store, problem: &str) -> String {
+    store
+        .create_search(&NewSearch {
+            problem: problem.into(),
+            proposer: "t".into(),
+            plugin_hash: store.put_plugin("t", b"wasm").expect("plugin"),
+            config: serde_json::Value::Null,
+            seed: 1,
+            budget_candidates: 10,
+            time_limit_ms: 1000,
+            llm_tokens: 0,
+        })
+        .expect("search")
+}
 
 #[cfg(test)]
 pub(crate) fn open_temp() -> (tempfile::TempDir, Store) {

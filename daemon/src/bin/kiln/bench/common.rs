@@ -77,6 +77,16 @@ pub async fn setup(
     })
 }
 
+/// The default problem of the benchmarks that time a kernel of some size: the softmax
+/// seed problem of the backend.
+pub fn softmax_problem(backend: &str) -> &'static str {
+    if backend == "cuda" {
+        "softmax-4096x65536"
+    } else {
+        "softmax-256x4096"
+    }
+}
+
 /// A short random tag, so candidates of one run never collide with an earlier run's.
 pub fn run_tag() -> String {
     format!("{:08x}", rand::random::<u32>())

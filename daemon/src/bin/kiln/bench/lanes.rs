@@ -47,14 +47,6 @@ pub struct LanesArgs {
     smoke: bool,
 }
 
-fn default_problem(backend: &str) -> &'static str {
-    if backend == "cuda" {
-        "softmax-4096x65536"
-    } else {
-        "softmax-256x4096"
-    }
-}
-
 /// Lanes whose medians are within this fraction of each other time alike (1 %).
 const SAME_WITHIN: f64 = 0.01;
 
@@ -155,7 +147,7 @@ pub async fn run(client: &Client, out: Output, a: LanesArgs) -> Result<std::proc
         client,
         a.problem.as_deref(),
         a.backend.as_deref(),
-        default_problem,
+        common::softmax_problem,
     )
     .await?;
     let lanes = common::lanes(&setup.info, &setup.backend);

@@ -51,21 +51,13 @@ pub struct StabilityArgs {
     smoke: bool,
 }
 
-fn default_problem(backend: &str) -> &'static str {
-    if backend == "cuda" {
-        "softmax-4096x65536"
-    } else {
-        "softmax-256x4096"
-    }
-}
-
 /// Runs the benchmark and prints its report.
 pub async fn run(client: &Client, out: Output, a: StabilityArgs) -> Result<std::process::ExitCode> {
     let setup = common::setup(
         client,
         a.problem.as_deref(),
         a.backend.as_deref(),
-        default_problem,
+        common::softmax_problem,
     )
     .await?;
     let rounds = a.rounds.unwrap_or(if a.smoke { 3 } else { 10 }).max(2);

@@ -53,14 +53,6 @@ pub struct ThroughputArgs {
     smoke: bool,
 }
 
-fn default_problem(backend: &str) -> &'static str {
-    if backend == "cuda" {
-        "softmax-4096x65536"
-    } else {
-        "softmax-256x4096"
-    }
-}
-
 /// Runs the benchmark and prints its report.
 pub async fn run(
     client: &Client,
@@ -71,7 +63,7 @@ pub async fn run(
         client,
         a.problem.as_deref(),
         a.backend.as_deref(),
-        default_problem,
+        common::softmax_problem,
     )
     .await?;
     let count = a.count.unwrap_or(if a.smoke { 4 } else { 60 }).max(1);
