@@ -10,7 +10,8 @@
 #   throughput  `kiln bench throughput` with N lanes gives >= 0.9 x N x one lane's
 #               candidates per minute, every lane busy >= 80 % (the CPU count is printed:
 #               compiles run on the CPUs);
-#   lanes       `kiln bench lanes`: the same kernel on every GPU, medians within 1 % of
+#   lanes       `kiln bench lanes`: the same kernel on every GPU, each lane's evaluations
+#               on its own GPU (their telemetry's device UUID), medians within 1 % of
 #               each other, or each GPU's factor against lane 0 reported;
 #   isolation   `kiln bench lanes --isolation`: red-team kernels fault and time out on the
 #               other lanes while lane 0 times the kernel: lane 0's medians within the
@@ -182,7 +183,10 @@ else:
 c = r['comparison']
 med = ', '.join('lane %s %.2f us' % (l['lane'], l['median_us']) for l in r['per_lane'])
 f = ', '.join('%s: %.4f' % kv for kv in sorted(c['factor_vs_lane0'].items()))
-if r['lanes'] < 2:
+wrong = [(l['lane'], l['devices_seen']) for l in r['per_lane'] if l['devices_seen'] != [l['label']]]
+if '$backend' == 'cuda' and wrong:
+    print('FAIL lanes whose evaluations ran on another GPU than their own: %s' % wrong)
+elif r['lanes'] < 2:
     print('SKIP single GPU (%s)' % med)
 elif c['within_1pct']:
     print('PASS medians within 1 %% (spread %.3f %%): %s' % (c['spread'] * 100, med))

@@ -275,6 +275,11 @@ fn lanes_smoke_times_the_kernel_on_every_lane() {
     );
     assert_eq!(lane["n"], rounds, "{lane}");
     assert_eq!(lane["verdicts"]["ok"], rounds, "{lane}");
+    assert_eq!(
+        lane["devices_seen"],
+        serde_json::json!([]),
+        "no GPU on the host: {lane}"
+    );
     let m = lane["median_us"].as_f64().expect("median");
     assert!(
         m > 0.0 && m >= lane["min_us"].as_f64().unwrap_or(f64::NAN),

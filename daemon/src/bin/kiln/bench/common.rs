@@ -246,6 +246,8 @@ pub struct Finished {
     pub plain: bool,
     /// Whether the compile came from the cache.
     pub compile_cached: Option<bool>,
+    /// The UUID of the GPU that evaluated it (`telemetry.device.uuid`; cuda only).
+    pub device: Option<String>,
     /// Per-stage latencies, ms (absent where the job never reached the stage).
     pub stages: BTreeMap<&'static str, f64>,
     /// GPU: how the samples were timed and every figure of them (`timing.timer`).
@@ -301,6 +303,9 @@ pub fn finished(candidate: &str, job: &Value, end_to_end_ms: f64) -> Finished {
         raced_out: t["raced_out"].as_bool() == Some(true),
         plain: t["plain"].as_bool() == Some(true),
         compile_cached: e["compile"]["cached"].as_bool(),
+        device: e["telemetry"]["device"]["uuid"]
+            .as_str()
+            .map(str::to_string),
         stages,
         timer: t["timer"].clone(),
     }

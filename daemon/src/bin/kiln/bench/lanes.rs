@@ -200,13 +200,19 @@ pub async fn run(client: &Client, out: Output, a: LanesArgs) -> Result<std::proc
         let Some(lane) = l["lane"].as_u64() else {
             continue;
         };
-        let mut s = common::spread(by_lane.get(&lane).map_or(&[][..], Vec::as_slice));
+        let ran = by_lane.get(&lane).map_or(&[][..], Vec::as_slice);
+        let mut s = common::spread(ran);
         if let Some(m) = s["median_us"].as_f64() {
             medians.push((lane, m));
         }
         for k in ["lane", "label", "gpu", "gpu_name"] {
             s[k] = l[k].clone();
         }
+        // The GPUs its evaluations say they ran on: its own alone (cuda; none for the host).
+        let mut devices: Vec<&str> = ran.iter().filter_map(|d| d.device.as_deref()).collect();
+        devices.sort_unstable();
+        devices.dedup();
+        s["devices_seen"] = json!(devices);
         per_lane.push(s);
     }
     let models: Vec<&Value> = lanes.iter().map(|l| &l["gpu_name"]).collect();
