@@ -24,7 +24,8 @@ pub struct LaneInfo {
     pub gpu: Option<u32>,
     /// The GPU's model, when NVML lists it.
     pub gpu_name: Option<String>,
-    /// Warm workers started on this lane so far (one more after each fault or timeout).
+    /// Warm workers started on this lane so far (one more after each fault or timeout on
+    /// it, and every `gpu.worker_max_evals` evaluations).
     pub workers_started: Option<u64>,
     /// Evaluations the lane's warm workers answered so far.
     pub evaluations: Option<u64>,
