@@ -52,6 +52,8 @@ pub struct Config {
     pub jail: JailConfig,
     /// GPUs and clock policy.
     pub gpu: GpuConfig,
+    /// Triton candidates: the python whose triton compiles them.
+    pub triton: TritonConfig,
     /// Searches and their proposer plugins.
     pub search: SearchConfig,
     /// The LLM gateway.
@@ -85,6 +87,10 @@ pub struct SearchConfig {
     /// How much slower than the best's upper bound a candidate's lower bound must be to be
     /// raced out (0.05 = 5 %); also the default for single submissions that ask to race.
     pub race_margin: f64,
+    /// Most lines a search's plugin may write to the search's log; later ones are dropped.
+    pub log_max_rows: u64,
+    /// Most bytes of messages a search's plugin may write to the search's log.
+    pub log_max_bytes: u64,
 }
 
 impl Default for SearchConfig {
@@ -99,6 +105,8 @@ impl Default for SearchConfig {
             queue_cap: 8,
             race: true,
             race_margin: 0.05,
+            log_max_rows: 20_000,
+            log_max_bytes: 8 << 20,
         }
     }
 }
@@ -224,6 +232,15 @@ impl Default for QueueConfig {
     }
 }
 
+/// Default host peak bandwidth for the floor check: 2 TB/s, above what one core moves even
+/// from its L1 cache (two or three 64-byte loads a cycle at 5-6 GHz is about 1 TB/s). The
+/// host runner is single-threaded (seccomp refuses threads), so no honest kernel comes
+/// near it, while a time that implies more cannot have read its inputs.
+pub const HOST_PEAK_BYTES_PER_S: f64 = 2e12;
+/// Default host peak compute for the floor check: 2 Tflop/s, over five times one core's
+/// f32 peak with AVX-512 (2 FMA units × 16 lanes × 2 flops × 6 GHz ≈ 0.38 Tflop/s).
+pub const HOST_PEAK_FLOPS: f64 = 2e12;
+
 /// `[evaluation]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -251,8 +268,8 @@ impl Default for EvaluationConfig {
             run_timeout_ms: 5_000,
             compile_timeout_secs: 60,
             memory_limit_mb: 2048,
-            host_peak_bytes_per_s: 0.0,
-            host_peak_flops: 0.0,
+            host_peak_bytes_per_s: HOST_PEAK_BYTES_PER_S,
+            host_peak_flops: HOST_PEAK_FLOPS,
             timing: kiln_types::TimingPlan::default(),
         }
     }
@@ -317,6 +334,26 @@ impl Default for GpuConfig {
     }
 }
 
+/// `[triton]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TritonConfig {
+    /// The python whose `triton` compiles Triton candidates (in the compile jail, its
+    /// directories shown read-only); empty = `[gpu] python`, the one that has torch.
+    pub python: String,
+}
+
+impl Config {
+    /// The python asked for triton: `[triton] python`, else `[gpu] python`.
+    pub fn triton_python(&self) -> &str {
+        if self.triton.python.is_empty() {
+            &self.gpu.python
+        } else {
+            &self.triton.python
+        }
+    }
+}
+
 /// `[log]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -339,9 +376,18 @@ impl Default for LogConfig {
 impl Config {
     /// Parses TOML text; `origin` names the file in errors.
     pub fn from_toml(text: &str, origin: &Path) -> Result<Self, ConfigError> {
-        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: origin.to_path_buf(),
-            message: e.to_string(),
+        let cfg: Config = toml::from_str(text).map_err(|e| {
+            let mut message = e.to_string();
+            if message.contains("fresh_inputs_every") {
+                message.push_str(
+                    "\nevaluation.timing.fresh_inputs_every was removed: every timed sample \
+                     now runs on fresh inputs, so the key has nothing left to set; delete it",
+                );
+            }
+            ConfigError::Parse {
+                path: origin.to_path_buf(),
+                message,
+            }
         })?;
         cfg.validate()?;
         Ok(cfg)

@@ -47,6 +47,11 @@ pub struct SandboxConfig {
     /// is shown read-only in their jails).
     #[serde(default)]
     pub cupti: kiln_gpu::cupti::CuptiSetting,
+    /// The python with triton that compiles Triton candidates (found by kilnd at start,
+    /// see [`crate::backends::triton::setup`]); `None`: Triton candidates cannot be
+    /// compiled here.
+    #[serde(default)]
+    pub triton: Option<crate::backends::triton::setup::TritonSetup>,
 }
 
 fn default_arch() -> String {
@@ -55,7 +60,8 @@ fn default_arch() -> String {
 
 impl SandboxConfig {
     /// Defaults: worker next to the current executable, `cc` from PATH, 30 s compile
-    /// timeout, 2 GiB memory, 1 MiB of candidate output, namespaces on, no cgroup.
+    /// timeout, 2 GiB memory, 1 MiB of candidate output, namespaces on, no cgroup, no
+    /// Triton.
     pub fn new(scratch_root: impl Into<PathBuf>) -> Self {
         SandboxConfig {
             worker_exe: default_worker_exe(),
@@ -74,6 +80,7 @@ impl SandboxConfig {
                 .ok()
                 .filter(|v| !v.is_empty()),
             cupti: kiln_gpu::cupti::CuptiSetting::Auto,
+            triton: None,
         }
     }
 

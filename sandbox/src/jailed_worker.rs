@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use kiln_types::{Candidate, EvalPlan, Evaluation, Language, ProblemSpec, Verdict};
+use kiln_types::{Candidate, EvalPlan, Evaluation, ProblemSpec, Verdict};
 
 use crate::config::SandboxConfig;
 use crate::error::SandboxError;
@@ -128,7 +128,14 @@ pub(crate) fn protocol_error(
     e: protocol::ProtocolError,
     child: &mut jail::JailedChild,
 ) -> SandboxError {
-    let ended = child.finish();
+    protocol_error_after(e, &child.finish())
+}
+
+/// [`protocol_error`] for a child already finished.
+pub(crate) fn protocol_error_after(
+    e: protocol::ProtocolError,
+    ended: &jail::spawn::Ended,
+) -> SandboxError {
     SandboxError::Protocol {
         message: format!(
             "{e}; worker {}; log: {}",
@@ -155,8 +162,8 @@ pub(crate) fn precheck(
     problem: &ProblemSpec,
     candidate: &Candidate,
 ) -> Result<Option<Evaluation>, SandboxError> {
-    let cuda = candidate.language == Language::Cuda;
-    let backend = if cuda { "cuda" } else { "host" };
+    let backend = candidate.language.backend();
+    let cuda = backend == "cuda";
     // Only the libraries (cheap): the GPU itself was found when kilnd chose it at start, and
     // the worker reports it if it is gone.
     if cuda && let Err(e) = kiln_gpu::facts::libraries_present() {

@@ -143,8 +143,21 @@ impl Backend for CudaBackend {
         Some(*l.stats.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    fn compile(&self, candidate: &Candidate) -> Result<CompileOutcome, BackendError> {
-        compile_in_jail(&self.cfg, candidate)
+    fn compile(
+        &self,
+        problem: &ProblemSpec,
+        candidate: &Candidate,
+    ) -> Result<CompileOutcome, BackendError> {
+        compile_in_jail(&self.cfg, problem, candidate)
+    }
+
+    fn compiler_identity(&self, language: kiln_types::Language) -> String {
+        match (language, &self.cfg.triton) {
+            (kiln_types::Language::Triton, Some(t)) => {
+                format!("triton {} for {}", t.version, self.cfg.cuda_arch)
+            }
+            _ => String::new(),
+        }
     }
 
     fn evaluate(

@@ -71,7 +71,7 @@ impl Backend for FakeLanes {
         }
     }
 
-    fn compile(&self, _candidate: &Candidate) -> Result<CompileOutcome, BackendError> {
+    fn compile(&self, _: &ProblemSpec, _: &Candidate) -> Result<CompileOutcome, BackendError> {
         Ok(CompileOutcome {
             artifact: Some(b"fake artifact".to_vec()),
             info: CompileInfo::default(),

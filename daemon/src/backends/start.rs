@@ -9,11 +9,15 @@
 //! runs each evaluation inside the clock policy's window ([`crate::gpu::clocks`]). The
 //! jail's layers are probed once at start (this forks, so it runs before the async
 //! runtime) and shown by `/v1/info` and `kiln doctor`; the GPU inventory is read after.
+//! So is the python whose triton compiles Triton candidates (`[triton] python`, else
+//! `[gpu] python`), asked once for its version; the cuda backend compiles Triton
+//! candidates with it.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kiln_sandbox::backends::triton::setup::TritonSetup;
 use kiln_sandbox::{BackendStatus, SandboxConfig, WarmWorker};
 use serde_json::{Value, json};
 
@@ -36,6 +40,8 @@ pub struct Built {
     pub jail: Value,
     /// The GPUs as NVML lists them (read after the jail probe, which forks).
     pub gpu: GpuInventory,
+    /// Whether Triton candidates can be compiled: `{usable, detail, version, python}`.
+    pub triton: Value,
 }
 
 /// The sandbox settings derived from the config: scratch under the state directory, the
@@ -64,7 +70,9 @@ pub fn build(
     state_dir: &Path,
     store: &Arc<Store>,
 ) -> Result<Built, SelectionError> {
-    let cfg = sandbox_config(config, state_dir);
+    let mut cfg = sandbox_config(config, state_dir);
+    let triton = find_triton(config);
+    cfg.triton = triton.as_ref().ok().cloned();
     let layers = kiln_sandbox::probe_layers(&cfg);
     for l in &layers {
         if l.active {
@@ -149,5 +157,36 @@ pub fn build(
         status,
         jail: json!({"layers": layers}),
         gpu,
+        triton: triton_status(&triton),
     })
+}
+
+/// The python with triton of `[triton] python` (else `[gpu] python`), asked once.
+fn find_triton(config: &Config) -> Result<TritonSetup, String> {
+    let python = config.triton_python();
+    if python.is_empty() {
+        return Err("[triton] python and [gpu] python are both empty".into());
+    }
+    let found = TritonSetup::find(python, Duration::from_secs(60));
+    match &found {
+        Ok(t) if t.tested() => tracing::info!(triton = %t.describe(), "triton candidates"),
+        Ok(t) => tracing::warn!(triton = %t.describe(), "triton candidates"),
+        Err(e) => tracing::info!(reason = %e, "no triton: triton candidates are refused"),
+    }
+    found
+}
+
+/// `/v1/info`'s `triton`.
+pub fn triton_status(found: &Result<TritonSetup, String>) -> Value {
+    match found {
+        Ok(t) => json!({
+            "usable": true,
+            "detail": t.describe(),
+            "version": t.version,
+            "python": t.python,
+            "tested": t.tested(),
+            "ro_paths": t.ro_paths,
+        }),
+        Err(e) => json!({"usable": false, "detail": e}),
+    }
 }

@@ -9,8 +9,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use kiln_sandbox::TorchHelper;
-use kiln_types::Candidate;
 use kiln_types::baseline::{BaselineResult, BaselineStatus};
+use kiln_types::{Candidate, ProblemSpec};
 use thiserror::Error;
 
 use super::{Lanes, Scheduler};
@@ -65,15 +65,16 @@ impl Scheduler {
     async fn reference_artifact(
         &self,
         backend: &Arc<dyn crate::backends::Backend>,
+        problem: &ProblemSpec,
         reference: &Candidate,
     ) -> Result<Artifact, BaselineError> {
         let failed = |e: &dyn std::fmt::Display| BaselineError::Failed(e.to_string());
-        let key = compile_key(backend.name(), reference);
+        let key = compile_key(backend.as_ref(), problem, reference);
         if let Some(a) = self.store.get_artifact(&key).map_err(|e| failed(&e))? {
             return Ok(a);
         }
-        let (be, c) = (backend.clone(), reference.clone());
-        let outcome = tokio::task::spawn_blocking(move || be.compile(&c))
+        let (be, p, c) = (backend.clone(), problem.clone(), reference.clone());
+        let outcome = tokio::task::spawn_blocking(move || be.compile(&p, &c))
             .await
             .map_err(|e| failed(&e))?
             .map_err(|e| failed(&e))?;
@@ -161,7 +162,9 @@ impl Scheduler {
         let ref_candidate = spec.reference_candidate("cuda").ok_or_else(|| {
             BaselineError::Unavailable(format!("problem {problem:?} has no cuda reference"))
         })?;
-        let art = self.reference_artifact(&backend, &ref_candidate).await?;
+        let art = self
+            .reference_artifact(&backend, &spec, &ref_candidate)
+            .await?;
         let slots = self
             .lane_slots
             .get("cuda")

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use kiln_types::{Candidate, EvalPlan, Evaluation};
+use kiln_types::{Candidate, EvalPlan, Evaluation, ProblemSpec};
 use rand::RngCore;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
@@ -145,7 +145,10 @@ impl Scheduler {
             );
             return Ok((eval, 0.0, 0.0));
         };
-        let reference_art = match self.compile_cached(&backend, &ref_candidate).await? {
+        let reference_art = match self
+            .compile_cached(&backend, &problem, &ref_candidate)
+            .await?
+        {
             Ok(a) => a,
             Err(failure) => {
                 return Err(JobFailure::Infra(format!(
@@ -154,7 +157,9 @@ impl Scheduler {
                 )));
             }
         };
-        let artifact = self.compile_cached(&backend, &rec.candidate).await?;
+        let artifact = self
+            .compile_cached(&backend, &problem, &rec.candidate)
+            .await?;
         let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
         drop(compile_permit);
         let artifact = match artifact {
@@ -264,16 +269,17 @@ impl Scheduler {
     async fn compile_cached(
         &self,
         backend: &Arc<dyn Backend>,
+        problem: &ProblemSpec,
         candidate: &Candidate,
     ) -> Result<Result<Artifact, Evaluation>, JobFailure> {
-        let key = compile_key(backend.name(), candidate);
+        let key = compile_key(backend.as_ref(), problem, candidate);
         if let Some(mut a) = self.store.get_artifact(&key)? {
             a.info.cached = true;
             return Ok(Ok(a));
         }
         let be = backend.clone();
-        let c = candidate.clone();
-        let outcome = tokio::task::spawn_blocking(move || be.compile(&c))
+        let (p, c) = (problem.clone(), candidate.clone());
+        let outcome = tokio::task::spawn_blocking(move || be.compile(&p, &c))
             .await
             .map_err(|e| JobFailure::Infra(format!("compile task: {e}")))??;
         match (outcome.artifact, outcome.failure) {

@@ -62,7 +62,7 @@ pub mod nvrtc;
 pub mod telemetry;
 pub mod timing;
 
-pub use device::{DeviceBuffer, Gpu, KernelInfo, Module, Occupancy, Pod};
+pub use device::{DeviceBuffer, Gpu, ImagePart, KernelInfo, Module, Occupancy, Pod};
 pub use error::{Fault, GpuError, Unavailable};
 pub use facts::{DeviceFacts, DeviceLimits, GpuFacts, available};
 pub use launch::{BufferArg, CheckedLaunches, InvalidLaunch, check_launches};

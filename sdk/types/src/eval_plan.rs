@@ -22,8 +22,6 @@ pub struct TimingPlan {
     pub max_samples: u32,
     /// Stop after this much wall time regardless, milliseconds.
     pub wall_cap_ms: f64,
-    /// Draw a fresh input set every this many samples.
-    pub fresh_inputs_every: u32,
     /// Fraction of timed runs whose outputs are re-checked against the reference.
     pub recheck_fraction: f64,
     /// What to do with timed samples taken while the GPU was throttled.
@@ -91,7 +89,6 @@ impl Default for TimingPlan {
             max_rse: 0.005,
             max_samples: 2000,
             wall_cap_ms: 10_000.0,
-            fresh_inputs_every: 8,
             recheck_fraction: 0.1,
             throttle_policy: ThrottlePolicy::Report,
             figure: TimingFigure::KernelSpan,

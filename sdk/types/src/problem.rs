@@ -187,7 +187,8 @@ pub struct KernelSource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProblemSpec {
-    /// Unique name: lowercase letters, digits, `-`, `_` and `.`.
+    /// Unique name: lowercase letters, digits, `-`, `_` and `.`, starting with a letter or
+    /// a digit ([`crate::names`]).
     pub name: String,
     /// One line saying what is computed.
     #[serde(default)]
@@ -210,7 +211,8 @@ pub struct ProblemSpec {
     pub timing_figure: Option<crate::TimingFigure>,
     /// Trusted reference per backend (`host`, `cuda`).
     pub reference: BTreeMap<String, KernelSource>,
-    /// Plain correct starting kernel per backend, carrying knobs.
+    /// Plain correct starting kernel per backend (`host`, `cuda`) or language (`triton`,
+    /// evaluated on the cuda backend), carrying knobs.
     #[serde(default)]
     pub seed: BTreeMap<String, KernelSource>,
     /// Library baselines per library (`cublas`, `cudnn`, `torch`): named ops, never code
@@ -300,16 +302,7 @@ impl ProblemSpec {
             name: self.name.clone(),
             message,
         };
-        let name_ok = !self.name.is_empty()
-            && self.name.len() <= 128
-            && self.name.chars().all(|c| {
-                c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.')
-            });
-        if !name_ok {
-            return Err(bad(
-                "name must be 1-128 characters of a-z, 0-9, '-', '_' and '.'".into(),
-            ));
-        }
+        crate::names::check(crate::names::NameKind::Problem, &self.name).map_err(bad)?;
         if self.tensors.is_empty() {
             return Err(bad("no tensors".into()));
         }
@@ -347,10 +340,21 @@ impl ProblemSpec {
         if self.reference.is_empty() {
             return Err(bad("no reference kernel".into()));
         }
-        for (backend, ks) in self.reference.iter().chain(self.seed.iter()) {
+        for backend in self.reference.keys() {
             if !matches!(backend.as_str(), "host" | "cuda") {
-                return Err(bad(format!("unknown backend {backend:?} (host or cuda)")));
+                return Err(bad(format!(
+                    "unknown reference backend {backend:?} (host or cuda)"
+                )));
             }
+        }
+        for backend in self.seed.keys() {
+            if !matches!(backend.as_str(), "host" | "cuda" | "triton") {
+                return Err(bad(format!(
+                    "unknown seed backend {backend:?} (host, cuda, or triton)"
+                )));
+            }
+        }
+        for ks in self.reference.values().chain(self.seed.values()) {
             for l in &ks.launches {
                 for a in &l.args {
                     if let crate::Arg::Buffer(n) = a
@@ -374,7 +378,8 @@ impl ProblemSpec {
         self.reference.keys().cloned().collect()
     }
 
-    /// The seed kernel for a backend as a submittable candidate.
+    /// The seed kernel for a backend (`host`, `cuda`) or for the `triton` language as a
+    /// submittable candidate.
     pub fn seed_candidate(&self, backend: &str) -> Option<crate::Candidate> {
         let mut c = self.kernel_candidate(self.seed.get(backend)?, backend);
         c.note = Some("seed kernel".into());
@@ -390,10 +395,9 @@ impl ProblemSpec {
     fn kernel_candidate(&self, ks: &KernelSource, backend: &str) -> crate::Candidate {
         crate::Candidate {
             problem: self.name.clone(),
-            language: if backend == "cuda" {
-                crate::Language::Cuda
-            } else {
-                crate::Language::C
+            language: match backend {
+                "triton" => crate::Language::Triton,
+                other => crate::Language::of_reference(other),
             },
             source: ks.source.clone(),
             launches: ks.launches.clone(),

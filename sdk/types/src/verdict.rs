@@ -27,6 +27,10 @@ pub enum Verdict {
     Nondeterministic,
     /// The measured time is below the roofline floor: the work cannot have been done.
     ImplausibleTime,
+    /// Correct, but its time is at or below what the timer can resolve (its resolution or
+    /// the overhead it subtracts) even with repeated runs per sample: no time is reported,
+    /// and it never ranks.
+    UnmeasurableTime,
     /// Correct, timed, and plausible.
     Ok,
 }
@@ -44,6 +48,7 @@ impl Verdict {
             Verdict::InputTampered => "input_tampered",
             Verdict::Nondeterministic => "nondeterministic",
             Verdict::ImplausibleTime => "implausible_time",
+            Verdict::UnmeasurableTime => "unmeasurable_time",
             Verdict::Ok => "ok",
         }
     }
@@ -212,7 +217,7 @@ pub struct Evidence {
 }
 
 /// Timing statistics of the timed samples, in microseconds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TimingStats {
     /// Median sample.
     pub median_us: f64,
@@ -233,8 +238,14 @@ pub struct TimingStats {
     pub stop_reason: String,
     /// Wall time spent timing, milliseconds.
     pub wall_ms: f64,
-    /// Fresh input sets drawn while timing.
+    /// Fresh input sets drawn while timing: one per run of every timed sample, none of
+    /// them seen by the candidate before.
     pub fresh_inputs: u32,
+    /// Runs of the launch list per timed sample, each on its own fresh input set, between
+    /// one start and one stop of the timer (more than 1 only for kernels too short to time
+    /// one run at a time, on backends that can); the figures above are per run.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub reps: u32,
     /// Timed runs whose outputs were re-checked against the reference.
     pub rechecks: u32,
     /// Fixed per-sample overhead of the timer (measured with an empty run), already subtracted.
@@ -322,6 +333,42 @@ pub struct FigureSummary {
     pub min_us: f64,
     /// Coefficient of variation (sample stdev / mean).
     pub cv: f64,
+}
+
+impl Default for TimingStats {
+    fn default() -> Self {
+        TimingStats {
+            median_us: 0.0,
+            mean_us: 0.0,
+            stdev_us: 0.0,
+            min_us: 0.0,
+            max_us: 0.0,
+            n: 0,
+            rse: 0.0,
+            stop_reason: String::new(),
+            wall_ms: 0.0,
+            fresh_inputs: 0,
+            reps: 1,
+            rechecks: 0,
+            overhead_us: 0.0,
+            ci_low_us: None,
+            ci_high_us: None,
+            warmup_ms: 0.0,
+            raced_out: false,
+            plain: false,
+            throttled_discarded: 0,
+            throttle_retried: false,
+            timer: None,
+        }
+    }
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -445,5 +492,6 @@ mod tests {
         let t: TimingStats = serde_json::from_str(old).expect("old record");
         assert!(!t.raced_out && !t.plain);
         assert!(t.timer.is_none());
+        assert_eq!(t.reps, 1, "a record without reps ran one run per sample");
     }
 }

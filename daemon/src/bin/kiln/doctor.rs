@@ -1,4 +1,4 @@
-//! `kiln doctor`: can this machine evaluate kernels? What kilnd has (backends, jail
+//! `kiln doctor`: can this machine evaluate kernels? What kilnd has (backends, Triton, jail
 //! layers, every GPU with its lane, driver, clock policy and whether clock locking would
 //! be permitted, where CUPTI is for kernel timing), then one known kernel run end to end
 //! on each usable backend — on every lane of the cuda backend, so each GPU is tried —
@@ -24,7 +24,8 @@ pub struct DoctorArgs {
     timeout: u64,
 }
 
-/// The known kernel per backend: a problem of the seed suite with a tiny seed kernel.
+/// The known kernel per backend: a problem of the seed suite with a tiny seed kernel. The
+/// Triton seed of the cuda problem runs too when kilnd found triton.
 const KNOWN: &[(&str, &str)] = &[("host", "vecadd-4096"), ("cuda", "vecadd-cuda-1m")];
 
 /// Submits the seed of `problem` for `backend` as a fresh candidate (a comment makes it
@@ -44,8 +45,13 @@ async fn known_kernel(
             .map(|d| d.as_nanos())
             .unwrap_or(0);
         let source = body["source"].as_str().unwrap_or("").to_string();
+        let comment = if body["language"] == "triton" {
+            "#"
+        } else {
+            "//"
+        };
         let on = lane.map_or(String::new(), |l| format!(" lane {l}"));
-        body["source"] = Value::String(format!("{source}\n// kiln doctor {stamp}{on}\n"));
+        body["source"] = Value::String(format!("{source}\n{comment} kiln doctor {stamp}{on}\n"));
         body["note"] = Value::String("kiln doctor: known kernel".into());
         let query = lane.map_or(String::new(), |l| format!("?lane={l}"));
         let (_, resp) = client
@@ -195,9 +201,14 @@ pub async fn doctor(
         .cloned()
         .unwrap_or_default();
     let mut runs: Vec<Value> = Vec::new();
+    let mut known: Vec<&str> = usable.iter().map(String::as_str).collect();
+    if usable.iter().any(|b| b == "cuda") && info["triton"]["usable"].as_bool() == Some(true) {
+        known.push("triton");
+    }
     if !args.no_run {
-        for b in &usable {
-            let Some((_, problem)) = KNOWN.iter().find(|(k, _)| k == b) else {
+        for b in known {
+            let key = if b == "triton" { "cuda" } else { b };
+            let Some((_, problem)) = KNOWN.iter().find(|(k, _)| *k == key) else {
                 continue;
             };
             if client
@@ -242,6 +253,7 @@ pub async fn doctor(
             "clock_lock": info["clock_lock"],
             "baseline_libraries": info["baseline_libraries"],
             "kernel_timer": info["kernel_timer"],
+            "triton": info["triton"],
             "known_kernels": runs,
         }));
     } else {
@@ -259,6 +271,20 @@ pub async fn doctor(
             };
             println!("  [{mark}] {:<5} {}", text(&b["name"]), text(&b["detail"]));
         }
+        let triton = &info["triton"];
+        println!(
+            "  [{}] triton {}",
+            if triton["usable"].as_bool() == Some(true) {
+                "ok  "
+            } else {
+                "--  "
+            },
+            if triton.is_null() {
+                "not reported by this kilnd".to_string()
+            } else {
+                text(&triton["detail"])
+            }
+        );
         println!("jail layers:");
         if layers.is_empty() {
             println!("  (none reported)");

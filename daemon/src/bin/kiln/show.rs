@@ -102,6 +102,9 @@ pub fn print_record(r: &Value) {
     if !e["tier"].is_null() {
         println!("  tier      {}", text(&e["tier"]));
     }
+    if e["verdict"] == "unmeasurable_time" {
+        println!("  time      unmeasurable: too short for the timer (never ranked)");
+    }
     if let Some(t) = e["timing"].as_object() {
         let f = |k: &str| t.get(k).and_then(Value::as_f64).map_or("-".into(), fmt_us);
         println!(
@@ -120,6 +123,11 @@ pub fn print_record(r: &Value) {
             text(&t["fresh_inputs"]),
             text(&t["rechecks"])
         );
+        if let Some(reps) = t.get("reps").and_then(Value::as_u64).filter(|&r| r > 1) {
+            println!(
+                "            {reps} runs per sample, each on fresh inputs (times are per run)"
+            );
+        }
         if let (Some(lo), Some(hi)) = (
             t.get("ci_low_us").and_then(Value::as_f64),
             t.get("ci_high_us").and_then(Value::as_f64),

@@ -2,13 +2,13 @@
 //! cuDNN timed on this GPU under the candidates' protocol.
 //!
 //! Inputs are drawn on the GPU from the plan's seed exactly as for a candidate (`Gpu::fill`
-//! with `derive_seed(seed, "baseline/SET/TENSOR")`), the reference runs once and its
+//! with `tensor_seed(seed, "baseline", SET, TENSOR)`), the reference runs once and its
 //! outputs are kept as the answer every library output is checked against. Then, each
 //! timed with the same stop rule as a candidate (the first run discarded, `warmup` runs,
 //! then L2-cold samples — flush, blocking kernel, events and kernel records, wait with a
-//! deadline, context synchronize — with fresh inputs every `fresh_inputs_every` samples,
-//! until the rse target, `max_samples` or the wall cap; the time is the same figure a
-//! candidate of the problem is ranked by, see `super::timer_log`):
+//! deadline, context synchronize — with fresh inputs for every sample, until the rse
+//! target, `max_samples` or the wall cap; the time is the same figure a candidate of the
+//! problem is ranked by, see `super::timer_log`):
 //!
 //! - `reference`: the problem's cuda reference kernel;
 //! - `cublas-fp32`, `cublas-tf32` (f32 matmul) or `cublas-fp16` (f16 matmul);
@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use kiln_gpu::baseline::cublas::{Cublas, GemmMath};
 use kiln_gpu::baseline::cudnn::{self, ConvMath, ConvOp, ConvShape, Cudnn};
-use kiln_gpu::inputs::derive_seed;
 use kiln_gpu::launch::BufferArg;
 use kiln_gpu::timing::{SampleConfig, default_blocker_ns};
 use kiln_gpu::{DeviceBuffer, Gpu, GpuError};
@@ -34,8 +33,8 @@ use kiln_types::{Dtype, EvalPlan, ProblemSpec, Role, TimingPlan, TimingStats};
 
 use super::compile::module_from_artifact;
 use super::timer_log::TimerLog;
-use crate::contract::compare;
 use crate::contract::timing::{stats, stop_rule};
+use crate::contract::{compare, data};
 
 /// Launches a library call is budgeted for when sizing the blocking kernel.
 const LIBRARY_LAUNCHES: usize = 8;
@@ -251,7 +250,7 @@ impl Bench {
     /// Draws input set `set` on the GPU, as the contract does for a candidate.
     fn fill(&self, set: u64) -> Result<(), GpuError> {
         for t in self.tensors.iter().filter(|t| t.role == Role::Input) {
-            let seed = derive_seed(self.seed, &format!("baseline/{set}/{}", t.name));
+            let seed = data::tensor_seed(self.seed, "baseline", set, &t.name);
             self.gpu.fill(&t.buf, t.dtype, t.elems, &t.init, seed)?;
         }
         self.gpu.synchronize()
@@ -324,12 +323,10 @@ impl Bench {
         let mut fresh = 0u32;
         let started = Instant::now();
         let reason = loop {
-            let n = samples.len() as u32;
-            if n > 0 && tp.fresh_inputs_every > 0 && n.is_multiple_of(tp.fresh_inputs_every) {
-                set += 1;
-                self.fill(set)?;
-                fresh += 1;
-            }
+            // Fresh inputs for every sample, as for a candidate.
+            set += 1;
+            self.fill(set)?;
+            fresh += 1;
             let t = self.gpu.time_sample_with(&cfg, launches, enqueue)?;
             samples.push(log.record(&t));
             if let Some(r) = stop_rule(&samples, started.elapsed(), tp) {

@@ -158,7 +158,7 @@ pub fn run(a: &Args) -> Result<Launched, String> {
             "the spec carries no kernel source (give kilnd's JSON, sources inlined)".into(),
         );
     }
-    let artifact = compile_jailed(&candidate)?;
+    let artifact = compile_jailed(&problem, &candidate)?;
     let gpu = Gpu::open(0).map_err(|e| format!("cannot open the GPU: {e}"))?;
     let compiled = module_from_artifact(&artifact, &gpu.facts().arch);
     let mut buffers: BTreeMap<String, BufferArg> = BTreeMap::new();
@@ -221,7 +221,7 @@ pub fn run(a: &Args) -> Result<Launched, String> {
 
 /// NVRTC in a jailed compile child (this binary is the jail's worker), for the first GPU's
 /// architecture, before this process touches the GPU.
-fn compile_jailed(candidate: &Candidate) -> Result<Vec<u8>, String> {
+fn compile_jailed(problem: &ProblemSpec, candidate: &Candidate) -> Result<Vec<u8>, String> {
     let scratch = std::env::temp_dir().join(format!("kiln-launch-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)
         .map_err(|e| format!("a scratch directory for the compile: {e}"))?;
@@ -232,7 +232,7 @@ fn compile_jailed(candidate: &Candidate) -> Result<Vec<u8>, String> {
     if !cfg.use_first_gpu() {
         return Err("no CUDA GPU found here".into());
     }
-    let out = crate::compile(&cfg, candidate);
+    let out = crate::compile(&cfg, problem, candidate);
     let _ = std::fs::remove_dir(&scratch);
     let out = out.map_err(|e| format!("the jailed compile: {e}"))?;
     match (out.artifact, out.failure) {

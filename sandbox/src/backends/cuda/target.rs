@@ -48,10 +48,21 @@ pub struct Job<'a> {
     pub plan: &'a EvalPlan,
     /// The reference's CUBIN/PTX.
     pub reference_artifact: &'a [u8],
-    /// The candidate's CUBIN/PTX.
-    pub candidate_artifact: &'a [u8],
+    /// The candidate's compiled code.
+    pub candidate_code: Code<'a>,
     /// Bytes device `printf` may print in the whole evaluation before it is a fault.
     pub output_limit_bytes: u64,
+}
+
+/// A candidate's compiled code as the GPU target loads it.
+#[derive(Clone, Copy)]
+pub enum Code<'a> {
+    /// A CUDA C candidate's artifact: one CUBIN (or PTX) image whose kernels the plan names
+    /// by their symbols.
+    Artifact(&'a [u8]),
+    /// Several images, each with the kernels taken from it as (name in the plan, symbol):
+    /// a lowered Triton candidate (`backends::triton::lower`).
+    Parts(&'a [(kiln_gpu::CompiledModule, Vec<(String, String)>)]),
 }
 
 /// One of the problem's tensors on the GPU.
@@ -216,10 +227,17 @@ pub(super) fn evaluate_on(
         .map_err(|e| format!("the reference's launch plan: {e}"))?;
     let cand_names = names(&job.candidate.launches);
     let cand_refs: Vec<&str> = cand_names.iter().map(String::as_str).collect();
-    let candidate = match gpu.load_module(
-        &module_from_artifact(job.candidate_artifact, &arch),
-        &cand_refs,
-    ) {
+    let loaded = match job.candidate_code {
+        Code::Artifact(bytes) => gpu.load_module(&module_from_artifact(bytes, &arch), &cand_refs),
+        Code::Parts(parts) => {
+            let parts: Vec<kiln_gpu::ImagePart> = parts
+                .iter()
+                .map(|(module, kernels)| kiln_gpu::ImagePart { module, kernels })
+                .collect();
+            gpu.load_parts(&parts)
+        }
+    };
+    let candidate = match loaded {
         Ok(m) => m,
         Err(e) => {
             let mut ev = early(
@@ -512,6 +530,12 @@ impl GpuTarget<'_> {
     }
 }
 
+/// Resolution of `cuEventElapsedTime` ("around 0.5 microseconds", CUDA driver API
+/// reference): a median of the events figure at or below it is not a time.
+const EVENT_RESOLUTION_US: f64 = 0.5;
+/// Resolution of CUPTI's kernel-record timestamps (nanoseconds), for the kernel figures.
+const KERNEL_RECORD_RESOLUTION_US: f64 = 0.001;
+
 /// Elements downloaded around a first mismatch or hole, to list them by value.
 const WINDOW: u64 = 4096;
 
@@ -539,7 +563,7 @@ impl Target for GpuTarget<'_> {
             .filter(|(_, t)| t.role == Role::Input)
             .map(|(i, t)| {
                 let init = variant.init(&t.spec);
-                let s = derive_seed(seed, &format!("{purpose}/{index}/{}", t.name));
+                let s = data::tensor_seed(seed, purpose, index, &t.name);
                 (i, init, s)
             })
             .collect();
@@ -688,7 +712,15 @@ impl Target for GpuTarget<'_> {
         Ok(0.0)
     }
 
-    fn sample(&mut self, inputs: &GpuInputs) -> Result<f64, RunFailure> {
+    fn sample(&mut self, sets: &[GpuInputs]) -> Result<f64, RunFailure> {
+        // One run per sample (`reps_max` is 1): a launch list takes microseconds, well
+        // above the resolution of events and of kernel records.
+        let [inputs] = sets else {
+            return Err(RunFailure::Fault(format!(
+                "internal: a GPU sample runs on one input set, not {}",
+                sets.len()
+            )));
+        };
         self.protect_kept().map_err(|e| self.fail(e))?;
         self.ensure(inputs).map_err(|e| self.fail(e))?;
         self.prepare_candidate().map_err(|e| self.fail(e))?;
@@ -732,6 +764,13 @@ impl Target for GpuTarget<'_> {
 
     fn overhead(&mut self) -> Result<f64, RunFailure> {
         Ok(0.0) // events and kernel records time the GPU itself
+    }
+
+    fn resolution_us(&self) -> f64 {
+        match self.timer.figure() {
+            kiln_types::TimingFigure::Events => EVENT_RESOLUTION_US,
+            _ => KERNEL_RECORD_RESOLUTION_US,
+        }
     }
 
     fn outputs_every_sample(&self) -> bool {

@@ -337,7 +337,7 @@ pub async fn run(client: &Client, out: Output, a: AgreementArgs) -> Result<std::
     let mut info = Value::Null;
     let mut all_ok = true;
     for problem in &problems {
-        let setup = common::setup(client, Some(problem), Some("cuda"), |_| "").await?;
+        let setup = common::setup(client, Some(problem), Some("cuda"), None, |_| "").await?;
         info = setup.info.clone();
         let shown = client.get(&format!("/v1/problems/{problem}")).await?;
         let spec = shown["spec"].clone();

@@ -147,6 +147,7 @@ pub async fn run(client: &Client, out: Output, a: LanesArgs) -> Result<std::proc
         client,
         a.problem.as_deref(),
         a.backend.as_deref(),
+        None,
         common::softmax_problem,
     )
     .await?;

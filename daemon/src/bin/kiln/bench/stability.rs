@@ -57,6 +57,7 @@ pub async fn run(client: &Client, out: Output, a: StabilityArgs) -> Result<std::
         client,
         a.problem.as_deref(),
         a.backend.as_deref(),
+        None,
         common::softmax_problem,
     )
     .await?;
