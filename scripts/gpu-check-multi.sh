@@ -5,8 +5,8 @@
 #   doctor      `kiln doctor` lists every GPU with a lane, and the known kernel is ok on
 #               every lane;
 #   devices     `[gpu] devices` by UUID and by index selects those GPUs, in NVML's order;
-#               a name that is no GPU here (a UUID, an index past the last) stops kilnd
-#               with a message saying so;
+#               a name that is no GPU here (a UUID, an index past the last), or one GPU
+#               named twice, stops kilnd with a message saying so;
 #   throughput  `kiln bench throughput` with N lanes gives >= 0.9 x N x one lane's
 #               candidates per minute, every lane busy >= 80 % (the CPU count is printed:
 #               compiles run on the CPUs);
@@ -18,8 +18,13 @@
 #               noise rule, and only the faulting lanes' workers replaced;
 #   search      a search's candidates are evaluated on every lane.
 #
-# On a host with one GPU it runs what one GPU allows (doctor, devices, one lane's
-# throughput and medians) and says "single GPU: multi-lane checks skipped".
+# On a host with one GPU it runs what one GPU allows and says "single GPU: multi-lane
+# checks skipped": doctor (the GPU listed with lane 0, the known kernel ok on it),
+# devices (by UUID, by index, the three refusals), lanes (lane 0's evaluations on its
+# own GPU; SKIP for the comparison), isolation in its one-lane form (red-team faults and
+# timeouts queued on lane 0 between the kernel's evaluations: one worker replaced per
+# fault, lane 0 ok after, its medians within the noise; this is recovery, not isolation
+# between lanes), one lane's throughput (SKIP with its figures); search SKIP.
 #
 # Read-only towards the GPUs (clock policy observe). kiln uses no NCCL, but NVLink
 # multicast stays off for anything started from here, as the GPU machines require.
@@ -199,11 +204,15 @@ if 'skipped' in i:
     print('SKIP ' + i['skipped']); raise SystemExit
 n = i['noise']
 lanes = i['lanes']
+single = i.get('single_lane') is True
 own = all(l['only_its_own'] for l in lanes)
-rec = all(l['recovered'] in (None, 'ok') for l in lanes)
-faults = sum(l['faults_and_timeouts'] for l in lanes[1:])
+rec = all(l['recovered'] in (None, 'ok') for l in lanes) and (not single or lanes[0]['recovered'] == 'ok')
+faults = sum(l['faults_and_timeouts'] for l in (lanes if single else lanes[1:]))
 replaced = ', '.join('lane %s: %s of %s' % (l['lane'], l['workers_replaced'], l['faults_and_timeouts']) for l in lanes)
-detail = 'lane %s mean median %.2f us alone, %.2f us beside %d faults/timeouts (delta %.3f %%, allowed %.3f %%); workers replaced %s' % (i['timed_lane'], n['alone_mean_us'], n['during_mean_us'], faults, n['delta'] * 100, n['allowed'] * 100, replaced)
+where = 'after each of' if single else 'beside'
+detail = 'lane %s mean median %.2f us alone, %.2f us %s %d faults/timeouts (delta %.3f %%, allowed %.3f %%); workers replaced (lane: replaced of faults) %s' % (i['timed_lane'], n['alone_mean_us'], n['during_mean_us'], where, faults, n['delta'] * 100, n['allowed'] * 100, replaced)
+if single:
+    detail = 'single GPU, faults on lane 0 itself (recovery only, not isolation between lanes): ' + detail
 print(('PASS ' if n['within'] and own and rec and faults > 0 else 'FAIL ') + detail)
 "
 
@@ -243,9 +252,17 @@ fi
 
 section "throughput with one lane"
 if start_kilnd one '["0"]'; then
+    lane_json >"$reports/multi-devices-index.json"
     kiln bench throughput --problem "$problem" --backend "$backend" --count "$per_lane" \
         --in-flight 8 --no-cached -o json >"$reports/multi-throughput-one.json"
     stop_kilnd one
+    judge devices "$reports/multi-devices-index.json" "
+got = [l['label'] for l in r if l['backend'] == '$backend']
+want = ['${uuids[0]}']
+print(('PASS ' if got == want else 'FAIL ') + 'devices = [\"0\"] (by index) gives lanes %s (want %s)' % (got, want))
+"
+else
+    result FAIL devices "kilnd did not start with devices = [\"0\"]"
 fi
 python3 - "$reports/multi-throughput-one.json" "$reports/multi-throughput-all.json" >"$reports/multi-throughput.json" <<'PY'
 import json, sys
@@ -296,6 +313,7 @@ else
 fi
 refused unknown-uuid '["GPU-00000000-0000-0000-0000-000000000000"]' "not a GPU of this host"
 refused unknown-index "[\"$ngpu\"]" "not a GPU of this host"
+refused twice "[\"0\", \"${uuids[0]}\"]" "twice"
 
 section "after"
 nvidia-smi --query-gpu=index,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv

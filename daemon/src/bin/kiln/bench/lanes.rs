@@ -1,11 +1,13 @@
 //! `kiln bench lanes`: the same kernel timed on every lane of a backend (one per GPU for
 //! cuda), side by side: each lane's median of medians, their spread, and each GPU's
 //! factor relative to lane 0 (reported only; nothing is calibrated with it). With
-//! `--isolation` (cuda, two lanes or more): the kernel timed on lane 0 again while every
-//! other lane runs red-team kernels (an out-of-bounds write, an endless loop) of the
-//! `vecadd-cuda-1m` problem, then one honest evaluation on each of those lanes; the report
-//! says whether lane 0's medians stayed within the noise and which lanes' workers were
-//! replaced (`/v1/info` `lanes[].workers_started`, before and after).
+//! `--isolation` (cuda): the kernel timed on lane 0 again while every other lane runs
+//! red-team kernels (an out-of-bounds write, an endless loop) of the `vecadd-cuda-1m`
+//! problem, then one honest evaluation on each of those lanes; the report says whether
+//! lane 0's medians stayed within the noise and which lanes' workers were replaced
+//! (`/v1/info` `lanes[].workers_started`, before and after). With one lane, the red-team
+//! kernels queue on lane 0 between the kernel's evaluations (`single_lane`: recovery
+//! after a fault, not isolation between lanes).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -33,7 +35,7 @@ pub struct LanesArgs {
     #[arg(long)]
     rounds: Option<usize>,
     /// Then time the kernel on lane 0 while red-team kernels fault and time out on every
-    /// other lane (cuda, two lanes or more).
+    /// other lane (cuda; with one lane, between the kernel's evaluations on lane 0).
     #[arg(long)]
     isolation: bool,
     /// The problem the red-team kernels are written for (they take a, b, y, n).
@@ -254,7 +256,10 @@ struct Kernel<'a> {
 }
 
 /// The isolation phase (see the module docs), given each lane's medians from the first
-/// phase; why it was skipped otherwise.
+/// phase; why it was skipped otherwise. With one lane (a host with one GPU) the red-team
+/// kernels run on lane 0 itself, queued between the kernel's evaluations: that checks
+/// that a fault replaces the lane's worker once and leaves the next timings alone, not
+/// that lanes are isolated from each other (`single_lane` in the report).
 async fn isolation(
     client: &Client,
     a: &LanesArgs,
@@ -263,9 +268,9 @@ async fn isolation(
     timeout: Duration,
 ) -> Result<Value> {
     let (backend, id, ids) = (kernel.backend, kernel.id, kernel.lanes);
-    if backend != "cuda" || ids.len() < 2 {
+    if backend != "cuda" || ids.is_empty() {
         return Ok(json!({"skipped": format!(
-            "needs the cuda backend with two lanes or more (this is {backend} with {})",
+            "needs the cuda backend (this is {backend} with {} lane(s))",
             ids.len()
         )}));
     }
@@ -280,72 +285,111 @@ async fn isolation(
         )}));
     }
     let rounds = a.rounds.unwrap_or(if a.smoke { 2 } else { 8 }).max(1);
-    let (timed, others) = (ids[0], &ids[1..]);
+    let single = ids.len() == 1;
+    let timed = ids[0];
+    let others: &[u64] = if single { ids } else { &ids[1..] };
     let before = workers(client, backend).await?;
     // All at once: the kernel's evaluations queue on lane 0, the red-team kernels on each
-    // other lane (a fault and a timeout in turn), so they run at the same moments.
+    // other lane (a fault and a timeout in turn), so they run at the same moments; with
+    // one lane they queue between the kernel's evaluations.
     let mut work = Vec::new();
-    let mut lane_of = Vec::new();
+    let mut runs_on = Vec::new();
     let mut k = 0;
     for r in 0..rounds {
         work.push(Work::Again(id.to_string(), pinned(timed)));
-        lane_of.push(timed);
+        runs_on.push(Run::Kernel(timed));
         for l in others {
             let c = redteam(&a.redteam_problem, kernel.tag, k, r % 2 == 0)?;
             work.push(Work::Submit(Box::new(c), pinned(*l)));
-            lane_of.push(*l);
+            runs_on.push(Run::RedTeam(*l));
             k += 1;
         }
     }
-    let n = work.len();
-    let done = common::stream(client, work, n, timeout).await?;
+    // One lane: one at a time, so each kernel evaluation follows a red-team kernel.
+    let in_flight = if single { 1 } else { work.len() };
+    let done = common::stream(client, work, in_flight, timeout).await?;
     // Then one honest evaluation on each lane that ran red-team kernels.
     let again: Vec<Work> = others
         .iter()
         .map(|l| Work::Again(id.to_string(), pinned(*l)))
         .collect();
     let recovered = common::stream(client, again, others.len(), timeout).await?;
+    let recovered: BTreeMap<u64, Option<String>> = others
+        .iter()
+        .zip(&recovered)
+        .map(|(l, d)| (*l, d.verdict.clone()))
+        .collect();
     let after = workers(client, backend).await?;
 
-    let kernel: Vec<&Finished> = lane_of
+    let runs: Vec<(Run, &Finished)> = runs_on.iter().copied().zip(&done).collect();
+    let kernel: Vec<&Finished> = runs
         .iter()
-        .zip(&done)
-        .filter(|(l, _)| **l == timed)
-        .map(|(_, d)| d)
+        .filter(|(r, _)| matches!(r, Run::Kernel(_)))
+        .map(|(_, d)| *d)
         .collect();
     let during = common::spread(&kernel);
     let alone = per_lane.first().cloned().unwrap_or(Value::Null);
-    let mut lanes_out = Vec::new();
-    for (i, l) in ids.iter().enumerate() {
-        let ran: Vec<Finished> = lane_of
-            .iter()
-            .zip(&done)
-            .filter(|(x, _)| *x == l)
-            .map(|(_, d)| d.clone())
-            .collect();
-        let faults = ran
-            .iter()
-            .filter(|d| matches!(d.verdict.as_deref(), Some("runtime_fault" | "timeout")))
-            .count();
-        let restarts = match (before.get(l), after.get(l)) {
-            (Some(b), Some(a)) => Some(a.saturating_sub(*b)),
-            _ => None,
-        };
-        lanes_out.push(json!({
-            "lane": l,
-            "verdicts": common::verdict_counts(&ran),
-            "faults_and_timeouts": faults,
-            "workers_replaced": restarts,
-            "only_its_own": restarts.map(|r| r as usize == faults),
-            "recovered": if i == 0 { Value::Null } else { json!(recovered.get(i - 1).and_then(|d| d.verdict.clone())) },
-        }));
-    }
     Ok(json!({
         "timed_lane": timed,
+        "single_lane": single,
         "during": during,
         "noise": within_noise(&alone, &during),
-        "lanes": lanes_out,
+        "lanes": lane_outcomes(ids, &runs, &before, &after, &recovered),
     }))
+}
+
+/// What one evaluation of the isolation phase was: the kernel, or a red-team kernel, on
+/// that lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Run {
+    Kernel(u64),
+    RedTeam(u64),
+}
+
+impl Run {
+    fn lane(self) -> u64 {
+        match self {
+            Run::Kernel(l) | Run::RedTeam(l) => l,
+        }
+    }
+}
+
+/// Each lane's part of the isolation phase: its verdicts, its faults and timeouts, the
+/// workers it started meanwhile (`before`/`after`: `workers_started` per lane), whether
+/// that is exactly one per fault (`only_its_own`), and the verdict of its honest
+/// evaluation after (`recovered`, for the lanes that ran red-team kernels).
+fn lane_outcomes(
+    ids: &[u64],
+    runs: &[(Run, &Finished)],
+    before: &BTreeMap<u64, u64>,
+    after: &BTreeMap<u64, u64>,
+    recovered: &BTreeMap<u64, Option<String>>,
+) -> Vec<Value> {
+    ids.iter()
+        .map(|l| {
+            let ran: Vec<Finished> = runs
+                .iter()
+                .filter(|(r, _)| r.lane() == *l)
+                .map(|(_, d)| (*d).clone())
+                .collect();
+            let faults = ran
+                .iter()
+                .filter(|d| matches!(d.verdict.as_deref(), Some("runtime_fault" | "timeout")))
+                .count();
+            let restarts = match (before.get(l), after.get(l)) {
+                (Some(b), Some(a)) => Some(a.saturating_sub(*b)),
+                _ => None,
+            };
+            json!({
+                "lane": l,
+                "verdicts": common::verdict_counts(&ran),
+                "faults_and_timeouts": faults,
+                "workers_replaced": restarts,
+                "only_its_own": restarts.map(|r| r as usize == faults),
+                "recovered": recovered.get(l).map_or(Value::Null, |v| json!(v)),
+            })
+        })
+        .collect()
 }
 
 fn print_table(r: &Value) {
@@ -395,9 +439,15 @@ fn print_table(r: &Value) {
     } else if !iso.is_null() {
         let n = &iso["noise"];
         println!(
-            "isolation: lane {} while the others fault: mean median {} alone, {} during \
+            "isolation: lane {} while {} fault: mean median {} alone, {} during \
              (Δ {:.3}%, allowed {:.3}%): {}",
             text(&iso["timed_lane"]),
+            if iso["single_lane"].as_bool() == Some(true) {
+                "red-team kernels queued between its evaluations (one lane: not a test \
+                 of isolation between lanes)"
+            } else {
+                "the other lanes"
+            },
             fmt_us(n["alone_mean_us"].as_f64().unwrap_or(0.0)),
             fmt_us(n["during_mean_us"].as_f64().unwrap_or(0.0)),
             n["delta"].as_f64().unwrap_or(0.0) * 100.0,
@@ -461,6 +511,74 @@ mod tests {
         assert_eq!(n["within"], true);
         assert!((n["allowed"].as_f64().expect("allowed") - 0.02).abs() < 1e-12);
         assert_eq!(within_noise(&Value::Null, &set(1.0, 0.0))["within"], false);
+    }
+
+    fn ran(verdict: &str) -> Finished {
+        let job = json!({"id": 1, "state": "done", "evaluation": {"verdict": verdict}});
+        common::finished("c", &job, 1.0)
+    }
+
+    #[test]
+    fn one_lane_counts_its_own_faults_and_replacements() {
+        let (ok, fault, slow) = (ran("ok"), ran("runtime_fault"), ran("timeout"));
+        let runs = [
+            (Run::Kernel(0), &ok),
+            (Run::RedTeam(0), &fault),
+            (Run::Kernel(0), &ok),
+            (Run::RedTeam(0), &slow),
+        ];
+        let recovered = BTreeMap::from([(0, Some("ok".to_string()))]);
+        let one = |after: u64| {
+            let before = BTreeMap::from([(0, 1)]);
+            lane_outcomes(
+                &[0],
+                &runs,
+                &before,
+                &BTreeMap::from([(0, after)]),
+                &recovered,
+            )
+        };
+        let l = &one(3)[0];
+        assert_eq!(l["faults_and_timeouts"], 2);
+        assert_eq!(l["workers_replaced"], 2);
+        assert_eq!(l["only_its_own"], true);
+        assert_eq!(l["recovered"], "ok");
+        assert_eq!(l["verdicts"]["ok"], 2);
+        assert_eq!(
+            one(4)[0]["only_its_own"],
+            false,
+            "a replacement without a fault is not its own"
+        );
+    }
+
+    #[test]
+    fn several_lanes_keep_their_faults_apart() {
+        let (ok, fault) = (ran("ok"), ran("runtime_fault"));
+        let runs = [
+            (Run::Kernel(0), &ok),
+            (Run::RedTeam(1), &fault),
+            (Run::RedTeam(2), &ok),
+        ];
+        let before = BTreeMap::from([(0, 1), (1, 1), (2, 1)]);
+        let after = BTreeMap::from([(0, 1), (1, 2), (2, 2)]);
+        let recovered = BTreeMap::from([(1, Some("ok".to_string())), (2, None)]);
+        let out = lane_outcomes(&[0, 1, 2], &runs, &before, &after, &recovered);
+        assert_eq!(out[0]["faults_and_timeouts"], 0);
+        assert_eq!(out[0]["only_its_own"], true);
+        assert!(
+            out[0]["recovered"].is_null(),
+            "lane 0 ran no red-team kernel"
+        );
+        assert_eq!(out[1]["faults_and_timeouts"], 1);
+        assert_eq!(out[1]["only_its_own"], true);
+        assert_eq!(out[1]["recovered"], "ok");
+        assert_eq!(out[2]["only_its_own"], false, "replaced without a fault");
+        assert!(
+            out[2]["recovered"].is_null(),
+            "its honest run gave no verdict"
+        );
+        let unknown = lane_outcomes(&[3], &runs, &before, &after, &recovered);
+        assert!(unknown[0]["workers_replaced"].is_null());
     }
 
     #[test]
