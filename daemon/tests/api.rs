@@ -214,7 +214,12 @@ async fn lanes_are_listed_and_a_job_can_be_pinned_to_one() {
     assert!(info["gpu_devices"].is_array(), "{info:#}");
 
     // The host has lane 0 only: lane 1 is refused before anything is stored or queued.
-    let cand = double_candidate("pin", "for (int i = 0; i < n; i++) y[i] = x[i] * 2.0f;");
+    // The kernel repeats its pass so that its time is well above the host timer's
+    // overhead (one pass would be `unmeasurable_time` on a loaded machine).
+    let cand = double_candidate(
+        "pin",
+        "for (int r = 0; r < 400; r++) for (int i = 0; i < n; i++) y[i] = x[i] * 2.0f + (float)(r - r);",
+    );
     let code = |e: ClientError| match e {
         ClientError::Api {
             status,
