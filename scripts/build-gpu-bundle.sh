@@ -45,8 +45,8 @@ scripts/build-plugins.sh >/dev/null
 mkdir -p "$out/proposers"
 cp target/proposers/*.wasm "$out/proposers/"
 cp scripts/gpu-check.sh scripts/gpu-check-multi.sh scripts/gpu-libs.sh "$out/"
-# The torch-eager baseline helper, found beside kiln-worker.
-cp scripts/kiln_torch_baseline.py "$out/kiln_torch_baseline.py"
+# The trusted torch helper (torch baselines), found beside kiln-worker.
+cp scripts/kiln_torch.py "$out/kiln_torch.py"
 chmod +x "$out/gpu_probe" "$out/gpu-check.sh" "$out/gpu-check-multi.sh" "$out/kiln-worker" "$out/kilnd" "$out/kiln" "$out/kiln-plugin-host" "$out/gpu-tests/gpu"
 
 {

@@ -83,7 +83,9 @@ BASELINE_OPS = {
     "softmax": ({"x", "y"}, set()),
     "layer_norm": ({"x", "w", "b", "y"}, {"dims", "eps"}),
     "sdpa": ({"q", "k", "v", "out"}, {"causal"}),
+    "module": (set(), set()),
 }
+TORCH_REF_KEYS = {"file", "source", "init_inputs", "forward", "state", "outputs", "bool_tensors", "precision"}
 BASELINE_LIBRARIES = {"cublas": {"matmul"}, "cudnn": {"conv2d"}, "torch": set(BASELINE_OPS)}
 
 TENSOR_KEYS = {"name", "dtype", "shape", "role", "init", "shifted_trial"}
@@ -681,13 +683,48 @@ def check_problem(problem_dir: str) -> list[str]:
         if role == "reference" and not table:
             errs.append("no reference kernel")
         for backend, ks in table.items():
+            if role == "reference" and backend == "torch":
+                check_torch_reference(problem_dir, ks, tensors, errs)
+                continue
             allowed = SEED_BACKENDS if role == "seed" else BACKENDS
             if backend not in allowed:
                 errs.append(f"[{role}.{backend}]: unknown backend ({', '.join(sorted(allowed))})")
                 continue
             check_kernel_source(spec, problem_dir, role, backend, ks, tensors, errs)
     check_baselines(spec.get("baseline", {}), tensors, errs)
+    module = (spec.get("baseline", {}).get("torch") or {}).get("op") == "module"
+    if module and "torch" not in spec.get("reference", {}):
+        errs.append("[baseline.torch]: op module needs a [reference.torch]")
     return errs
+
+
+def check_torch_reference(problem_dir: str, ref, tensors: dict, errs: list[str]) -> None:
+    """[reference.torch]: a KernelBench-format file in the folder; every tensor named once."""
+    where = "[reference.torch]"
+    if not isinstance(ref, dict):
+        errs.append(f"{where} must be a table")
+        return
+    for key in ref:
+        if key not in TORCH_REF_KEYS:
+            errs.append(f"{where}: unknown key {key!r}")
+    f = ref.get("file", "")
+    if not isinstance(f, str) or not f or "/" in f or f.startswith("."):
+        errs.append(f"{where}: file must be a plain file name in the folder")
+    elif not os.path.isfile(os.path.join(problem_dir, f)):
+        errs.append(f"{where}: {f} does not exist")
+    else:
+        with open(os.path.join(problem_dir, f), encoding="utf-8") as fh:
+            src = fh.read()
+        for needle in ("class Model", "def forward"):
+            if needle not in src:
+                errs.append(f"{where}: {f} has no {needle!r} (KernelBench's format)")
+    named = list(ref.get("forward", [])) + list((ref.get("state") or {}).values()) + list(ref.get("outputs", []))
+    for n in named:
+        if n not in tensors:
+            errs.append(f"{where}: names no tensor {n!r}")
+    for n in tensors:
+        if named.count(n) != 1:
+            errs.append(f"{where}: tensor {n!r} must be named exactly once (forward, state or outputs)")
 
 
 def check_baselines(table, tensors: dict, errs: list[str]) -> None:

@@ -99,6 +99,17 @@ fi
 [ $rc -ne 0 ] && status=1
 fi
 
+# The seed's five problems in KernelBench format, imported like any other (the GPU tests
+# and the baselines step use problems/kb-*). Needs a python with torch: $KILN_PYTHON. The
+# GPU tests' `torch_twins::` cases then run each hand-written seed kernel, renamed to the
+# imported tensors, against the torch reference on the GPU and compare verdict and tier
+# with its twin problem (GPU_TEST_FILTER=torch_twins runs only those).
+if [ -x "$bundle/kiln" ] && [ -d "$bundle/problems/kernelbench-format/seed" ]; then
+    section "import: the seed's problems in KernelBench format"
+    "$bundle/kiln" problems import kernelbench "$bundle/problems/kernelbench-format/seed" \
+        --out "$bundle/problems" --python "${KILN_PYTHON:-python3}" --helper "$bundle/kiln_torch.py" || status=1
+fi
+
 if want tests && [ -d "$bundle/gpu-tests" ]; then
     section "gpu tests"
     for t in "$bundle"/gpu-tests/*; do
@@ -120,6 +131,8 @@ if { want kilnd || want baselines || want searches || want bench || want agreeme
 [search]
 proposers_dir = "$bundle/proposers"
 queue_cap = 32
+[gpu]
+python = "${KILN_PYTHON:-python3}"
 TOML
     if [ -n "$triton_py" ]; then
         printf '[triton]\npython = "%s"\n' "$triton_py" >>"$tmp/kiln.toml"
@@ -137,7 +150,9 @@ TOML
             done
         fi
         if want baselines; then
-            for p in softmax-4096x65536 layernorm-16x64x256x256 matmul-fp32-4096 conv2d-3to96-k11s4p2 conv2d-relu-maxpool; do
+            # kb-*: the seed's problems imported from KernelBench format (torch reference):
+            # torch eager and torch.compile of their own module.
+            for p in softmax-4096x65536 layernorm-16x64x256x256 matmul-fp32-4096 conv2d-3to96-k11s4p2 conv2d-relu-maxpool kb-softmax-4096x65536 kb-layernorm-16x64x256x256; do
                 section "baselines through kilnd: $p"
                 "$bundle/kiln" problems baseline "$p" || status=1
                 "$bundle/kiln" problems show "$p" || status=1

@@ -43,6 +43,19 @@ echo "python3: ${py:-not found}"
 for lib in libcuda.so.1 libnvidia-ml.so.1 libnvrtc.so.13 libcupti.so.13; do
     if found "$lib"; then echo "  $lib: found"; else echo "  $lib: NOT FOUND"; fi
 done
+# The python with torch (the torch helper: baselines, the torch reference runner, the
+# KernelBench import): $KILN_PYTHON, else the first of /opt/torch/.venv/bin/python3 and
+# python3 that imports torch. Exported, so the GPU tests' torch cases find it too.
+if [ -z "${KILN_PYTHON:-}" ]; then
+    for cand in /opt/torch/.venv/bin/python3 python3; do
+        if "$cand" -c 'import torch' >/dev/null 2>&1; then
+            KILN_PYTHON=$(command -v "$cand")
+            break
+        fi
+    done
+fi
+[ -n "${KILN_PYTHON:-}" ] && export KILN_PYTHON
+echo "KILN_PYTHON=${KILN_PYTHON:-none (torch cases skip)}"
 # libcupti (kernel times from CUPTI activity records) is optional: without it kiln times
 # with CUDA events, and every GPU evaluation's timing.timer says so.
 

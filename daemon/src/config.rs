@@ -307,7 +307,7 @@ pub struct GpuConfig {
     /// Also look for cuDNN/cuBLAS inside python's `nvidia` wheels (torch ships cuDNN
     /// there), by asking `python` once at start.
     pub discover_python_libraries: bool,
-    /// The python that runs the torch-eager baseline helper; empty = no torch baseline.
+    /// The python that runs the torch helper (torch baselines); empty = none.
     pub python: String,
     /// Wall-clock limit of the torch helper, seconds.
     pub torch_timeout_secs: u64,

@@ -22,6 +22,7 @@ use crate::jailed_worker::{
     protocol_error, with_layers,
 };
 use crate::protocol::{self, PROTOCOL_VERSION, Request, Response};
+use crate::reference_runner::ReferenceRunner;
 use crate::warm_worker::WarmWorker;
 
 /// The result of [`compile`].
@@ -284,9 +285,24 @@ pub fn evaluate(
     artifact: &[u8],
     plan: &EvalPlan,
 ) -> Result<Evaluation, SandboxError> {
+    evaluate_with(cfg, problem, reference, candidate, artifact, plan, None)
+}
+
+/// [`evaluate`], with the lane's warm torch reference runner for a problem whose
+/// reference is PyTorch (host: a CPU runner; cuda: a runner on the lane's GPU): the worker asks for the reference's outputs
+/// between candidate runs, and `runner` answers.
+pub fn evaluate_with(
+    cfg: &SandboxConfig,
+    problem: &ProblemSpec,
+    reference: &[u8],
+    candidate: &Candidate,
+    artifact: &[u8],
+    plan: &EvalPlan,
+    mut runner: Option<&mut ReferenceRunner>,
+) -> Result<Evaluation, SandboxError> {
     if candidate.language.backend() == "cuda" {
         let mut worker = WarmWorker::new(cfg.clone(), 1);
-        return worker.evaluate(problem, reference, candidate, artifact, plan);
+        return worker.evaluate_with(problem, reference, candidate, artifact, plan, runner);
     }
     if let Some(e) = precheck(problem, candidate)? {
         return Ok(e);
@@ -309,7 +325,20 @@ pub fn evaluate(
         .as_mut()
         .ok_or_else(|| protocol::ProtocolError::Io(std::io::ErrorKind::BrokenPipe.into()))
         .and_then(|w| protocol::write_message(w, &request, &[reference, artifact]))
-        .and_then(|()| protocol::read_message::<Response>(&mut child.stdout));
+        .and_then(|()| {
+            loop {
+                let (response, blobs) = protocol::read_message::<Response>(&mut child.stdout)?;
+                if !matches!(response, Response::Reference) {
+                    break Ok((response, blobs));
+                }
+                let (answer, outputs) = reference_answer(problem, runner.as_deref_mut(), &blobs);
+                let outputs: Vec<&[u8]> = outputs.iter().map(Vec::as_slice).collect();
+                let stdin = child.stdin.as_mut().ok_or_else(|| {
+                    protocol::ProtocolError::Io(std::io::ErrorKind::BrokenPipe.into())
+                })?;
+                protocol::write_message(stdin, &answer, &outputs)?;
+            }
+        });
     if child.timed_out() {
         child.finish();
         return Ok(budget_timeout("host", budget, &layers));
@@ -323,6 +352,36 @@ pub fn evaluate(
             message: format!("unexpected response to evaluate: {other:?}"),
             source: None,
         }),
+    }
+}
+
+/// The answer to a worker's `Response::Reference`: the runner's outputs, or why not.
+pub(crate) fn reference_answer(
+    problem: &ProblemSpec,
+    runner: Option<&mut ReferenceRunner>,
+    inputs: &[Vec<u8>],
+) -> (Request, Vec<Vec<u8>>) {
+    let result = match runner {
+        Some(r) => r.run(problem, inputs),
+        None => Err("this lane has no torch reference runner ([gpu] python, kiln_torch.py)".into()),
+    };
+    match result {
+        Ok(o) => (
+            Request::ReferenceOutputs {
+                version: PROTOCOL_VERSION,
+                precision: o.precision,
+                error: None,
+            },
+            o.outputs,
+        ),
+        Err(e) => (
+            Request::ReferenceOutputs {
+                version: PROTOCOL_VERSION,
+                precision: String::new(),
+                error: Some(e),
+            },
+            Vec::new(),
+        ),
     }
 }
 

@@ -169,7 +169,7 @@ pub(crate) fn precheck(
     if cuda && let Err(e) = kiln_gpu::facts::libraries_present() {
         return Err(SandboxError::BackendUnavailable("cuda".into(), e.reason));
     }
-    if !problem.reference.contains_key(backend) {
+    if !problem.reference.has(backend) {
         return Err(SandboxError::Problem(
             problem.name.clone(),
             format!("no {backend} reference"),

@@ -19,6 +19,9 @@
 //! worker       -> caller : Response::Compiled  (1 blob: the artifact, when ok; else 0)
 //!   or
 //! caller       -> worker : Request::Evaluate   (2 blobs: reference artifact, candidate artifact)
+//!   zero or more times, for a torch reference (host backend), between candidate runs:
+//!   worker     -> caller : Response::Reference         (blobs: one input set)
+//!   caller     -> worker : Request::ReferenceOutputs   (blobs: the reference's outputs)
 //! worker       -> caller : Response::Evaluated (0 blobs)
 //!   or
 //! caller       -> worker : Request::Baselines  (1 blob: reference artifact)
@@ -203,8 +206,20 @@ pub enum Request {
         problem: Box<ProblemSpec>,
         /// Seed, run timeout and the stop rule (the candidates' own).
         plan: EvalPlan,
-        /// Libraries to time besides the reference (`cublas`, `cudnn`).
-        libraries: Vec<String>,
+        /// Kinds to time besides the reference (those the GPU worker runs).
+        kinds: Vec<kiln_types::baseline::BaselineKind>,
+    },
+    /// The answer to `Response::Reference`: blobs are the torch reference's output
+    /// tensors (problem order), or none with `error` set.
+    ReferenceOutputs {
+        /// Protocol version the caller speaks.
+        version: u32,
+        /// How the reference computed (`float64`, or the declared dtypes and why).
+        #[serde(default)]
+        precision: String,
+        /// Why there are no outputs (kiln's failure, not the candidate's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
 }
 
@@ -239,6 +254,10 @@ pub enum Response {
         /// What went wrong.
         message: String,
     },
+    /// Mid-evaluation, between candidate runs: the worker asks its caller for the torch
+    /// reference's outputs on the input set in the blobs (problem input order); the caller
+    /// answers `Request::ReferenceOutputs`.
+    Reference,
     /// The baselines were timed (each says whether it was measured).
     Baselines {
         /// One entry per baseline, the reference first.

@@ -84,12 +84,17 @@ fn serve_on(
             }
             .map(|()| Next::More)
         }
+        // Only ever an answer to the worker's own `Response::Reference`.
+        Request::ReferenceOutputs { .. } => {
+            let r = failed("reference outputs arrived with no evaluation asking for them".into());
+            protocol::write_message(output, &r, &[]).map(|()| Next::More)
+        }
         // Baselines: one request, then the worker exits (see cuda::baseline).
         Request::Baselines {
             version,
             problem,
             plan,
-            libraries,
+            kinds,
         } => {
             let r = match blobs.as_slice() {
                 _ if version != PROTOCOL_VERSION => failed(format!(
@@ -98,7 +103,7 @@ fn serve_on(
                 [reference] => cuda::baseline::run(cuda::baseline::Job {
                     problem: &problem,
                     plan: &plan,
-                    libraries: &libraries,
+                    kinds: &kinds,
                     reference_artifact: reference,
                 })
                 .map_or_else(failed, |results| Response::Baselines { results }),
@@ -163,6 +168,20 @@ fn serve_on(
                 let r = failed(format!("evaluate needs 2 blobs, got {}", blobs.len()));
                 return protocol::write_message(output, &r, &[]).map(|()| Next::More);
             };
+            // A torch reference is computed by the caller's trusted runner, asked between
+            // candidate runs.
+            let mut ask =
+                |inputs: &host::evaluate::Inputs| ask_reference(&mut *input, &mut *output, inputs);
+            let torch_only = problem
+                .reference
+                .kernel(candidate.language.backend())
+                .is_none()
+                && problem.reference.torch.is_some();
+            let torch = if torch_only {
+                Some(&mut ask as &mut host::evaluate::TorchAsk)
+            } else {
+                None
+            };
             let r = match candidate.language {
                 Language::C => {
                     let exe = std::env::args_os()
@@ -178,6 +197,7 @@ fn serve_on(
                         candidate_artifact: artifact,
                         exe: &exe,
                         tag,
+                        torch,
                     };
                     match host::evaluate::evaluate(job) {
                         Ok(evaluation) => Response::Evaluated {
@@ -195,6 +215,7 @@ fn serve_on(
                         reference_artifact: reference,
                         candidate_code: cuda::target::Code::Artifact(artifact),
                         output_limit_bytes: limits.output_limit_bytes,
+                        torch,
                     };
                     on_gpu(context, job, &mut retire)
                 }
@@ -210,6 +231,7 @@ fn serve_on(
                                 reference_artifact: reference,
                                 candidate_code: cuda::target::Code::Parts(&l.parts),
                                 output_limit_bytes: limits.output_limit_bytes,
+                                torch,
                             };
                             on_gpu(context, job, &mut retire)
                         }
@@ -226,6 +248,31 @@ fn serve_on(
             protocol::write_message(output, &r, &[])?;
             Ok(if retire { Next::Exit } else { Next::More })
         }
+    }
+}
+
+/// Sends an input set to the caller (`Response::Reference`) and reads the torch
+/// reference's outputs back (`Request::ReferenceOutputs`).
+fn ask_reference(
+    input: &mut impl Read,
+    output: &mut impl Write,
+    inputs: &host::evaluate::Inputs,
+) -> Result<(Vec<Vec<u8>>, String), String> {
+    let blobs: Vec<&[u8]> = inputs.iter().map(|(_, b)| b.as_slice()).collect();
+    protocol::write_message(output, &Response::Reference, &blobs)
+        .map_err(|e| format!("asking for the torch reference: {e}"))?;
+    let (req, outputs): (Request, _) = protocol::read_message(input)
+        .map_err(|e| format!("reading the torch reference's outputs: {e}"))?;
+    match req {
+        Request::ReferenceOutputs {
+            error: None,
+            precision,
+            ..
+        } => Ok((outputs, precision)),
+        Request::ReferenceOutputs { error: Some(e), .. } => Err(e),
+        other => Err(format!(
+            "expected the torch reference's outputs, got {other:?}"
+        )),
     }
 }
 

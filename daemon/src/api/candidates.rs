@@ -102,7 +102,7 @@ pub async fn submit(
     let problem = s.store.get_problem(&candidate.problem)?.ok_or_else(|| {
         ApiError::not_found(format!("problem {:?} is not registered", candidate.problem))
     })?;
-    if !problem.reference.contains_key(backend) {
+    if !problem.reference.has(backend) {
         return Err(ApiError::bad_request(
             "invalid_candidate",
             format!(

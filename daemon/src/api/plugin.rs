@@ -79,7 +79,7 @@ pub fn search_backend(s: &AppState, problem: &ProblemSpec) -> Option<&'static st
     let usable = s.sched.usable_backends();
     ["cuda", "host"]
         .into_iter()
-        .find(|b| usable.contains(b) && problem.reference.contains_key(*b))
+        .find(|b| usable.contains(b) && problem.reference.has(b))
 }
 
 /// The device a search's proposer is told about: for cuda, lane 0's GPU (a GPU left out
@@ -177,7 +177,7 @@ pub async fn submit(
         .store
         .get_problem(&search.problem)?
         .ok_or_else(|| ApiError::not_found("the search's problem is gone"))?;
-    if !problem.reference.contains_key(candidate.language.backend()) {
+    if !problem.reference.has(candidate.language.backend()) {
         return Err(ApiError::bad_request(
             "invalid_candidate",
             format!(

@@ -1,15 +1,18 @@
 //! The cuda backend: CUDA C candidates compiled by NVRTC in the jail and evaluated on
 //! per-GPU lanes. A [`GpuLane`] is one GPU: its warm jailed worker
-//! ([`kiln_sandbox::WarmWorker`], which sees only that GPU, behind [`LaneWorker`]) and its
+//! ([`kiln_sandbox::WarmWorker`], which sees only that GPU, behind [`LaneWorker`]), its
 //! clock window ([`crate::gpu::clocks::LaneClocks`]), around which each evaluation and
-//! baseline measurement runs. The scheduler hands each lane to one job at a time; lanes
-//! share nothing, so a fault or timeout on one replaces that lane's worker alone.
+//! baseline measurement runs, and its warm torch reference runner ([`ReferenceRunner`], on
+//! that GPU) for problems whose only reference is PyTorch. The scheduler hands each lane to
+//! one job at a time; lanes share nothing, so a fault or timeout on one replaces that
+//! lane's worker alone.
 
 use std::sync::Mutex;
 
 use kiln_sandbox::kiln_gpu::telemetry::{ClockControl, ClockError, NvmlClocks, init_nvml};
 use kiln_sandbox::{
-    BackendStatus, CompileOutcome, SandboxConfig, SandboxError, WarmWorker, WarmWorkerStats,
+    BackendStatus, CompileOutcome, ReferenceRunner, SandboxConfig, SandboxError, TorchHelper,
+    TorchSource, WarmWorker, WarmWorkerStats,
 };
 use kiln_types::{Candidate, EvalPlan, Evaluation, ProblemSpec};
 use serde_json::json;
@@ -48,7 +51,9 @@ pub(super) fn nvml_control(uuid: &str) -> Option<Box<dyn ClockControl + Send>> {
 
 /// What evaluates on a lane's GPU: its [`WarmWorker`] (a fake in tests).
 pub trait LaneWorker: Send {
-    /// Evaluates a compiled candidate on the lane's GPU (see [`WarmWorker::evaluate`]).
+    /// Evaluates a compiled candidate on the lane's GPU, asking `runner` for the
+    /// reference's answers when the problem's only reference is PyTorch (see
+    /// [`WarmWorker::evaluate_with`]).
     fn evaluate(
         &mut self,
         problem: &ProblemSpec,
@@ -56,6 +61,7 @@ pub trait LaneWorker: Send {
         candidate: &Candidate,
         artifact: &[u8],
         plan: &EvalPlan,
+        runner: Option<&mut ReferenceRunner>,
     ) -> Result<Evaluation, SandboxError>;
     /// Counters so far (workers started, evaluations answered).
     fn stats(&self) -> WarmWorkerStats;
@@ -69,8 +75,9 @@ impl LaneWorker for WarmWorker {
         candidate: &Candidate,
         artifact: &[u8],
         plan: &EvalPlan,
+        runner: Option<&mut ReferenceRunner>,
     ) -> Result<Evaluation, SandboxError> {
-        WarmWorker::evaluate(self, problem, reference, candidate, artifact, plan)
+        WarmWorker::evaluate_with(self, problem, reference, candidate, artifact, plan, runner)
     }
 
     fn stats(&self) -> WarmWorkerStats {
@@ -78,24 +85,32 @@ impl LaneWorker for WarmWorker {
     }
 }
 
-/// One GPU's lane: its warm worker and its clock window.
+/// One GPU's lane: its warm worker, its clock window and its torch reference runner.
 pub struct GpuLane {
     uuid: String,
     worker: Mutex<Box<dyn LaneWorker>>,
     /// The worker's counters after its last evaluation (read without waiting for one).
     stats: Mutex<WarmWorkerStats>,
     clocks: LaneClocks,
+    /// The lane's warm torch reference runner (on this GPU), or why there is none.
+    torch: Result<Mutex<ReferenceRunner>, String>,
 }
 
 impl GpuLane {
     /// The lane of the GPU with this UUID.
-    pub fn new(uuid: &str, worker: Box<dyn LaneWorker>, clocks: LaneClocks) -> GpuLane {
+    pub fn new(
+        uuid: &str,
+        worker: Box<dyn LaneWorker>,
+        clocks: LaneClocks,
+        torch: Result<Mutex<ReferenceRunner>, String>,
+    ) -> GpuLane {
         let stats = Mutex::new(worker.stats());
         GpuLane {
             uuid: uuid.to_string(),
             worker: Mutex::new(worker),
             stats,
             clocks,
+            torch,
         }
     }
 }
@@ -106,12 +121,24 @@ pub struct CudaBackend {
     cfg: SandboxConfig,
     lanes: Vec<GpuLane>,
     status: BackendStatus,
+    /// The torch helper for the torch baseline kinds, or why there is none.
+    torch: Result<TorchHelper, String>,
 }
 
 impl CudaBackend {
     /// The backend over these lanes (lane `i` is `lanes[i]`).
-    pub fn new(cfg: SandboxConfig, lanes: Vec<GpuLane>, status: BackendStatus) -> CudaBackend {
-        CudaBackend { cfg, lanes, status }
+    pub fn new(
+        cfg: SandboxConfig,
+        lanes: Vec<GpuLane>,
+        status: BackendStatus,
+        torch: Result<TorchHelper, String>,
+    ) -> CudaBackend {
+        CudaBackend {
+            cfg,
+            lanes,
+            status,
+            torch,
+        }
     }
 }
 
@@ -174,9 +201,33 @@ impl Backend for CudaBackend {
             .get(lane)
             .ok_or_else(|| BackendError(format!("no GPU lane {lane}")))?;
         let mut worker = l.worker.lock().unwrap_or_else(|p| p.into_inner());
-        let outcome = l
-            .clocks
-            .around(|| worker.evaluate(problem, reference, candidate, artifact, plan));
+        // A problem whose only reference is PyTorch: the lane's runner answers the worker.
+        let mut runner = match problem.reference.kernel("cuda") {
+            Some(_) => None,
+            None => Some(
+                l.torch
+                    .as_ref()
+                    .map_err(|why| {
+                        BackendError(format!(
+                            "problem {} has a torch reference and this lane has no runner: {why}",
+                            problem.name
+                        ))
+                    })?
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()),
+            ),
+        };
+        let outcome = l.clocks.around(|| {
+            worker.evaluate(
+                problem,
+                reference,
+                candidate,
+                artifact,
+                plan,
+                runner.as_deref_mut(),
+            )
+        });
+        drop(runner);
         *l.stats.lock().unwrap_or_else(|p| p.into_inner()) = worker.stats();
         drop(worker);
         let mut e = outcome
@@ -202,10 +253,13 @@ impl Backend for CudaBackend {
             .lanes
             .get(lane)
             .ok_or_else(|| BackendError(format!("no GPU lane {lane}")))?;
-        let libraries: Vec<String> = problem.baseline.keys().cloned().collect();
         let cfg = lane_config(&self.cfg, &l.uuid);
+        let torch = match &self.torch {
+            Ok(h) => TorchSource::Helper(h),
+            Err(why) => TorchSource::Off(why.clone()),
+        };
         l.clocks
-            .around(|| kiln_sandbox::measure_baselines(&cfg, problem, reference, plan, &libraries))
+            .around(|| kiln_sandbox::measure_baselines(&cfg, problem, reference, plan, torch))
             .map_err(|e| BackendError(format!("clock policy on {}: {e}", l.uuid)))?
             .map_err(|e| BackendError(e.to_string()))
     }
@@ -254,6 +308,7 @@ mod tests {
             candidate: &Candidate,
             _artifact: &[u8],
             _plan: &EvalPlan,
+            _runner: Option<&mut ReferenceRunner>,
         ) -> Result<Evaluation, SandboxError> {
             if !self.warm {
                 self.stats.workers_started += 1;
@@ -319,6 +374,7 @@ mod tests {
                     &uuid,
                     Box::new(worker),
                     LaneClocks::new(policy, &uuid, ctl, store.clone()),
+                    Err("no torch runner in this test".into()),
                 )
             })
             .collect();
@@ -327,7 +383,12 @@ mod tests {
             usable: true,
             detail: "fake".into(),
         };
-        let backend = CudaBackend::new(SandboxConfig::new(dir.path()), lanes, status);
+        let backend = CudaBackend::new(
+            SandboxConfig::new(dir.path()),
+            lanes,
+            status,
+            Err("no torch helper in this test".into()),
+        );
         let problem = sample_spec("p");
         let plan = EvalPlan::default();
         let log = |lane: usize| fakes[lane].log.lock().expect("log").clone();

@@ -8,9 +8,9 @@
 //! - [`start`]: builds them at daemon start, with the jail probe and each one's status;
 //! - [`lanes`]: the lanes as `/v1/info` lists them (GPU, worker counters, busy time).
 //!
-//! Jobs go through [`Backend::compile`] and [`Backend::evaluate`]; baselines through
-//! [`Backend::baselines`] (torch eager is measured beside it by the scheduler's baseline
-//! code, `crate::sched::baseline`). [`compile_key`] is the compile cache's key.
+//! Jobs go through [`Backend::compile`] and [`Backend::evaluate`]; every baseline kind
+//! through [`Backend::baselines`] (`kiln_sandbox::measure_baselines`). [`compile_key`] is
+//! the compile cache's key.
 
 pub mod cuda;
 #[cfg(test)]
@@ -70,9 +70,9 @@ pub trait Backend: Send + Sync {
         artifact: &[u8],
         plan: &EvalPlan,
     ) -> Result<Evaluation, BackendError>;
-    /// Times the problem's baselines (its reference and the `[baseline.cublas]` /
-    /// `[baseline.cudnn]` ops) on lane `lane`, which the caller holds alone. Blocking.
-    /// Backends without baselines say so.
+    /// Times every baseline kind the problem asks for (its reference, `[baseline.*]`) on
+    /// lane `lane`, which the caller holds alone. Blocking. Backends without baselines
+    /// say so.
     fn baselines(
         &self,
         _lane: usize,

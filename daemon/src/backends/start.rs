@@ -62,6 +62,24 @@ pub fn sandbox_config(config: &Config, state_dir: &Path) -> SandboxConfig {
     cfg
 }
 
+/// The torch helper `[gpu] python` runs, or why there is none.
+pub fn torch_helper(config: &Config) -> Result<kiln_sandbox::TorchHelper, String> {
+    if config.gpu.python.is_empty() {
+        return Err("[gpu] python is empty: the torch helper is off".into());
+    }
+    kiln_sandbox::TorchHelper::find(
+        &kiln_sandbox::default_worker_exe(),
+        &config.gpu.python,
+        Duration::from_secs(config.gpu.torch_timeout_secs.max(1)),
+    )
+    .ok_or_else(|| {
+        format!(
+            "{} not found beside kiln-worker (see daemon/packaging)",
+            kiln_sandbox::torch_helper::HELPER_NAME
+        )
+    })
+}
+
 /// Builds the backends. Runs before the async runtime starts (the jail probe forks).
 /// Under the `lock` clock policy, first resets clocks a crashed daemon left locked. Fails
 /// only when `[gpu] devices` names a GPU this host does not have (or names one twice).
@@ -100,6 +118,7 @@ pub fn build(
                 config.evaluation.host_peak_bytes_per_s,
                 config.evaluation.host_peak_flops,
             ),
+            torch: torch_helper(config).map(|h| Mutex::new(kiln_sandbox::ReferenceRunner::cpu(h))),
         }));
     }
     if let Some(cuda) = status.iter_mut().find(|b| b.name == "cuda")
@@ -118,6 +137,7 @@ pub fn build(
         let chosen = selection::select(&found, &gpu, &config.gpu.devices)?;
         let mut compile_cfg = cfg.clone();
         let mut lanes = Vec::new();
+        let torch = torch_helper(config);
         for d in &chosen {
             let mut gpu_cfg = cfg.clone();
             gpu_cfg.use_gpu(d);
@@ -131,10 +151,17 @@ pub fn build(
                 Arc::new(Mutex::new(control.unwrap_or_else(|| Box::new(NoControl))));
             let worker = WarmWorker::new(gpu_cfg, config.gpu.worker_max_evals);
             tracing::info!(lane = lanes.len(), gpu = %d.uuid, name = %d.name, arch = %d.arch, "cuda lane");
+            // The lane's torch reference runner sees only the lane's GPU.
+            let runner = torch.clone().map(|h| {
+                let uuid = (d.uuid.starts_with("GPU-") || d.uuid.starts_with("MIG-"))
+                    .then_some(d.uuid.as_str());
+                Mutex::new(kiln_sandbox::ReferenceRunner::gpu(h, uuid))
+            });
             lanes.push(GpuLane::new(
                 &d.uuid,
                 Box::new(worker),
                 LaneClocks::new(policy, &d.uuid, ctl, store.clone()),
+                runner,
             ));
         }
         if lanes.is_empty() {
@@ -150,7 +177,12 @@ pub fn build(
                 cfg.worker_exe.display()
             );
         }
-        backends.push(Arc::new(CudaBackend::new(compile_cfg, lanes, cuda.clone())));
+        backends.push(Arc::new(CudaBackend::new(
+            compile_cfg,
+            lanes,
+            cuda.clone(),
+            torch,
+        )));
     }
     Ok(Built {
         backends,

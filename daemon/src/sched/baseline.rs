@@ -2,14 +2,11 @@
 //! a GPU model and driver (the model of the GPU asked for, else of lane 0's GPU), or
 //! measures — the reference compiled (cached like any compile), a lane of a GPU of that
 //! model held exactly as a job holds it (so no candidate is timed on it at the same
-//! time), the reference, cuBLAS and cuDNN timed in a jailed worker, torch eager in the
-//! trusted helper — and stores the result under that model.
+//! time), every kind the problem asks for timed by the backend on that lane
+//! ([`crate::backends::Backend::baselines`]) — and stores the result under that model.
 
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
-use kiln_sandbox::TorchHelper;
-use kiln_types::baseline::{BaselineResult, BaselineStatus};
 use kiln_types::{Candidate, ProblemSpec};
 use thiserror::Error;
 
@@ -159,12 +156,16 @@ impl Scheduler {
                 key.model
             )));
         }
-        let ref_candidate = spec.reference_candidate("cuda").ok_or_else(|| {
-            BaselineError::Unavailable(format!("problem {problem:?} has no cuda reference"))
-        })?;
-        let art = self
-            .reference_artifact(&backend, &spec, &ref_candidate)
-            .await?;
+        if !spec.reference.has("cuda") {
+            return Err(BaselineError::Unavailable(format!(
+                "problem {problem:?} has no cuda or torch reference"
+            )));
+        }
+        // A torch-only reference has no kernel to compile: its baselines are torch's.
+        let art = match spec.reference_candidate("cuda") {
+            Some(c) => self.reference_artifact(&backend, &spec, &c).await?.bytes,
+            None => Vec::new(),
+        };
         let slots = self
             .lane_slots
             .get("cuda")
@@ -178,41 +179,11 @@ impl Scheduler {
         let lane_index = lane.index;
         let uuid = backend.lane_label(lane_index);
         let plan = self.plan_for(backend.as_ref());
-        let torch = (!self.config.gpu.python.is_empty())
-            .then(|| {
-                TorchHelper::find(
-                    &kiln_sandbox::default_worker_exe(),
-                    &self.config.gpu.python,
-                    Duration::from_secs(self.config.gpu.torch_timeout_secs.max(1)),
-                )
-            })
-            .flatten();
-        let python_set = !self.config.gpu.python.is_empty();
         tracing::info!(problem, gpu = %uuid, remeasure, "measuring baselines");
         let results = tokio::task::spawn_blocking(move || {
-            let mut results = backend
-                .baselines(lane_index, &spec, &art.bytes, &plan)
-                .map_err(|e| e.to_string())?;
-            if spec.baseline.contains_key("torch") {
-                results.extend(match &torch {
-                    Some(helper) => kiln_sandbox::torch_baseline(Some(&uuid), helper, &spec, &plan),
-                    None => vec![BaselineResult::not_measured(
-                        "torch-eager",
-                        "torch",
-                        "",
-                        BaselineStatus::Unavailable,
-                        if python_set {
-                            format!(
-                                "{} not found beside kiln-worker (see daemon/packaging)",
-                                kiln_sandbox::torch_baseline::HELPER_NAME
-                            )
-                        } else {
-                            "[gpu] python is empty: the torch baseline is off".into()
-                        },
-                    )],
-                });
-            }
-            Ok::<_, String>(results)
+            backend
+                .baselines(lane_index, &spec, &art, &plan)
+                .map_err(|e| e.to_string())
         })
         .await
         .map_err(|e| failed(&e))?

@@ -133,7 +133,7 @@ impl Scheduler {
 
         // Compile stage: the reference (cached after its first use) and the candidate.
         let t0 = Instant::now();
-        let Some(ref_candidate) = problem.reference_candidate(backend.name()) else {
+        if !problem.reference.has(backend.name()) {
             let eval = Evaluation::early(
                 kiln_types::Verdict::InvalidLaunch,
                 backend.name(),
@@ -144,18 +144,20 @@ impl Scheduler {
                 ),
             );
             return Ok((eval, 0.0, 0.0));
-        };
-        let reference_art = match self
-            .compile_cached(&backend, &problem, &ref_candidate)
-            .await?
-        {
-            Ok(a) => a,
-            Err(failure) => {
-                return Err(JobFailure::Infra(format!(
-                    "the problem's reference does not compile: {}",
-                    failure.message
-                )));
-            }
+        }
+        // A torch reference (no kernel for this backend) is run by the backend's reference
+        // runner: nothing to compile, an empty artifact.
+        let reference_bytes = match problem.reference_candidate(backend.name()) {
+            Some(c) => match self.compile_cached(&backend, &problem, &c).await? {
+                Ok(a) => a.bytes,
+                Err(failure) => {
+                    return Err(JobFailure::Infra(format!(
+                        "the problem's reference does not compile: {}",
+                        failure.message
+                    )));
+                }
+            },
+            None => Vec::new(),
         };
         let artifact = self
             .compile_cached(&backend, &problem, &rec.candidate)
@@ -216,7 +218,7 @@ impl Scheduler {
             be.evaluate(
                 lane_index,
                 &problem,
-                &reference_art.bytes,
+                &reference_bytes,
                 &candidate,
                 &artifact.bytes,
                 &plan,

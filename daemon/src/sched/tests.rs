@@ -32,8 +32,7 @@ fn candidate(note: &str) -> Candidate {
 fn start(backend: Arc<FakeLanes>) -> (tempfile::TempDir, Arc<Store>, Arc<Scheduler>, EventBus) {
     let (dir, store) = open_temp();
     let mut spec = sample_spec("p");
-    let host = spec.reference["host"].clone();
-    spec.reference.insert("cuda".into(), host);
+    spec.reference.cuda = spec.reference.host.clone();
     store.put_problem(&spec).expect("problem");
     let store = Arc::new(store);
     let events = EventBus::new(1024);

@@ -527,9 +527,8 @@ impl Gpu {
                 crate::compare::COMPARE_SOURCE,
                 crate::compare::COMPARE_KERNELS,
             )?;
-            let flush_bytes = usize::try_from(facts.limits.l2_bytes.saturating_mul(2))
-                .unwrap_or(usize::MAX)
-                .max(16 << 20);
+            let flush_bytes = usize::try_from(crate::timing::l2_flush_bytes(facts.limits.l2_bytes))
+                .unwrap_or(usize::MAX);
             let flush = alloc(&shared, flush_bytes)?;
             let hash_out = alloc(&shared, 8)?;
             let compare_out = alloc(&shared, 8 * 16)?;

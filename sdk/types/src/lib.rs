@@ -7,6 +7,8 @@
 //! - [`problem`]: a problem's spec as read from `problem.toml`, with its sources inlined.
 //! - [`verdict`]: the verdicts of the evaluation contract, their evidence and timing statistics.
 //! - [`baseline`]: library baselines named by a problem, and their measured times.
+//! - [`kernelbench`]: KernelBench-format files, as described by kiln's torch helper,
+//!   written as problem folders.
 //! - [`eval_plan`]: how an evaluation is run (trials, stop rule, secret seed).
 //! - [`names`]: the names people and plugins choose (problems, proposers).
 //!
@@ -17,6 +19,7 @@
 pub mod baseline;
 pub mod candidate;
 pub mod eval_plan;
+pub mod kernelbench;
 pub mod names;
 pub mod plugin;
 pub mod problem;
@@ -29,7 +32,8 @@ pub use eval_plan::{
     TimingPlan,
 };
 pub use problem::{
-    Dtype, Init, KernelSource, ProblemError, ProblemSpec, Role, Roofline, TensorSpec, Tolerance,
+    Dtype, Init, KernelSource, ProblemError, ProblemSpec, References, Role, Roofline, TensorSpec,
+    Tolerance, TorchPrecision, TorchReference,
 };
 pub use verdict::{
     CompileInfo, ErrorMetrics, Evaluation, Evidence, FigureSummary, PrecisionTier, TimerEvidence,

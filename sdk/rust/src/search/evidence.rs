@@ -14,7 +14,8 @@ fn word(v: impl serde::Serialize) -> String {
     }
 }
 
-/// The problem: name, summary, tensors (name, dtype, shape, role), tolerance.
+/// The problem: name, summary, tensors (name, dtype, shape, role), tolerance, and the
+/// PyTorch module when the reference is one (what the kernel must compute and beat).
 pub fn problem(spec: &ProblemSpec, backend: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "Problem {}: {}", spec.name, spec.summary);
@@ -38,6 +39,45 @@ pub fn problem(spec: &ProblemSpec, backend: &str) -> String {
     if let Some(t) = spec.required_tier {
         let _ = writeln!(s, "Required precision tier: {}", word(t));
     }
+    if let Some(t) = &spec.reference.torch {
+        s.push_str(&torch_reference(t));
+    }
+    s
+}
+
+/// The torch reference as the model sees it: the module's code and how the problem's
+/// tensors map onto it.
+pub fn torch_reference(t: &kiln_types::TorchReference) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "The reference is this PyTorch module (KernelBench's format). Your kernel must compute \
+         what Model(*{init}).forward({args}) returns, into {outs}, and is compared with torch \
+         eager and torch.compile of it. get_inputs() is not used: kiln draws every input tensor.",
+        init = t.init_inputs,
+        args = t.forward.join(", "),
+        outs = t.outputs.join(", "),
+    );
+    if !t.state.is_empty() {
+        let _ = writeln!(
+            s,
+            "The module's parameters and buffers are input tensors of the problem, drawn fresh \
+             each trial: {}",
+            t.state
+                .iter()
+                .map(|(p, n)| format!("{p} = {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if !t.bool_tensors.is_empty() {
+        let _ = writeln!(
+            s,
+            "Held as u8 (0 or 1), taken by the module as bool: {}",
+            t.bool_tensors.join(", ")
+        );
+    }
+    let _ = writeln!(s, "```python\n{}\n```", t.source.trim_end());
     s
 }
 
@@ -134,6 +174,54 @@ pub fn evaluation(e: &Evaluation) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_torch_reference_puts_the_module_in_the_prompt() {
+        let mut spec = ProblemSpec::from_toml(
+            r#"
+name = "kb-linear"
+[[tensor]]
+name = "x"
+dtype = "f32"
+shape = [4, 16]
+role = "input"
+[[tensor]]
+name = "linear_weight"
+dtype = "f32"
+shape = [8, 16]
+role = "input"
+[[tensor]]
+name = "out"
+dtype = "f32"
+shape = [4, 8]
+role = "output"
+[tolerance]
+atol = 1e-4
+rtol = 1e-4
+[reference.torch]
+file = "reference.py"
+init_inputs = "[16, 8]"
+forward = ["x"]
+outputs = ["out"]
+[reference.torch.state]
+"linear.weight" = "linear_weight"
+"#,
+        )
+        .expect("spec");
+        if let Some(t) = spec.reference.torch.as_mut() {
+            t.source = "class Model(nn.Module):\n    def forward(self, x): ...\n".into();
+        }
+        let text = problem(&spec, "cuda");
+        assert!(
+            text.contains("```python\nclass Model(nn.Module):"),
+            "{text}"
+        );
+        assert!(text.contains("Model(*[16, 8]).forward(x)"), "{text}");
+        assert!(text.contains("linear.weight = linear_weight"), "{text}");
+        assert!(text.contains("torch.compile"), "{text}");
+        spec.reference.torch = None;
+        assert!(!problem(&spec, "cuda").contains("```python"));
+    }
 
     #[test]
     fn the_language_guide_names_the_fence() {

@@ -246,6 +246,34 @@ async fn ncu_runs(
     let spec_path = dir.path().join("problem.json");
     std::fs::write(&spec_path, serde_json::to_vec(spec)?).context("writing the problem")?;
     let log = dir.path().join("ncu.log");
+    // The kernel is compiled (jailed) before ncu starts: under the profiler the jail's
+    // helper would carry the profiler's injected threads and could not enter its
+    // namespaces.
+    let artifact = dir.path().join("kernel.bin");
+    let mut compile = tokio::process::Command::new(launcher);
+    compile
+        .arg("launch")
+        .arg("--spec")
+        .arg(&spec_path)
+        .arg("--compile-to")
+        .arg(&artifact)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    if let Some(u) = gpu_uuid {
+        compile.env("CUDA_VISIBLE_DEVICES", u);
+    }
+    let compiled = tokio::time::timeout(Duration::from_secs(a.ncu_timeout), compile.output())
+        .await
+        .context("the kernel's compile did not finish in time")?
+        .with_context(|| format!("cannot run {}", launcher.display()))?;
+    if !compiled.status.success() {
+        bail!(
+            "compiling the kernel ({} launch --compile-to) failed with {}: {}",
+            launcher.display(),
+            compiled.status,
+            String::from_utf8_lossy(&compiled.stderr).trim()
+        );
+    }
     let mut names: Vec<String> = kernels.iter().map(|k| regex_escape(k)).collect();
     names.sort();
     names.dedup();
@@ -278,6 +306,8 @@ async fn ncu_runs(
         a.runs.to_string(),
         "--warmup".into(),
         warmup.to_string(),
+        "--artifact".into(),
+        artifact.display().to_string(),
     ];
     let shown = format!("{} {}", ncu.display(), args.join(" "));
     let mut cmd = tokio::process::Command::new(ncu);
