@@ -389,7 +389,9 @@ mod tests {
             status,
             Err("no torch helper in this test".into()),
         );
-        let problem = sample_spec("p");
+        // A cuda reference kernel (a torch-only reference would need the lane's runner).
+        let mut problem = sample_spec("p");
+        problem.reference.cuda = problem.reference.host.clone();
         let plan = EvalPlan::default();
         let log = |lane: usize| fakes[lane].log.lock().expect("log").clone();
 
