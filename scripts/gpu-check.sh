@@ -8,10 +8,14 @@
 #      flush and blocking kernel vs plain, NVML telemetry, faults in child processes,
 #      invalid launches); its checks also go to $OUT/gpu-probe.json;
 #   3. GPU tests, when the bundle has any (gpu-tests/*: test binaries, one test at a time,
-#      with KILN_WORKER pointing at the bundled kiln-worker and KILN_PROBLEMS at problems/);
+#      with KILN_WORKER pointing at the bundled kiln-worker and KILN_PROBLEMS at problems/):
+#      gpu (the contract on the GPU; cxx_gpu_* for toolkit headers, C++ names, cooperative
+#      and cluster launches), cuda_compile and cxx (NVRTC with the toolkit headers: every
+#      header of issue #18, the suite's kernels, compile times per header);
 #   4. the bundled kilnd with a temporary socket and state directory (clock policy: the
-#      default, observe): problems/ registered, the vecadd-cuda-1m seed submitted and
-#      waited for, then `kiln doctor`.
+#      default, observe): problems/ registered, `kiln doctor` (with the CUDA headers it
+#      found), three seeds and the C++ examples (examples/cxx: template, namespace,
+#      cooperative, cluster, headers) submitted and waited for.
 #
 #   5. (step `searches`) each proposer, offline, on the softmax and LayerNorm seed problems;
 #   6. (step `bench`) `kiln bench throughput|latency|stability` on the cuda backend;
@@ -148,6 +152,12 @@ TOML
             for p in vecadd-cuda-1m softmax-4096x65536 layernorm-16x64x256x256; do
                 "$bundle/kiln" submit --problem "$p" --seed --backend cuda --wait || status=1
             done
+            # C++ kernels as people write them (issue #18): each must come out ok.
+            for f in "$bundle"/examples/cxx/*.json; do
+                [ -f "$f" ] || continue
+                section "C++ candidate through kilnd: $(basename "$f")"
+                "$bundle/kiln" submit "$f" --wait || status=1
+            done
         fi
         if want baselines; then
             # kb-*: the seed's problems imported from KernelBench format (torch reference):
@@ -178,8 +188,11 @@ TOML
             "$bundle/kiln" bench latency --problem vecadd-cuda-1m --backend cuda -o json >"$bench_out/bench-latency.json" || status=1
             "$bundle/kiln" bench throughput --problem softmax-4096x65536 --backend cuda -o json >"$bench_out/bench-throughput.json" || status=1
             "$bundle/kiln" bench throughput --problem softmax-4096x65536 --backend cuda --race --no-cached -o json >"$bench_out/bench-throughput-raced.json" || status=1
+            # Compiles that parse the toolkit headers (cuda_fp16, cooperative_groups, cub):
+            # compile latency cold (first pass) and from the compile cache (second pass).
+            "$bundle/kiln" bench throughput --problem softmax-4096x65536 --backend cuda --variants headers --count 30 -o json >"$bench_out/bench-throughput-headers.json" || status=1
             "$bundle/kiln" bench stability --problem layernorm-16x64x256x256 --backend cuda --rounds 20 --interleave 1 -o json >"$bench_out/bench-stability.json" || status=1
-            for f in latency throughput throughput-raced stability; do
+            for f in latency throughput throughput-raced throughput-headers stability; do
                 echo "--- bench $f"; cat "$bench_out/bench-$f.json"
             done
         fi

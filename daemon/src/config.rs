@@ -52,6 +52,8 @@ pub struct Config {
     pub jail: JailConfig,
     /// GPUs and clock policy.
     pub gpu: GpuConfig,
+    /// CUDA compiles: the toolkit's headers.
+    pub cuda: CudaConfig,
     /// Triton candidates: the python whose triton compiles them.
     pub triton: TritonConfig,
     /// Searches and their proposer plugins.
@@ -334,6 +336,15 @@ impl Default for GpuConfig {
     }
 }
 
+/// `[cuda]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct CudaConfig {
+    /// The toolkit's include folders (absolute); empty = discovered (see
+    /// `kiln_sandbox::backends::cuda::toolkit`).
+    pub include_dirs: Vec<String>,
+}
+
 /// `[triton]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -449,6 +460,9 @@ impl Config {
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return bad("log.format must be \"text\" or \"json\"");
+        }
+        if self.cuda.include_dirs.iter().any(|d| !d.starts_with('/')) {
+            return bad("cuda.include_dirs must be absolute paths");
         }
         Ok(())
     }

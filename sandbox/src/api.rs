@@ -99,6 +99,7 @@ pub fn compile(
     candidate: &Candidate,
 ) -> Result<CompileOutcome, SandboxError> {
     let language = candidate.language;
+    let cuda = language == Language::Cuda;
     let backend = language.backend();
     let refused = |verdict: Verdict, message: String| CompileOutcome {
         artifact: None,
@@ -117,8 +118,16 @@ pub fn compile(
     let mut triton = None;
     match language {
         Language::Cuda => {
-            if let Err(e) = kiln_gpu::nvrtc::check_flags(&candidate.flags) {
+            let flags = kiln_gpu::nvrtc::check_flags(&candidate.flags)
+                .and_then(|_| kiln_gpu::nvrtc::target_arch(&cfg.cuda_arch, &candidate.flags));
+            if let Err(e) = flags {
                 return Ok(refused(Verdict::CompileError, e.to_string()));
+            }
+            // Host code and unsafe directives are refused before any jail starts.
+            let screened = kiln_gpu::cxx::screen::host_code(&candidate.source)
+                .map_or_else(|| kiln_gpu::cxx::screen::directives(&candidate.source), Err);
+            if let Err(message) = screened {
+                return Ok(refused(Verdict::CompileError, message));
             }
             if kiln_gpu::facts::nvrtc_version().is_none() {
                 return Err(SandboxError::BackendUnavailable(
@@ -165,28 +174,29 @@ pub fn compile(
             Language::Triton => cfg.memory_limit_bytes.max(16 << 30),
         }),
     };
-    let mut spec = jail_spec(
-        cfg,
-        Role::Compile,
-        language == Language::Cuda,
-        &job,
-        limits,
-        "serve",
-    )?;
+    let mut spec = jail_spec(cfg, Role::Compile, cuda, &job, limits, "serve")?;
     if let Some((setup, _)) = &triton {
         spec.ro_paths.extend(setup.ro_paths.iter().cloned());
     }
-    let cc = which(&cfg.cc.to_string_lossy()).unwrap_or_else(|| cfg.cc.clone());
-    let cc = std::fs::canonicalize(&cc).unwrap_or(cc);
+    let cc = crate::config::which_cc(&cfg.cc);
     let deadline = cfg.compile_timeout + Duration::from_secs(10);
     let mut child = jail::spawn(&cfg.worker_exe, &spec, deadline)?;
     let layers = child.report.layers.clone();
+    // The header folders are at their fixed paths when the private root came up, and at
+    // their host paths when it did not (the jail's layers say which).
+    let private_root = layers.iter().any(|l| l.name == "private-root" && l.active);
+    let include_dirs = match (cuda, private_root) {
+        (false, _) => Vec::new(),
+        (true, true) => cfg.cuda_headers.inside_paths(),
+        (true, false) => cfg.cuda_headers.dirs.clone(),
+    };
     let request = Request::Compile {
         version: PROTOCOL_VERSION,
         candidate: candidate.clone(),
         cc,
         timeout_ms: cfg.compile_timeout.as_millis() as u64,
         arch: (language != Language::C).then(|| cfg.cuda_arch.clone()),
+        include_dirs,
         triton: triton.map(|(setup, plan)| TritonJob {
             python: setup.python.clone(),
             version: setup.version.clone(),

@@ -66,11 +66,17 @@ pub use api::{
     BackendStatus, CompileOutcome, backend_status, compile, evaluate, evaluate_with, probe_layers,
 };
 pub use baselines::{TorchSource, measure_baselines};
-pub use config::{SandboxConfig, default_worker_exe};
+pub use config::{SandboxConfig, default_worker_exe, which_cc};
 pub use error::SandboxError;
 pub use jail::{JailReport, LayerStatus};
 /// The GPU mechanics crate, for callers that need its types (clock policy, facts).
 pub use kiln_gpu;
 pub use reference_runner::ReferenceRunner;
 pub use torch_helper::TorchHelper;
+
+/// A content hash of this build's compile path (the backends' compile code, kiln-gpu's
+/// NVRTC recipe, stand-in headers and artifact format), computed by `build.rs`: part of
+/// the compile cache's key, so a cached artifact is never served to a kiln whose compile
+/// path differs.
+pub const COMPILE_BUILD: &str = env!("KILN_COMPILE_BUILD");
 pub use warm_worker::{WarmWorker, WarmWorkerStats};

@@ -180,6 +180,9 @@ pub enum Request {
         /// GPU architecture for cuda compiles (`sm_90`); ignored by the host backend.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         arch: Option<String>,
+        /// The CUDA toolkit's include folders as the worker sees them (cuda only).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        include_dirs: Vec<PathBuf>,
         /// For a Triton candidate: the python, Triton version and compile plan.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         triton: Option<crate::backends::triton::compile::TritonJob>,

@@ -116,6 +116,7 @@ fn serve_on(
             cc,
             timeout_ms,
             arch,
+            include_dirs,
             triton,
             ..
         } => {
@@ -127,7 +128,7 @@ fn serve_on(
                 }
                 Language::Cuda => {
                     let arch = arch.unwrap_or_else(|| cuda::setup::DEFAULT_ARCH.to_string());
-                    cuda::compile::compile(&candidate, &arch)
+                    cuda::compile::compile(&candidate, &arch, &include_dirs)
                         .map(|c| (c.artifact, c.info, c.message, None))
                 }
                 Language::Triton => match &triton {

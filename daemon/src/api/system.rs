@@ -21,6 +21,8 @@ pub struct Facts {
     pub gpu: GpuInventory,
     /// Jail layers and whether each is active here.
     pub jail: Value,
+    /// The CUDA toolkit headers cuda compiles get (`backends::start::cuda_headers`).
+    pub cuda_headers: Value,
     /// Whether Triton candidates can be compiled here (`backends::start::triton_status`).
     pub triton: Value,
     /// The socket served.
@@ -71,6 +73,7 @@ pub async fn info(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
         "clock_policy": s.config.gpu.clock_policy,
         "clock_lock": clock_lock,
         "jail": s.facts.jail,
+        "cuda_headers": s.facts.cuda_headers,
         "triton": s.facts.triton,
         "searches": {"usable": s.supervisor.status().0, "detail": s.supervisor.status().1},
         "llm": {"provider": s.llm.provider_name(), "usable": s.llm.status().0, "detail": s.llm.status().1},

@@ -123,21 +123,27 @@ pub struct CudaBackend {
     status: BackendStatus,
     /// The torch helper for the torch baseline kinds, or why there is none.
     torch: Result<TorchHelper, String>,
+    /// Architecture, NVRTC and header identity of CUDA compiles (see
+    /// [`super::compile_identity`]).
+    identity: String,
 }
 
 impl CudaBackend {
-    /// The backend over these lanes (lane `i` is `lanes[i]`).
+    /// The backend over these lanes (lane `i` is `lanes[i]`), whose compiles have this
+    /// identity ([`super::compile_identity`]).
     pub fn new(
         cfg: SandboxConfig,
         lanes: Vec<GpuLane>,
         status: BackendStatus,
         torch: Result<TorchHelper, String>,
+        identity: String,
     ) -> CudaBackend {
         CudaBackend {
             cfg,
             lanes,
             status,
             torch,
+            identity,
         }
     }
 }
@@ -178,12 +184,15 @@ impl Backend for CudaBackend {
         compile_in_jail(&self.cfg, problem, candidate)
     }
 
-    fn compiler_identity(&self, language: kiln_types::Language) -> String {
+    fn compile_identity(&self, language: kiln_types::Language) -> String {
         match (language, &self.cfg.triton) {
             (kiln_types::Language::Triton, Some(t)) => {
                 format!("triton {} for {}", t.version, self.cfg.cuda_arch)
             }
-            _ => String::new(),
+            (kiln_types::Language::Triton, None) => {
+                format!("triton none for {}", self.cfg.cuda_arch)
+            }
+            _ => self.identity.clone(),
         }
     }
 
@@ -388,6 +397,7 @@ mod tests {
             lanes,
             status,
             Err("no torch helper in this test".into()),
+            String::new(),
         );
         // A cuda reference kernel (a torch-only reference would need the lane's runner).
         let mut problem = sample_spec("p");

@@ -17,6 +17,8 @@ pub struct HostBackend {
     pub(super) peaks: (f64, f64),
     /// The lane's torch reference runner, or why there is none.
     pub(super) torch: Result<Mutex<ReferenceRunner>, String>,
+    /// The C compiler's identity (see [`super::compile_identity`]).
+    pub(super) identity: String,
 }
 
 impl Backend for HostBackend {
@@ -30,6 +32,10 @@ impl Backend for HostBackend {
 
     fn status(&self) -> BackendStatus {
         self.status.clone()
+    }
+
+    fn compile_identity(&self, _language: kiln_types::Language) -> String {
+        self.identity.clone()
     }
 
     fn compile(

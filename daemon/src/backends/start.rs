@@ -42,6 +42,31 @@ pub struct Built {
     pub gpu: GpuInventory,
     /// Whether Triton candidates can be compiled: `{usable, detail, version, python}`.
     pub triton: Value,
+    /// The CUDA toolkit headers cuda compiles get, and NVRTC's version beside theirs.
+    pub cuda_headers: Value,
+}
+
+/// What `/v1/info` and `kiln doctor` show about the toolkit headers: where kiln looked,
+/// what it uses, the headers' CUDA version next to NVRTC's, and a warning when they differ.
+pub fn cuda_headers(cfg: &SandboxConfig) -> Value {
+    let h = &cfg.cuda_headers;
+    let nvrtc = kiln_sandbox::kiln_gpu::facts::nvrtc_version().map(|(a, b)| format!("{a}.{b}"));
+    let warning = match (&h.version, &nvrtc) {
+        (Some(hv), Some(nv)) if hv != nv => Some(format!(
+            "the headers are CUDA {hv} but NVRTC is {nv}: compiles may fail or differ; point \
+             [cuda] include_dirs at the toolkit NVRTC comes from"
+        )),
+        _ => None,
+    };
+    json!({
+        "found": h.found(),
+        "version": h.version,
+        "nvrtc_version": nvrtc,
+        "dirs": h.dirs,
+        "searched": h.searched,
+        "detail": h.describe(),
+        "warning": warning,
+    })
 }
 
 /// The sandbox settings derived from the config: scratch under the state directory, the
@@ -59,6 +84,11 @@ pub fn sandbox_config(config: &Config, state_dir: &Path) -> SandboxConfig {
     // Checked by Config::validate; an unreadable value means the default.
     cfg.cupti =
         kiln_sandbox::kiln_gpu::cupti::CuptiSetting::parse(&config.gpu.cupti).unwrap_or_default();
+    // The toolkit headers: [cuda] include_dirs, or discovered (also beside the python
+    // wheels now on the library path).
+    let configured: Vec<std::path::PathBuf> =
+        config.cuda.include_dirs.iter().map(Into::into).collect();
+    cfg.find_cuda_headers(&configured);
     cfg
 }
 
@@ -112,6 +142,7 @@ pub fn build(
             );
         }
         backends.push(Arc::new(HostBackend {
+            identity: super::compile_identity(&cfg, false),
             cfg: cfg.clone(),
             status: host.clone(),
             peaks: (
@@ -177,11 +208,13 @@ pub fn build(
                 cfg.worker_exe.display()
             );
         }
+        let identity = super::compile_identity(&compile_cfg, true);
         backends.push(Arc::new(CudaBackend::new(
             compile_cfg,
             lanes,
             cuda.clone(),
             torch,
+            identity,
         )));
     }
     Ok(Built {
@@ -189,6 +222,7 @@ pub fn build(
         status,
         jail: json!({"layers": layers}),
         gpu,
+        cuda_headers: cuda_headers(&cfg),
         triton: triton_status(&triton),
     })
 }

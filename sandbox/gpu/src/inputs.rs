@@ -429,6 +429,7 @@ impl Gpu {
             shared_bytes: 0,
             raise_dynamic_shared: false,
             args,
+            kind: crate::launch::LaunchKind::Plain,
         }
     }
 
@@ -589,6 +590,7 @@ impl Gpu {
             block: [1, 1, 1],
             shared_bytes: 0,
             raise_dynamic_shared: false,
+            kind: crate::launch::LaunchKind::Plain,
             args: vec![ArgValue::U64(ns)],
         };
         self.enqueue_launches(

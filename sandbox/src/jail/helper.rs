@@ -211,6 +211,7 @@ fn child(
             mounts::Extra {
                 devices: &spec.devices,
                 ro: &spec.optional_ro_paths,
+                binds: &spec.ro_binds,
             },
         ) {
             Ok(inside) => {
@@ -218,8 +219,13 @@ fn child(
                 layers.push(LayerStatus::on(
                     "private-root",
                     format!(
-                        "read-only root with {} system paths{}; writable /scratch only{}",
+                        "read-only root with {} system paths{}{}; writable /scratch only{}",
                         spec.ro_paths.len(),
+                        if spec.ro_binds.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", {} header folders", spec.ro_binds.len())
+                        },
                         if extra > 0 {
                             format!(
                                 ", {} device nodes and driver paths",

@@ -1,6 +1,7 @@
 //! `kiln doctor`: can this machine evaluate kernels? What kilnd has (backends, Triton, jail
 //! layers, every GPU with its lane, driver, clock policy and whether clock locking would
-//! be permitted, where CUPTI is for kernel timing), then one known kernel run end to end
+//! be permitted, where CUPTI is for kernel timing, the CUDA toolkit headers cuda
+//! candidates compile with next to NVRTC's version), then one known kernel run end to end
 //! on each usable backend — on every lane of the cuda backend, so each GPU is tried —
 //! with how the GPU worker timed it (CUPTI kernel records, or events and why). A clear
 //! report, and a non-zero exit when something essential is missing or a known kernel
@@ -183,6 +184,35 @@ pub fn gpu_lines(info: &Value) -> Vec<String> {
     lines
 }
 
+/// The toolkit headers: what cuda compiles use, NVRTC's version beside theirs, and where
+/// kiln looked (`[cuda] include_dirs` or the default search).
+fn print_cuda_headers(h: &Value) {
+    if h.is_null() {
+        return;
+    }
+    let nvrtc = h["nvrtc_version"]
+        .as_str()
+        .map_or_else(|| "not found".to_string(), str::to_string);
+    let mark = if h["found"].as_bool() == Some(true) {
+        "ok"
+    } else {
+        "--"
+    };
+    println!("cuda headers ([cuda] include_dirs):");
+    println!("  [{mark}] {}; NVRTC {nvrtc}", text(&h["detail"]));
+    if let Some(w) = h["warning"].as_str() {
+        println!("  WARNING: {w}");
+    }
+    for s in h["searched"].as_array().into_iter().flatten() {
+        let used = if s["used"].as_bool() == Some(true) {
+            "used"
+        } else {
+            "    "
+        };
+        println!("    {used} {} ({})", text(&s["path"]), text(&s["note"]));
+    }
+}
+
 /// Asks kilnd what it has, runs the known kernels, and judges it.
 pub async fn doctor(
     client: &Client,
@@ -253,6 +283,7 @@ pub async fn doctor(
             "clock_lock": info["clock_lock"],
             "baseline_libraries": info["baseline_libraries"],
             "kernel_timer": info["kernel_timer"],
+            "cuda_headers": info["cuda_headers"],
             "triton": info["triton"],
             "known_kernels": runs,
         }));
@@ -316,6 +347,7 @@ pub async fn doctor(
             },
             text(&lock["detail"])
         );
+        print_cuda_headers(&info["cuda_headers"]);
         let bl = &info["baseline_libraries"];
         println!("baseline libraries (for GPU workers, [gpu] library_dirs):");
         for l in bl["libraries"].as_array().into_iter().flatten() {

@@ -32,7 +32,6 @@ use kiln_gpu::{DeviceBuffer, Gpu, GpuError};
 use kiln_types::baseline::{BaselineKind, BaselineOp, BaselineResult, BaselineStatus, precision};
 use kiln_types::{Dtype, EvalPlan, ProblemSpec, Role, TimingPlan, TimingStats};
 
-use super::compile::module_from_artifact;
 use super::timer_log::TimerLog;
 use crate::baselines::driver::{self, Sampler};
 use crate::contract::{compare, data};
@@ -89,7 +88,6 @@ pub fn run(job: Job) -> Result<Vec<BaselineResult>, String> {
         .ok_or_else(|| format!("problem {} has no cuda reference", problem.name))?;
     super::context::start_kernel_tracer();
     let gpu = Gpu::open(0).map_err(|e| format!("cannot open the GPU: {e}"))?;
-    let arch = gpu.facts().arch.clone();
     let mut tensors = Vec::new();
     for t in &problem.tensors {
         let buf = gpu
@@ -132,8 +130,10 @@ pub fn run(job: Job) -> Result<Vec<BaselineResult>, String> {
         scratch.push(buf);
     }
     let names: Vec<&str> = ref_ks.launches.iter().map(|l| l.kernel.as_str()).collect();
+    let artifact = kiln_gpu::artifact::Artifact::decode(job.reference_artifact)
+        .map_err(|e| format!("the reference's artifact: {e}"))?;
     let module = gpu
-        .load_module(&module_from_artifact(job.reference_artifact, &arch), &names)
+        .load_artifact(&artifact, &names)
         .map_err(|e| format!("loading the reference module: {e}"))?;
     let plan = gpu
         .check_launches(&module, &ref_ks.launches, &args)

@@ -23,8 +23,6 @@ use kiln_gpu::launch::BufferArg;
 use kiln_types::{Candidate, ProblemSpec, Role};
 use serde::{Deserialize, Serialize};
 
-use super::compile::module_from_artifact;
-
 /// Which of the problem's kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -191,7 +189,8 @@ pub fn run(a: &Args) -> Result<Launched, String> {
         (None, None) => compile_jailed(&problem, &candidate)?,
     };
     let gpu = Gpu::open(0).map_err(|e| format!("cannot open the GPU: {e}"))?;
-    let compiled = module_from_artifact(&artifact, &gpu.facts().arch);
+    let artifact = kiln_gpu::artifact::Artifact::decode(&artifact)
+        .map_err(|e| format!("the kernel's artifact: {e}"))?;
     let mut buffers: BTreeMap<String, BufferArg> = BTreeMap::new();
     let mut keep = Vec::new();
     for (i, t) in problem.tensors.iter().enumerate() {
@@ -230,7 +229,7 @@ pub fn run(a: &Args) -> Result<Launched, String> {
         .map(|l| l.kernel.as_str())
         .collect();
     let module = gpu
-        .load_module(&compiled, &names)
+        .load_artifact(&artifact, &names)
         .map_err(|e| format!("loading the module: {e}"))?;
     let plan = gpu
         .check_launches(&module, &candidate.launches, &buffers)

@@ -29,12 +29,12 @@ use kiln_types::{
     Tolerance, Verdict,
 };
 
-use super::compile::module_from_artifact;
 use super::telemetry::Telemetry;
 use super::timer_log::TimerLog;
 use crate::backends::host::evaluate::TorchAsk;
 use crate::contract::{CheckError, InputVariant, RunFailure, Session, Target, Unwritten};
 use crate::contract::{compare, data};
+use kiln_gpu::artifact::Artifact;
 
 /// Largest total scratch a candidate may ask for, bytes.
 const MAX_SCRATCH_BYTES: u64 = 16 << 30;
@@ -267,11 +267,10 @@ pub(super) fn evaluate_on(
         (Some(ref_ks), _) => {
             let ref_names = names(&ref_ks.launches);
             let ref_refs: Vec<&str> = ref_names.iter().map(String::as_str).collect();
+            let ref_artifact = Artifact::decode(job.reference_artifact)
+                .map_err(|e| format!("the reference's artifact: {e}"))?;
             let module = gpu
-                .load_module(
-                    &module_from_artifact(job.reference_artifact, &arch),
-                    &ref_refs,
-                )
+                .load_artifact(&ref_artifact, &ref_refs)
                 .map_err(|e| infra("loading the reference module", e))?;
             let launches = gpu
                 .check_launches(&module, &ref_ks.launches, &ref_args)
@@ -284,7 +283,9 @@ pub(super) fn evaluate_on(
     let cand_names = names(&job.candidate.launches);
     let cand_refs: Vec<&str> = cand_names.iter().map(String::as_str).collect();
     let loaded = match job.candidate_code {
-        Code::Artifact(bytes) => gpu.load_module(&module_from_artifact(bytes, &arch), &cand_refs),
+        Code::Artifact(bytes) => Artifact::decode(bytes)
+            .map_err(|e| GpuError::Usage(e.to_string()))
+            .and_then(|a| gpu.load_artifact(&a, &cand_refs)),
         Code::Parts(parts) => {
             let parts: Vec<kiln_gpu::ImagePart> = parts
                 .iter()

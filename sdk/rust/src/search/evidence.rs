@@ -1,4 +1,5 @@
-//! Plain-text renderings of a problem and of an evaluation's evidence, for prompts.
+//! Plain-text renderings of a problem and of an evaluation's evidence, for prompts, and
+//! what each language's candidates may contain ([`language`]; for CUDA C [`CUDA_RULES`]).
 
 use std::fmt::Write;
 
@@ -13,6 +14,21 @@ fn word(v: impl serde::Serialize) -> String {
         Err(_) => "?".into(),
     }
 }
+
+/// What a CUDA candidate may contain and how its launches are written (docs/api.md, "CUDA
+/// candidates"), as a model needs to know it.
+pub const CUDA_RULES: &str = "CUDA candidates: device code only - __global__ kernels and \
+their __device__ helpers. No host code (no torch/pybind11 wrapper, no <<<...>>> launches, \
+no cudaMalloc/cudaMemcpy): kiln allocates the tensors and launches the kernels from the \
+launch plan. You may #include CUDA toolkit headers (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h, \
+mma.h, cooperative_groups.h, cub/block/*.cuh, cub/warp/*.cuh, cuda/pipeline, cuda/barrier, \
+cuda/std/*) and <cstdint>, <cfloat>, <climits>, <cmath>, <cstdio>; INFINITY, NAN, FLT_MAX, \
+M_PI, int64_t need no include. A launch's \"kernel\" may be a C++ name: a plain or \
+namespaced kernel (ns::k) or a template instance (k<256, float>). Add \"cooperative\": true \
+to a launch whose kernel calls cooperative_groups::this_grid().sync() (its whole grid must \
+fit on the GPU at once: size it to blocks-per-SM x SMs and loop grid-stride), or \
+\"cluster\": [2, 1, 1] for thread-block clusters (at most 8 blocks; the grid a multiple of \
+it). \"-arch=sm_90a\" in flags enables wgmma and TMA instructions.";
 
 /// The problem: name, summary, tensors (name, dtype, shape, role), tolerance, and the
 /// PyTorch module when the reference is one (what the kernel must compute and beat).
@@ -82,17 +98,17 @@ pub fn torch_reference(t: &kiln_types::TorchReference) -> String {
 }
 
 /// What a model must know to write a candidate in `c`'s language, for the user message:
-/// the fence to answer in and, for Triton, what kiln accepts and how its launches read.
+/// the fence to answer in and what kiln accepts and how its launches read (for CUDA C
+/// [`CUDA_RULES`]).
 pub fn language(c: &Candidate) -> String {
     match c.language {
         kiln_types::Language::C => {
             "Language: C (host backend). Answer with the source in a ```c block.\n".into()
         }
-        kiln_types::Language::Cuda => {
-            "Language: CUDA C (cuda backend, compiled by NVRTC). Answer with the source in a \
-             ```cuda block.\n"
-                .into()
-        }
+        kiln_types::Language::Cuda => format!(
+            "Language: CUDA C (cuda backend, compiled by NVRTC). {CUDA_RULES} Answer with the \
+             source in a ```cuda block.\n"
+        ),
         kiln_types::Language::Triton => "Language: Triton (Python with @triton.jit functions, \
              compiled ahead of time by Triton for the GPU). At module level only imports of \
              triton, triton.language and its submodules (libdevice), @triton.jit functions and \
@@ -234,5 +250,33 @@ outputs = ["out"]
         let mut cuda = c.clone();
         cuda.language = kiln_types::Language::Cuda;
         assert!(language(&cuda).contains("```cuda"));
+    }
+
+    #[test]
+    fn cuda_candidates_carry_the_cuda_rules() {
+        let c: Candidate = serde_json::from_str(
+            r#"{"problem":"p","language":"cuda","source":"x","launches":[{"kernel":"k"}]}"#,
+        )
+        .expect("candidate");
+        assert!(language(&c).contains(CUDA_RULES));
+        let mut triton = c.clone();
+        triton.language = kiln_types::Language::Triton;
+        assert!(!language(&triton).contains("cooperative"));
+        let mut host = c.clone();
+        host.language = kiln_types::Language::C;
+        assert!(!language(&host).contains("cooperative"));
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../problems/vecadd-cuda-1m");
+        let spec = ProblemSpec::load_dir(&dir).expect("spec");
+        assert!(!problem(&spec, "cuda").contains("cooperative"));
+        for needle in [
+            "No host code",
+            "k<256, float>",
+            "\"cooperative\": true",
+            "\"cluster\"",
+            "sm_90a",
+        ] {
+            assert!(CUDA_RULES.contains(needle), "{needle}");
+        }
     }
 }

@@ -122,7 +122,16 @@ pub enum Variants {
     Knob,
     /// Only a unique comment: every candidate is the seed's code.
     Comment,
+    /// As `knob`, with the CUDA toolkit headers generated kernels include on top
+    /// (`cuda_runtime.h`, `cuda_fp16.h`, `cooperative_groups.h`, cub's block reduce,
+    /// `<cstdint>`, `<cfloat>`): measures compiles that parse the toolkit's headers.
+    Headers,
 }
+
+/// What [`Variants::Headers`] puts before each candidate's source.
+pub const HEADER_PREFIX: &str = "#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n\
+#include <cooperative_groups.h>\n#include <cub/block/block_reduce.cuh>\n#include <cstdint>\n\
+#include <cfloat>\n";
 
 /// The `i`-th distinct candidate of run `tag`. The leading comment makes its source,
 /// hence its content hash and its compile-cache key, unique.
@@ -131,6 +140,7 @@ pub fn variant(seed: &Candidate, tag: &str, i: usize, how: Variants) -> Candidat
     let body = match how {
         Variants::Knob => with_first_knob(&seed.source, i),
         Variants::Comment => seed.source.clone(),
+        Variants::Headers => format!("{HEADER_PREFIX}{}", with_first_knob(&seed.source, i)),
     };
     c.source = match seed.language {
         kiln_types::Language::Triton => format!("# kiln bench {tag} #{i}\n{body}"),
@@ -679,6 +689,8 @@ mod tests {
         );
         let c = variant(&seed, "t", 1, Variants::Comment);
         assert!(c.source.ends_with(src));
+        let h = variant(&seed, "t", 1, Variants::Headers);
+        assert!(h.source.contains(HEADER_PREFIX) && h.source.contains("#define A 2\n"));
         assert_ne!(
             variant(&seed, "t", 0, Variants::Comment).content_hash(),
             variant(&seed, "t", 3, Variants::Comment).content_hash()
