@@ -10,6 +10,8 @@
 #   gpu-bundle/examples/cxx/  the C++ example candidates of docs/examples/cxx
 #   gpu-bundle/proposers/     the proposers (scripts/build-plugins.sh)
 #   gpu-bundle/gpu-check.sh   the runner (a copy of scripts/gpu-check.sh)
+#   gpu-bundle/gpu-check-multi.sh  the multi-GPU checks (scripts/gpu-check-multi.sh)
+#   gpu-bundle/gpu-libs.sh    what both source to find the CUDA libraries
 #   gpu-bundle/BUILD-INFO     commit, rustc, glibc symbols the binary needs
 # The binary loads libcuda/libnvrtc/libnvidia-ml at run time (dlopen), so it builds on a
 # machine without CUDA. The bundle must stay under 64 MiB (the device tool's limit).
@@ -57,10 +59,10 @@ cp -r docs/examples/cxx "$out/examples/cxx"
 scripts/build-plugins.sh >/dev/null
 mkdir -p "$out/proposers"
 cp target/proposers/*.wasm "$out/proposers/"
-cp scripts/gpu-check.sh "$out/gpu-check.sh"
+cp scripts/gpu-check.sh scripts/gpu-check-multi.sh scripts/gpu-libs.sh "$out/"
 # The trusted torch helper (torch baselines), found beside kiln-worker.
 cp scripts/kiln_torch.py "$out/kiln_torch.py"
-chmod +x "$out/gpu_probe" "$out/gpu-check.sh" "$out/kiln-worker" "$out/kilnd" "$out/kiln" "$out/kiln-plugin-host" "$out"/gpu-tests/*
+chmod +x "$out/gpu_probe" "$out/gpu-check.sh" "$out/gpu-check-multi.sh" "$out/kiln-worker" "$out/kilnd" "$out/kiln" "$out/kiln-plugin-host" "$out"/gpu-tests/*
 
 {
     echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m)"

@@ -297,7 +297,8 @@ pub struct GpuConfig {
     pub clock_policy: String,
     /// With `lock`: the SM clock to lock at, MHz; 0 = the GPU's base clock.
     pub lock_mhz: u32,
-    /// GPUs to use, by UUID or index (as `kiln devices` lists them); empty = all found.
+    /// GPUs to use, by UUID or index (as `kiln devices` lists them); empty = all found. A
+    /// name that matches no GPU stops kilnd at start (`crate::gpu::selection`).
     pub devices: Vec<String>,
     /// A GPU lane's warm worker is replaced after this many evaluations (and after any
     /// fault or timeout).

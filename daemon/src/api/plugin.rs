@@ -82,9 +82,19 @@ pub fn search_backend(s: &AppState, problem: &ProblemSpec) -> Option<&'static st
         .find(|b| usable.contains(b) && problem.reference.has(b))
 }
 
+/// The device a search's proposer is told about: for cuda, lane 0's GPU (a GPU left out
+/// of `[gpu] devices` runs nothing, so NVML's first GPU may be the wrong one).
 fn device_for(s: &AppState, backend: &str) -> Device {
+    let lane0 = s.sched.backends.get("cuda").map(|b| b.lane_label(0));
+    let gpu = s
+        .facts
+        .gpu
+        .gpus
+        .iter()
+        .find(|g| g.uuid.is_some() && g.uuid == lane0)
+        .or_else(|| s.facts.gpu.gpus.first());
     if backend == "cuda"
-        && let Some(g) = s.facts.gpu.gpus.first()
+        && let Some(g) = gpu
     {
         return Device {
             backend: backend.into(),

@@ -5,14 +5,18 @@
 //! - [`host`]: [`host::HostBackend`], C on the CPU, one lane;
 //! - [`cuda`]: [`cuda::CudaBackend`], CUDA C on the GPUs, one lane per GPU
 //!   ([`cuda::GpuLane`]: its warm worker and its clock window);
-//! - [`start`]: builds them at daemon start, with the jail probe and each one's status.
+//! - [`start`]: builds them at daemon start, with the jail probe and each one's status;
+//! - [`lanes`]: the lanes as `/v1/info` lists them (GPU, worker counters, busy time).
 //!
 //! Jobs go through [`Backend::compile`] and [`Backend::evaluate`]; every baseline kind
 //! through [`Backend::baselines`] (`kiln_sandbox::measure_baselines`). [`compile_key`] is
 //! the compile cache's key.
 
 pub mod cuda;
+#[cfg(test)]
+pub(crate) mod fake;
 pub mod host;
+pub mod lanes;
 pub mod start;
 
 use kiln_sandbox::{BackendStatus, CompileOutcome};
@@ -44,6 +48,11 @@ pub trait Backend: Send + Sync {
     /// What lane `lane` runs on, for people and metrics (`GPU-…` UUID, `cpu`).
     fn lane_label(&self, _lane: usize) -> String {
         "cpu".into()
+    }
+    /// The counters of lane `lane`'s warm worker (workers started, evaluations), where the
+    /// backend keeps one per lane (cuda); read without waiting for a running evaluation.
+    fn lane_worker(&self, _lane: usize) -> Option<kiln_sandbox::WarmWorkerStats> {
+        None
     }
     /// Checks and times a compiled candidate against the compiled reference on lane
     /// `lane` (< [`Backend::lanes`]), which the caller holds alone. Blocking.

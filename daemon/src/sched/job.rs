@@ -1,4 +1,5 @@
-//! One job's path: compile (cached) → lane → job options → evaluate → store → event.
+//! One job's path: compile (cached) → lane (any free one, or the one the job is pinned
+//! to) → job options → evaluate → store → event.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -8,7 +9,7 @@ use rand::RngCore;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
-use super::Scheduler;
+use super::{Lanes, Scheduler};
 use crate::backends::{Backend, BackendError, compile_key};
 use crate::events::Event;
 use crate::store::{Artifact, JobRecord};
@@ -189,10 +190,19 @@ impl Scheduler {
             .get(backend.name())
             .cloned()
             .ok_or_else(|| JobFailure::Infra("no lane for backend".into()))?;
-        let lane = slots
-            .acquire()
-            .await
-            .ok_or_else(|| JobFailure::Infra("lane closed".into()))?;
+        let pinned = job.options.as_ref().and_then(|o| o.lane);
+        let lanes = match pinned {
+            Some(l) => Lanes::Only(vec![l as usize]),
+            None => Lanes::Any,
+        };
+        let lane = slots.acquire(lanes).await.ok_or_else(|| {
+            JobFailure::Infra(format!(
+                "the job asks for lane {} but the {} backend has {} lane(s) here",
+                pinned.unwrap_or_default(),
+                backend.name(),
+                slots.count()
+            ))
+        })?;
         let lane_index = lane.index;
         let plan = super::job_options::apply_job_options(
             &self.store,

@@ -3,8 +3,8 @@
 //! One dispatcher claims queued jobs while a compile slot is free (the compile pool is
 //! sized from the CPU count), so waiting jobs stay visibly `queued` in the store. Each
 //! claimed job compiles in the pool, then waits for a lane of its backend (one per GPU
-//! for cuda, [`LaneSlots`]) — one evaluation at a time per lane, so timings never overlap
-//! — gets its options applied to the evaluation plan ([`job_options`]), and ends with its
+//! for cuda, [`LaneSlots`]: any free lane, or the one its `lane` option pins it to) — one
+//! evaluation at a time per lane, so timings never overlap — gets its options applied to the evaluation plan ([`job_options`]), and ends with its
 //! evaluation stored and the job `done`, or `failed` with the reason when the backend
 //! itself broke (`job`). Jobs for a backend that is not usable here stay queued.
 //! Baselines hold a GPU lane the same way ([`baseline`]).
@@ -13,8 +13,10 @@ pub mod baseline;
 mod job;
 pub mod job_options;
 mod lane_slots;
+#[cfg(test)]
+mod tests;
 
-pub use lane_slots::{LaneSlot, LaneSlots};
+pub use lane_slots::{LaneSlot, LaneSlots, Lanes};
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -165,11 +165,27 @@ impl Store {
     }
 }
 
+/// A `reference` baseline measured at `us` µs, for tests.
+#[cfg(test)]
+pub(crate) fn measured_reference(us: f64) -> BaselineResult {
+    use kiln_types::TimingStats;
+    use kiln_types::baseline::{BaselineStatus, precision};
+    let mut r = BaselineResult::not_measured(
+        "reference",
+        "kiln",
+        precision::REFERENCE,
+        BaselineStatus::Measured,
+        "",
+    );
+    r.timing = Some(TimingStats {
+        median_us: us,
+        ..TimingStats::default()
+    });
+    r
+}
+
 #[cfg(test)]
 mod tests {
-    use kiln_types::baseline::{BaselineStatus, precision};
-    use kiln_types::{BaselineResult, TimingStats};
-
     use super::super::problems::sample_spec;
     use super::*;
 
@@ -180,28 +196,13 @@ mod tests {
         }
     }
 
-    fn result(us: f64) -> BaselineResult {
-        let mut r = BaselineResult::not_measured(
-            "reference",
-            "kiln",
-            precision::REFERENCE,
-            BaselineStatus::Measured,
-            "",
-        );
-        r.timing = Some(TimingStats {
-            median_us: us,
-            ..TimingStats::default()
-        });
-        r
-    }
-
     #[test]
     fn cached_per_gpu_and_driver_and_replaced_on_remeasure() {
         let (_d, store) = super::super::open_temp();
         store.put_problem(&sample_spec("double")).expect("put");
         assert_eq!(store.get_baselines(&h200(), "double").expect("get"), None);
         store
-            .put_baselines(&h200(), "double", &[result(10.0)])
+            .put_baselines(&h200(), "double", &[measured_reference(10.0)])
             .expect("put baselines");
         let got = store.get_baselines(&h200(), "double").expect("get");
         assert_eq!(got.map(|s| s.results[0].median_us()), Some(Some(10.0)));
@@ -214,7 +215,7 @@ mod tests {
             None
         );
         store
-            .put_baselines(&h200(), "double", &[result(12.0)])
+            .put_baselines(&h200(), "double", &[measured_reference(12.0)])
             .expect("remeasure");
         let sets = store.list_baselines("double").expect("list");
         assert_eq!(sets.len(), 1, "a re-measure replaces the set");
@@ -229,7 +230,7 @@ mod tests {
     fn unknown_problem_is_not_found() {
         let (_d, store) = super::super::open_temp();
         let err = store
-            .put_baselines(&h200(), "nope", &[result(1.0)])
+            .put_baselines(&h200(), "nope", &[measured_reference(1.0)])
             .expect_err("no such problem");
         assert!(matches!(err, StoreError::NotFound(_)), "{err}");
     }

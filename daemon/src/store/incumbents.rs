@@ -33,8 +33,9 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Store;
     use super::super::problems::sample_spec;
-    use super::super::{Store, sample_search};
+    use super::super::sample_search;
     use kiln_types::{Candidate, Evaluation, TimingStats, Verdict};
 
     fn cand(src: &str) -> Candidate {

@@ -113,6 +113,8 @@ fn corrupt(what: impl Into<String>, e: impl std::fmt::Display) -> StoreError {
 }
 
 #[cfg(test)]
+pub(crate) use baselines::measured_reference;
+#[cfg(test)]
 pub(crate) use problems::sample_spec;
 #[cfg(test)]
 pub(crate) use searches::sample_search;

@@ -1,9 +1,10 @@
-//! `kiln bench throughput|latency|stability|agreement`: kiln's own benchmarks, run against a
-//! live kilnd on any backend (agreement: cuda, with Nsight Compute on the host);
+//! `kiln bench throughput|latency|stability|agreement|lanes`: kiln's own benchmarks, run
+//! against a live kilnd on any backend (agreement: cuda, with Nsight Compute on the host);
 //! docs/benchmarks.md describes the method and each number.
 
 mod agreement;
 mod common;
+mod lanes;
 mod latency;
 mod stability;
 mod throughput;
@@ -25,6 +26,9 @@ pub enum BenchCmd {
     Stability(stability::StabilityArgs),
     /// kiln's median of each seed kernel against Nsight Compute's gpu__time_duration.
     Agreement(agreement::AgreementArgs),
+    /// The same kernel on every lane (GPU): medians, their spread, each GPU's factor vs
+    /// lane 0; with --isolation, faults on the other lanes while lane 0 times it.
+    Lanes(lanes::LanesArgs),
 }
 
 /// Runs a benchmark.
@@ -34,5 +38,6 @@ pub async fn run(client: &Client, out: Output, cmd: BenchCmd) -> Result<std::pro
         BenchCmd::Latency(a) => latency::run(client, out, a).await,
         BenchCmd::Stability(a) => stability::run(client, out, a).await,
         BenchCmd::Agreement(a) => agreement::run(client, out, a).await,
+        BenchCmd::Lanes(a) => lanes::run(client, out, a).await,
     }
 }

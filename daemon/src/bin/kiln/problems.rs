@@ -1,4 +1,4 @@
-//! `kiln problems add DIR | list | show NAME | baseline NAME [--remeasure]`.
+//! `kiln problems add DIR | list | show NAME | baseline NAME [--remeasure] [--gpu GPU]`.
 
 use std::path::PathBuf;
 
@@ -40,6 +40,10 @@ pub enum ProblemsCmd {
         /// Measure again even when cached.
         #[arg(long)]
         remeasure: bool,
+        /// On a host with GPUs of different models: the GPU whose model to time them on,
+        /// by index or UUID as `kiln devices` lists them (default: lane 0's GPU).
+        #[arg(long)]
+        gpu: Option<String>,
     },
 }
 
@@ -208,14 +212,18 @@ pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::
                 }
             }
         }
-        ProblemsCmd::Baseline { name, remeasure } => {
+        ProblemsCmd::Baseline {
+            name,
+            remeasure,
+            gpu,
+        } => {
             if out == Output::Text {
                 eprintln!("timing the baselines of {name} on the GPU (minutes the first time)...");
             }
             let (status, v) = client
                 .post(
                     &format!("/v1/problems/{name}/baselines"),
-                    &serde_json::json!({ "remeasure": remeasure }),
+                    &serde_json::json!({ "remeasure": remeasure, "gpu": gpu }),
                 )
                 .await?;
             if out == Output::Json {

@@ -13,7 +13,7 @@ use kiln_daemon::events::EventBus;
 use kiln_daemon::metrics::Metrics;
 use kiln_daemon::sched::Scheduler;
 use kiln_daemon::store::Store;
-use kiln_daemon::{backends, gpu, systemd};
+use kiln_daemon::{backends, systemd};
 use nix::fcntl::{Flock, FlockArg};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -67,8 +67,9 @@ pub fn prepare(socket: PathBuf, state_dir: PathBuf, config: Config) -> Result<Pr
     }
 
     // Backends and jail probes fork: do them now, before any thread exists.
-    let built = backends::start::build(&config, &state_dir, &store);
-    let gpu = gpu::inventory();
+    let built = backends::start::build(&config, &state_dir, &store)
+        .context("cannot choose the GPUs to use")?;
+    let gpu = built.gpu.clone();
     if let Some(e) = &gpu.error {
         tracing::info!(reason = %e, "no GPUs listed");
     }

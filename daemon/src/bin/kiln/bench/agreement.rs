@@ -377,12 +377,17 @@ pub async fn run(client: &Client, out: Output, a: AgreementArgs) -> Result<std::
             .iter()
             .map(|l| l.kernel.clone())
             .collect();
-        // kiln: the seed as a fresh candidate, evaluated `evaluations` times.
+        // kiln: the seed as a fresh candidate, evaluated `evaluations` times, on lane 0 (the
+        // GPU ncu profiles below: on a host with several GPUs, the same one).
+        let lane0 = JobOptions {
+            lane: Some(0),
+            ..JobOptions::default()
+        };
         let first = common::stream(
             client,
             vec![Work::Submit(
                 Box::new(common::variant(&setup.seed, &tag, 0, Variants::Comment)),
-                JobOptions::default(),
+                lane0.clone(),
             )],
             1,
             timeout,
@@ -400,7 +405,7 @@ pub async fn run(client: &Client, out: Output, a: AgreementArgs) -> Result<std::
         let mut done = vec![first.clone()];
         if a.evaluations > 1 {
             let again: Vec<Work> = (1..a.evaluations)
-                .map(|_| Work::Again(first.candidate.clone(), JobOptions::default()))
+                .map(|_| Work::Again(first.candidate.clone(), lane0.clone()))
                 .collect();
             done.extend(common::stream(client, again, 1, timeout).await?);
         }
@@ -434,7 +439,12 @@ pub async fn run(client: &Client, out: Output, a: AgreementArgs) -> Result<std::
                     json!("ncu not found (give --ncu PATH): kiln's figures only, nothing compared");
             }
             Some(ncu) => {
-                let gpu_uuid = info["gpus"][0]["uuid"].as_str();
+                // Lane 0's GPU (kilnd's lanes; NVML's first GPU from an older kilnd).
+                let lanes = common::lanes(&info, "cuda");
+                let gpu_uuid = lanes
+                    .first()
+                    .and_then(|l| l["label"].as_str())
+                    .or_else(|| info["gpus"][0]["uuid"].as_str());
                 match ncu_runs(&a, ncu, &launcher, &spec, &kernels, gpu_uuid).await {
                     Ok((runs, command)) => {
                         let ncu_us = median(&runs);

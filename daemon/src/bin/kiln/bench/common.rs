@@ -98,6 +98,16 @@ pub async fn setup(
     })
 }
 
+/// The default problem of the benchmarks that time a kernel of some size: the softmax
+/// seed problem of the backend.
+pub fn softmax_problem(backend: &str) -> &'static str {
+    if backend == "cuda" {
+        "softmax-4096x65536"
+    } else {
+        "softmax-256x4096"
+    }
+}
+
 /// A short random tag, so candidates of one run never collide with an earlier run's.
 pub fn run_tag() -> String {
     format!("{:08x}", rand::random::<u32>())
@@ -191,7 +201,7 @@ fn with_first_knob(source: &str, i: usize) -> String {
     source.to_string()
 }
 
-/// `?plain=…&race=…&race_margin=…` for `POST /v1/candidates`.
+/// `?plain=…&race=…&race_margin=…&lane=…` for `POST /v1/candidates`.
 fn query(options: &JobOptions) -> String {
     let mut q = Vec::new();
     if let Some(n) = options.plain {
@@ -204,6 +214,9 @@ fn query(options: &JobOptions) -> String {
     }
     if let Some(m) = options.race_margin {
         q.push(format!("race_margin={m}"));
+    }
+    if let Some(l) = options.lane {
+        q.push(format!("lane={l}"));
     }
     if q.is_empty() {
         String::new()
@@ -295,6 +308,8 @@ pub struct Finished {
     pub ok_without_a_time: bool,
     /// Whether the compile came from the cache.
     pub compile_cached: Option<bool>,
+    /// The UUID of the GPU that evaluated it (`telemetry.device.uuid`; cuda only).
+    pub device: Option<String>,
     /// Per-stage latencies, ms (absent where the job never reached the stage).
     pub stages: BTreeMap<&'static str, f64>,
     /// GPU: how the samples were timed and every figure of them (`timing.timer`).
@@ -355,6 +370,9 @@ pub fn finished(candidate: &str, job: &Value, end_to_end_ms: f64) -> Finished {
             median <= 0.0 || median * reps <= f(&t["overhead_us"]).unwrap_or(0.0)
         },
         compile_cached: e["compile"]["cached"].as_bool(),
+        device: e["telemetry"]["device"]["uuid"]
+            .as_str()
+            .map(str::to_string),
         stages,
         timer: t["timer"].clone(),
     }
@@ -506,6 +524,17 @@ fn parse_lane_busy(text: &str, backend: &str) -> BTreeMap<String, f64> {
     out
 }
 
+/// The lanes of `backend` that kilnd lists (`/v1/info` `lanes`), in lane order.
+pub fn lanes(info: &Value, backend: &str) -> Vec<Value> {
+    info["lanes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| l["backend"].as_str() == Some(backend))
+        .cloned()
+        .collect()
+}
+
 /// Busy fraction of each lane over `wall_s`, from two readings of the counter.
 pub fn busy_fractions(
     before: &BTreeMap<String, f64>,
@@ -519,6 +548,62 @@ pub fn busy_fractions(
             (lane.clone(), ((a - b) / wall_s.max(1e-9)).clamp(0.0, 1.0))
         })
         .collect()
+}
+
+/// Spread of a set of evaluations' medians: n, the medians, their mean, median, standard
+/// deviation, CV (stdev / mean), min and max, and the verdicts.
+pub fn spread(done: &[&Finished]) -> Value {
+    let medians: Vec<f64> = done.iter().filter_map(|d| d.median_us).collect();
+    let n = medians.len();
+    let mean = if n > 0 {
+        medians.iter().sum::<f64>() / n as f64
+    } else {
+        0.0
+    };
+    let stdev = if n > 1 {
+        (medians.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+    } else {
+        0.0
+    };
+    let min = medians.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = medians.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    json!({
+        "n": n,
+        "medians_us": medians,
+        "mean_us": mean,
+        "median_us": summary(&medians).p50,
+        "stdev_us": stdev,
+        "cv": if mean > 0.0 { stdev / mean } else { 0.0 },
+        "min_us": if n > 0 { min } else { 0.0 },
+        "max_us": if n > 0 { max } else { 0.0 },
+        "verdicts": verdict_counts(&done.iter().map(|d| (*d).clone()).collect::<Vec<_>>()),
+    })
+}
+
+/// The evaluation of `work` (queued and waited for), which must be `ok`: a benchmark's
+/// kernel evaluated once first (compile, warm-up), and proven correct.
+pub async fn first_ok(
+    client: &Client,
+    setup: &Setup,
+    work: Work,
+    timeout: Duration,
+) -> Result<Finished> {
+    let Some(first) = stream(client, vec![work], 1, timeout)
+        .await?
+        .into_iter()
+        .next()
+    else {
+        bail!("the kernel's first evaluation returned nothing");
+    };
+    if first.verdict.as_deref() != Some("ok") {
+        bail!(
+            "the kernel ({} seed) is not `ok` on {}: {}",
+            setup.problem,
+            setup.backend,
+            first.verdict.as_deref().unwrap_or("its job failed")
+        );
+    }
+    Ok(first)
 }
 
 /// Counts of each verdict (`failed` for jobs without one).
