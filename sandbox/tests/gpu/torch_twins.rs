@@ -2,9 +2,12 @@
 //! the seed's problems imported from KernelBench format (`problems/kb-*`, written by
 //! scripts/gpu-check.sh's import step) evaluated with the hand-written seed kernels of
 //! their twins (`problems/<name>`), the kernels' buffers renamed to the imported tensor
-//! names. Each must get the same verdict and precision tier as on its twin. Skips, saying
-//! why, without a GPU, without `KILN_PYTHON` (a python with torch for CUDA), or without the
-//! imported folders. Every `SUMMARY` line is a result for docs/gpu-results.md.
+//! names. Each must get the same verdict and precision tier as on its twin; on the softmax
+//! (1 GiB tensors, carried to the runner in several frames each) so must a kernel that
+//! skips the max subtraction (fails the shifted trial) and one that caches its outputs
+//! (fails the fresh-input trial). Skips,
+//! saying why, without a GPU, without `KILN_PYTHON` (a python with torch for CUDA), or
+//! without the imported folders. Every `SUMMARY` line is a result for docs/gpu-results.md.
 
 use std::collections::BTreeMap;
 
@@ -39,9 +42,9 @@ fn imported(name: &str) -> Option<ProblemSpec> {
     Some(ProblemSpec::load_dir(&dir).expect("imported problem loads"))
 }
 
-/// `hand`'s seed kernel written against `kb`'s tensor names (the tensors pair up in order:
-/// forward arguments, parameters, outputs, as the import writes them).
-fn twin_seed(hand: &ProblemSpec, kb: &ProblemSpec) -> Candidate {
+/// `c`, written against `hand`'s tensor names, written against `kb`'s (the tensors pair up
+/// in order: forward arguments, parameters, outputs, as the import writes them).
+fn renamed(hand: &ProblemSpec, kb: &ProblemSpec, mut c: Candidate) -> Candidate {
     let shapes = |p: &ProblemSpec| -> Vec<(Vec<u64>, Role)> {
         p.tensors
             .iter()
@@ -61,7 +64,6 @@ fn twin_seed(hand: &ProblemSpec, kb: &ProblemSpec) -> Candidate {
         .zip(&kb.tensors)
         .map(|(a, b)| (a.name.as_str(), b.name.as_str()))
         .collect();
-    let mut c = kernel_candidate(hand, "seed");
     c.problem = kb.name.clone();
     for l in &mut c.launches {
         for a in &mut l.args {
@@ -75,37 +77,55 @@ fn twin_seed(hand: &ProblemSpec, kb: &ProblemSpec) -> Candidate {
     c
 }
 
-fn twins(name: &str) {
-    let Some((_d, cfg)) = gpu() else { return };
-    let Some(mut runner) = runner(&cfg) else {
-        return;
-    };
-    let Some(kb) = imported(name) else { return };
-    let hand = problem(name);
-    let mut worker = WarmWorker::new(cfg.clone(), 50);
-    let on_hand = run_on(
-        &mut worker,
-        &cfg,
-        &hand,
-        &kernel_candidate(&hand, "seed"),
-        &plan(10_000),
-    );
-    let c = twin_seed(&hand, &kb);
-    let art = compile_ok(&cfg, &kb, &c);
+/// The evaluation of `c` on `kb` (its torch reference, through `runner`), printed.
+fn run_kb(
+    worker: &mut WarmWorker,
+    cfg: &SandboxConfig,
+    runner: &mut ReferenceRunner,
+    kb: &ProblemSpec,
+    c: &Candidate,
+) -> Evaluation {
+    let art = compile_ok(cfg, kb, c);
     let t0 = std::time::Instant::now();
-    let on_kb = worker
-        .evaluate_with(&kb, &[], &c, &art, &plan(10_000), Some(&mut runner))
+    let e = worker
+        .evaluate_with(kb, &[], c, &art, &plan(10_000), Some(runner))
         .expect("evaluate runs");
     println!(
         "{}: {} in {:.1} s (runner started {} time(s)): {}",
         kb.name,
-        on_kb.verdict,
+        e.verdict,
         t0.elapsed().as_secs_f64(),
         runner.starts(),
-        on_kb.message
+        e.message
     );
+    e
+}
+
+/// `make(hand)` evaluated on the hand-written problem `name` (its CUDA reference) and,
+/// renamed, on `kb-NAME` (the torch reference on the GPU), on one warm worker: (on the
+/// hand-written problem, on the imported one, the runner). `None` when a case skips.
+fn on_twins(
+    name: &str,
+    make: impl Fn(&ProblemSpec) -> Candidate,
+) -> Option<(Evaluation, Evaluation, ReferenceRunner)> {
+    let (_d, cfg) = gpu()?;
+    let mut runner = runner(&cfg)?;
+    let kb = imported(name)?;
+    let hand = problem(name);
+    let mut worker = WarmWorker::new(cfg.clone(), 50);
+    let c = make(&hand);
+    let on_hand = run_on(&mut worker, &cfg, &hand, &c, &plan(10_000));
+    let on_kb = run_kb(&mut worker, &cfg, &mut runner, &kb, &renamed(&hand, &kb, c));
     println!("{}", summary(&hand.name, &on_hand));
     println!("{}", summary(&kb.name, &on_kb));
+    Some((on_hand, on_kb, runner))
+}
+
+fn twins(name: &str) {
+    let Some((on_hand, on_kb, runner)) = on_twins(name, |hand| kernel_candidate(hand, "seed"))
+    else {
+        return;
+    };
     assert_eq!(on_kb.verdict, on_hand.verdict, "{on_kb:#?}");
     assert_eq!(
         delivered_tier(&on_kb),
@@ -144,23 +164,105 @@ fn torch_gpu_twin_conv2d_relu_maxpool() {
     twins("conv2d-relu-maxpool");
 }
 
-/// kb-softmax-4096x65536's tensors are 1 GiB each: more than the worker's pipe carries in
-/// one frame, so the cuda backend refuses it with that reason (kiln's failure, not a
-/// verdict) until exported memory handles replace the round trip.
+/// kb-softmax-4096x65536's tensors are 1 GiB each, twice a protocol frame: each travels
+/// between the worker, the caller and the runner as several frames.
 #[test]
-fn torch_gpu_softmax_4096x65536_is_refused_with_the_frame_limit() {
-    let Some((_d, cfg)) = gpu() else { return };
-    let Some(mut runner) = runner(&cfg) else {
+fn torch_gpu_twin_softmax_4096x65536() {
+    twins("softmax-4096x65536");
+}
+
+/// A row softmax that does not subtract the row maximum: right on N(0, 1) rows, but
+/// exp(x) overflows on the shifted trial (mean 1000).
+const SOFTMAX_NO_MAX: &str = r#"
+extern "C" __global__ void softmax_no_max(const float* x, float* y, int rows, int cols) {
+    __shared__ float red[256];
+    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float* xr = x + (long long)r * cols;
+        float* yr = y + (long long)r * cols;
+        float s = 0.0f;
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) s += expf(xr[c]);
+        red[threadIdx.x] = s;
+        __syncthreads();
+        for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+            if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+            __syncthreads();
+        }
+        const float inv = 1.0f / red[0];
+        __syncthreads();
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) yr[c] = expf(xr[c]) * inv;
+    }
+}
+"#;
+
+/// Appended to the seed: after the seed's kernel, row 0 of the first run's output is
+/// kept in the module's own memory and served again on every later run.
+const ROW0_CACHE: &str = r#"
+__device__ float kiln_test_row0[65536];
+__device__ int kiln_test_have_row0;
+extern "C" __global__ void row0_cache(float* y, int cols) {
+    const int have = kiln_test_have_row0;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        if (have) y[c] = kiln_test_row0[c]; else kiln_test_row0[c] = y[c];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) kiln_test_have_row0 = 1;
+}
+"#;
+
+/// A candidate of the hand-written softmax from `source` and `launches` (JSON).
+fn softmax_candidate(hand: &ProblemSpec, source: &str, launches: serde_json::Value) -> Candidate {
+    serde_json::from_value(serde_json::json!({
+        "problem": hand.name, "language": "cuda", "source": source, "launches": launches,
+    }))
+    .expect("candidate")
+}
+
+#[test]
+fn torch_gpu_softmax_without_the_max_fails_the_shifted_trial() {
+    let Some((on_hand, on_kb, _)) = on_twins("softmax-4096x65536", |hand| {
+        softmax_candidate(
+            hand,
+            SOFTMAX_NO_MAX,
+            serde_json::json!([{"kernel": "softmax_no_max", "grid": [4096, 1, 1],
+                "block": [256, 1, 1], "args": ["x", "y", {"i32": 4096}, {"i32": 65536}]}]),
+        )
+    }) else {
         return;
     };
-    let Some(kb) = imported("softmax-4096x65536") else {
+    for e in [&on_hand, &on_kb] {
+        assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
+        let trial = e.evidence.deciding_trial.as_deref().unwrap_or("");
+        assert!(trial.contains("shifted"), "{trial}: {e:#?}");
+    }
+    assert_eq!(
+        on_kb.evidence.deciding_trial,
+        on_hand.evidence.deciding_trial
+    );
+}
+
+#[test]
+fn torch_gpu_softmax_caching_its_outputs_fails_the_fresh_input_trial() {
+    let Some((on_hand, on_kb, _)) = on_twins("softmax-4096x65536", |hand| {
+        let seed = kernel_candidate(hand, "seed");
+        let mut launches = serde_json::to_value(&seed.launches).expect("launches");
+        launches.as_array_mut().expect("a list").push(
+            serde_json::json!({"kernel": "row0_cache", "grid": [1, 1, 1],
+                "block": [256, 1, 1], "args": ["y", {"i32": 65536}]}),
+        );
+        softmax_candidate(hand, &format!("{}\n{ROW0_CACHE}", seed.source), launches)
+    }) else {
         return;
     };
-    let c = twin_seed(&problem("softmax-4096x65536"), &kb);
-    let art = compile_ok(&cfg, &kb, &c);
-    let mut worker = WarmWorker::new(cfg.clone(), 50);
-    let err = worker
-        .evaluate_with(&kb, &[], &c, &art, &plan(10_000), Some(&mut runner))
-        .expect_err("refused");
-    assert!(err.to_string().contains("exported memory handles"), "{err}");
+    for e in [&on_hand, &on_kb] {
+        assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
+        let trial = e.evidence.deciding_trial.as_deref().unwrap_or("");
+        assert!(
+            trial.starts_with("trial") && !trial.contains("shifted"),
+            "the first fresh input set after the cached one decides: {trial}: {e:#?}"
+        );
+    }
+    assert_eq!(
+        on_kb.evidence.deciding_trial,
+        on_hand.evidence.deciding_trial
+    );
 }
