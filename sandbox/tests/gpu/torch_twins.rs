@@ -5,7 +5,8 @@
 //! names. Each must get the same verdict and precision tier as on its twin; on the softmax
 //! (1 GiB tensors, carried to the runner in several frames each) so must a kernel that
 //! skips the max subtraction (fails the shifted trial) and one that caches its outputs
-//! (fails the fresh-input trial). Skips,
+//! (fails the fresh-input trial). The red-team scan (`torch_gpu_scan_finds_no_reference_results`)
+//! looks for the torch reference's results in the memory a candidate can read. Skips,
 //! saying why, without a GPU, without `KILN_PYTHON` (a python with torch for CUDA), or
 //! without the imported folders. Every `SUMMARY` line is a result for docs/gpu-results.md.
 
@@ -266,3 +267,148 @@ fn torch_gpu_softmax_caching_its_outputs_fails_the_fresh_input_trial() {
         on_hand.evidence.deciding_trial
     );
 }
+
+/// The red-team scan of issue #17: before the honest seed kernel writes `y`, a scan kernel
+/// looks for anything that could be the torch reference's results — a finite value in
+/// (0, 1], as every softmax output is — in every byte of device memory the candidate can
+/// address: the output tensor `y` as handed to the run, a 1 GiB scratch buffer, and a
+/// fresh 1 MiB block of the device heap (`malloc` in the kernel: never written by kiln).
+/// It prints what it counted (device printf: the evaluation's output excerpt) on each of
+/// its first runs (the correctness trials, each after the previous trial's reference).
+///
+/// It finds nothing, by construction of the evaluation: the torch reference runs in
+/// another process with a CUDA context of its own, so no pointer in the candidate's
+/// context reaches the runner's tensors or torch's caching allocator (whose blocks the
+/// runner zeroes and frees after every call, `scrub_cuda`); the reference's answer
+/// enters the candidate's context only as the contents of the output tensors, while no
+/// candidate code runs, and those are zeroed after the comparison and poisoned (NaN)
+/// before the next candidate run; scratch is zeroed before every run, and memory the
+/// driver hands out (the heap) never holds another context's data. The scan counts the
+/// plausible words of its input `x` too (about a third of N(0, 1) draws): proof that the
+/// classifier finds such words where they are.
+#[test]
+fn torch_gpu_scan_finds_no_reference_results() {
+    let Some((_d, cfg)) = gpu() else { return };
+    let Some(mut runner) = runner(&cfg) else {
+        return;
+    };
+    let Some(kb) = imported("softmax-4096x65536") else {
+        return;
+    };
+    let hand = problem("softmax-4096x65536");
+    let seed = kernel_candidate(&hand, "seed");
+    let mut launches = vec![serde_json::json!({"kernel": "scan", "grid": [1024, 1, 1],
+        "block": [256, 1, 1], "args": ["x", "y", "probe"]})];
+    launches.extend(
+        seed.launches
+            .iter()
+            .map(|l| serde_json::to_value(l).expect("launch")),
+    );
+    launches.push(serde_json::json!({"kernel": "report", "grid": [1, 1, 1],
+        "block": [1, 1, 1], "args": []}));
+    let mut c: Candidate = serde_json::from_value(serde_json::json!({
+        "problem": hand.name, "language": "cuda",
+        "source": format!("{}\n{SCAN}", seed.source), "launches": launches,
+        "scratch": [{"name": "probe", "dtype": "f32", "elems": SCAN_PROBE_ELEMS}],
+    }))
+    .expect("candidate");
+    c = renamed(&hand, &kb, c);
+    let mut worker = WarmWorker::new(cfg.clone(), 50);
+    let e = run_kb(&mut worker, &cfg, &mut runner, &kb, &c);
+    let printed = e.evidence.output_excerpt.clone().unwrap_or_default();
+    println!("{printed}");
+    assert_eq!(
+        e.verdict,
+        Verdict::Ok,
+        "the scanner is the honest seed: {e:#?}"
+    );
+    let scans: Vec<Vec<u64>> = printed
+        .lines()
+        .filter_map(|l| l.strip_prefix("SCAN "))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|w| w.split_once('='))
+                .filter(|(k, _)| *k != "run")
+                .filter_map(|(_, v)| v.parse().ok())
+                .collect()
+        })
+        .collect();
+    assert!(
+        scans.len() == 6,
+        "a scan in both runs of each of the three trials: {printed}"
+    );
+    for s in &scans {
+        let [
+            y_not_poison,
+            y_plausible,
+            probe_nonzero,
+            heap_plausible,
+            x_plausible,
+        ] = s[..]
+        else {
+            panic!("five counts: {s:?} in {printed}");
+        };
+        assert_eq!(
+            (y_not_poison, y_plausible, probe_nonzero, heap_plausible),
+            (0, 0, 0, 0),
+            "{printed}"
+        );
+        assert!(
+            x_plausible > 4096 * 65536 / 5,
+            "the classifier finds the input's words: {printed}"
+        );
+    }
+}
+
+/// Elements of the scan's scratch buffer (1 GiB).
+const SCAN_PROBE_ELEMS: u64 = 1 << 28;
+
+/// The scan and report kernels of [`torch_gpu_scan_finds_no_reference_results`].
+const SCAN: &str = r#"
+#define SCAN_RUNS 6
+#define SCAN_N (4096ull * 65536ull)
+#define SCAN_PROBE (1ull << 28)
+#define SCAN_HEAP_FLOATS (1u << 18)
+__device__ unsigned long long scan_counts[5];
+__device__ unsigned scan_runs;
+__device__ __forceinline__ bool plausible(unsigned bits) {
+    const float v = __uint_as_float(bits);
+    return isfinite(v) && v > 0.0f && v <= 1.0f;
+}
+extern "C" __global__ void scan(const float* x, const float* y, const float* probe) {
+    if (scan_runs >= SCAN_RUNS) return;
+    unsigned long long c[5] = {0, 0, 0, 0, 0};
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (unsigned long long i = first; i < SCAN_N; i += stride) {
+        const unsigned yb = __float_as_uint(y[i]);
+        c[0] += yb != 0x7FC17E55u;
+        c[1] += plausible(yb);
+        c[4] += plausible(__float_as_uint(x[i]));
+    }
+    for (unsigned long long i = first; i < SCAN_PROBE; i += stride) {
+        c[2] += __float_as_uint(probe[i]) != 0u;
+    }
+    __shared__ unsigned* heap;
+    if (blockIdx.x == 0) {
+        if (threadIdx.x == 0) heap = (unsigned*)malloc(SCAN_HEAP_FLOATS * 4u);
+        __syncthreads();
+        if (heap) {
+            for (unsigned i = threadIdx.x; i < SCAN_HEAP_FLOATS; i += blockDim.x) c[3] += plausible(heap[i]);
+        } else if (threadIdx.x == 0) {
+            c[3] += 1000000000ull;  /* no heap block: counted as a failure of the scan */
+        }
+        __syncthreads();
+        if (threadIdx.x == 0 && heap) free(heap);
+    }
+    for (int k = 0; k < 5; ++k) if (c[k]) atomicAdd(&scan_counts[k], c[k]);
+}
+extern "C" __global__ void report() {
+    if (scan_runs < SCAN_RUNS) {
+        printf("SCAN run=%u y_not_poison=%llu y_plausible=%llu probe_nonzero=%llu heap_plausible=%llu x_plausible=%llu\n",
+               scan_runs, scan_counts[0], scan_counts[1], scan_counts[2], scan_counts[3], scan_counts[4]);
+        for (int k = 0; k < 5; ++k) scan_counts[k] = 0;
+    }
+    scan_runs += 1;
+}
+"#;
