@@ -18,7 +18,8 @@
 #      cooperative, cluster, headers) submitted and waited for.
 #
 #   5. (step `searches`) each proposer, offline, on the softmax and LayerNorm seed problems;
-#   6. (step `bench`) `kiln bench throughput|latency|stability` on the cuda backend;
+#   6. (step `bench`) `kiln bench throughput|latency|stability` on the cuda backend (and
+#      throughput on kb-softmax-4096x65536, its torch reference, with KILN_PYTHON);
 #   7. (step `agreement`, where the host has Nsight Compute) `kiln bench agreement`: kiln's
 #      medians of the seed kernels against ncu's gpu__time_duration, one PASS/FAIL line each;
 #   8. (step `triton`, where a python has triton: $KILN_TRITON_PYTHON, else
@@ -196,7 +197,15 @@ TOML
             # compile latency cold (first pass) and from the compile cache (second pass).
             "$bundle/kiln" bench throughput --problem softmax-4096x65536 --backend cuda --variants headers --count 30 -o json >"$bench_out/bench-throughput-headers.json" || status=1
             "$bundle/kiln" bench stability --problem layernorm-16x64x256x256 --backend cuda --rounds 20 --interleave 1 -o json >"$bench_out/bench-stability.json" || status=1
-            for f in latency throughput throughput-raced throughput-headers stability; do
+            # The torch-reference softmax (issue #17): the same seed, written against the
+            # imported tensors (bench takes the twin's seed), beside bench-throughput.json's
+            # uncached pass; every check asks the lane's torch runner (1 GiB each way).
+            kb=""
+            if [ -n "${KILN_PYTHON:-}" ] && "$bundle/kiln" problems show kb-softmax-4096x65536 >/dev/null 2>&1; then
+                "$bundle/kiln" bench throughput --problem kb-softmax-4096x65536 --backend cuda --count 30 --no-cached -o json >"$bench_out/bench-throughput-kb.json" || status=1
+                kb=throughput-kb
+            fi
+            for f in latency throughput throughput-raced throughput-headers stability $kb; do
                 echo "--- bench $f"; cat "$bench_out/bench-$f.json"
             done
         fi

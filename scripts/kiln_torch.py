@@ -62,6 +62,7 @@ REQUIRED_OTHER = {"conv2d": ("stride",), "layer_norm": ("dims", "eps")}
 FLOATS = {"f32", "f16", "bf16", "f64"}
 KINDS = ("torch-eager", "torch-compile")
 MAX_FRAME = 512 << 20
+MAX_FRAMES_PER_BLOB = 512
 
 
 class Refused(Exception):
@@ -72,13 +73,13 @@ class Refused(Exception):
 
 
 def read_exact(f, n):
-    buf = b""
+    buf = bytearray()
     while len(buf) < n:
         chunk = f.read(n - len(buf))
         if not chunk:
             raise EOFError
         buf += chunk
-    return buf
+    return bytes(buf)
 
 
 def read_frame(f):
@@ -89,17 +90,35 @@ def read_frame(f):
 
 
 def read_message(f):
+    """A message; a blob longer than a frame spans the envelope's `frames` count of
+    consecutive frames (kiln's protocol.rs), joined here."""
     env = json.loads(read_frame(f))
-    blobs = [read_frame(f) for _ in range(int(env.get("blobs", 0)))]
+    n = int(env.get("blobs", 0))
+    frames = env.get("frames") or [1] * n
+    if len(frames) != n or any(not 1 <= int(k) <= MAX_FRAMES_PER_BLOB for k in frames):
+        raise ValueError(f"bad frame counts {frames} for {n} blobs")
+    blobs = []
+    for k in frames:
+        blobs.append(b"".join(read_frame(f) for _ in range(int(k))))
     return env["body"], blobs
 
 
 def write_message(f, body, blobs=()):
-    head = json.dumps({"blobs": len(blobs), "body": body}).encode()
+    """A message; a blob longer than a frame is written as consecutive frames."""
+    views = [memoryview(b).cast("B") for b in blobs]
+    frames = [max(1, -(-len(v) // MAX_FRAME)) for v in views]
+    env = {"blobs": len(views), "body": body}
+    if any(k > 1 for k in frames):
+        env["frames"] = frames
+    head = json.dumps(env).encode()
     f.write(struct.pack("<I", len(head)) + head)
-    for b in blobs:
-        f.write(struct.pack("<I", len(b)))
-        f.write(b)
+    for v in views:
+        if len(v) == 0:
+            f.write(struct.pack("<I", 0))
+        for at in range(0, len(v), MAX_FRAME):
+            piece = v[at : at + MAX_FRAME]
+            f.write(struct.pack("<I", len(piece)))
+            f.write(piece)
     f.flush()
 
 

@@ -337,7 +337,10 @@ pub fn evaluate_with(
         .and_then(|w| protocol::write_message(w, &request, &[reference, artifact]))
         .and_then(|()| {
             loop {
-                let (response, blobs) = protocol::read_message::<Response>(&mut child.stdout)?;
+                let (response, blobs) = protocol::read_message_within::<Response>(
+                    &mut child.stdout,
+                    protocol::reference_bound(problem, kiln_types::Role::Input),
+                )?;
                 if !matches!(response, Response::Reference) {
                     break Ok((response, blobs));
                 }

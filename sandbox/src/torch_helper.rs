@@ -27,6 +27,10 @@ use crate::protocol;
 /// File name of the helper, installed next to `kiln-worker` (or `share/kiln/` above it).
 pub const HELPER_NAME: &str = "kiln_torch.py";
 
+/// Most blob bytes one answer of the helper may carry (trusted code; a torch reference's
+/// outputs on the largest GPU).
+const ANSWER_BYTES: u64 = 256 << 30;
+
 /// Where the helper and python are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TorchHelper {
@@ -218,7 +222,7 @@ impl HelperProcess {
             false
         });
         let reply = protocol::write_message(&mut self.stdin, body, blobs)
-            .and_then(|()| protocol::read_message::<Value>(&mut self.stdout));
+            .and_then(|()| protocol::read_message_within::<Value>(&mut self.stdout, ANSWER_BYTES));
         let _ = done.send(());
         let killed = watchdog.join().unwrap_or(false);
         match reply {

@@ -172,7 +172,10 @@ impl WarmWorker {
                 return Err(protocol_error(e, &mut dead.child));
             }
             let reply = loop {
-                let got = protocol::read_message::<Response>(&mut w.child.stdout);
+                let got = protocol::read_message_within::<Response>(
+                    &mut w.child.stdout,
+                    protocol::reference_bound(problem, kiln_types::Role::Input),
+                );
                 if !matches!(got, Ok((Response::Reference, _))) {
                     break got;
                 }

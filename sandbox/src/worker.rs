@@ -171,8 +171,10 @@ fn serve_on(
             };
             // A torch reference is computed by the caller's trusted runner, asked between
             // candidate runs.
-            let mut ask =
-                |inputs: &host::evaluate::Inputs| ask_reference(&mut *input, &mut *output, inputs);
+            let answer_bytes = protocol::reference_bound(&problem, kiln_types::Role::Output);
+            let mut ask = |inputs: &host::evaluate::Inputs| {
+                ask_reference(&mut *input, &mut *output, inputs, answer_bytes)
+            };
             let torch_only = problem
                 .reference
                 .kernel(candidate.language.backend())
@@ -258,11 +260,12 @@ fn ask_reference(
     input: &mut impl Read,
     output: &mut impl Write,
     inputs: &host::evaluate::Inputs,
+    max_bytes: u64,
 ) -> Result<(Vec<Vec<u8>>, String), String> {
     let blobs: Vec<&[u8]> = inputs.iter().map(|(_, b)| b.as_slice()).collect();
     protocol::write_message(output, &Response::Reference, &blobs)
         .map_err(|e| format!("asking for the torch reference: {e}"))?;
-    let (req, outputs): (Request, _) = protocol::read_message(input)
+    let (req, outputs): (Request, _) = protocol::read_message_within(input, max_bytes)
         .map_err(|e| format!("reading the torch reference's outputs: {e}"))?;
     match req {
         Request::ReferenceOutputs {

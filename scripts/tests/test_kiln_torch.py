@@ -76,6 +76,34 @@ class Framing(unittest.TestCase):
         buf.seek(0)
         self.assertEqual(helper.read_message(buf), ({"cmd": "x", "n": 3}, [b"abc", b""]))
 
+    def test_a_blob_longer_than_a_frame_spans_frames(self):
+        # MAX_FRAME made 4 bytes: a 10-byte blob is 3 frames, as kiln's protocol.rs writes it.
+        with mock.patch.object(helper, "MAX_FRAME", 4):
+            buf = io.BytesIO()
+            helper.write_message(buf, {"cmd": "x"}, [b"ab", b"0123456789", b""])
+            buf.seek(0)
+            (n,) = helper.struct.unpack("<I", buf.read(4))
+            env = json.loads(buf.read(n))
+            self.assertEqual(env["frames"], [1, 3, 1])
+            sizes = []
+            while True:
+                head = buf.read(4)
+                if not head:
+                    break
+                (k,) = helper.struct.unpack("<I", head)
+                sizes.append(k)
+                buf.read(k)
+            self.assertEqual(sizes, [2, 4, 4, 2, 0])
+        buf.seek(0)
+        self.assertEqual(helper.read_message(buf), ({"cmd": "x"}, [b"ab", b"0123456789", b""]))
+
+    def test_bad_frame_counts_are_refused(self):
+        for frames in ([1], [1, 0], [1, helper.MAX_FRAMES_PER_BLOB + 1]):
+            head = json.dumps({"blobs": 2, "frames": frames, "body": {}}).encode()
+            buf = io.BytesIO(helper.struct.pack("<I", len(head)) + head)
+            with self.assertRaises(ValueError):
+                helper.read_message(buf)
+
     def test_a_lying_length_is_refused(self):
         buf = io.BytesIO(b"\xff\xff\xff\xff")
         with self.assertRaises(ValueError):

@@ -679,16 +679,8 @@ impl GpuTarget<'_> {
             GpuReference::Torch(ask, precision) => {
                 // The torch runner computes from the inputs' bytes in its own process; its
                 // answer is written into the output tensors, as the kernel would have.
-                let max = u64::from(crate::protocol::MAX_FRAME);
-                if let Some(t) = self.tensors.iter().find(|t| t.spec.bytes() > max) {
-                    return Err(format!(
-                        "tensor {} is {} bytes: a torch reference on the cuda backend carries \
-                         each tensor through the worker's pipe, at most {max} bytes (exported \
-                         memory handles are not built yet)",
-                        t.name,
-                        t.spec.bytes()
-                    ));
-                }
+                // Tensors of any size: a blob longer than a frame travels as several
+                // frames (see `protocol`).
                 let mut sent = Vec::new();
                 for t in self.tensors.iter().filter(|t| t.role == Role::Input) {
                     let bytes = self

@@ -80,9 +80,11 @@ pub async fn setup(
         Some("triton") => "triton",
         _ => backend.as_str(),
     };
-    let seed = spec
-        .seed_candidate(key)
-        .with_context(|| format!("problem {problem} has no seed kernel for {key}"))?;
+    let seed = match spec.seed_candidate(key) {
+        Some(seed) => seed,
+        // An imported (torch-reference) problem has no seed: its hand-written twin's.
+        None => twin_seed(client, &spec, key).await?,
+    };
     if seed.language.backend() != backend {
         bail!(
             "{} candidates run on the {} backend, not {backend}",
@@ -106,6 +108,77 @@ pub fn softmax_problem(backend: &str) -> &'static str {
     } else {
         "softmax-256x4096"
     }
+}
+
+/// The seed of `spec`'s hand-written twin (the registered problem named as `spec` without
+/// its `kb-` prefix: `kiln problems import kernelbench` names the seed's problems so),
+/// written against `spec`'s tensor names. Only for a problem with a torch reference and
+/// no seed of its own.
+async fn twin_seed(client: &Client, spec: &ProblemSpec, key: &str) -> Result<Candidate> {
+    let problem = &spec.name;
+    let twin = spec
+        .name
+        .strip_prefix("kb-")
+        .filter(|_| spec.reference.torch.is_some())
+        .with_context(|| format!("problem {problem} has no seed kernel for {key}"))?;
+    let shown = client
+        .get(&format!("/v1/problems/{twin}"))
+        .await
+        .with_context(|| {
+            format!(
+                "problem {problem} has no seed kernel for {key}; its hand-written twin {twin} \
+                 lends one once registered (`kiln problems add problems/{twin}`)"
+            )
+        })?;
+    let twin_spec: ProblemSpec = serde_json::from_value(shown["spec"].clone())
+        .context("kilnd sent a problem spec this kiln cannot read")?;
+    let seed = twin_spec
+        .seed_candidate(key)
+        .with_context(|| format!("neither {problem} nor its twin {twin} has a {key} seed"))?;
+    renamed_for(&twin_spec, spec, seed).map_err(anyhow::Error::msg)
+}
+
+/// `c`, a candidate of `from`, written against `to`'s tensor names: the tensors pair up
+/// in order and must agree in shape, dtype and role (an imported problem lists forward
+/// arguments, parameters, then outputs, as its twin does).
+fn renamed_for(
+    from: &ProblemSpec,
+    to: &ProblemSpec,
+    mut c: Candidate,
+) -> Result<Candidate, String> {
+    let sig = |p: &ProblemSpec| -> Vec<_> {
+        p.tensors
+            .iter()
+            .map(|t| (t.shape.clone(), t.dtype, t.role))
+            .collect()
+    };
+    if sig(from) != sig(to) {
+        return Err(format!(
+            "{} and {} do not pair up tensor by tensor (shape, dtype, role): {:?} vs {:?}",
+            from.name,
+            to.name,
+            sig(from),
+            sig(to)
+        ));
+    }
+    let names: BTreeMap<&str, &str> = from
+        .tensors
+        .iter()
+        .zip(&to.tensors)
+        .map(|(a, b)| (a.name.as_str(), b.name.as_str()))
+        .collect();
+    for l in &mut c.launches {
+        for a in &mut l.args {
+            if let kiln_types::Arg::Buffer(n) = a
+                && let Some(m) = names.get(n.as_str())
+            {
+                *n = (*m).to_string();
+            }
+        }
+    }
+    c.problem = to.name.clone();
+    c.note = Some(format!("{}'s seed kernel", from.name));
+    Ok(c)
 }
 
 /// A short random tag, so candidates of one run never collide with an earlier run's.
@@ -659,6 +732,33 @@ pub fn header(bench: &str, s: &Setup, smoke: bool) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A twin's seed, written against an imported problem's names: every buffer argument
+    /// renamed, scalars kept; a problem whose tensors do not pair up is refused.
+    #[test]
+    fn twin_seed_is_renamed_to_the_imported_tensors() {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../problems/softmax-4096x65536"
+        );
+        let hand = ProblemSpec::load_dir(std::path::Path::new(dir)).expect("problem");
+        let mut kb = hand.clone();
+        kb.name = "kb-softmax-4096x65536".into();
+        kb.tensors[0].name = "input0".into();
+        kb.tensors[1].name = "output0".into();
+        let seed = hand.seed_candidate("cuda").expect("seed");
+        let c = renamed_for(&hand, &kb, seed.clone()).expect("pairs up");
+        assert_eq!(c.problem, "kb-softmax-4096x65536");
+        let args = serde_json::to_value(&c.launches[0].args).expect("json");
+        assert_eq!(
+            args,
+            json!(["input0", "output0", {"i32": 4096}, {"i32": 65536}])
+        );
+        assert_eq!(c.source, seed.source);
+        kb.tensors[1].shape = vec![4096, 65535];
+        let err = renamed_for(&hand, &kb, seed).expect_err("shapes differ");
+        assert!(err.contains("do not pair up"), "{err}");
+    }
 
     #[test]
     fn percentiles_are_nearest_rank_and_ordered() {
