@@ -26,9 +26,13 @@
 #      softmax-4096x65536 through kilnd, `kiln bench throughput --language triton` (compile
 #      times cold and cached, candidates a minute), and a hill-climb search from the Triton
 #      softmax seed. The GPU tests of Triton candidates are in step 3 (`triton::`).
+#   9. (step `reports`) a short hill-climb search on softmax-4096x65536, its report and its
+#      best candidate's report written to $OUT (report-cuda.html, candidate-cuda.html) and
+#      checked: baseline and roofline-floor lines, the samples histogram and the NVML
+#      telemetry plot (SM clock, power) present, nothing fetched from outside the page.
 #
 # Steps run: $GPU_CHECK_STEPS (default "probe tests kilnd baselines searches bench
-# agreement triton"); the GPU tests
+# agreement triton reports"); the GPU tests
 # run are filtered by $GPU_TEST_FILTER (a libtest filter; default: all).
 # Everything printed also goes to $OUT/gpu-check.log when $OUT is set.
 # Usage: gpu-check.sh [BUNDLE_DIR]   (default: the directory of this script if it holds
@@ -56,7 +60,7 @@ fi
 
 status=0
 section() { printf '\n=== %s === (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
-steps=" ${GPU_CHECK_STEPS:-probe tests kilnd baselines searches bench agreement triton} "
+steps=" ${GPU_CHECK_STEPS:-probe tests kilnd baselines searches bench agreement triton reports} "
 want() { case "$steps" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 section "host"
@@ -181,7 +185,7 @@ fi
 
 triton_py=${KILN_TRITON_PYTHON:-}
 [ -z "$triton_py" ] && [ -x /opt/torch/.venv/bin/python3 ] && triton_py=/opt/torch/.venv/bin/python3
-if { want kilnd || want baselines || want searches || want bench || want agreement || want triton; } && [ -x "$bundle/kilnd" ] && [ -x "$bundle/kiln" ]; then
+if { want kilnd || want baselines || want searches || want bench || want agreement || want triton || want reports; } && [ -x "$bundle/kilnd" ] && [ -x "$bundle/kiln" ]; then
     section "kilnd end to end"
     tmp=$(mktemp -d /tmp/kiln-gpu-check.XXXXXX)
     export KILN_SOCKET="$tmp/kiln.sock"
@@ -281,6 +285,41 @@ TOML
                 "$bundle/kiln" search start --problem softmax-4096x65536 --proposer hill-climb \
                     --config '{"language": "triton"}' --budget "${SEARCH_BUDGET:-24}" --time-limit 10m \
                     --seed 1 --wait || status=1
+            fi
+        fi
+        if want reports; then
+            section "reports: a short search on softmax-4096x65536 and its best candidate"
+            rep_out=${out:-$tmp}
+            "$bundle/kiln" search start --problem softmax-4096x65536 --proposer hill-climb \
+                --budget 8 --time-limit 5m --seed 3 --wait >/dev/null || status=1
+            id=$("$bundle/kiln" search list -o json | python3 -c 'import json,sys; s=json.load(sys.stdin)["searches"]; print(s[0]["id"] if s else "")' 2>/dev/null)
+            best=$("$bundle/kiln" search show "$id" -o json | python3 -c 'import json,sys; s=json.load(sys.stdin)["search"]; print((s.get("summary") or {}).get("best") or (s.get("best") or [""])[0])' 2>/dev/null)
+            if [ -n "$id" ] && [ -n "$best" ]; then
+                "$bundle/kiln" search report "$id" --out "$rep_out/report-cuda.html" || status=1
+                "$bundle/kiln" show "$best" --report --out "$rep_out/candidate-cuda.html" || status=1
+                python3 - "$rep_out/report-cuda.html" "$rep_out/candidate-cuda.html" <<'PY' || status=1
+import re, sys
+search, cand = (open(p, encoding="utf-8").read() for p in sys.argv[1:3])
+ok = True
+def check(name, cond, detail=""):
+    global ok
+    print(("PASS " if cond else "FAIL ") + name + (": " + detail if detail else ""))
+    ok = ok and cond
+for name, page in (("search", search), ("candidate", cand)):
+    bad = [p for p in ("://", "<script", "<link", "<img", "<iframe", "@import", "url(") if p in page.lower()]
+    check(name + " page is self-contained", not bad, ", ".join(bad))
+lines = re.findall(r">\n([^<\n]+ [0-9.]+ (?:µs|ms|s))\n</text>", search)
+check("search page draws reference lines", any("roofline floor" in l for l in lines), "; ".join(sorted(set(lines))))
+check("search page draws baselines", any(l.startswith(("reference", "cublas", "cudnn", "torch")) for l in lines))
+check("candidate page has the samples histogram and the telemetry plot", cand.count("<svg") == 2, "%d plots" % cand.count("<svg"))
+check("candidate page shows SM clock and power", "SM clock (MHz)" in cand and "board power (W)" in cand)
+m = re.search(r"(\d+) NVML readings over the timing window", cand)
+check("telemetry readings kept", bool(m) and int(m.group(1)) > 1, m.group(0) if m else "none")
+sys.exit(0 if ok else 1)
+PY
+            else
+                echo "FAIL no search or best candidate for the report check"
+                status=1
             fi
         fi
     else

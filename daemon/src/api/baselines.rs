@@ -65,13 +65,18 @@ pub async fn measure(
     Ok(Json(set_json(&set)))
 }
 
+/// The baselines of `problem` cached for this GPU, if measured (never measures).
+pub fn cached_here(s: &AppState, problem: &str) -> Result<Option<BaselineSet>, ApiError> {
+    let Some(key) = gpu_key(&s.facts.gpu, None) else {
+        return Ok(None);
+    };
+    Ok(s.store.get_baselines(&key, problem)?)
+}
+
 /// Speedups of a candidate of `problem` with median `median_us` against the baselines
 /// cached for this GPU (none measured: an empty list; never measures).
 pub fn speedups(s: &AppState, problem: &str, median_us: f64) -> Value {
-    let Some(key) = gpu_key(&s.facts.gpu, None) else {
-        return json!([]);
-    };
-    match s.store.get_baselines(&key, problem) {
+    match cached_here(s, problem) {
         Ok(Some(set)) => serde_json::to_value(set.speedups(median_us)).unwrap_or_default(),
         _ => json!([]),
     }

@@ -177,12 +177,7 @@ fn with_speedups(
     record: &crate::store::CandidateRecord,
 ) -> Result<serde_json::Value, ApiError> {
     let mut v = serde_json::to_value(record).map_err(ApiError::internal)?;
-    let median = record
-        .evaluation
-        .as_ref()
-        .filter(|e| e.backend == "cuda")
-        .and_then(|e| e.timing.as_ref())
-        .map(|t| t.median_us);
+    let median = record.cuda_median_us();
     if let (Some(m), Some(obj)) = (median, v.as_object_mut()) {
         obj.insert(
             "speedups".into(),

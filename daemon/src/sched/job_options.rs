@@ -45,7 +45,7 @@ pub fn apply_job_options(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{NewSearch, open_temp, sample_spec};
+    use crate::store::{open_temp, sample_search, sample_spec};
     use kiln_types::{Candidate, Evaluation, JobOptions, TimingStats, Verdict};
 
     fn cand(src: &str) -> Candidate {
@@ -72,18 +72,7 @@ mod tests {
     fn search_jobs_race_the_search_best_and_single_jobs_only_when_asked() {
         let (_d, store) = open_temp();
         store.put_problem(&sample_spec("p")).expect("problem");
-        let search = store
-            .create_search(&NewSearch {
-                problem: "p".into(),
-                proposer: "t".into(),
-                plugin_hash: store.put_plugin("t", b"wasm").expect("plugin"),
-                config: serde_json::Value::Null,
-                seed: 1,
-                budget_candidates: 10,
-                time_limit_ms: 1000,
-                llm_tokens: 0,
-            })
-            .expect("search");
+        let search = sample_search(&store, "p");
         // The search's first candidate: nothing to race yet.
         let first = store
             .submit(&cand("void f(){}"), Some(&search))

@@ -34,7 +34,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::super::problems::sample_spec;
-    use super::super::{NewSearch, Store};
+    use super::super::{Store, sample_search};
     use kiln_types::{Candidate, Evaluation, TimingStats, Verdict};
 
     fn cand(src: &str) -> Candidate {
@@ -69,18 +69,7 @@ mod tests {
     fn raced_out_and_plain_never_rank_or_race() {
         let (_d, store) = super::super::open_temp();
         store.put_problem(&sample_spec("p")).expect("problem");
-        let search = store
-            .create_search(&NewSearch {
-                problem: "p".into(),
-                proposer: "t".into(),
-                plugin_hash: store.put_plugin("t", b"wasm").expect("plugin"),
-                config: serde_json::Value::Null,
-                seed: 1,
-                budget_candidates: 10,
-                time_limit_ms: 1000,
-                llm_tokens: 0,
-            })
-            .expect("search");
+        let search = sample_search(&store, "p");
         assert_eq!(store.search_incumbent_upper(&search).expect("q"), None);
         // A real best at 10 µs (upper 11), a raced-out one and a plain one with smaller
         // figures that must not count.

@@ -14,6 +14,7 @@ mod jobs;
 mod migrations;
 mod problems;
 mod searches;
+mod timeline;
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -27,6 +28,7 @@ pub use candidates::{CandidateRecord, Submitted};
 pub use jobs::{JobRecord, JobState};
 pub use problems::{ProblemSummary, PutProblem};
 pub use searches::{ArchiveEntry, LlmCallRecord, LogLine, NewSearch, SearchRecord};
+pub use timeline::TimelineEntry;
 
 /// Errors from the store.
 #[derive(Debug, Error)]
@@ -112,6 +114,8 @@ fn corrupt(what: impl Into<String>, e: impl std::fmt::Display) -> StoreError {
 
 #[cfg(test)]
 pub(crate) use problems::sample_spec;
+#[cfg(test)]
+pub(crate) use searches::sample_search;
 
 #[cfg(test)]
 pub(crate) fn open_temp() -> (tempfile::TempDir, Store) {

@@ -515,6 +515,23 @@ impl Store {
     }
 }
 
+/// A search of problem `problem` (registered already) with a fake plugin, for tests.
+#[cfg(test)]
+pub(crate) fn sample_search(store: &Store, problem: &str) -> String {
+    store
+        .create_search(&NewSearch {
+            problem: problem.into(),
+            proposer: "t".into(),
+            plugin_hash: store.put_plugin("t", b"\0asm").expect("plugin"),
+            config: Value::Null,
+            seed: 1,
+            budget_candidates: 10,
+            time_limit_ms: 1000,
+            llm_tokens: 0,
+        })
+        .expect("search")
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::problems::sample_spec;

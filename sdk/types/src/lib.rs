@@ -11,9 +11,11 @@
 //!   written as problem folders.
 //! - [`eval_plan`]: how an evaluation is run (trials, stop rule, secret seed).
 //! - [`names`]: the names people and plugins choose (problems, proposers).
+//! - [`summary`]: the summary document of the bundled search strategies (rounds, grid).
 //!
 //! Every type that is read from untrusted input denies unknown fields, so a typo is a
-//! `400` naming the field rather than a silently ignored setting.
+//! `400` naming the field rather than a silently ignored setting; the exception is the
+//! summary document, which is only displayed and is read leniently.
 #![deny(missing_docs)]
 
 pub mod baseline;
@@ -23,6 +25,7 @@ pub mod kernelbench;
 pub mod names;
 pub mod plugin;
 pub mod problem;
+pub mod summary;
 pub mod verdict;
 
 pub use baseline::{BaselineOp, BaselineResult, BaselineStatus};
@@ -36,6 +39,6 @@ pub use problem::{
     Tolerance, TorchPrecision, TorchReference,
 };
 pub use verdict::{
-    CompileInfo, ErrorMetrics, Evaluation, Evidence, FigureSummary, PrecisionTier, TimerEvidence,
-    TimingStats, Verdict, t95,
+    CompileInfo, ErrorMetrics, Evaluation, Evidence, FigureSummary, MAX_KEPT_SAMPLES,
+    PrecisionTier, TimerEvidence, TimingStats, Verdict, kept_samples, t95,
 };

@@ -5,6 +5,7 @@ mod bench;
 mod doctor;
 mod output;
 mod problems;
+mod report;
 mod search;
 mod show;
 mod status;

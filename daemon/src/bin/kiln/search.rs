@@ -32,6 +32,16 @@ pub enum SearchCmd {
         #[arg(long)]
         archive: bool,
     },
+    /// Write a search's report: an HTML page with its plots (best over time, every
+    /// evaluation, the MAP-Elites grid, the lineage, the rounds). Open it in a browser; a
+    /// running search's page reloads itself.
+    Report {
+        /// Search id.
+        id: String,
+        /// Write the page to this file instead of stdout (`-o` is the output format).
+        #[arg(short = 'O', long = "out", value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Print a search's log.
     Log {
         /// Search id.
@@ -130,6 +140,15 @@ pub async fn run(client: &Client, out: Output, cmd: SearchCmd) -> Result<std::pr
             } else {
                 print_search(&search, &entries, archive);
             }
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        SearchCmd::Report { id, out: file } => {
+            crate::report::fetch(
+                client,
+                &format!("/v1/searches/{id}/report"),
+                file.as_deref(),
+            )
+            .await?;
             Ok(std::process::ExitCode::SUCCESS)
         }
         SearchCmd::Log { id, follow } => {
