@@ -84,6 +84,10 @@ fn compile_failure(
     e
 }
 
+/// What a cuda compile that ran out of time most likely was, for its message.
+const RUNAWAY_HINT: &str = ": preprocessing or template instantiation that does not end \
+                            (a macro or template bomb?)";
+
 /// Compiles a candidate for `problem` inside a jailed worker (compile role): `cc` for C,
 /// NVRTC for CUDA (for [`SandboxConfig::cuda_arch`]), Triton's compiler in
 /// [`SandboxConfig::triton`]'s python for Triton (the problem gives the types of the
@@ -174,6 +178,7 @@ pub fn compile(
             Language::Triton => cfg.memory_limit_bytes.max(16 << 30),
         }),
     };
+    let cpu_s = limits.cpu_s;
     let mut spec = jail_spec(cfg, Role::Compile, cuda, &job, limits, "serve")?;
     if let Some((setup, _)) = &triton {
         spec.ro_paths.extend(setup.ro_paths.iter().cloned());
@@ -212,7 +217,14 @@ pub fn compile(
         .and_then(|()| protocol::read_message::<Response>(&mut child.stdout));
     if child.timed_out() {
         child.finish();
-        let msg = format!("compile timed out after {:.1} s", deadline.as_secs_f64());
+        let mut msg = format!(
+            "compile timed out after {:.1} s (compile timeout {:.0} s)",
+            deadline.as_secs_f64(),
+            cfg.compile_timeout.as_secs_f64()
+        );
+        if cuda {
+            msg.push_str(RUNAWAY_HINT);
+        }
         return Ok(CompileOutcome {
             artifact: None,
             info: CompileInfo::default(),
@@ -236,7 +248,16 @@ pub fn compile(
                 .filter(|&c| c > 128)
                 .and_then(|c| crate::backends::limits::signal_limit(c - 128));
             if let Some(limit) = limit {
-                let msg = format!("the compiling worker died: {limit}");
+                let msg = if limit.contains("RLIMIT_CPU") {
+                    format!(
+                        "the compile used up its CPU-time limit of {cpu_s} s (compile timeout \
+                         {:.0} s){}",
+                        cfg.compile_timeout.as_secs_f64(),
+                        if cuda { RUNAWAY_HINT } else { "" }
+                    )
+                } else {
+                    format!("the compiling worker died: {limit}")
+                };
                 return Ok(CompileOutcome {
                     artifact: None,
                     info: CompileInfo::default(),

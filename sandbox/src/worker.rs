@@ -19,9 +19,38 @@ use kiln_types::Language;
 use crate::backends::{cuda, host, triton};
 use crate::protocol::{self, PROTOCOL_VERSION, ProtocolError, Request, Response};
 
+/// The exit status of a worker that reached its CPU-time limit: 128 + SIGXCPU, as a shell
+/// reports death by that signal (what the compile's caller reads it as).
+pub const CPU_LIMIT_EXIT: i32 = 128 + libc::SIGXCPU;
+
+extern "C" fn on_sigxcpu(_: libc::c_int) {
+    // SAFETY: _exit is async-signal-safe; nothing else runs here.
+    unsafe { libc::_exit(CPU_LIMIT_EXIT) }
+}
+
+/// A jailed worker is PID 1 of its PID namespace, where the kernel drops signals that have
+/// no handler: SIGXCPU at the soft CPU-time limit would be lost and the hard limit's
+/// SIGKILL would end the worker (e.g. NVRTC expanding a macro bomb) without saying why.
+/// With this handler it exits with [`CPU_LIMIT_EXIT`] instead.
+fn exit_on_cpu_limit() {
+    // SAFETY: a zeroed sigaction is valid; the handler only calls _exit.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigxcpu as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(libc::SIGXCPU, &sa, std::ptr::null_mut()) != 0 {
+            tracing::warn!(
+                "kiln-worker: no SIGXCPU handler: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
 /// Serves requests on stdin/stdout until stdin closes or the GPU context is poisoned;
 /// returns the exit status.
 pub fn serve(tag: &str) -> i32 {
+    exit_on_cpu_limit();
     let mut input = std::io::stdin().lock();
     // A GPU worker's fd 1 receives device printf: the protocol moves to a duplicate.
     let mut output: Box<dyn Write> = if std::env::var_os(CAPTURE_ENV).is_some() {

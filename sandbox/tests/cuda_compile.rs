@@ -293,3 +293,63 @@ fn without_toolkit_headers_the_error_says_which_are_unavailable() {
         "{msg}"
     );
 }
+
+/// A macro whose expansion doubles 40 times (2^40 tokens): the preprocessor never
+/// finishes on its own.
+fn macro_bomb() -> String {
+    let mut src = String::from("#define B0 x +\n");
+    for i in 1..=40 {
+        src.push_str(&format!("#define B{i} B{} B{}\n", i - 1, i - 1));
+    }
+    src.push_str("__global__ void k(int* y) { int x = 1; y[0] = B40 0; }\n");
+    src
+}
+
+/// 2^40 distinct class instantiations, each only 40 deep (under the compiler's depth
+/// limit): memory grows by hundreds of MiB a second.
+const TEMPLATE_BOMB: &str = "template <int N, unsigned long long M> struct F {\n\
+      static constexpr unsigned long long v = F<N - 1, 2 * M>::v + F<N - 1, 2 * M + 1>::v;\n\
+    };\n\
+    template <unsigned long long M> struct F<0, M> { static constexpr unsigned long long v = M; };\n\
+    __global__ void k(unsigned long long* y) { y[0] = F<40, 1>::v; }\n";
+
+#[test]
+fn a_macro_or_template_bomb_ends_as_a_compile_error_within_the_limits() {
+    if !nvrtc() {
+        return;
+    }
+    let (_dir, mut cfg) = common::setup();
+    cfg.compile_timeout = std::time::Duration::from_secs(3);
+    // The wall-clock deadline the sandbox enforces (compile_timeout + 10 s), plus the
+    // jail's start and teardown.
+    let bound = cfg.compile_timeout + std::time::Duration::from_secs(20);
+    for (what, src) in [
+        ("macro bomb", macro_bomb()),
+        ("template bomb", TEMPLATE_BOMB.to_string()),
+    ] {
+        let t0 = std::time::Instant::now();
+        let msg = refusal(&cfg, &candidate(&src, &["k"]));
+        let took = t0.elapsed();
+        println!("{what}: {:.1} s: {msg}", took.as_secs_f64());
+        assert!(took < bound, "{what} took {took:?}");
+        // Which limit ends it depends on the machine's load (CPU time, wall clock) or
+        // speed (the compiler's own out-of-memory error); each is named, never blamed on
+        // a kill of unknown cause.
+        assert!(
+            msg.contains("CPU-time limit of 5 s")
+                || msg.contains("timed out after 13.0 s")
+                || msg.contains("catastrophic error: out of memory"),
+            "{what}: the message names the limit: {msg}"
+        );
+        assert!(!msg.contains("SIGKILL"), "{what}: {msg}");
+        assert!(msg.len() < 1000, "{what}: short: {msg}");
+    }
+    // The next compile through the same config works: nothing was left hanging.
+    let out = kiln_sandbox::compile(
+        &cfg,
+        &vecadd(),
+        &candidate("__global__ void k(float* y) { y[0] = 1.0f; }", &["k"]),
+    )
+    .expect("compile runs");
+    assert!(out.artifact.is_some(), "{:#?}", out.failure);
+}

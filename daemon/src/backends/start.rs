@@ -47,17 +47,21 @@ pub struct Built {
 }
 
 /// What `/v1/info` and `kiln doctor` show about the toolkit headers: where kiln looked,
-/// what it uses, the headers' CUDA version next to NVRTC's, and a warning when they differ.
+/// what it uses, the headers' CUDA version next to NVRTC's, and a warning when they differ
+/// or the headers lack a part of the toolkit
+/// ([`kiln_sandbox::backends::cuda::toolkit::ToolkitHeaders::gaps`]).
 pub fn cuda_headers(cfg: &SandboxConfig) -> Value {
     let h = &cfg.cuda_headers;
     let nvrtc = kiln_sandbox::kiln_gpu::facts::nvrtc_version().map(|(a, b)| format!("{a}.{b}"));
-    let warning = match (&h.version, &nvrtc) {
-        (Some(hv), Some(nv)) if hv != nv => Some(format!(
+    let mut warnings = match (&h.version, &nvrtc) {
+        (Some(hv), Some(nv)) if hv != nv => vec![format!(
             "the headers are CUDA {hv} but NVRTC is {nv}: compiles may fail or differ; point \
              [cuda] include_dirs at the toolkit NVRTC comes from"
-        )),
-        _ => None,
+        )],
+        _ => Vec::new(),
     };
+    warnings.extend(h.gaps());
+    let warning = (!warnings.is_empty()).then(|| warnings.join("; "));
     json!({
         "found": h.found(),
         "version": h.version,

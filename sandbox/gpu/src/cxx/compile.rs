@@ -233,6 +233,13 @@ pub fn header_hint(name: &str, no_toolkit: bool) -> String {
              only kiln's stand-ins for the C/C++ headers are available"
         );
     }
+    if name.starts_with("crt/") {
+        return format!(
+            "<{name}> belongs to the CUDA toolkit but is missing from the headers found here: \
+             they lack crt/ (CUDA 13's pip wheels ship it separately, in nvidia-cuda-crt); \
+             `kiln doctor` shows which headers kiln uses"
+        );
+    }
     format!(
         "<{name}> is neither a CUDA toolkit header nor one of kiln's stand-ins for the host \
          C/C++ headers (host-only headers are not available to device code)"
@@ -336,6 +343,7 @@ mod tests {
         let with = with_hints(log.to_string(), false);
         assert!(with.contains("neither a CUDA toolkit header"));
         assert!(header_hint("cutlass/gemm.h", false).contains("CUTLASS"));
+        assert!(header_hint("crt/mma.h", false).contains("nvidia-cuda-crt"));
         let summary = error_summary(&with);
         assert!(summary.starts_with("candidate.cu(1): catastrophic error"));
         assert!(summary.contains("kiln: <cuda_fp16.h>"));

@@ -43,6 +43,9 @@ pub struct Searched {
 /// A folder holds toolkit headers if it has one of these.
 const MARKERS: &[&str] = &["cuda_runtime.h", "cuda_fp16.h"];
 
+/// A file every complete toolkit has under `crt/` (see [`ToolkitHeaders::gaps`]).
+const CRT_MARKER: &str = "crt/host_defines.h";
+
 /// Files whose size and modification time stand for the header set in its identity.
 const IDENTITY_FILES: &[&str] = &[
     "cuda.h",
@@ -226,6 +229,24 @@ impl ToolkitHeaders {
         self.dirs.iter().cloned().zip(self.inside_paths()).collect()
     }
 
+    /// What the headers found lack that toolkit headers include, in words: CUDA 13's pip
+    /// wheels ship `crt/` (which `mma.h`, `cuda_runtime.h`'s device functions and others
+    /// include) in a wheel of its own, `nvidia-cuda-crt`, that torch does not install.
+    pub fn gaps(&self) -> Vec<String> {
+        if self.dirs.is_empty() || self.dirs.iter().any(|d| d.join(CRT_MARKER).is_file()) {
+            return Vec::new();
+        }
+        let version = self
+            .version
+            .as_deref()
+            .map_or(String::new(), |v| format!("=={v}.*"));
+        vec![format!(
+            "no crt/ beside these headers: <mma.h> and others that include crt/*.h will not \
+             compile (CUDA 13's pip wheels ship it separately: pip install \
+             \"nvidia-cuda-crt{version}\" into the same python)"
+        )]
+    }
+
     /// One line for people: where the headers are, or that there are none.
     pub fn describe(&self) -> String {
         if self.dirs.is_empty() {
@@ -235,11 +256,16 @@ impl ToolkitHeaders {
                 .into();
         }
         let dirs: Vec<String> = self.dirs.iter().map(|d| d.display().to_string()).collect();
-        format!(
+        let mut line = format!(
             "CUDA {} headers at {}",
             self.version.as_deref().unwrap_or("(version unknown)"),
             dirs.join(", ")
-        )
+        );
+        for gap in self.gaps() {
+            line.push_str("; ");
+            line.push_str(&gap);
+        }
+        line
     }
 }
 
@@ -347,6 +373,24 @@ mod tests {
         assert!(before.starts_with("cuda 13.0 "), "{before}");
         std::fs::write(a.join("cuda_runtime_api.h"), "// a newer release").expect("write");
         assert_ne!(h.identity(), before);
+    }
+
+    #[test]
+    fn headers_without_crt_say_which_wheel_is_missing() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let a = t.path().join("a");
+        toolkit(&a, 13020);
+        let h = discover(std::slice::from_ref(&a), None, t.path(), &[]);
+        assert_eq!(h.gaps().len(), 1, "{:?}", h.gaps());
+        assert!(
+            h.describe().contains("nvidia-cuda-crt==13.2.*"),
+            "{}",
+            h.describe()
+        );
+        std::fs::create_dir_all(a.join("crt")).expect("crt");
+        std::fs::write(a.join(CRT_MARKER), "// crt").expect("write");
+        assert!(h.gaps().is_empty());
+        assert!(!h.describe().contains("crt"), "{}", h.describe());
     }
 
     #[test]
