@@ -9,7 +9,9 @@
 //! architecture flag accepted is the arch-specific variant of kiln's target
 //! (`-arch=sm_90a` where kiln compiles for `sm_90`, for wgmma and TMA code), see
 //! [`target_arch`]. `-O3` is accepted and dropped: it is already NVRTC's (and ptxas's)
-//! default level, and NVRTC has no `-O` option of its own.
+//! default level, and NVRTC has no `-O` option of its own. nvcc's
+//! `--expt-relaxed-constexpr` and `--extended-lambda` are accepted and dropped too: NVRTC
+//! has neither (13.x fails the whole compile on them as unrecognized options).
 //!
 //! Two entry points:
 //! - [`compile`]: kiln's own trusted kernels — no headers, no include path,
@@ -122,7 +124,8 @@ pub enum CompileError {
 }
 
 /// Checks every flag against the allow-list and returns the options to pass to NVRTC
-/// (normalised spellings; `-O3` dropped).
+/// (normalised spellings; `-O3`, `--expt-relaxed-constexpr` and `--extended-lambda`
+/// dropped).
 ///
 /// Allowed: `--use_fast_math`, `-O3`, `--maxrregcount=N` (16..=255),
 /// `--extra-device-vectorization`, `-lineinfo`, `--ftz=`, `--prec-div=`, `--prec-sqrt=`,
@@ -281,9 +284,14 @@ fn check_flag(flag: &str) -> Result<Option<String>, FlagError> {
             _ => Err(refuse(flag, "expected -std=c++14, c++17 or c++20")),
         },
         "restrict" if value.is_none() => Ok(Some("--restrict".into())),
-        "expt-relaxed-constexpr" if value.is_none() => Ok(Some("--expt-relaxed-constexpr".into())),
-        "extended-lambda" | "expt-extended-lambda" if value.is_none() => {
-            Ok(Some("--extended-lambda".into()))
+        // nvcc's, not NVRTC's (13.x refuses both as unrecognized options): accepted for the
+        // kernels written for nvcc, and dropped. Under `-default-device` an unannotated
+        // constexpr function is device code already; an annotated (`__device__`) lambda
+        // gets NVRTC's own error, with a kiln hint.
+        "expt-relaxed-constexpr" | "extended-lambda" | "expt-extended-lambda"
+            if value.is_none() =>
+        {
+            Ok(None)
         }
         "w" | "disable-warnings" if value.is_none() => Ok(Some("--disable-warnings".into())),
         "rdc"
@@ -769,8 +777,6 @@ mod tests {
                 "-DNEG=-2",
                 "--restrict",
                 "--disable-warnings",
-                "--expt-relaxed-constexpr",
-                "--extended-lambda",
                 "-U__CUDA_NO_HALF_OPERATORS__",
             ])
         );

@@ -212,3 +212,98 @@ fn the_toolkit_headers_work_with_the_stand_ins() {
         m.module.duration_ms
     );
 }
+
+#[test]
+fn nvcc_only_flags_are_dropped_not_passed_to_nvrtc() {
+    if !nvrtc() {
+        return;
+    }
+    // Kernels written for nvcc ask for these; NVRTC 13.x fails the whole compile on them as
+    // unrecognized options.
+    let flags: Vec<String> = [
+        "-O3",
+        "--use_fast_math",
+        "--expt-relaxed-constexpr",
+        "--extended-lambda",
+        "--expt-extended-lambda",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let kernels = vec!["halve".to_string()];
+    let src = "constexpr int twice(int x) { return 2 * x; }\n\
+               __global__ void halve(float* y) { auto h = [](float v) { return v / twice(1); };\n\
+               y[threadIdx.x] = h(y[threadIdx.x]); }";
+    let m = compile_candidate(&CandidateSource {
+        source: src,
+        arch: "sm_90",
+        flags: &flags,
+        include_dirs: &[],
+        kernels: &kernels,
+    })
+    .expect("compiles with the nvcc flags dropped");
+    assert!(
+        !m.module
+            .options
+            .iter()
+            .any(|o| o.contains("lambda") || o.contains("constexpr")),
+        "{:?}",
+        m.module.options
+    );
+    // An annotated lambda cannot compile under NVRTC: the error says what to do.
+    let err = compile(
+        "__global__ void k(float* y) { auto h = [] __device__ (float v) { return v; };\n\
+         y[0] = h(y[0]); }",
+        &["k"],
+        &[],
+    )
+    .expect_err("annotated lambda");
+    let CompileError::Failed { log } = &err else {
+        panic!("expected a compile failure, got {err}");
+    };
+    assert!(
+        log.contains("kiln: NVRTC has no --extended-lambda"),
+        "{log}"
+    );
+}
+
+#[test]
+fn std_names_torch_used_to_bring_along_need_no_include() {
+    if !nvrtc() {
+        return;
+    }
+    let Some(dirs) = toolkit() else { return };
+    // No #include at all: nvcc users got <limits>, <type_traits>, <algorithm> and <cmath>
+    // through torch/extension.h.
+    let src = "template <typename T>\n\
+               __global__ void row_max(const T* x, T* y, int n) {\n\
+               T best = -std::numeric_limits<T>::infinity();\n\
+               for (int i = 0; i < n; ++i) best = std::max(best, x[i]);\n\
+               if (std::is_same<T, float>::value) y[0] = std::sqrt(best * best); else y[0] = best; }";
+    let m = compile(src, &["row_max<float>", "row_max<double>"], &dirs).expect("compiles");
+    assert!(
+        m.module.options.iter().any(|o| o == "--pre-include=limits")
+            && m.module
+                .options
+                .iter()
+                .any(|o| o == "--pre-include=type_traits"),
+        "{:?}",
+        m.module.options
+    );
+    assert_eq!(m.artifact.manifest.kernels.len(), 2);
+    // A source using no such name gets no extra header (and so no libcu++ cost).
+    let m = compile(
+        "__global__ void k(float* y) { y[0] = sqrtf(y[0]); }",
+        &["k"],
+        &dirs,
+    )
+    .expect("compiles");
+    assert!(
+        !m.module
+            .options
+            .iter()
+            .any(|o| o.starts_with("--pre-include=") && !o.ends_with("kiln_prelude.h")),
+        "{:?}",
+        m.module.options
+    );
+}

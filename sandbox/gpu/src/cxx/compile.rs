@@ -6,7 +6,8 @@
 //! 2. options: the target architecture (kiln's, or its arch-specific variant when the
 //!    candidate asks with `-arch=sm_90a`), `-default-device` (unannotated helpers are
 //!    device code), `--pre-include=kiln_prelude.h`, `--diag-suppress=47` (libcu++ redefines
-//!    `INFINITY`/`NAN` after the prelude), `-I` for each toolkit include folder and its
+//!    `INFINITY`/`NAN` after the prelude), a `--pre-include` of each stand-in the source
+//!    uses `std::` names of without including it ([`standins::implied`]), `-I` for each toolkit include folder and its
 //!    `cccl/` sub-folder (CUDA 13 keeps CCCL there), then the candidate's checked flags;
 //! 3. kiln's stand-in headers in memory ([`super::standins`]);
 //! 4. the program is named [`SOURCE_NAME`], in a directory that does not exist: NVRTC
@@ -81,8 +82,10 @@ pub fn compile_candidate(c: &CandidateSource) -> Result<CandidateModule, Compile
         return Err(CompileError::Source(message));
     }
     screen::directives(c.source).map_err(CompileError::Source)?;
-    let options = options(&arch, c.include_dirs, flags);
-    let headers = standins::headers(!c.include_dirs.is_empty());
+    let toolkit = !c.include_dirs.is_empty();
+    let implied = standins::implied(c.source, toolkit);
+    let options = options(&arch, &implied, c.include_dirs, flags);
+    let headers = standins::headers(toolkit);
     let mut kernels: Vec<String> = Vec::new();
     for k in c.kernels {
         if !kernels.contains(k) {
@@ -153,10 +156,16 @@ pub fn compile_candidate(c: &CandidateSource) -> Result<CandidateModule, Compile
 }
 
 /// The options of a candidate compile, in order (see the module docs).
-fn options(arch: &str, include_dirs: &[PathBuf], flags: Vec<String>) -> Vec<String> {
+fn options(
+    arch: &str,
+    implied: &[&str],
+    include_dirs: &[PathBuf],
+    flags: Vec<String>,
+) -> Vec<String> {
     let mut options = vec![format!("--gpu-architecture={arch}")];
     options.extend(CANDIDATE_OPTIONS.iter().map(|s| s.to_string()));
     options.push(format!("--pre-include={}", standins::PRELUDE));
+    options.extend(implied.iter().map(|h| format!("--pre-include={h}")));
     for d in include_dirs {
         options.push(format!("-I{}", d.display()));
         let cccl = d.join("cccl");
@@ -196,10 +205,20 @@ fn no_such_kernel(program: &Program, unresolved: &[String], log: String) -> Comp
     }
 }
 
-/// `log` with a line of advice for each header NVRTC could not open.
+/// `log` with a line of advice for each header NVRTC could not open, and for an
+/// annotated lambda (NVRTC has no `--extended-lambda`).
 fn with_hints(mut log: String, no_toolkit: bool) -> String {
     let mut hints = Vec::new();
     for line in log.lines() {
+        if line.contains("requires --extended-lambda") {
+            let hint = "NVRTC has no --extended-lambda (kiln drops the flag): inside device \
+                        code a lambda needs no __device__ or __host__ annotation; remove it"
+                .to_string();
+            if !hints.contains(&hint) {
+                hints.push(hint);
+            }
+            continue;
+        }
         // "cannot open source file" with an include path, "could not open" without.
         const MARK: &str = "open source file \"";
         let Some(at) = line.find(MARK) else {
@@ -278,6 +297,7 @@ mod tests {
         std::fs::create_dir_all(dir.join("cccl")).expect("cccl");
         let opts = options(
             "sm_90a",
+            &["limits"],
             &[dir.clone(), PathBuf::from("/nowhere")],
             vec!["-DX".into()],
         );
@@ -288,6 +308,7 @@ mod tests {
                 "-default-device".into(),
                 "--diag-suppress=47".into(),
                 "--pre-include=kiln_prelude.h".into(),
+                "--pre-include=limits".into(),
                 format!("-I{}", dir.display()),
                 format!("-I{}/cccl", dir.display()),
                 "-I/nowhere".into(),

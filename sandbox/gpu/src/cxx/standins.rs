@@ -20,6 +20,9 @@
 //!   `device_launch_parameters.h` (NVRTC declares everything device code takes from them).
 //! - [`PRELUDE`]: `<stdint.h>`, `<stddef.h>`, `<limits.h>`, `<float.h>` and the math
 //!   constants (`INFINITY`, `NAN`, `M_PI`, …) — macros and typedefs only.
+//! - [`implied`]: the stand-ins a source needs without including them (it uses
+//!   `std::numeric_limits` or `std::is_same` the way code that included `torch/extension.h`
+//!   could), pre-included after the prelude only then.
 
 /// The prelude's header name, passed as `--pre-include`.
 pub const PRELUDE: &str = "kiln_prelude.h";
@@ -118,6 +121,93 @@ pub fn headers(toolkit: bool) -> Vec<(String, String)> {
     out
 }
 
+/// The stand-ins that declare `std::` names, in the order a name is looked up, and whether
+/// each needs the toolkit's headers (libcu++).
+const STD_PROVIDERS: &[(&str, bool)] = &[
+    ("algorithm", false),
+    ("cmath", false),
+    ("limits", true),
+    ("type_traits", true),
+    ("tuple", true),
+    ("array", true),
+    ("functional", true),
+];
+
+/// The `std::` names a stand-in declares: those it brings in with `using` (`using
+/// cuda::std::is_same;`, `using ::sqrt;`) and the function templates it defines.
+fn std_names(contents: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    for stmt in contents.split(';') {
+        let stmt = stmt.trim_start_matches(|c: char| c.is_whitespace() || c == '{' || c == '}');
+        let name = if let Some(rest) = stmt.split("using ").nth(1) {
+            rest.rsplit("::").next().unwrap_or_default().trim()
+        } else if let Some(rest) = stmt.split("constexpr ").nth(1) {
+            // `constexpr const T& min(const T& a, ...` (kiln's <algorithm>)
+            rest.split('(')
+                .next()
+                .unwrap_or_default()
+                .rsplit(' ')
+                .next()
+                .unwrap_or_default()
+        } else {
+            continue;
+        };
+        if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// The stand-ins a source needs but does not include: nvcc users get `std::numeric_limits`,
+/// `std::is_same`, `std::min`, `std::sqrt`, … from the host headers `torch/extension.h`
+/// pulls in, so generated kernels use them without an `#include`. For each `std::` name
+/// the code (comments and literals aside) uses, the first stand-in of [`STD_PROVIDERS`]
+/// that declares it is returned, to be pre-included after the prelude; those built on
+/// libcu++ only when `toolkit` is true. A source that includes the header itself gets it
+/// twice, harmlessly (`#pragma once`). Sources that use no such name pay nothing.
+pub fn implied(source: &str, toolkit: bool) -> Vec<&'static str> {
+    let mut used: Vec<String> = Vec::new();
+    for line in super::lexer::logical_lines(source) {
+        let bare = line.bare.as_str();
+        if bare.trim_start().starts_with('#') {
+            continue;
+        }
+        let mut rest = bare;
+        while let Some(at) = rest.find("std::") {
+            let before = rest[..at].chars().next_back();
+            let after = &rest[at + 5..];
+            let name: String = after
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let qualified =
+                before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+            if !qualified && !name.is_empty() && !used.contains(&name) {
+                used.push(name);
+            }
+            rest = after;
+        }
+    }
+    let mut out = Vec::new();
+    for name in &used {
+        let provider = STD_PROVIDERS.iter().find(|(h, _)| {
+            STANDINS
+                .iter()
+                .find(|(n, _)| n == h)
+                .is_some_and(|(_, c)| std_names(c).contains(&name.as_str()))
+        });
+        if let Some((h, needs_toolkit)) = provider
+            && (toolkit || !needs_toolkit)
+            && !out.contains(h)
+        {
+            out.push(*h);
+        }
+    }
+    out
+}
+
 /// True if `name` is served by kiln itself (a stand-in or an empty host header).
 pub fn is_standin(name: &str) -> bool {
     STANDINS.iter().any(|(n, _)| *n == name) || EMPTY_HOST_HEADERS.contains(&name)
@@ -154,5 +244,23 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), all.len());
         assert!(is_standin("cmath") && is_standin("vector") && !is_standin("cuda_fp16.h"));
+    }
+
+    #[test]
+    fn std_names_used_without_their_include_are_implied() {
+        let src = "// std::tuple in a comment does not count\n\
+                   #include <cuda_fp16.h>\n\
+                   __device__ float f(float x) { return std::max(std::sqrt(x), \
+                   std::numeric_limits<float>::lowest()); }\n\
+                   template <class T> __device__ bool g() { return std::is_same_v<T, float>; }\n\
+                   __device__ const char* s = \"std::array\"; __device__ int my::std::x;";
+        assert_eq!(
+            implied(src, true),
+            vec!["algorithm", "cmath", "limits", "type_traits"]
+        );
+        // Without the toolkit, only the stand-ins that need no libcu++.
+        assert_eq!(implied(src, false), vec!["algorithm", "cmath"]);
+        assert!(implied("__global__ void k(float* y) { y[0] = sqrtf(2.f); }", true).is_empty());
+        assert!(implied("__device__ void h() { std::vector<int> v; }", true).is_empty());
     }
 }

@@ -1,0 +1,911 @@
+#!/usr/bin/env python3
+"""Turn published AI-generated CUDA kernels into the candidates a user would submit to kiln.
+
+For each published file (read from a git mirror of its repository; the corpus itself never
+enters the project) this writes one JSON line: the CUDA device source with only the
+torch/pybind host wrapper removed, the `__global__` kernels it defines as kiln launch names
+(C++ name expressions), and the nvcc flags its author gave. Nothing else in the source is
+changed. What is removed:
+
+- `#include` lines of torch/ATen/c10/pybind11/THC/caffe2/Python.h, and `#define`s whose
+  body uses the torch/pybind API (`TORCH_CHECK`, `torch::`, `AT_…`);
+- top-level host items (functions, declarations, variables, `using`/namespace aliases) that
+  use torch/at/c10/pybind11, launch with `<<<…>>>`, call the CUDA host runtime, or use host
+  containers, and host items that call those; `PYBIND11_MODULE`/`TORCH_LIBRARY` blocks.
+  Items marked `__global__`/`__device__` (or a macro that expands to them) are always kept.
+
+Kernel names: every `__global__` definition kept, qualified by its namespaces. A template
+kernel is named by the instantiations the removed host code wrote (`k<256, float>`, also
+through a templated host launcher called with literal arguments, and `scalar_t` of an
+`AT_DISPATCH_FLOATING_TYPES` as float and double); when none can be read, it is left
+unnamed (counted in `names_skipped`).
+
+Usage: extract.py CORPUS GIT_DIR OUT.jsonl
+  CORPUS: good-kernels | leaderboard | robust-kbench | cuda-l1 | kernelbench-com
+  GIT_DIR: the repository's mirror (a bare git directory), read at HEAD.
+"""
+
+import ast
+import json
+import re
+import subprocess
+import sys
+
+# ---------------------------------------------------------------- reading the corpora
+
+
+def git(gitdir, *args):
+    return subprocess.run(
+        ["git", "--git-dir", gitdir, *args], check=True, capture_output=True
+    ).stdout
+
+
+def ls(gitdir):
+    return git(gitdir, "ls-tree", "-r", "--name-only", "HEAD").decode().splitlines()
+
+
+def show(gitdir, path):
+    return git(gitdir, "show", f"HEAD:{path}").decode("utf-8", "replace")
+
+
+def published(corpus, gitdir):
+    """(id, kind, text) for each published file of the corpus; kind is 'py' or 'cu'."""
+    files = ls(gitdir)
+    if corpus == "good-kernels":
+        for p in sorted(f for f in files if re.fullmatch(r"[^/]+/src\.py", f)):
+            yield p, "py", show(gitdir, p)
+    elif corpus == "leaderboard":
+        for p in sorted(f for f in files if re.fullmatch(r"docs/assets/solutions/[^/]+\.py", f)):
+            yield p, "py", show(gitdir, p)
+    elif corpus == "robust-kbench":
+        for p in sorted(f for f in files if f.endswith(".cu")):
+            yield p, "cu", show(gitdir, p)
+    elif corpus == "cuda-l1":
+        data = json.loads(show(gitdir, "optimized_cuda_code/codes/h100.json"))
+        # {"1": [rows of level 1], "2": [...], "3": [...]}, each row a KernelBench task.
+        for level, rows in sorted(data.items()):
+            for row in rows:
+                code = row.get("custom_code")
+                if code:
+                    yield f"h100.json:L{level}_{row.get('task_id')}", "py", code
+    elif corpus == "kernelbench-com":
+        for p in sorted(f for f in files if re.fullmatch(r"public/runs/.*_solution\.py\.txt", f)):
+            yield p, "py", show(gitdir, p)
+    else:
+        raise SystemExit(f"unknown corpus {corpus!r}")
+
+
+# ---------------------------------------------------------------- Python: the CUDA strings
+
+
+class Unresolved(Exception):
+    pass
+
+
+class Strings:
+    """Resolves string-valued expressions of a Python module (constants, names bound to
+    them, `+`, f-strings of resolvable parts, `"".join([...])`, `textwrap.dedent`)."""
+
+    def __init__(self, tree):
+        self.names = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign):
+                for t in node.targets:
+                    if isinstance(t, ast.Name):
+                        self.names.setdefault(t.id, []).append(node.value)
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
+                self.names.setdefault(node.target.id, []).append(node.value)
+
+    def value(self, e, depth=0):
+        if depth > 30:
+            raise Unresolved("too deep")
+        if isinstance(e, ast.Constant) and isinstance(e.value, (str, int, float)):
+            return e.value if isinstance(e.value, str) else str(e.value)
+        if isinstance(e, ast.Name):
+            vals = self.names.get(e.id)
+            if not vals or len({ast.dump(v) for v in vals}) != 1:
+                raise Unresolved(f"name {e.id} not bound to one value")
+            return self.value(vals[0], depth + 1)
+        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add):
+            return self.value(e.left, depth + 1) + self.value(e.right, depth + 1)
+        if isinstance(e, ast.JoinedStr):
+            out = []
+            for part in e.values:
+                if isinstance(part, ast.FormattedValue):
+                    if part.format_spec is not None or part.conversion not in (-1, None):
+                        raise Unresolved("formatted f-string part")
+                    out.append(self.value(part.value, depth + 1))
+                else:
+                    out.append(self.value(part, depth + 1))
+            return "".join(out)
+        if isinstance(e, ast.Call):
+            f = e.func
+            if isinstance(f, ast.Attribute) and f.attr == "dedent" and len(e.args) == 1:
+                import textwrap
+
+                return textwrap.dedent(self.value(e.args[0], depth + 1))
+            if isinstance(f, ast.Attribute) and f.attr == "join" and len(e.args) == 1:
+                sep = self.value(f.value, depth + 1)
+                return sep.join(self.list(e.args[0], depth + 1))
+            if isinstance(f, ast.Attribute) and f.attr == "strip" and not e.args:
+                return self.value(f.value, depth + 1).strip()
+        raise Unresolved(type(e).__name__)
+
+    def list(self, e, depth=0):
+        if isinstance(e, ast.Name):
+            vals = self.names.get(e.id)
+            if vals and len(vals) == 1 and isinstance(vals[0], (ast.List, ast.Tuple)):
+                return self.list(vals[0], depth + 1)
+        if isinstance(e, (ast.List, ast.Tuple)):
+            return [self.value(x, depth + 1) for x in e.elts]
+        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add):
+            return self.list(e.left, depth + 1) + self.list(e.right, depth + 1)
+        return [self.value(e, depth + 1)]
+
+
+def build_calls(tree):
+    """The torch extension builds in a module: `load_inline(...)` / `load(...)` calls."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if name in ("load_inline", "load", "_load_inline", "compile_extension"):
+                yield node
+
+
+def kwarg(call, name):
+    for k in call.keywords:
+        if k.arg == name:
+            return k.value
+    return None
+
+
+def python_sources(text):
+    """[(cuda source, flags)] from a Python file, or raises Unresolved."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as e:
+        raise Unresolved(f"python does not parse: {e.msg}") from e
+    s = Strings(tree)
+    out = []
+    for call in build_calls(tree):
+        src_expr = kwarg(call, "cuda_sources")
+        if src_expr is None:
+            continue
+        try:
+            parts = s.list(src_expr)
+        except Unresolved as e:
+            raise Unresolved(f"cuda source built at run time ({e})") from e
+        src = "\n".join(parts)
+        if "__global__" not in src:
+            continue
+        flags = []
+        fl = kwarg(call, "extra_cuda_cflags")
+        if fl is not None:
+            try:
+                flags = s.list(fl)
+            except Unresolved:
+                flags = []
+        out.append((src, flags))
+    if out:
+        return out
+    # No resolvable build call: every string constant holding a kernel, minus those that
+    # are part of a longer one.
+    cands = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "__global__" in node.value:
+            cands.append(node.value)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr) and any(
+            isinstance(v, ast.Constant) and "__global__" in str(v.value) for v in node.values
+        ):
+            try:
+                cands.append(s.value(node))
+            except Unresolved as e:
+                raise Unresolved(f"cuda source built at run time ({e})") from e
+    cands = [c for c in cands if not any(c != d and c in d for d in cands)]
+    seen = []
+    for c in cands:
+        if c not in seen:
+            seen.append(c)
+    return [(c, []) for c in seen]
+
+
+# ---------------------------------------------------------------- C++: tokens and items
+
+TOKEN = re.compile(
+    r"""
+    (?P<ws>\s+)
+  | (?P<comment>//[^\n]*|/\*.*?\*/)
+  | (?P<raw>R"(?P<delim>[^(\s]{0,16})\(.*?\)(?P=delim)")
+  | (?P<string>(?:u8|u|U|L)?"(?:\\.|[^"\\\n])*")
+  | (?P<char>(?:u8|u|U|L)?'(?:\\.|[^'\\\n])*')
+  | (?P<ident>[A-Za-z_]\w*)
+  | (?P<num>\.?\d(?:[eEpP][+-]|[\w.'])*)
+  | (?P<punct><<<|>>>|::|->|<<=|>>=|<<|>>|<=|>=|==|!=|&&|\|\||\+\+|--|[-+*/%^&|~!=<>?:;,.(){}\[\]#\\@$])
+    """,
+    re.S | re.X,
+)
+
+
+class Tok:
+    __slots__ = ("kind", "text", "start", "end")
+
+    def __init__(self, kind, text, start, end):
+        self.kind, self.text, self.start, self.end = kind, text, start, end
+
+    def __repr__(self):
+        return f"{self.kind}:{self.text}"
+
+
+def tokens(src):
+    """Tokens of C++ source; each preprocessor directive (with its continuations) is one
+    'pp' token; comments and whitespace are dropped."""
+    out = []
+    i, n = 0, len(src)
+    line_start = True
+    while i < n:
+        if line_start:
+            j = i
+            while j < n and src[j] in " \t":
+                j += 1
+            if j < n and src[j] == "#":
+                k = j
+                while k < n:
+                    if src[k] == "\n":
+                        if src[k - 1] == "\\" or (src[k - 1] == "\r" and src[k - 2] == "\\"):
+                            k += 1
+                            continue
+                        break
+                    if src.startswith("/*", k):
+                        e = src.find("*/", k + 2)
+                        k = n if e < 0 else e + 2
+                        continue
+                    if src.startswith("//", k):
+                        e = src.find("\n", k)
+                        k = n if e < 0 else e
+                        continue
+                    k += 1
+                out.append(Tok("pp", src[j:k], j, k))
+                i = k
+                continue
+        m = TOKEN.match(src, i)
+        if not m:
+            out.append(Tok("punct", src[i], i, i + 1))
+            i += 1
+            line_start = False
+            continue
+        kind = m.lastgroup if m.lastgroup != "delim" else "raw"
+        for g in ("ws", "comment", "raw", "string", "char", "ident", "num", "punct"):
+            if m.group(g) is not None:
+                kind = g
+                break
+        text = m.group(0)
+        if kind == "ws" or kind == "comment":
+            if "\n" in text:
+                line_start = True
+        else:
+            if kind == "raw":
+                kind = "string"
+            out.append(Tok(kind, text, m.start(), m.end()))
+            line_start = False
+        i = m.end()
+    return out
+
+
+class Item:
+    def __init__(self, kind, lo, hi, children=None, name=None):
+        self.kind, self.lo, self.hi = kind, lo, hi  # token indexes, hi inclusive
+        self.children = children or []
+        self.name = name  # namespace name
+        self.removed = False
+
+
+def match(toks, i, hi):
+    """Index of the bracket closing toks[i]."""
+    pairs = {"(": ")", "[": "]", "{": "}"}
+    depth = 0
+    for j in range(i, hi):
+        t = toks[j].text
+        if toks[j].kind == "punct":
+            if t in pairs:
+                depth += 1
+            elif t in (")", "]", "}"):
+                depth -= 1
+                if depth == 0:
+                    return j
+    return hi - 1
+
+
+def skip_angles(toks, i, hi):
+    """toks[i] is '<' after `template`: the index after its closing '>'."""
+    depth = 0
+    j = i
+    while j < hi:
+        t = toks[j].text
+        if t == "<":
+            depth += 1
+        elif t == "<<":
+            depth += 2
+        elif t == ">":
+            depth -= 1
+        elif t == ">>":
+            depth -= 2
+        elif t in ("(", "["):
+            j = match(toks, j, hi)
+        if depth <= 0:
+            return j + 1
+        j += 1
+    return hi
+
+
+AGGREGATE = {"struct", "class", "union", "enum"}
+
+
+def split(toks, lo, hi):
+    items = []
+    i = lo
+    while i < hi:
+        t = toks[i]
+        if t.kind == "pp":
+            items.append(Item("pp", i, i))
+            i += 1
+            continue
+        if t.text == ";":
+            i += 1
+            continue
+        if t.text == "namespace" or (
+            t.text == "extern" and i + 2 < hi and toks[i + 1].kind == "string" and toks[i + 2].text == "{"
+        ):
+            j = i + 1
+            while j < hi and toks[j].text not in ("{", ";", "="):
+                j += 1
+            if j < hi and toks[j].text == "{":
+                close = match(toks, j, hi)
+                name = "".join(x.text for x in toks[i + 1 : j]) if t.text == "namespace" else None
+                kind = "namespace" if t.text == "namespace" else "extern"
+                items.append(Item(kind, i, close, split(toks, j + 1, close), name))
+                i = close + 1
+                continue
+        j = i
+        aggregate = False
+        while j < hi:
+            x = toks[j]
+            if x.kind == "punct" and x.text == "<" and j > i and toks[j - 1].text == "template":
+                j = skip_angles(toks, j, hi)
+                continue
+            if x.kind == "ident" and x.text in AGGREGATE:
+                aggregate = True
+            if x.kind == "punct" and x.text == "=":
+                aggregate = True
+            if x.kind == "punct" and x.text in ("(", "["):
+                j = match(toks, j, hi) + 1
+                continue
+            if x.kind == "punct" and x.text == "{":
+                close = match(toks, j, hi)
+                if not aggregate:
+                    j = close
+                    break
+                j = close + 1
+                continue
+            if x.kind == "punct" and x.text == ";":
+                break
+            j += 1
+        items.append(Item("decl", i, min(j, hi - 1)))
+        i = j + 1
+    return items
+
+
+# ---------------------------------------------------------------- host or device
+
+HOST_INCLUDE = re.compile(r"#\s*include\s*[<\"](torch/|ATen/|c10/|pybind11/|THC/|caffe2/|Python\.h)")
+HOST_NS = {"torch", "at", "c10", "pybind11", "py", "std"}
+HOST_STD = {
+    "vector", "string", "cout", "cerr", "endl", "runtime_error", "invalid_argument",
+    "unordered_map", "map", "mutex", "lock_guard", "once_flag", "call_once", "shared_ptr",
+    "unique_ptr", "make_shared", "make_unique", "stringstream", "ostringstream", "to_string",
+    "thread", "exception", "set", "unordered_set", "function", "optional", "getenv",
+}
+HOST_NAMES = {
+    "PYBIND11_MODULE", "TORCH_LIBRARY", "TORCH_LIBRARY_IMPL", "TORCH_CHECK",
+    "TORCH_EXTENSION_NAME", "TORCH_INTERNAL_ASSERT", "C10_CUDA_CHECK",
+    "C10_CUDA_KERNEL_LAUNCH_CHECK", "throw", "pybind11",
+}
+HOST_CALL = re.compile(
+    r"^(cudaMalloc|cudaFree|cudaMemcpy|cudaMemset|cudaLaunch|cudaStream|cudaEvent|cudaGraph"
+    r"|cudaDeviceSynchronize|cudaDeviceReset|cudaSetDevice|cudaGetDevice|cudaDeviceGetAttribute"
+    r"|cudaFuncSetAttribute|cudaFuncGetAttributes|cudaOccupancy|cudaGetLastError"
+    r"|cudaPeekAtLastError|cudaGetErrorString|cudaGetSymbolAddress|cudaMemcpyToSymbol"
+    r"|cudaPointerGetAttributes|cudaHostAlloc|cudaMallocHost|cudaFreeHost"
+    r"|cuLaunch|cuMem|cuModule|cuCtx|cuInit|cuTensorMapEncode|cuGetProcAddress|cuDriverGetVersion"
+    r"|cudaGetDriverEntryPoint|cublas|cudnn|cufft|curand|cusparse)\w*$"
+)
+HOST_DEFINE = re.compile(r"\b(TORCH_\w+|AT_\w+|C10_\w+|torch::|at::|c10::|pybind11|PYBIND11_\w+)")
+DEVICE_WORDS = {"__global__", "__device__"}
+
+
+def host_reason(toks, lo, hi, host_fns):
+    """Why toks[lo..=hi] is host code, or None."""
+    for k in range(lo, hi + 1):
+        t = toks[k]
+        if t.kind == "punct" and t.text == "<<<":
+            return "<<<>>> launch"
+        if t.kind != "ident":
+            continue
+        nxt = toks[k + 1].text if k + 1 <= hi else ""
+        if t.text in HOST_NAMES or t.text.startswith("AT_DISPATCH") or t.text.startswith("PYBIND11_"):
+            return t.text
+        if nxt == "::" and t.text in HOST_NS and (k == lo or toks[k - 1].text != "::"):
+            if t.text != "std":
+                return f"{t.text}::"
+            member = toks[k + 2].text if k + 2 <= hi else ""
+            if member in HOST_STD:
+                return f"std::{member}"
+        if nxt == "(" and HOST_CALL.match(t.text):
+            return f"{t.text}()"
+        if nxt == "(" and t.text in host_fns and (k == lo or toks[k - 1].text not in (".", "->")):
+            return f"calls host {t.text}"
+        if t.text == "main" and k > lo and toks[k - 1].text == "int" and nxt == "(":
+            return "main"
+    # `using namespace torch;`, `namespace py = pybind11;`
+    words = [toks[k].text for k in range(lo, hi + 1)]
+    if words[:2] == ["using", "namespace"] and len(words) > 2 and words[2] in HOST_NS - {"std"}:
+        return "using namespace"
+    return None
+
+
+def device_macros(toks):
+    """Macros whose body marks device code (`#define DEVICE __device__ __forceinline__`)."""
+    out = set()
+    for t in toks:
+        if t.kind == "pp":
+            m = re.match(r"#\s*define\s+(\w+)\s+(.*)", t.text, re.S)
+            if m and re.search(r"\b(__device__|__global__)\b", m.group(2)) and "(" not in m.group(1):
+                out.add(m.group(1))
+    return out
+
+
+def head_end(toks, it):
+    """Index of the first '{' at depth 0 of an item (its body), or it.hi + 1."""
+    j = it.lo
+    while j <= it.hi:
+        x = toks[j]
+        if x.kind == "punct" and x.text in ("(", "["):
+            j = match(toks, j, it.hi + 1) + 1
+            continue
+        if x.kind == "punct" and x.text == "<" and j > it.lo and toks[j - 1].text == "template":
+            j = skip_angles(toks, j, it.hi + 1)
+            continue
+        if x.kind == "punct" and x.text == "{":
+            return j
+        j += 1
+    return it.hi + 1
+
+
+def is_device(toks, it, dmacros):
+    end = head_end(toks, it)
+    return any(toks[k].text in DEVICE_WORDS or toks[k].text in dmacros for k in range(it.lo, end))
+
+
+def is_global(toks, it, gmacros):
+    end = head_end(toks, it)
+    return any(toks[k].text == "__global__" or toks[k].text in gmacros for k in range(it.lo, end))
+
+
+NOT_NAMES = {"__launch_bounds__", "__attribute__", "__align__", "alignas", "__declspec", "decltype",
+             "__cluster_dims__", "__maxnreg__", "operator"}
+
+
+def function_name(toks, it):
+    """(name, template parameter names or None) of a function item, or None."""
+    end = head_end(toks, it)
+    tparams = None
+    j = it.lo
+    if toks[j].text == "template" and j + 1 < end and toks[j + 1].text == "<":
+        k = skip_angles(toks, j + 1, end)
+        tparams = template_params(toks[j + 2 : k - 1])
+        j = k
+    while j < end:
+        x = toks[j]
+        if x.kind == "punct" and x.text == "(":
+            prev = toks[j - 1]
+            if prev.kind == "ident" and prev.text not in NOT_NAMES:
+                return prev.text, tparams, j
+            j = match(toks, j, end) + 1
+            continue
+        j += 1
+    return None
+
+
+def template_params(ts):
+    """Names of the parameters of a template header's tokens (`int BLOCK = 256, typename T`)."""
+    params, cur, depth = [], [], 0
+    for x in ts + [Tok("punct", ",", 0, 0)]:
+        if x.text in ("<", "(", "["):
+            depth += 1
+        elif x.text in (">", ")", "]"):
+            depth -= 1
+        elif x.text == ">>":
+            depth -= 2
+        if depth == 0 and x.text == ",":
+            params.append(cur)
+            cur = []
+        else:
+            cur.append(x)
+    names = []
+    for p in params:
+        head = []
+        d = 0
+        for x in p:
+            if x.text in ("<", "(", "["):
+                d += 1
+            elif x.text in (">", ")", "]"):
+                d -= 1
+            if d == 0 and x.text == "=":
+                break
+            head.append(x)
+        idents = [x.text for x in head if x.kind == "ident"]
+        if idents:
+            names.append(idents[-1])
+    return names
+
+
+# ---------------------------------------------------------------- template arguments
+
+TYPE_WORDS = {
+    "float", "double", "int", "unsigned", "long", "short", "char", "bool", "signed", "const",
+    "true", "false", "void", "half", "__half", "__half2", "half2", "__nv_bfloat16",
+    "__nv_bfloat162", "nv_bfloat16", "nv_bfloat162", "__nv_fp8_e4m3", "__nv_fp8_e5m2",
+    "int8_t", "uint8_t", "int16_t", "uint16_t", "int32_t", "uint32_t", "int64_t", "uint64_t",
+    "size_t", "float2", "float4", "int2", "int4", "uint4", "uint2", "sizeof", "std", "cuda",
+}
+
+
+def angle_args(toks, i, hi):
+    """toks[i] is '<': (argument text, index after '>') or None."""
+    depth, j = 0, i
+    parts = []
+    while j < hi:
+        t = toks[j].text
+        if t == "<":
+            depth += 1
+        elif t == ">":
+            depth -= 1
+        elif t == ">>":
+            depth -= 2
+            if depth < 0:
+                return None
+        elif t in ("(", "["):
+            k = match(toks, j, hi)
+            parts.extend(toks[j : k + 1])
+            j = k + 1
+            continue
+        elif t in (";", "{", "}", "&&", "||"):
+            return None
+        if depth == 0:
+            return parts, j + 1
+        if j > i:
+            parts.append(toks[j])
+        j += 1
+    return None
+
+
+def arg_text(parts):
+    out = ""
+    prev = None
+    for t in parts:
+        if prev is not None and prev.kind in ("ident", "num") and t.kind in ("ident", "num"):
+            out += " "
+        elif t.text == "," :
+            out += ""
+        out += t.text
+        if t.text == ",":
+            out += " "
+        prev = t
+    return out.strip()
+
+
+def defined_names(toks, kept):
+    """Identifiers the kept source defines at namespace scope (macros, constants, types)."""
+    names = set()
+    for t in toks:
+        if t.kind == "pp":
+            m = re.match(r"#\s*define\s+(\w+)", t.text)
+            if m:
+                names.add(m.group(1))
+    for it in kept:
+        if it.kind != "decl":
+            continue
+        if function_name(toks, it) and head_end(toks, it) <= it.hi:
+            continue  # a function: its locals are not in scope of a name expression
+        ts = toks[it.lo : it.hi + 1]
+        for k, x in enumerate(ts):
+            if x.kind == "ident":
+                nxt = ts[k + 1].text if k + 1 < len(ts) else ""
+                prev = ts[k - 1].text if k > 0 else ""
+                if prev in AGGREGATE or prev in ("typedef", "using") or nxt in ("=", ";", "{", "[", ",", "}"):
+                    names.add(x.text)
+    return names
+
+
+# ---------------------------------------------------------------- one source
+
+
+def extract(src):
+    toks = tokens(src)
+    items = split(toks, 0, len(toks))
+    dmacros = device_macros(toks)
+    gmacros = {m for m in dmacros if re.search(
+        rf"#\s*define\s+{m}\s+.*__global__", "\n".join(t.text for t in toks if t.kind == "pp"))}
+
+    flat = []
+
+    def walk(its, ns):
+        for it in its:
+            flat.append((it, ns))
+            if it.kind in ("namespace", "extern"):
+                walk(it.children, ns + ([it.name] if it.kind == "namespace" and it.name else []))
+
+    walk(items, [])
+
+    # Host functions, to a fixed point: those with host markers, then their callers.
+    host_fns = set()
+    reasons = []
+    changed = True
+    while changed:
+        changed = False
+        for it, _ in flat:
+            if it.removed or it.kind in ("namespace", "extern"):
+                continue
+            if it.kind == "pp":
+                text = toks[it.lo].text
+                if HOST_INCLUDE.match(text) or (
+                    re.match(r"#\s*define\b", text) and HOST_DEFINE.search(text)
+                ):
+                    it.removed = True
+                    changed = True
+                continue
+            if is_device(toks, it, dmacros):
+                continue
+            why = host_reason(toks, it.lo, it.hi, host_fns)
+            if why:
+                it.removed = True
+                changed = True
+                reasons.append(why)
+                fn = function_name(toks, it)
+                if fn:
+                    host_fns.add(fn[0])
+    # A namespace or extern "C" block whose items all went is the wrapper's too.
+    def prune(its):
+        for it in its:
+            if it.kind in ("namespace", "extern"):
+                prune(it.children)
+                if it.children and all(c.removed for c in it.children):
+                    it.removed = True
+
+    prune(items)
+
+    # The candidate's source: the published text minus the removed items' spans.
+    cuts = []
+
+    def collect(its):
+        for it in its:
+            if it.removed:
+                cuts.append((toks[it.lo].start, toks[it.hi].end))
+            elif it.kind in ("namespace", "extern"):
+                collect(it.children)
+
+    collect(items)
+    cuts.sort()
+    out, pos = [], 0
+    for a, b in cuts:
+        out.append(src[pos:a])
+        pos = b
+    out.append(src[pos:])
+    device_src = "".join(out)
+    device_src = re.sub(r"\n[ \t]*\n([ \t]*\n)+", "\n\n", device_src)
+
+    kept = [it for it, _ in flat if not it.removed and it.kind == "decl"]
+    known = defined_names(toks, kept)
+
+    # Kernels, and the instantiations the host code wrote.
+    kernels, skipped = [], []
+    host_ranges = [(it.lo, it.hi) for it, _ in flat if it.removed and it.kind == "decl"]
+    templated_hosts = {}
+    for it, _ in flat:
+        if it.removed and it.kind == "decl":
+            fn = function_name(toks, it)
+            if fn and fn[1]:
+                templated_hosts.setdefault(fn[0], []).append((it, fn[1]))
+
+    def refs(name, ranges):
+        """(args, host template parameters in scope) of `name<...>` in ranges."""
+        found = []
+        for lo, hi in ranges:
+            for k in range(lo, hi + 1):
+                if toks[k].kind == "ident" and toks[k].text == name and k + 1 <= hi and toks[k + 1].text == "<":
+                    if k > lo and toks[k - 1].text in (".", "->"):
+                        continue
+                    r = angle_args(toks, k + 1, hi + 1)
+                    if r:
+                        found.append((r[0], lo, hi))
+        return found
+
+    def resolve(parts, env, dispatch, depth=0):
+        """Argument texts for parts under env (host template parameter → value)."""
+        idents = {p.text for p in parts if p.kind == "ident"}
+        free = [x for x in idents if x not in TYPE_WORDS and x not in known and x not in env]
+        if "scalar_t" in free and dispatch:
+            free.remove("scalar_t")
+        if free:
+            return []
+        texts = [arg_text([Tok(p.kind, env.get(p.text, p.text), 0, 0) for p in parts])]
+        if "scalar_t" in idents and "scalar_t" not in env and dispatch:
+            texts = [t2 for t in texts for t2 in (
+                [re.sub(r"\bscalar_t\b", ty, t) for ty in dispatch])]
+        return texts
+
+    def dispatch_types(lo, hi):
+        text = " ".join(toks[k].text for k in range(lo, hi + 1))
+        if "AT_DISPATCH_FLOATING_TYPES_AND_HALF" in text or "AT_DISPATCH_FLOATING_TYPES_AND2" in text:
+            return ["float", "double"]
+        if "AT_DISPATCH_FLOATING_TYPES" in text:
+            return ["float", "double"]
+        if "AT_DISPATCH" in text:
+            return ["float"]
+        return []
+
+    def locals_of(lo, hi):
+        """`constexpr int TX = 16;`-style constants of the host code at lo..hi."""
+        env = {}
+        for k in range(lo, hi):
+            if toks[k].text not in ("constexpr", "const"):
+                continue
+            j = k + 1
+            while j < hi and toks[j].kind == "ident" and toks[j + 1].kind == "ident":
+                j += 1
+            while j + 1 < hi and toks[j].kind == "ident" and toks[j + 1].text == "=":
+                e = j + 2
+                vals = []
+                while e <= hi and toks[e].text not in (";", ","):
+                    vals.append(toks[e])
+                    e += 1
+                ok = vals and all(
+                    v.kind == "num" or (v.kind == "punct" and v.text in "+-*/()<>%")
+                    or (v.kind == "ident" and (v.text in known or v.text in env)) for v in vals)
+                if ok:
+                    txt = arg_text([Tok(v.kind, env.get(v.text, v.text), 0, 0) for v in vals])
+                    env[toks[j].text] = txt if len(vals) == 1 else f"({txt})"
+                if e > hi or toks[e].text != ",":
+                    break
+                j = e + 1  # `constexpr int TX = 16, TY = 8;`
+        return env
+
+    def host_envs(lo, hi, depth=0):
+        """Bindings of the template parameters of the host function at lo..hi, from the
+        calls other host code makes with readable arguments ([{}] if it is no template)."""
+        for name, defs in templated_hosts.items():
+            for it, params in defs:
+                if it.lo == lo:
+                    if depth > 3:
+                        return []
+                    envs = []
+                    for parts, clo, chi in refs(name, host_ranges):
+                        if clo == lo:
+                            continue
+                        for outer in host_envs(clo, chi, depth + 1):
+                            for txt in resolve(parts, outer, dispatch_types(clo, chi)):
+                                vals = split_args(txt)
+                                if len(vals) <= len(params):
+                                    envs.append({**locals_of(lo, hi), **outer, **dict(zip(params, vals))})
+                    return envs
+        return [locals_of(lo, hi)]
+
+    for it, ns in flat:
+        if it.removed or it.kind != "decl" or not is_global(toks, it, gmacros):
+            continue
+        if head_end(toks, it) > it.hi:  # a declaration, not a definition
+            continue
+        fn = function_name(toks, it)
+        if not fn:
+            continue
+        name, tparams, _ = fn
+        qual = "::".join([n for n in ns] + [name])
+        if not tparams:
+            if qual not in kernels:
+                kernels.append(qual)
+            continue
+        insts = []
+        for parts, lo, hi in refs(name, host_ranges):
+            for env in host_envs(lo, hi):
+                for txt in resolve(parts, env, dispatch_types(lo, hi)):
+                    e = f"{qual}<{txt}>"
+                    if e not in insts:
+                        insts.append(e)
+        if insts:
+            kernels.extend(i for i in insts if i not in kernels)
+        else:
+            skipped.append(qual)
+    return device_src, kernels, skipped, sorted(set(reasons))
+
+
+def split_args(txt):
+    out, depth, cur = [], 0, ""
+    for c in txt:
+        if c in "<([":
+            depth += 1
+        elif c in ">)]":
+            depth -= 1
+        if c == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += c
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+# ---------------------------------------------------------------- flags
+
+def kiln_flags(flags):
+    """The author's nvcc flags as kiln spells them (arch-specific targets as `-arch=`)."""
+    out = []
+    flags = [f.strip() for f in flags]
+    i = 0
+    while i < len(flags):
+        f = flags[i]
+        i += 1
+        if f.startswith("-Xptxas"):
+            opt = f.split("=", 1)[1] if "=" in f[:8] else (flags[i] if f == "-Xptxas" and i < len(flags) else "")
+            if f == "-Xptxas":
+                i += 1
+            m = re.fullmatch(r"--?maxrregcount[= ](\d+)", opt)
+            out.append(f"--maxrregcount={m.group(1)}" if m else f"-Xptxas {opt}")
+            continue
+        m = re.search(r"(?:arch|code)=(?:compute|sm)_(\d+a)\b", f)
+        if m:
+            a = f"-arch=sm_{m.group(1)}"
+            if a not in out:
+                out.append(a)
+            continue
+        if f:
+            out.append(f)
+    return out
+
+
+def main():
+    if len(sys.argv) != 4:
+        raise SystemExit(__doc__)
+    corpus, gitdir, out_path = sys.argv[1:]
+    commit = git(gitdir, "rev-parse", "HEAD").decode().strip()
+    n = 0
+    with open(out_path, "w") as out:
+        for path, kind, text in published(corpus, gitdir):
+            if "__global__" not in text:
+                continue
+            base = {"corpus": corpus, "commit": commit, "path": path}
+            try:
+                sources = [(text, ["-O3", "--use_fast_math"])] if kind == "cu" else python_sources(text)
+            except Unresolved as e:
+                out.write(json.dumps({"id": f"{corpus}/{path}", **base, "extract_error": str(e)}) + "\n")
+                n += 1
+                continue
+            if not sources:
+                out.write(json.dumps({"id": f"{corpus}/{path}", **base,
+                                      "extract_error": "no CUDA source holding a kernel"}) + "\n")
+                n += 1
+                continue
+            for k, (src, flags) in enumerate(sources):
+                sid = f"{corpus}/{path}" + (f"#{k + 1}" if len(sources) > 1 else "")
+                device_src, kernels, skipped, removed = extract(src)
+                out.write(json.dumps({
+                    "id": sid, **base, "source": device_src, "kernels": kernels,
+                    "names_skipped": skipped, "flags": kiln_flags(flags), "removed": removed,
+                }) + "\n")
+                n += 1
+    print(f"{corpus}: {n} candidates -> {out_path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
