@@ -87,14 +87,31 @@ class Strings:
     them, `+`, f-strings of resolvable parts, `"".join([...])`, `textwrap.dedent`)."""
 
     def __init__(self, tree):
+        # name (or ".attr" for `self.attr = ...`) -> [(line, value expression)]
         self.names = {}
         for node in ast.walk(tree):
+            targets = []
             if isinstance(node, ast.Assign):
-                for t in node.targets:
-                    if isinstance(t, ast.Name):
-                        self.names.setdefault(t.id, []).append(node.value)
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
-                self.names.setdefault(node.target.id, []).append(node.value)
+                targets = node.targets
+            elif isinstance(node, ast.AnnAssign) and node.value:
+                targets = [node.target]
+            for t in targets:
+                key = t.id if isinstance(t, ast.Name) else (
+                    "." + t.attr if isinstance(t, ast.Attribute) else None)
+                if key:
+                    self.names.setdefault(key, []).append((node.lineno, node.value))
+        self.before = None  # the line of the build call being resolved
+
+    def binding(self, key):
+        vals = self.names.get(key) or []
+        if len({ast.dump(v) for _, v in vals}) > 1 and self.before is not None:
+            # Several: the last one bound before the build call (`src = "..."; load_inline(...)`
+            # twice in one file).
+            earlier = [v for line, v in sorted(vals, key=lambda x: x[0]) if line < self.before]
+            vals = [(0, earlier[-1])] if earlier else []
+        if not vals or len({ast.dump(v) for _, v in vals}) != 1:
+            raise Unresolved(f"name {key.lstrip('.')} not bound to one value")
+        return vals[0][1]
 
     def value(self, e, depth=0):
         if depth > 30:
@@ -102,10 +119,9 @@ class Strings:
         if isinstance(e, ast.Constant) and isinstance(e.value, (str, int, float)):
             return e.value if isinstance(e.value, str) else str(e.value)
         if isinstance(e, ast.Name):
-            vals = self.names.get(e.id)
-            if not vals or len({ast.dump(v) for v in vals}) != 1:
-                raise Unresolved(f"name {e.id} not bound to one value")
-            return self.value(vals[0], depth + 1)
+            return self.value(self.binding(e.id), depth + 1)
+        if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id in ("self", "cls"):
+            return self.value(self.binding("." + e.attr), depth + 1)
         if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add):
             return self.value(e.left, depth + 1) + self.value(e.right, depth + 1)
         if isinstance(e, ast.JoinedStr):
@@ -133,9 +149,12 @@ class Strings:
 
     def list(self, e, depth=0):
         if isinstance(e, ast.Name):
-            vals = self.names.get(e.id)
-            if vals and len(vals) == 1 and isinstance(vals[0], (ast.List, ast.Tuple)):
-                return self.list(vals[0], depth + 1)
+            try:
+                v = self.binding(e.id)
+            except Unresolved:
+                v = None
+            if isinstance(v, (ast.List, ast.Tuple)):
+                return self.list(v, depth + 1)
         if isinstance(e, (ast.List, ast.Tuple)):
             return [self.value(x, depth + 1) for x in e.elts]
         if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add):
@@ -160,18 +179,23 @@ def kwarg(call, name):
     return None
 
 
+# A kernel's definition (not a docstring that mentions __global__).
+KERNEL_DEF = re.compile(r"__global__[^;{]*?\w+\s*\([^;{]*\)[^;{]*\{")
+
+
 def python_sources(text):
     """[(cuda source, flags)] from a Python file, or raises Unresolved."""
     try:
         tree = ast.parse(text)
     except SyntaxError as e:
-        raise Unresolved(f"python does not parse: {e.msg}") from e
+        raise Unresolved(f"the published file is not valid Python ({e.msg})") from e
     s = Strings(tree)
     out = []
     for call in build_calls(tree):
         src_expr = kwarg(call, "cuda_sources")
         if src_expr is None:
             continue
+        s.before = call.lineno
         try:
             parts = s.list(src_expr)
         except Unresolved as e:
@@ -189,11 +213,12 @@ def python_sources(text):
         out.append((src, flags))
     if out:
         return out
+    s.before = None
     # No resolvable build call: every string constant holding a kernel, minus those that
     # are part of a longer one.
     cands = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "__global__" in node.value:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and KERNEL_DEF.search(node.value):
             cands.append(node.value)
     for node in ast.walk(tree):
         if isinstance(node, ast.JoinedStr) and any(
@@ -203,6 +228,7 @@ def python_sources(text):
                 cands.append(s.value(node))
             except Unresolved as e:
                 raise Unresolved(f"cuda source built at run time ({e})") from e
+    cands = [c for c in cands if KERNEL_DEF.search(c)]
     cands = [c for c in cands if not any(c != d and c in d for d in cands)]
     seen = []
     for c in cands:
@@ -409,7 +435,8 @@ HOST_STD = {
 HOST_NAMES = {
     "PYBIND11_MODULE", "TORCH_LIBRARY", "TORCH_LIBRARY_IMPL", "TORCH_CHECK",
     "TORCH_EXTENSION_NAME", "TORCH_INTERNAL_ASSERT", "C10_CUDA_CHECK",
-    "C10_CUDA_KERNEL_LAUNCH_CHECK", "throw", "pybind11",
+    "C10_CUDA_KERNEL_LAUNCH_CHECK", "throw", "pybind11", "getenv", "fopen", "fprintf",
+    "atexit", "dlopen", "dlsym",
 }
 HOST_CALL = re.compile(
     r"^(cudaMalloc|cudaFree|cudaMemcpy|cudaMemset|cudaLaunch|cudaStream|cudaEvent|cudaGraph"
@@ -421,19 +448,27 @@ HOST_CALL = re.compile(
     r"|cudaGetDriverEntryPoint|cublas|cudnn|cufft|curand|cusparse)\w*$"
 )
 HOST_DEFINE = re.compile(r"\b(TORCH_\w+|AT_\w+|C10_\w+|torch::|at::|c10::|pybind11|PYBIND11_\w+)")
-DEVICE_WORDS = {"__global__", "__device__"}
+DEVICE_WORDS = {"__global__", "__device__", "__constant__", "__shared__", "__managed__"}
 
 
-def host_reason(toks, lo, hi, host_fns):
+def host_reason(toks, lo, hi, host_fns, host_macros):
     """Why toks[lo..=hi] is host code, or None."""
     for k in range(lo, hi + 1):
         t = toks[k]
+        if t.kind == "pp" and k > lo:  # a #define inside a host function
+            body = tokens(t.text.lstrip()[1:])
+            why = body and host_reason(body, 0, len(body) - 1, host_fns, host_macros)
+            if why:
+                return why
+            continue
         if t.kind == "punct" and t.text == "<<<":
             return "<<<>>> launch"
         if t.kind != "ident":
             continue
         nxt = toks[k + 1].text if k + 1 <= hi else ""
-        if t.text in HOST_NAMES or t.text.startswith("AT_DISPATCH") or t.text.startswith("PYBIND11_"):
+        if t.text in HOST_NAMES or t.text.startswith(("AT_DISPATCH", "PYBIND11_", "PyObject",
+                                                      "PyMethodDef", "PyModuleDef", "PyInit_",
+                                                      "PyArg_", "Py_")):
             return t.text
         if nxt == "::" and t.text in HOST_NS and (k == lo or toks[k - 1].text != "::"):
             if t.text != "std":
@@ -443,7 +478,9 @@ def host_reason(toks, lo, hi, host_fns):
                 return f"std::{member}"
         if nxt == "(" and HOST_CALL.match(t.text):
             return f"{t.text}()"
-        if nxt == "(" and t.text in host_fns and (k == lo or toks[k - 1].text not in (".", "->")):
+        if t.text in host_macros:
+            return f"uses host {t.text}"
+        if nxt == "(" and t.text in host_fns and (k == lo or toks[k - 1].text not in (".", "->", "::")):
             return f"calls host {t.text}"
         if t.text == "main" and k > lo and toks[k - 1].text == "int" and nxt == "(":
             return "main"
@@ -452,6 +489,28 @@ def host_reason(toks, lo, hi, host_fns):
     if words[:2] == ["using", "namespace"] and len(words) > 2 and words[2] in HOST_NS - {"std"}:
         return "using namespace"
     return None
+
+
+def item_names(toks, it):
+    """(names an item defines, whether it is a function): a function's name; a type's,
+    alias's or variable's names."""
+    eq = next((k for k in range(it.lo, it.hi + 1) if toks[k].text == "="), it.hi + 1)
+    fn = function_name(toks, it)
+    if fn and fn[2] < eq:
+        return {fn[0]}, True
+    names, depth = set(), 0
+    for k in range(it.lo, it.hi + 1):
+        x = toks[k]
+        if x.text in ("(", "[", "{"):
+            depth += 1
+        elif x.text in (")", "]", "}"):
+            depth -= 1
+        elif depth == 0 and x.kind == "ident":
+            prev = toks[k - 1].text if k > it.lo else ""
+            nxt = toks[k + 1].text if k < it.hi else ""
+            if prev in AGGREGATE or prev == "using" or nxt in ("=", ";", "[", ",", "{"):
+                names.add(x.text)
+    return names - TYPE_WORDS - {"static", "const", "constexpr", "inline", "extern"}, False
 
 
 def device_macros(toks):
@@ -648,9 +707,20 @@ def extract(src):
 
     walk(items, [])
 
-    # Host functions, to a fixed point: those with host markers, then their callers.
-    host_fns = set()
+    # Host items, to a fixed point: those with host markers, then those that use what a
+    # removed item defined (its function, type, variable or macro), then the plain
+    # functions and variables only the removed host code uses (host helpers).
+    host_fns, host_macros, host_names = set(), set(), set()
     reasons = []
+    idents = {id(it): {toks[k].text for k in range(it.lo, it.hi + 1) if toks[k].kind == "ident"}
+              for it, _ in flat if it.kind == "decl"}
+
+    def remove(it, why):
+        it.removed = True
+        reasons.append(why)
+        names, is_fn = item_names(toks, it)
+        (host_fns if is_fn else host_names).update(names)
+
     changed = True
     while changed:
         changed = False
@@ -659,22 +729,40 @@ def extract(src):
                 continue
             if it.kind == "pp":
                 text = toks[it.lo].text
+                define = re.match(r"#\s*define\s+(\w+)", text)
+                body = tokens(text[define.end():]) if define else []
                 if HOST_INCLUDE.match(text) or (
-                    re.match(r"#\s*define\b", text) and HOST_DEFINE.search(text)
+                    define and (HOST_DEFINE.search(text) or "<<<" in text
+                                or (body and host_reason(body, 0, len(body) - 1, host_fns,
+                                                         host_macros | host_names)))
                 ):
                     it.removed = True
                     changed = True
+                    if define:
+                        host_macros.add(define.group(1))  # a launch or host-API macro
                 continue
             if is_device(toks, it, dmacros):
                 continue
-            why = host_reason(toks, it.lo, it.hi, host_fns)
+            why = host_reason(toks, it.lo, it.hi, host_fns, host_macros | host_names)
             if why:
-                it.removed = True
+                remove(it, why)
                 changed = True
-                reasons.append(why)
-                fn = function_name(toks, it)
-                if fn:
-                    host_fns.add(fn[0])
+        if changed:
+            continue
+        removed_ids = set().union(*[idents[id(it)] for it, _ in flat if it.kind == "decl" and it.removed])
+        for it, _ in flat:
+            if it.removed or it.kind != "decl" or is_device(toks, it, dmacros):
+                continue
+            names, is_fn = item_names(toks, it)
+            head = {toks[k].text for k in range(it.lo, head_end(toks, it))}
+            if not names or (not is_fn and head & (AGGREGATE | {"constexpr", "const", "typedef", "using", "template"})):
+                continue
+            kept_ids = set().union(*[idents[id(o)] for o, _ in flat
+                                     if o.kind == "decl" and not o.removed and o is not it])
+            if names & removed_ids and not names & kept_ids:
+                remove(it, "host helper")
+                changed = True
+                break
     # A namespace or extern "C" block whose items all went is the wrapper's too.
     def prune(its):
         for it in its:
@@ -708,31 +796,36 @@ def extract(src):
     kept = [it for it, _ in flat if not it.removed and it.kind == "decl"]
     known = defined_names(toks, kept)
 
-    # Kernels, and the instantiations the host code wrote.
-    kernels, skipped = [], []
-    host_ranges = [(it.lo, it.hi) for it, _ in flat if it.removed and it.kind == "decl"]
-    templated_hosts = {}
+    # Kernels, and the instantiations the host code wrote: each removed host item, with the
+    # source's launch and dispatch macros expanded in it, is searched for `kernel<...>`.
+    macros = launch_macros(toks)
+    snippets = []  # (host item, tokens of its text with the macros expanded)
+    for it, _ in flat:
+        if it.removed and it.kind == "decl":
+            text = src[toks[it.lo].start : toks[it.hi].end]
+            snippets.append((it, tokens(expand(text, macros))))
+    templated_hosts = {}  # item -> (host template function name, its parameters)
     for it, _ in flat:
         if it.removed and it.kind == "decl":
             fn = function_name(toks, it)
             if fn and fn[1]:
-                templated_hosts.setdefault(fn[0], []).append((it, fn[1]))
+                templated_hosts[id(it)] = (fn[0], fn[1])
 
-    def refs(name, ranges):
-        """(args, host template parameters in scope) of `name<...>` in ranges."""
+    def refs(name):
+        """(argument tokens, snippet index) of each `name<...>` in the host code."""
         found = []
-        for lo, hi in ranges:
-            for k in range(lo, hi + 1):
-                if toks[k].kind == "ident" and toks[k].text == name and k + 1 <= hi and toks[k + 1].text == "<":
-                    if k > lo and toks[k - 1].text in (".", "->"):
+        for si, (_, ts) in enumerate(snippets):
+            for k in range(len(ts) - 1):
+                if ts[k].kind == "ident" and ts[k].text == name and ts[k + 1].text == "<":
+                    if k > 0 and ts[k - 1].text in (".", "->"):
                         continue
-                    r = angle_args(toks, k + 1, hi + 1)
+                    r = angle_args(ts, k + 1, len(ts))
                     if r:
-                        found.append((r[0], lo, hi))
+                        found.append((r[0], si))
         return found
 
-    def resolve(parts, env, dispatch, depth=0):
-        """Argument texts for parts under env (host template parameter → value)."""
+    def resolve(parts, env, dispatch):
+        """Argument texts for parts under env (host template parameter -> value)."""
         idents = {p.text for p in parts if p.kind == "ident"}
         free = [x for x in idents if x not in TYPE_WORDS and x not in known and x not in env]
         if "scalar_t" in free and dispatch:
@@ -741,66 +834,75 @@ def extract(src):
             return []
         texts = [arg_text([Tok(p.kind, env.get(p.text, p.text), 0, 0) for p in parts])]
         if "scalar_t" in idents and "scalar_t" not in env and dispatch:
-            texts = [t2 for t in texts for t2 in (
-                [re.sub(r"\bscalar_t\b", ty, t) for ty in dispatch])]
+            texts = [re.sub(r"\bscalar_t\b", ty, t) for t in texts for ty in dispatch]
         return texts
 
-    def dispatch_types(lo, hi):
-        text = " ".join(toks[k].text for k in range(lo, hi + 1))
-        if "AT_DISPATCH_FLOATING_TYPES_AND_HALF" in text or "AT_DISPATCH_FLOATING_TYPES_AND2" in text:
-            return ["float", "double"]
+    def dispatch_types(si):
+        text = " ".join(t.text for t in snippets[si][1])
         if "AT_DISPATCH_FLOATING_TYPES" in text:
-            return ["float", "double"]
+            return ["float", "double"]  # what AT_DISPATCH_FLOATING_TYPES instantiates
         if "AT_DISPATCH" in text:
             return ["float"]
         return []
 
-    def locals_of(lo, hi):
-        """`constexpr int TX = 16;`-style constants of the host code at lo..hi."""
+    def locals_of(si):
+        """`constexpr int TX = 16, TY = 8;`-style constants of a host item."""
+        ts = snippets[si][1]
+        hi = len(ts) - 1
         env = {}
-        for k in range(lo, hi):
-            if toks[k].text not in ("constexpr", "const"):
+        for k in range(hi):
+            if ts[k].text not in ("constexpr", "const"):
                 continue
             j = k + 1
-            while j < hi and toks[j].kind == "ident" and toks[j + 1].kind == "ident":
+            while j < hi and ts[j].kind == "ident" and ts[j + 1].kind == "ident":
                 j += 1
-            while j + 1 < hi and toks[j].kind == "ident" and toks[j + 1].text == "=":
+            while j + 1 < hi and ts[j].kind == "ident" and ts[j + 1].text == "=":
                 e = j + 2
                 vals = []
-                while e <= hi and toks[e].text not in (";", ","):
-                    vals.append(toks[e])
+                while e <= hi and ts[e].text not in (";", ","):
+                    vals.append(ts[e])
                     e += 1
                 ok = vals and all(
                     v.kind == "num" or (v.kind == "punct" and v.text in "+-*/()<>%")
                     or (v.kind == "ident" and (v.text in known or v.text in env)) for v in vals)
                 if ok:
                     txt = arg_text([Tok(v.kind, env.get(v.text, v.text), 0, 0) for v in vals])
-                    env[toks[j].text] = txt if len(vals) == 1 else f"({txt})"
-                if e > hi or toks[e].text != ",":
+                    env[ts[j].text] = txt if len(vals) == 1 else f"({txt})"
+                if e > hi or ts[e].text != ",":
                     break
-                j = e + 1  # `constexpr int TX = 16, TY = 8;`
+                j = e + 1
         return env
 
-    def host_envs(lo, hi, depth=0):
-        """Bindings of the template parameters of the host function at lo..hi, from the
-        calls other host code makes with readable arguments ([{}] if it is no template)."""
-        for name, defs in templated_hosts.items():
-            for it, params in defs:
-                if it.lo == lo:
-                    if depth > 3:
-                        return []
-                    envs = []
-                    for parts, clo, chi in refs(name, host_ranges):
-                        if clo == lo:
-                            continue
-                        for outer in host_envs(clo, chi, depth + 1):
-                            for txt in resolve(parts, outer, dispatch_types(clo, chi)):
-                                vals = split_args(txt)
-                                if len(vals) <= len(params):
-                                    envs.append({**locals_of(lo, hi), **outer, **dict(zip(params, vals))})
-                    return envs
-        return [locals_of(lo, hi)]
+    envs_memo = {}
 
+    def host_envs(si, stack=()):
+        """Bindings of the host item's template parameters, from the calls other host
+        code makes with readable arguments (its local constants when it is no template)."""
+        if si in envs_memo:
+            return envs_memo[si]
+        if si in stack or len(stack) > 4:
+            return []
+        owner = snippets[si][0]
+        base = locals_of(si)
+        if id(owner) not in templated_hosts:
+            envs = [base]
+        else:
+            name, params = templated_hosts[id(owner)]
+            envs = []
+            for parts, caller in refs(name):
+                if caller == si:
+                    continue
+                for outer in host_envs(caller, stack + (si,)):
+                    for txt in resolve(parts, outer, dispatch_types(caller)):
+                        vals = split_args(txt)
+                        if len(vals) <= len(params):
+                            env = {**base, **dict(zip(params, vals))}
+                            if env not in envs:
+                                envs.append(env)
+        envs_memo[si] = envs[:64]
+        return envs_memo[si]
+
+    kernels, skipped = [], []
     for it, ns in flat:
         if it.removed or it.kind != "decl" or not is_global(toks, it, gmacros):
             continue
@@ -810,15 +912,15 @@ def extract(src):
         if not fn:
             continue
         name, tparams, _ = fn
-        qual = "::".join([n for n in ns] + [name])
+        qual = "::".join(list(ns) + [name])
         if not tparams:
             if qual not in kernels:
                 kernels.append(qual)
             continue
         insts = []
-        for parts, lo, hi in refs(name, host_ranges):
-            for env in host_envs(lo, hi):
-                for txt in resolve(parts, env, dispatch_types(lo, hi)):
+        for parts, si in refs(name):
+            for env in host_envs(si):
+                for txt in resolve(parts, env, dispatch_types(si)):
                     e = f"{qual}<{txt}>"
                     if e not in insts:
                         insts.append(e)
@@ -827,6 +929,77 @@ def extract(src):
         else:
             skipped.append(qual)
     return device_src, kernels, skipped, sorted(set(reasons))
+
+
+def launch_macros(toks):
+    """The source's function-like macros, and its object-like macros whose body is code
+    (a launch, a call): name -> (parameters or None, body)."""
+    out = {}
+    for t in toks:
+        if t.kind != "pp":
+            continue
+        text = re.sub(r"\\\r?\n", " ", t.text)
+        text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+        text = re.sub(r"//.*", "", text)
+        m = re.match(r"#\s*define\s+(\w+)(\(([^)]*)\))?\s*(.*)", text, re.S)
+        if not m:
+            continue
+        name, params, body = m.group(1), m.group(3), m.group(4).strip()
+        if params is not None:
+            out[name] = ([p.strip() for p in params.split(",") if p.strip()], body)
+        elif "(" in body or "<<<" in body:
+            out[name] = (None, body)
+    return out
+
+
+def expand(text, macros, depth=0):
+    """text with the macros expanded (textually; a few levels deep, size-bounded)."""
+    if depth > 4 or not macros:
+        return text
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, macros)) + r")\b")
+    out, i, changed = [], 0, False
+    while True:
+        m = pattern.search(text, i)
+        if not m:
+            out.append(text[i:])
+            break
+        params, body = macros[m.group(1)]
+        if params is None:
+            out.append(text[i : m.start()] + " " + body + " ")
+            i, changed = m.end(), True
+            continue
+        j = m.end()
+        while j < len(text) and text[j] in " \t\r\n":
+            j += 1
+        if j >= len(text) or text[j] != "(":
+            out.append(text[i : m.end()])
+            i = m.end()
+            continue
+        args, level, start, k = [], 0, j + 1, j
+        while k < len(text):
+            c = text[k]
+            if c in "([{":
+                level += 1
+            elif c in ")]}":
+                level -= 1
+                if level == 0:
+                    args.append(text[start:k])
+                    break
+            elif c == "," and level == 1:
+                args.append(text[start:k])
+                start = k + 1
+            k += 1
+        else:
+            out.append(text[i:])
+            break
+        binding = {p: a.strip() for p, a in zip(params, args)}
+        b = re.sub(r"\b\w+\b", lambda w: binding.get(w.group(0), w.group(0)), body) if binding else body
+        out.append(text[i : m.start()] + " " + b.replace("##", "") + " ")
+        i, changed = k + 1, True
+    res = "".join(out)
+    if len(res) > 1_000_000:
+        return text
+    return expand(res, macros, depth + 1) if changed else res
 
 
 def split_args(txt):

@@ -307,3 +307,35 @@ fn std_names_torch_used_to_bring_along_need_no_include() {
         m.module.options
     );
 }
+
+#[test]
+fn cubs_umbrella_header_gives_the_device_level_primitives() {
+    if !nvrtc() {
+        return;
+    }
+    let Some(dirs) = toolkit() else { return };
+    // The toolkit's <cub/cub.cuh> refuses NVRTC with #error; kiln's stand-in keeps the
+    // block-, warp- and thread-level parts.
+    let src = "#include <cub/cub.cuh>\n\
+               template <int THREADS>\n\
+               __global__ void block_sum(const float* x, float* y) {\n\
+               using Block = cub::BlockReduce<float, THREADS>;\n\
+               using Warp = cub::WarpReduce<float>;\n\
+               __shared__ typename Block::TempStorage bt;\n\
+               __shared__ typename Warp::TempStorage wt[THREADS / 32];\n\
+               float v = Warp(wt[threadIdx.x / 32]).Sum(x[threadIdx.x]);\n\
+               float s = Block(bt).Sum(v);\n\
+               if (threadIdx.x == 0) y[blockIdx.x] = s; }";
+    compile(src, &["block_sum<256>"], &dirs).expect("compiles");
+    // A device-wide algorithm is host code: refused by CUB itself, with kiln's advice.
+    let err = compile(
+        "#include <cub/device/device_reduce.cuh>\n__global__ void k(float* y) {}",
+        &["k"],
+        &dirs,
+    )
+    .expect_err("device-wide");
+    let CompileError::Failed { log } = &err else {
+        panic!("expected a compile failure, got {err}");
+    };
+    assert!(log.contains("kiln: cub's device-wide algorithms"), "{log}");
+}

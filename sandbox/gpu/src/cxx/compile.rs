@@ -205,11 +205,25 @@ fn no_such_kernel(program: &Program, unresolved: &[String], log: String) -> Comp
     }
 }
 
-/// `log` with a line of advice for each header NVRTC could not open, and for an
-/// annotated lambda (NVRTC has no `--extended-lambda`).
+/// `log` with a line of advice for each header NVRTC could not open, for CUB's
+/// device-wide algorithms and Thrust (host-launched), and for an annotated lambda (NVRTC
+/// has no `--extended-lambda`).
 fn with_hints(mut log: String, no_toolkit: bool) -> String {
     let mut hints = Vec::new();
     for line in log.lines() {
+        if line.contains("#error directive: \"Including <cub/device/")
+            || line.contains("#error directive: \"Including <thrust/")
+        {
+            let hint = "cub's device-wide algorithms (cub::Device*) and Thrust are launched from \
+                        host code, which a candidate has none of; device code can use cub's \
+                        block-, warp- and thread-level primitives (<cub/cub.cuh>, \
+                        <cub/block/...>, <cub/warp/...>)"
+                .to_string();
+            if !hints.contains(&hint) {
+                hints.push(hint);
+            }
+            continue;
+        }
         if line.contains("requires --extended-lambda") {
             let hint = "NVRTC has no --extended-lambda (kiln drops the flag): inside device \
                         code a lambda needs no __device__ or __host__ annotation; remove it"

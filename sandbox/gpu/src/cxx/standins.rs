@@ -18,6 +18,8 @@
 //!   `cublas_v2.h`, `cudnn.h`, …): empty.
 //! - When no toolkit headers were found: empty `cuda_runtime.h`, `cuda_runtime_api.h` and
 //!   `device_launch_parameters.h` (NVRTC declares everything device code takes from them).
+//!   When they were: `<cub/cub.cuh>`, CUB's umbrella without its device-wide (host-launched)
+//!   algorithms, since the toolkit's own refuses NVRTC with `#error`.
 //! - [`PRELUDE`]: `<stdint.h>`, `<stddef.h>`, `<limits.h>`, `<float.h>` and the math
 //!   constants (`INFINITY`, `NAN`, `M_PI`, …) — macros and typedefs only.
 //! - [`implied`]: the stand-ins a source needs without including them (it uses
@@ -89,6 +91,12 @@ pub const EMPTY_HOST_HEADERS: &[&str] = &[
     "vector",
 ];
 
+/// Stand-ins for toolkit headers that refuse NVRTC as a whole although device code uses
+/// most of what they include; given only when the toolkit's headers were found (they
+/// include its other headers).
+pub const TOOLKIT_STANDINS: &[(&str, &str)] =
+    &[("cub/cub.cuh", include_str!("standins/cub/cub.cuh"))];
+
 /// Toolkit headers given as empty files when no toolkit was found: NVRTC itself declares
 /// what device code uses from them.
 pub const EMPTY_WITHOUT_TOOLKIT: &[&str] = &[
@@ -98,7 +106,7 @@ pub const EMPTY_WITHOUT_TOOLKIT: &[&str] = &[
 ];
 
 /// The in-memory headers for one compile: the stand-ins, the empty host headers, and,
-/// when `toolkit` is false, the empty toolkit headers.
+/// when `toolkit` is true, [`TOOLKIT_STANDINS`], else the empty toolkit headers.
 pub fn headers(toolkit: bool) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = STANDINS
         .iter()
@@ -113,7 +121,13 @@ pub fn headers(toolkit: bool) -> Vec<(String, String)> {
     for n in EMPTY_HOST_HEADERS {
         out.push(empty(n, "is host code; empty for device code"));
     }
-    if !toolkit {
+    if toolkit {
+        out.extend(
+            TOOLKIT_STANDINS
+                .iter()
+                .map(|(n, c)| (n.to_string(), c.to_string())),
+        );
+    } else {
         for n in EMPTY_WITHOUT_TOOLKIT {
             out.push(empty(n, "stands in for the toolkit's (not found here)"));
         }
@@ -238,6 +252,8 @@ mod tests {
             assert!(all.iter().any(|(n, _)| n == name), "{name} missing");
         }
         assert!(!headers(true).iter().any(|(n, _)| n == "cuda_runtime.h"));
+        assert!(headers(true).iter().any(|(n, _)| n == "cub/cub.cuh"));
+        assert!(!all.iter().any(|(n, _)| n == "cub/cub.cuh"));
         // Names are unique, so NVRTC never sees two headers of one name.
         let mut names: Vec<&str> = all.iter().map(|(n, _)| n.as_str()).collect();
         names.sort_unstable();
