@@ -690,8 +690,60 @@ def defined_names(toks, kept):
 # ---------------------------------------------------------------- one source
 
 
-def extract(src):
+def disabled_regions(toks, flags):
+    """Token indexes inside preprocessor branches that are off when kiln compiles for sm_90:
+    `#ifdef X`/`#if defined(X)` of a macro neither the source nor the flags define (often a
+    switch the host build sets at run time), `#if __CUDA_ARCH__ >= N` with N > 900. Other
+    conditions count as on."""
+    defined = {m.group(1) for t in toks if t.kind == "pp"
+               for m in [re.match(r"#\s*define\s+(\w+)", t.text)] if m}
+    defined |= {f[2:].split("=")[0] for f in flags if f.startswith("-D")}
+
+    def value(cond):
+        cond = cond.strip()
+        m = re.fullmatch(r"!?\s*defined\s*\(?\s*(\w+)\s*\)?", cond)
+        if m:
+            on = m.group(1) in defined
+            return not on if cond.startswith("!") else on
+        m = re.fullmatch(r"\(?\s*(?:defined\s*\(?\s*__CUDA_ARCH__\s*\)?\s*&&\s*)?__CUDA_ARCH__\s*>=\s*(\d+)\s*\)?", cond)
+        if m:
+            return 900 >= int(m.group(1))
+        return None  # unknown: on
+
+    off = set()
+    stack = []  # (this branch on, some branch taken)
+    for k, t in enumerate(toks):
+        if t.kind != "pp":
+            if any(not on for on, _ in stack):
+                off.add(k)
+            continue
+        m = re.match(r"#\s*(ifdef|ifndef|if|elif|else|endif)\b(.*)", t.text, re.S)
+        if not m:
+            continue
+        d, rest = m.group(1), re.sub(r"//.*|/\*.*?\*/", "", m.group(2), flags=re.S)
+        if d in ("ifdef", "ifndef"):
+            on = (rest.strip() in defined) == (d == "ifdef")
+            stack.append((on, on))
+        elif d == "if":
+            v = value(rest)
+            on = True if v is None else v
+            stack.append((on, on))
+        elif d == "elif" and stack:
+            _, taken = stack.pop()
+            v = value(rest)
+            on = (not taken) and (True if v is None else v)
+            stack.append((on, taken or on))
+        elif d == "else" and stack:
+            _, taken = stack.pop()
+            stack.append((not taken, True))
+        elif d == "endif" and stack:
+            stack.pop()
+    return off
+
+
+def extract(src, flags=()):
     toks = tokens(src)
+    off = disabled_regions(toks, flags)
     items = split(toks, 0, len(toks))
     dmacros = device_macros(toks)
     gmacros = {m for m in dmacros if re.search(
@@ -913,6 +965,9 @@ def extract(src):
             continue
         name, tparams, _ = fn
         qual = "::".join(list(ns) + [name])
+        if it.lo in off:  # not compiled for sm_90 with these flags
+            skipped.append(qual)
+            continue
         if not tparams:
             if qual not in kernels:
                 kernels.append(qual)
@@ -1071,7 +1126,7 @@ def main():
                 continue
             for k, (src, flags) in enumerate(sources):
                 sid = f"{corpus}/{path}" + (f"#{k + 1}" if len(sources) > 1 else "")
-                device_src, kernels, skipped, removed = extract(src)
+                device_src, kernels, skipped, removed = extract(src, kiln_flags(flags))
                 out.write(json.dumps({
                     "id": sid, **base, "source": device_src, "kernels": kernels,
                     "names_skipped": skipped, "flags": kiln_flags(flags), "removed": removed,

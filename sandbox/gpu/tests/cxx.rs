@@ -120,6 +120,15 @@ fn unknown_names_are_errors_that_list_the_module_kernels() {
         text.contains("no_such_kernel") && text.contains("kernels in the module"),
         "{text}"
     );
+    // An instantiation of a template the source does not define (NVRTC respells it in
+    // its log): named as the launch list spells it, and the module's kernels still listed.
+    let err = compile(KERNELS, &["plain_cxx", "missing_tpl<4, float>"], &[])
+        .expect_err("unknown template");
+    let CompileError::NoSuchKernel { names, found, .. } = &err else {
+        panic!("expected NoSuchKernel, got {err}");
+    };
+    assert_eq!(names, &vec!["missing_tpl<4, float>".to_string()]);
+    assert!(found.contains("plain_cxx(float*)"), "{found}");
     // A name expression that is a __device__ variable, not a kernel.
     let err = compile(
         "__device__ float table[4];\n__global__ void k(float* y) { y[0] = table[0]; }",
@@ -291,6 +300,10 @@ fn std_names_torch_used_to_bring_along_need_no_include() {
         m.module.options
     );
     assert_eq!(m.artifact.manifest.kernels.len(), 2);
+    // Nor do the half-precision and bfloat16 types (torch's c10 headers included them).
+    let src = "__global__ void to_bf16(const __half* x, __nv_bfloat16* y) {\n\
+               y[threadIdx.x] = __float2bfloat16(__half2float(x[threadIdx.x])); }";
+    compile(src, &["to_bf16"], &dirs).expect("compiles without cuda_fp16.h/cuda_bf16.h");
     // A source using no such name gets no extra header (and so no libcu++ cost).
     let m = compile(
         "__global__ void k(float* y) { y[0] = sqrtf(y[0]); }",

@@ -182,13 +182,31 @@ fn shown(log: String) -> String {
     nvrtc::truncate_log(log.replace(SOURCE_NAME, SHOWN_NAME))
 }
 
-/// The compile error for launch names NVRTC could not resolve: it names them and the
-/// kernels the source does define (from a second compile without those names).
+/// `s` without whitespace: NVRTC's log respells a name expression (`k < 4, float >`
+/// for `k<4, float>`), so names are compared this way.
+fn squashed(s: &str) -> String {
+    s.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+/// The compile error for launch names NVRTC could not resolve: it names them as the
+/// launch list spells them, and the kernels the source does define (from a second compile
+/// without those names).
 fn no_such_kernel(program: &Program, unresolved: &[String], log: String) -> CompileError {
+    let unresolved: Vec<String> = unresolved
+        .iter()
+        .map(|u| {
+            program
+                .names
+                .iter()
+                .find(|n| squashed(n) == squashed(u))
+                .unwrap_or(u)
+                .clone()
+        })
+        .collect();
     let rest: Vec<String> = program
         .names
         .iter()
-        .filter(|n| !unresolved.contains(&n.trim().to_string()))
+        .filter(|n| !unresolved.iter().any(|u| squashed(u) == squashed(n)))
         .cloned()
         .collect();
     let found = match compile_program(&Program {
@@ -199,7 +217,7 @@ fn no_such_kernel(program: &Program, unresolved: &[String], log: String) -> Comp
         Err(_) => "unknown (the source does not compile without those names either)".into(),
     };
     CompileError::NoSuchKernel {
-        names: unresolved.to_vec(),
+        names: unresolved,
         found,
         log,
     }

@@ -24,7 +24,9 @@
 //!   constants (`INFINITY`, `NAN`, `M_PI`, …) — macros and typedefs only.
 //! - [`implied`]: the stand-ins a source needs without including them (it uses
 //!   `std::numeric_limits` or `std::is_same` the way code that included `torch/extension.h`
-//!   could), pre-included after the prelude only then.
+//!   could), pre-included after the prelude only then; likewise the toolkit's
+//!   `cuda_fp16.h`/`cuda_bf16.h`/`cuda_fp8.h` for a source that names `__half`,
+//!   `__nv_bfloat16`, `__nv_fp8_e4m3`… without including them.
 
 /// The prelude's header name, passed as `--pre-include`.
 pub const PRELUDE: &str = "kiln_prelude.h";
@@ -173,19 +175,49 @@ fn std_names(contents: &str) -> Vec<&str> {
     out
 }
 
-/// The stand-ins a source needs but does not include: nvcc users get `std::numeric_limits`,
+/// The toolkit's half-precision, bfloat16 and fp8 types, and the header of each:
+/// `torch/extension.h` includes them (through c10's `Half.h`/`BFloat16.h`), so generated
+/// kernels use them without an `#include`. Only these type names count: the short `half`
+/// is too often a variable's name.
+const TOOLKIT_TYPES: &[(&str, &str)] = &[
+    ("__half", "cuda_fp16.h"),
+    ("__half2", "cuda_fp16.h"),
+    ("__nv_bfloat16", "cuda_bf16.h"),
+    ("__nv_bfloat162", "cuda_bf16.h"),
+    ("nv_bfloat16", "cuda_bf16.h"),
+    ("nv_bfloat162", "cuda_bf16.h"),
+    ("__nv_fp8_e4m3", "cuda_fp8.h"),
+    ("__nv_fp8_e5m2", "cuda_fp8.h"),
+    ("__nv_fp8x2_e4m3", "cuda_fp8.h"),
+    ("__nv_fp8x4_e4m3", "cuda_fp8.h"),
+    ("__nv_fp8_storage_t", "cuda_fp8.h"),
+];
+
+/// The headers a source needs but does not include: nvcc users get `std::numeric_limits`,
 /// `std::is_same`, `std::min`, `std::sqrt`, … from the host headers `torch/extension.h`
 /// pulls in, so generated kernels use them without an `#include`. For each `std::` name
 /// the code (comments and literals aside) uses, the first stand-in of [`STD_PROVIDERS`]
 /// that declares it is returned, to be pre-included after the prelude; those built on
-/// libcu++ only when `toolkit` is true. A source that includes the header itself gets it
-/// twice, harmlessly (`#pragma once`). Sources that use no such name pay nothing.
+/// libcu++ only when `toolkit` is true; with the toolkit, also the toolkit header of each
+/// type of [`TOOLKIT_TYPES`] the code names (`__nv_bfloat16` → `cuda_bf16.h`). A source
+/// that includes the header itself gets it twice, harmlessly (include guards). Sources that
+/// use no such name pay nothing.
 pub fn implied(source: &str, toolkit: bool) -> Vec<&'static str> {
     let mut used: Vec<String> = Vec::new();
+    let mut out = Vec::new();
     for line in super::lexer::logical_lines(source) {
         let bare = line.bare.as_str();
         if bare.trim_start().starts_with('#') {
             continue;
+        }
+        if toolkit {
+            for word in bare.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if let Some((_, h)) = TOOLKIT_TYPES.iter().find(|(w, _)| *w == word)
+                    && !out.contains(h)
+                {
+                    out.push(*h);
+                }
+            }
         }
         let mut rest = bare;
         while let Some(at) = rest.find("std::") {
@@ -204,7 +236,6 @@ pub fn implied(source: &str, toolkit: bool) -> Vec<&'static str> {
             rest = after;
         }
     }
-    let mut out = Vec::new();
     for name in &used {
         let provider = STD_PROVIDERS.iter().find(|(h, _)| {
             STANDINS
@@ -276,6 +307,10 @@ mod tests {
         );
         // Without the toolkit, only the stand-ins that need no libcu++.
         assert_eq!(implied(src, false), vec!["algorithm", "cmath"]);
+        let typed = "__global__ void k(__nv_bfloat16* y, const __half* x) { int half = 2; }";
+        assert_eq!(implied(typed, true), vec!["cuda_bf16.h", "cuda_fp16.h"]);
+        assert!(implied(typed, false).is_empty());
+        assert!(implied("__global__ void k(float* y) { int half = 2; }", true).is_empty());
         assert!(implied("__global__ void k(float* y) { y[0] = sqrtf(2.f); }", true).is_empty());
         assert!(implied("__device__ void h() { std::vector<int> v; }", true).is_empty());
     }
