@@ -8,21 +8,26 @@ torch/pybind host wrapper removed, the `__global__` kernels it defines as kiln l
 changed. What is removed:
 
 - `#include` lines of torch/ATen/c10/pybind11/THC/caffe2/Python.h, and `#define`s whose
-  body uses the torch/pybind API (`TORCH_CHECK`, `torch::`, `AT_…`);
-- top-level host items (functions, declarations, variables, `using`/namespace aliases) that
-  use torch/at/c10/pybind11, launch with `<<<…>>>`, call the CUDA host runtime, or use host
-  containers, and host items that call those; `PYBIND11_MODULE`/`TORCH_LIBRARY` blocks.
-  Items marked `__global__`/`__device__` (or a macro that expands to them) are always kept.
+  body is host code (the torch/pybind API, a `<<<…>>>` launch, a host runtime call);
+- namespace-scope host items (functions, declarations, variables, types, `using`/namespace
+  aliases) that use torch/at/c10/pybind11 or the Python C API, launch with `<<<…>>>`, call
+  the CUDA runtime/driver or a CUDA library's host API, use host containers or `throw`;
+  then, to a fixed point, items that use what a removed item defined, and plain functions
+  and variables only removed code uses (host helpers); `PYBIND11_MODULE`/`TORCH_LIBRARY`
+  blocks; a namespace or `extern "C"` block left empty.
+  Items marked `__global__`/`__device__`/`__constant__`/`__shared__` (or a macro that
+  expands to them) are always kept, whatever they contain.
 
 Kernel names: every `__global__` definition kept, qualified by its namespaces. A template
 kernel is named by the instantiations the removed host code wrote (`k<256, float>`, also
-through a templated host launcher called with literal arguments, and `scalar_t` of an
-`AT_DISPATCH_FLOATING_TYPES` as float and double); when none can be read, it is left
-unnamed (counted in `names_skipped`).
+through a templated host launcher called with literal arguments or a launch macro, and
+`scalar_t` of an `AT_DISPATCH_*` macro as float, the type the fp32 problems launched it
+with); when none can be read, or the kernel sits in a preprocessor branch that is off for
+sm_90, it is left unnamed (counted in `names_skipped`).
 
-Usage: extract.py CORPUS GIT_DIR OUT.jsonl
+Usage: extract.py CORPUS GIT_DIR OUT.jsonl [COMMIT]
   CORPUS: good-kernels | leaderboard | robust-kbench | cuda-l1 | kernelbench-com
-  GIT_DIR: the repository's mirror (a bare git directory), read at HEAD.
+  GIT_DIR: the repository's mirror (a bare git directory), read at COMMIT (default HEAD).
 """
 
 import ast
@@ -40,12 +45,15 @@ def git(gitdir, *args):
     ).stdout
 
 
+REV = "HEAD"  # the commit read (argument 4)
+
+
 def ls(gitdir):
-    return git(gitdir, "ls-tree", "-r", "--name-only", "HEAD").decode().splitlines()
+    return git(gitdir, "ls-tree", "-r", "--name-only", REV).decode().splitlines()
 
 
 def show(gitdir, path):
-    return git(gitdir, "show", f"HEAD:{path}").decode("utf-8", "replace")
+    return git(gitdir, "show", f"{REV}:{path}").decode("utf-8", "replace")
 
 
 def published(corpus, gitdir):
@@ -190,6 +198,12 @@ def python_sources(text):
     except SyntaxError as e:
         raise Unresolved(f"the published file is not valid Python ({e.msg})") from e
     s = Strings(tree)
+    # The arch-specific target asked for through the environment torch's build reads
+    # (`os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"`), as an nvcc flag.
+    env_arch = []
+    for m in re.finditer(r"TORCH_CUDA_ARCH_LIST[\"']\s*\]?\s*=\s*[\"']([^\"']+)[\"']", text):
+        for a in re.findall(r"(\d+)\.(\d)a\b", m.group(1)):
+            env_arch.append(f"-arch=sm_{a[0]}{a[1]}a")
     out = []
     for call in build_calls(tree):
         src_expr = kwarg(call, "cuda_sources")
@@ -210,7 +224,7 @@ def python_sources(text):
                 flags = s.list(fl)
             except Unresolved:
                 flags = []
-        out.append((src, flags))
+        out.append((src, flags + [a for a in env_arch if a not in flags]))
     if out:
         return out
     s.before = None
@@ -234,7 +248,7 @@ def python_sources(text):
     for c in cands:
         if c not in seen:
             seen.append(c)
-    return [(c, []) for c in seen]
+    return [(c, list(env_arch)) for c in seen]
 
 
 # ---------------------------------------------------------------- C++: tokens and items
@@ -438,15 +452,9 @@ HOST_NAMES = {
     "C10_CUDA_KERNEL_LAUNCH_CHECK", "throw", "pybind11", "getenv", "fopen", "fprintf",
     "atexit", "dlopen", "dlsym",
 }
-HOST_CALL = re.compile(
-    r"^(cudaMalloc|cudaFree|cudaMemcpy|cudaMemset|cudaLaunch|cudaStream|cudaEvent|cudaGraph"
-    r"|cudaDeviceSynchronize|cudaDeviceReset|cudaSetDevice|cudaGetDevice|cudaDeviceGetAttribute"
-    r"|cudaFuncSetAttribute|cudaFuncGetAttributes|cudaOccupancy|cudaGetLastError"
-    r"|cudaPeekAtLastError|cudaGetErrorString|cudaGetSymbolAddress|cudaMemcpyToSymbol"
-    r"|cudaPointerGetAttributes|cudaHostAlloc|cudaMallocHost|cudaFreeHost"
-    r"|cuLaunch|cuMem|cuModule|cuCtx|cuInit|cuTensorMapEncode|cuGetProcAddress|cuDriverGetVersion"
-    r"|cudaGetDriverEntryPoint|cublas|cudnn|cufft|curand|cusparse)\w*$"
-)
+# Calls only host code makes (outside `__device__`/`__global__` code): the CUDA runtime and
+# driver APIs and the CUDA libraries' host APIs.
+HOST_CALL = re.compile(r"^(cuda[A-Z]\w*|cu[A-Z][a-z]\w*|cublas\w*|cudnn\w*|cufft\w*|curand\w*|cusparse\w*|nvrtc\w*)$")
 HOST_DEFINE = re.compile(r"\b(TORCH_\w+|AT_\w+|C10_\w+|torch::|at::|c10::|pybind11|PYBIND11_\w+)")
 DEVICE_WORDS = {"__global__", "__device__", "__constant__", "__shared__", "__managed__"}
 
@@ -480,7 +488,7 @@ def host_reason(toks, lo, hi, host_fns, host_macros):
             return f"{t.text}()"
         if t.text in host_macros:
             return f"uses host {t.text}"
-        if nxt == "(" and t.text in host_fns and (k == lo or toks[k - 1].text not in (".", "->", "::")):
+        if nxt in ("(", "<") and t.text in host_fns and (k == lo or toks[k - 1].text not in (".", "->", "::")):
             return f"calls host {t.text}"
         if t.text == "main" and k > lo and toks[k - 1].text == "int" and nxt == "(":
             return "main"
@@ -890,12 +898,11 @@ def extract(src, flags=()):
         return texts
 
     def dispatch_types(si):
+        # `scalar_t` of an AT_DISPATCH_* macro: the type the launch ran with, float (the
+        # problems of these corpora are fp32). The macro also compiled double (and half)
+        # instances that never ran; a kiln launch list names only what it launches.
         text = " ".join(t.text for t in snippets[si][1])
-        if "AT_DISPATCH_FLOATING_TYPES" in text:
-            return ["float", "double"]  # what AT_DISPATCH_FLOATING_TYPES instantiates
-        if "AT_DISPATCH" in text:
-            return ["float"]
-        return []
+        return ["float"] if "AT_DISPATCH" in text else []
 
     def locals_of(si):
         """`constexpr int TX = 16, TY = 8;`-style constants of a host item."""
@@ -1103,10 +1110,12 @@ def kiln_flags(flags):
 
 
 def main():
-    if len(sys.argv) != 4:
+    global REV
+    if len(sys.argv) not in (4, 5):
         raise SystemExit(__doc__)
-    corpus, gitdir, out_path = sys.argv[1:]
-    commit = git(gitdir, "rev-parse", "HEAD").decode().strip()
+    corpus, gitdir, out_path = sys.argv[1:4]
+    REV = sys.argv[4] if len(sys.argv) == 5 else "HEAD"
+    commit = git(gitdir, "rev-parse", REV).decode().strip()
     n = 0
     with open(out_path, "w") as out:
         for path, kind, text in published(corpus, gitdir):

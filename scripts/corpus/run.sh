@@ -8,7 +8,8 @@
 #
 # Needs NVRTC 13 and the CUDA 13 headers: by default those of torch's wheels under
 # $KILN_PYTHON (or /opt/kiln-torch/bin/python); or set NVRTC_ROOT (a folder with lib/ and
-# include/).
+# include/). COMPILE_CORPUS may name a compile_corpus binary to use instead of building one;
+# CORPUS_REV a commit to read instead of each mirror's HEAD (with one corpus).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mirrors=${1:?usage: run.sh MIRRORS OUT [corpus...]}
@@ -30,14 +31,16 @@ print(next(os.path.join(p, "cu13") for p in nvidia.__path__
            if os.path.isfile(os.path.join(p, "cu13", "lib", "libnvrtc.so.13"))))')
 fi
 mkdir -p "$out"
-cargo build -q -p kiln-gpu --example compile_corpus
-bin="${CARGO_TARGET_DIR:-target}/debug/examples/compile_corpus"
+bin=${COMPILE_CORPUS:-}  # a compile_corpus binary built before (to compare two kilns)
+if [ -z "$bin" ]; then
+  cargo build -q -p kiln-gpu --example compile_corpus
+  bin="${CARGO_TARGET_DIR:-target}/debug/examples/compile_corpus"
+fi
 for c in "${corpora[@]}"; do
   git_dir="$mirrors/${repo[$c]:?unknown corpus $c}/repo"
   [ -d "$git_dir" ] || git_dir="$mirrors/${repo[$c]}"
-  python3 scripts/corpus/extract.py "$c" "$git_dir" "$out/$c.jsonl"
+  python3 scripts/corpus/extract.py "$c" "$git_dir" "$out/$c.jsonl" ${CORPUS_REV:+"$CORPUS_REV"}
   LD_LIBRARY_PATH="$NVRTC_ROOT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CUDA_HOME="$NVRTC_ROOT" \
     "$bin" "$out/$c.jsonl" > "$out/$c.results.jsonl" 2> "$out/$c.summary.txt"
-  echo "== $c ($(git --git-dir="$git_dir" rev-parse --short=12 HEAD))"
-  cat "$out/$c.summary.txt"
 done
+python3 scripts/corpus/summarize.py "$out" "${corpora[@]}"
