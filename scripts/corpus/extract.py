@@ -243,6 +243,8 @@ def python_sources(text):
             except Unresolved as e:
                 raise Unresolved(f"cuda source built at run time ({e})") from e
     cands = [c for c in cands if KERNEL_DEF.search(c)]
+    if any(re.search(r"@[A-Za-z_]\w*@", c) for c in cands):
+        raise Unresolved("cuda source is a template filled in at run time (@NAME@ placeholders)")
     cands = [c for c in cands if not any(c != d and c in d for d in cands)]
     seen = []
     for c in cands:
@@ -502,12 +504,15 @@ def host_reason(toks, lo, hi, host_fns, host_macros):
 def item_names(toks, it):
     """(names an item defines, whether it is a function): a function's name; a type's,
     alias's or variable's names."""
-    eq = next((k for k in range(it.lo, it.hi + 1) if toks[k].text == "="), it.hi + 1)
+    start = it.lo
+    if toks[start].text == "template" and start < it.hi and toks[start + 1].text == "<":
+        start = skip_angles(toks, start + 1, it.hi + 1)  # its `= default`s are not this item's
+    eq = next((k for k in range(start, it.hi + 1) if toks[k].text == "="), it.hi + 1)
     fn = function_name(toks, it)
     if fn and fn[2] < eq:
         return {fn[0]}, True
     names, depth = set(), 0
-    for k in range(it.lo, it.hi + 1):
+    for k in range(start, it.hi + 1):
         x = toks[k]
         if x.text in ("(", "[", "{"):
             depth += 1

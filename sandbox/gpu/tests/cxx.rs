@@ -304,6 +304,11 @@ fn std_names_torch_used_to_bring_along_need_no_include() {
     let src = "__global__ void to_bf16(const __half* x, __nv_bfloat16* y) {\n\
                y[threadIdx.x] = __float2bfloat16(__half2float(x[threadIdx.x])); }";
     compile(src, &["to_bf16"], &dirs).expect("compiles without cuda_fp16.h/cuda_bf16.h");
+    // Nor programmatic dependent launch's device calls, which nvcc declares for every source.
+    let src = "__global__ void stage2(const float* x, float* y) {\n\
+               cudaGridDependencySynchronize(); y[threadIdx.x] = 2.f * x[threadIdx.x];\n\
+               cudaTriggerProgrammaticLaunchCompletion(); }";
+    compile(src, &["stage2"], &dirs).expect("compiles without an include");
     // A source using no such name gets no extra header (and so no libcu++ cost).
     let m = compile(
         "__global__ void k(float* y) { y[0] = sqrtf(y[0]); }",

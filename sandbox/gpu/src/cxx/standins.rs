@@ -26,7 +26,9 @@
 //!   `std::numeric_limits` or `std::is_same` the way code that included `torch/extension.h`
 //!   could), pre-included after the prelude only then; likewise the toolkit's
 //!   `cuda_fp16.h`/`cuda_bf16.h`/`cuda_fp8.h` for a source that names `__half`,
-//!   `__nv_bfloat16`, `__nv_fp8_e4m3`… without including them.
+//!   `__nv_bfloat16`, `__nv_fp8_e4m3`… without including them, and kiln's `kiln/pdl.h`
+//!   for `cudaGridDependencySynchronize`/`cudaTriggerProgrammaticLaunchCompletion`, which
+//!   nvcc declares for every source.
 
 /// The prelude's header name, passed as `--pre-include`.
 pub const PRELUDE: &str = "kiln_prelude.h";
@@ -51,6 +53,7 @@ pub const STANDINS: &[(&str, &str)] = &[
         "kiln/math_constants.h",
         include_str!("standins/kiln/math_constants.h"),
     ),
+    ("kiln/pdl.h", include_str!("standins/kiln/pdl.h")),
     ("kiln_prelude.h", include_str!("standins/kiln_prelude.h")),
     ("limits", include_str!("standins/limits")),
     ("limits.h", include_str!("standins/limits.h")),
@@ -175,11 +178,14 @@ fn std_names(contents: &str) -> Vec<&str> {
     out
 }
 
-/// The toolkit's half-precision, bfloat16 and fp8 types, and the header of each:
-/// `torch/extension.h` includes them (through c10's `Half.h`/`BFloat16.h`), so generated
-/// kernels use them without an `#include`. Only these type names count: the short `half`
-/// is too often a variable's name.
-const TOOLKIT_TYPES: &[(&str, &str)] = &[
+/// Names nvcc users get without an include, the header that declares each, and whether
+/// it is the toolkit's: the half-precision, bfloat16 and fp8 types (`torch/extension.h`
+/// includes them through c10's `Half.h`/`BFloat16.h`; only these type names count, the
+/// short `half` is too often a variable's name), and programmatic dependent launch's device
+/// calls (nvcc declares them for every source; kiln's `kiln/pdl.h`).
+const IMPLIED_BY_NAME: &[(&str, &str)] = &[
+    ("cudaGridDependencySynchronize", "kiln/pdl.h"),
+    ("cudaTriggerProgrammaticLaunchCompletion", "kiln/pdl.h"),
     ("__half", "cuda_fp16.h"),
     ("__half2", "cuda_fp16.h"),
     ("__nv_bfloat16", "cuda_bf16.h"),
@@ -198,8 +204,10 @@ const TOOLKIT_TYPES: &[(&str, &str)] = &[
 /// pulls in, so generated kernels use them without an `#include`. For each `std::` name
 /// the code (comments and literals aside) uses, the first stand-in of [`STD_PROVIDERS`]
 /// that declares it is returned, to be pre-included after the prelude; those built on
-/// libcu++ only when `toolkit` is true; with the toolkit, also the toolkit header of each
-/// type of [`TOOLKIT_TYPES`] the code names (`__nv_bfloat16` → `cuda_bf16.h`). A source
+/// libcu++ only when `toolkit` is true; also the header of each name of
+/// [`IMPLIED_BY_NAME`] the code uses (`__nv_bfloat16` → `cuda_bf16.h`, with the toolkit;
+/// `cudaGridDependencySynchronize` → `kiln/pdl.h`, unless the source includes the toolkit's
+/// `cuda_device_runtime_api.h` itself). A source
 /// that includes the header itself gets it twice, harmlessly (include guards). Sources that
 /// use no such name pay nothing.
 pub fn implied(source: &str, toolkit: bool) -> Vec<&'static str> {
@@ -210,13 +218,13 @@ pub fn implied(source: &str, toolkit: bool) -> Vec<&'static str> {
         if bare.trim_start().starts_with('#') {
             continue;
         }
-        if toolkit {
-            for word in bare.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-                if let Some((_, h)) = TOOLKIT_TYPES.iter().find(|(w, _)| *w == word)
-                    && !out.contains(h)
-                {
-                    out.push(*h);
-                }
+        for word in bare.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if let Some((_, h)) = IMPLIED_BY_NAME.iter().find(|(w, _)| *w == word)
+                && (toolkit || h.starts_with("kiln/"))
+                && !out.contains(h)
+                && !(*h == "kiln/pdl.h" && source.contains("cuda_device_runtime_api.h"))
+            {
+                out.push(*h);
             }
         }
         let mut rest = bare;
@@ -311,6 +319,10 @@ mod tests {
         assert_eq!(implied(typed, true), vec!["cuda_bf16.h", "cuda_fp16.h"]);
         assert!(implied(typed, false).is_empty());
         assert!(implied("__global__ void k(float* y) { int half = 2; }", true).is_empty());
+        let pdl = "__global__ void k() { cudaGridDependencySynchronize(); }";
+        assert_eq!(implied(pdl, false), vec!["kiln/pdl.h"]);
+        let own = "#include <cuda_device_runtime_api.h>\n__global__ void k() { cudaGridDependencySynchronize(); }";
+        assert!(implied(own, true).is_empty());
         assert!(implied("__global__ void k(float* y) { y[0] = sqrtf(2.f); }", true).is_empty());
         assert!(implied("__device__ void h() { std::vector<int> v; }", true).is_empty());
     }
