@@ -18,9 +18,27 @@ CORPORA = ["good-kernels", "leaderboard", "robust-kbench", "cuda-l1", "kernelben
 # Failures looked at one by one, by the published file they come from (the rules below
 # cannot tell these from a kiln fault): why the code itself fails.
 REVIEWED = {
-    "cuda-l1/h100.json:L1_52": "own error: __builtin_prefetch (a GCC host builtin) in a kernel",
-    "cuda-l1/h100.json:L2_47": "own error: __log1pf does not exist",
+    "cuda-l1/h100.json:L1_52": "__builtin_prefetch (a GCC host builtin) in a kernel",
+    "cuda-l1/h100.json:L2_47": "__log1pf does not exist",
+    "kernelbench-com/public/runs/20260716_091632_kinetic-claude_kinetic-0715_07_w4a16_gemm_solution.py.txt#2":
+        "static shared memory above the GPU's 227 KiB (w4_tc_kernel<8, …>, 264 KiB)",
+    "kernelbench-com/public/runs/h100/20260716_091632_kinetic-claude_kinetic-0715_07_w4a16_gemm_solution.py.txt#2":
+        "static shared memory above the GPU's 227 KiB (w4_tc_kernel<8, …>, 264 KiB)",
 }
+
+# What a failure of main's kiln (before this work's fixes) was, read from its error.
+KILN_FIXED = [
+    (r"unrecognized option --(expt-relaxed-constexpr|extended-lambda|expt-extended-lambda)",
+     "kiln passed nvcc's --expt-relaxed-constexpr/--extended-lambda on to NVRTC"),
+    (r'namespace "std" has no member', "a std:: name used without its #include (torch brought it)"),
+    (r"Including <cub/cub\.cuh> is not supported", "<cub/cub.cuh> (the toolkit's refuses NVRTC)"),
+    (r'"cudaGridDependencySynchronize"|"cudaTriggerProgrammaticLaunchCompletion"',
+     "programmatic dependent launch's device calls undeclared under NVRTC"),
+    (r'(incomplete type|identifier) "(const )?(__half2?|__nv_bfloat162?|__nv_fp8\w*)"',
+     "fp16/bf16/fp8 types used without their #include (torch brought them)"),
+    (r'attribute "__global__" does not apply here',
+     "fp16/bf16/fp8 types used without their #include (torch brought them)"),
+]
 
 
 def why(entry, result):
@@ -39,6 +57,11 @@ def why(entry, result):
         return "candidate's own error", REVIEWED[result["id"]]
     err = result.get("error", "")
     cause = result.get("cause", "")
+    for pattern, reason in KILN_FIXED:
+        if re.search(pattern, err):
+            return "kiln's fault (fixed since)", reason
+    if "expected an expression" in cause and "({" in entry.get("source", ""):
+        return "out of scope", "GNU statement expressions ({ ... }), which NVRTC does not take"
     arch = [f for f in result.get("flags_dropped", []) if re.search(r"sm_1\d\d|compute_1\d\d", f)]
     m = re.search(r"header <([^>]+)> not found", cause)
     if m and m.group(1).startswith(("cutlass/", "cute/")):
