@@ -209,10 +209,14 @@ impl Default for AccessConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QueueConfig {
-    /// A job whose run was cut short by a daemon crash this many times is marked failed.
+    /// A job whose evaluation was cut short by a daemon crash this many times is marked
+    /// failed (claims, compiles and waits for a lane are not counted).
     pub max_attempts: u32,
     /// Concurrent compile jobs; 0 means one per CPU.
     pub compile_workers: usize,
+    /// Jobs each lane may have compiled ahead (claimed from the queue, compiling or
+    /// waiting for it) besides the one it evaluates; the rest stay queued.
+    pub lane_prefetch: usize,
 }
 
 impl Default for QueueConfig {
@@ -220,6 +224,7 @@ impl Default for QueueConfig {
         QueueConfig {
             max_attempts: 3,
             compile_workers: 0,
+            lane_prefetch: 2,
         }
     }
 }

@@ -19,11 +19,12 @@ pub enum Event {
         candidate_id: String,
         /// Problem name.
         problem: String,
-        /// `queued`, `running`, `done` or `failed`.
+        /// `queued`, `compiling`, `compiled` (waiting for a lane), `running` (evaluating
+        /// on a lane), `done` or `failed`.
         state: String,
-        /// `compiling` or `evaluating` while running.
+        /// The lane evaluating it, from `running` on.
         #[serde(skip_serializing_if = "Option::is_none")]
-        stage: Option<String>,
+        lane: Option<u32>,
         /// The verdict, once done.
         #[serde(skip_serializing_if = "Option::is_none")]
         verdict: Option<String>,

@@ -90,16 +90,19 @@ impl Metrics {
         }
         match store.job_counts() {
             Ok(counts) => {
-                out.push_str("# HELP kiln_jobs Jobs in the store, by state.\n");
+                out.push_str("# HELP kiln_jobs Jobs in the store, by state (running: evaluating on a lane).\n");
                 out.push_str("# TYPE kiln_jobs gauge\n");
                 for (state, n) in &counts {
                     let _ = writeln!(out, "kiln_jobs{{state=\"{}\"}} {n}", state.as_str());
                 }
-                let queued = counts
+                let queued: i64 = counts
                     .iter()
-                    .find(|(s, _)| *s == crate::store::JobState::Queued)
-                    .map_or(0, |(_, n)| *n);
-                out.push_str("# HELP kiln_queue_depth Jobs waiting to run.\n");
+                    .filter(|(s, _)| s.is_waiting())
+                    .map(|(_, n)| n)
+                    .sum();
+                out.push_str(
+                    "# HELP kiln_queue_depth Jobs not yet evaluating: queued, compiling, or compiled and waiting for a lane.\n",
+                );
                 out.push_str("# TYPE kiln_queue_depth gauge\n");
                 let _ = writeln!(out, "kiln_queue_depth {queued}");
             }

@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 
 use super::error::{JsonBody, QueryArgs};
 use super::{ApiError, AppState};
-use crate::store::JobState;
 
 /// Longest `?wait=` accepted, seconds.
 const MAX_WAIT_SECS: u64 = 600;
@@ -33,7 +32,7 @@ fn announce_queued(s: &AppState, job_id: i64, candidate_id: &str, problem: &str)
         candidate_id: candidate_id.to_string(),
         problem: problem.to_string(),
         state: "queued".into(),
-        stage: None,
+        lane: None,
         verdict: None,
         median_us: None,
         error: None,
@@ -106,11 +105,7 @@ pub struct ShowQuery {
 }
 
 fn finished(record: &crate::store::CandidateRecord) -> bool {
-    record.evaluation.is_some()
-        || record
-            .job
-            .as_ref()
-            .is_some_and(|j| matches!(j.state, JobState::Done | JobState::Failed))
+    record.evaluation.is_some() || record.job.as_ref().is_some_and(|j| j.state.is_finished())
 }
 
 /// `GET /v1/candidates/{id}[?wait=SECONDS]`
@@ -254,7 +249,7 @@ pub async fn job(
             .store
             .get_job(id)?
             .ok_or_else(|| ApiError::not_found(format!("job {id} not found")))?;
-        let ended = matches!(job.state, JobState::Done | JobState::Failed);
+        let ended = job.state.is_finished();
         if wait == 0 || ended || tokio::time::Instant::now() >= deadline {
             let evaluation = if ended {
                 s.store.job_evaluation(id)?

@@ -1,9 +1,10 @@
-//! One job's path: compile (cached) → lane → job options → evaluate → store → event.
+//! One job's path: compile (cached) → `compiled`, waiting for a lane → `running` on the
+//! lane (the attempt counted) → job options → evaluate → store → event.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use kiln_types::{Candidate, EvalPlan, Evaluation};
+use kiln_types::{Candidate, EvalPlan, Evaluation, ProblemSpec};
 use rand::RngCore;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
@@ -11,7 +12,7 @@ use tracing::Instrument;
 use super::Scheduler;
 use crate::backends::{Backend, BackendError, compile_key};
 use crate::events::Event;
-use crate::store::{Artifact, JobRecord};
+use crate::store::{Artifact, JobRecord, JobState};
 
 /// Why a job could not produce an evaluation.
 enum JobFailure {
@@ -31,13 +32,44 @@ impl From<crate::store::StoreError> for JobFailure {
     }
 }
 
+/// What the compile stage left for the lane.
+enum Compiled {
+    /// The job ends without a lane (the candidate does not compile, or the problem has no
+    /// reference for the backend): its evaluation and the compile time.
+    Early(Box<Evaluation>, f64),
+    /// Both artifacts, ready for a lane.
+    Ready(Box<Ready>),
+}
+
+/// A compiled job waiting for its lane.
+struct Ready {
+    problem: ProblemSpec,
+    candidate: Candidate,
+    backend: Arc<dyn Backend>,
+    reference: Artifact,
+    artifact: Artifact,
+    compile_ms: f64,
+}
+
+/// How a job's run ended.
+enum Outcome {
+    /// An evaluation to store: with the compile and evaluation times.
+    Evaluated(Box<Evaluation>, f64, f64),
+    /// kiln could not evaluate it.
+    Failed(String),
+    /// Stopped before its evaluation started (kilnd is stopping): queued again.
+    Requeued,
+    /// Another party moved the job on (requeued or finished it): nothing to record.
+    Gone,
+}
+
 impl Scheduler {
     fn publish_job(
         &self,
         job: &JobRecord,
         problem: &str,
-        state: &str,
-        stage: Option<&str>,
+        state: JobState,
+        lane: Option<u32>,
         eval: Option<&Evaluation>,
         error: Option<&str>,
     ) {
@@ -45,8 +77,8 @@ impl Scheduler {
             job_id: job.id,
             candidate_id: job.candidate_id.clone(),
             problem: problem.to_string(),
-            state: state.to_string(),
-            stage: stage.map(str::to_string),
+            state: state.as_str().to_string(),
+            lane,
             verdict: eval.map(|e| e.verdict.to_string()),
             median_us: eval.and_then(|e| e.timing.as_ref().map(|t| t.median_us)),
             error: error.map(str::to_string),
@@ -71,44 +103,129 @@ impl Scheduler {
             Ok(Some(rec)) => rec.candidate.problem.clone(),
             _ => String::new(),
         };
-        self.publish_job(
-            &job,
-            &problem_name,
-            "running",
-            Some("compiling"),
-            None,
-            None,
-        );
-        match self.clone().pipeline(&job, compile_permit).await {
-            Ok((eval, compile_ms, eval_ms)) => {
+        self.publish_job(&job, &problem_name, JobState::Compiling, None, None, None);
+        let (outcome, lane) = self
+            .clone()
+            .pipeline(&job, &problem_name, compile_permit)
+            .await;
+        match outcome {
+            Outcome::Evaluated(eval, compile_ms, eval_ms) => {
                 tracing::info!(verdict = %eval.verdict, message = %eval.message, "job done");
                 match self.store.finish_job(job.id, &eval, compile_ms, eval_ms) {
-                    Ok(()) => {
-                        self.publish_job(&job, &problem_name, "done", None, Some(&eval), None)
-                    }
+                    Ok(()) => self.publish_job(
+                        &job,
+                        &problem_name,
+                        JobState::Done,
+                        lane,
+                        Some(&eval),
+                        None,
+                    ),
                     Err(e) => {
                         tracing::error!(error = %e, "cannot store the evaluation");
                         let msg = format!("cannot store the evaluation: {e}");
                         let _ = self.store.fail_job(job.id, &msg);
-                        self.publish_job(&job, &problem_name, "failed", None, None, Some(&msg));
+                        self.publish_job(
+                            &job,
+                            &problem_name,
+                            JobState::Failed,
+                            lane,
+                            None,
+                            Some(&msg),
+                        );
                     }
                 }
             }
-            Err(JobFailure::Infra(msg)) => {
+            Outcome::Failed(msg) => {
                 tracing::error!(error = %msg, "job failed");
                 if let Err(e) = self.store.fail_job(job.id, &msg) {
                     tracing::error!(error = %e, "cannot mark the job failed");
                 }
-                self.publish_job(&job, &problem_name, "failed", None, None, Some(&msg));
+                self.publish_job(
+                    &job,
+                    &problem_name,
+                    JobState::Failed,
+                    lane,
+                    None,
+                    Some(&msg),
+                );
+            }
+            Outcome::Requeued => {
+                tracing::info!("kilnd is stopping: the job goes back to the queue");
+                if let Err(e) = self.store.requeue_job(job.id) {
+                    tracing::error!(error = %e, "cannot requeue the job");
+                }
+                self.publish_job(&job, &problem_name, JobState::Queued, None, None, None);
+            }
+            Outcome::Gone => {
+                tracing::warn!("the job was no longer waiting for a lane; left as it is");
             }
         }
     }
 
+    /// Compile, wait for a lane, evaluate. Stopping kilnd interrupts the first two (the
+    /// job goes back to the queue uncounted), never an evaluation that started. Returns
+    /// the lane too, once the evaluation started on one.
     async fn pipeline(
         self: Arc<Self>,
         job: &JobRecord,
+        problem_name: &str,
         compile_permit: OwnedSemaphorePermit,
-    ) -> Result<(Evaluation, f64, f64), JobFailure> {
+    ) -> (Outcome, Option<u32>) {
+        let compiled = tokio::select! {
+            c = self.compile_stage(job, compile_permit) => c,
+            _ = self.shutdown.cancelled() => return (Outcome::Requeued, None),
+        };
+        let ready = match compiled {
+            Ok(Compiled::Early(eval, compile_ms)) => {
+                return (Outcome::Evaluated(eval, compile_ms, 0.0), None);
+            }
+            Ok(Compiled::Ready(ready)) => ready,
+            Err(JobFailure::Infra(msg)) => return (Outcome::Failed(msg), None),
+        };
+        if let Err(e) = self.store.mark_compiled(job.id) {
+            return (Outcome::Failed(format!("store: {e}")), None);
+        }
+        self.publish_job(job, problem_name, JobState::Compiled, None, None, None);
+        let Some(slots) = self.lane_slots.get(ready.backend.name()).cloned() else {
+            return (Outcome::Failed("no lane for backend".into()), None);
+        };
+        let lane = tokio::select! {
+            l = slots.acquire() => l,
+            _ = self.shutdown.cancelled() => return (Outcome::Requeued, None),
+        };
+        let Some(lane) = lane else {
+            return (Outcome::Failed("lane closed".into()), None);
+        };
+        let index = u32::try_from(lane.index).unwrap_or(u32::MAX);
+        match self.store.start_evaluation(job.id, index) {
+            Ok(true) => {}
+            Ok(false) => return (Outcome::Gone, None),
+            Err(e) => return (Outcome::Failed(format!("store: {e}")), None),
+        }
+        self.publish_job(
+            job,
+            problem_name,
+            JobState::Running,
+            Some(index),
+            None,
+            None,
+        );
+        let outcome = match self.evaluate(job, *ready, lane.index).await {
+            Ok((eval, compile_ms, eval_ms)) => {
+                Outcome::Evaluated(Box::new(eval), compile_ms, eval_ms)
+            }
+            Err(JobFailure::Infra(msg)) => Outcome::Failed(msg),
+        };
+        drop(lane);
+        (outcome, Some(index))
+    }
+
+    /// Compiles the problem's reference (cached after its first use) and the candidate.
+    async fn compile_stage(
+        &self,
+        job: &JobRecord,
+        compile_permit: OwnedSemaphorePermit,
+    ) -> Result<Compiled, JobFailure> {
         let rec = self
             .store
             .get_candidate(&job.candidate_id)?
@@ -130,7 +247,6 @@ impl Scheduler {
                 JobFailure::Infra(format!("backend {:?} is not built in", job.backend))
             })?;
 
-        // Compile stage: the reference (cached after its first use) and the candidate.
         let t0 = Instant::now();
         let Some(reference) = problem.reference.get(backend.name()) else {
             let eval = Evaluation::early(
@@ -142,7 +258,7 @@ impl Scheduler {
                     backend.name()
                 ),
             );
-            return Ok((eval, 0.0, 0.0));
+            return Ok(Compiled::Early(Box::new(eval), 0.0));
         };
         let ref_candidate = Candidate {
             problem: problem.name.clone(),
@@ -154,7 +270,7 @@ impl Scheduler {
             parent: None,
             note: None,
         };
-        let reference_art = match self.compile_cached(&backend, &ref_candidate).await? {
+        let reference = match self.compile_cached(&backend, &ref_candidate).await? {
             Ok(a) => a,
             Err(failure) => {
                 return Err(JobFailure::Infra(format!(
@@ -166,37 +282,40 @@ impl Scheduler {
         let artifact = self.compile_cached(&backend, &rec.candidate).await?;
         let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
         drop(compile_permit);
-        let artifact = match artifact {
-            Ok(a) => a,
+        match artifact {
+            Ok(artifact) => Ok(Compiled::Ready(Box::new(Ready {
+                problem,
+                candidate: rec.candidate,
+                backend,
+                reference,
+                artifact,
+                compile_ms,
+            }))),
             Err(mut failure) => {
                 failure
                     .compile
                     .get_or_insert_with(Default::default)
                     .duration_ms = compile_ms;
-                return Ok((failure, compile_ms, 0.0));
+                Ok(Compiled::Early(Box::new(failure), compile_ms))
             }
-        };
+        }
+    }
 
-        // Evaluation stage: one job per lane at a time.
-        self.store.set_stage(job.id, "evaluating")?;
-        self.publish_job(
-            job,
-            &problem.name,
-            "running",
-            Some("evaluating"),
-            None,
-            None,
-        );
-        let slots = self
-            .lane_slots
-            .get(backend.name())
-            .cloned()
-            .ok_or_else(|| JobFailure::Infra("no lane for backend".into()))?;
-        let lane = slots
-            .acquire()
-            .await
-            .ok_or_else(|| JobFailure::Infra("lane closed".into()))?;
-        let lane_index = lane.index;
+    /// Evaluates a compiled job on the lane it holds.
+    async fn evaluate(
+        &self,
+        job: &JobRecord,
+        ready: Ready,
+        lane_index: usize,
+    ) -> Result<(Evaluation, f64, f64), JobFailure> {
+        let Ready {
+            problem,
+            candidate,
+            backend,
+            reference,
+            artifact,
+            compile_ms,
+        } = ready;
         let plan = super::job_options::apply_job_options(
             &self.store,
             &self.config,
@@ -205,13 +324,12 @@ impl Scheduler {
             self.plan_for(backend.as_ref()),
         )?;
         let t1 = Instant::now();
-        let candidate = rec.candidate.clone();
         let be = backend.clone();
         let mut eval = tokio::task::spawn_blocking(move || {
             be.evaluate(
                 lane_index,
                 &problem,
-                &reference_art.bytes,
+                &reference.bytes,
                 &candidate,
                 &artifact.bytes,
                 &plan,
@@ -233,7 +351,6 @@ impl Scheduler {
         })?;
         let eval_ms = t1.elapsed().as_secs_f64() * 1e3;
         crate::metrics::add_lane_busy(backend.name(), lane_index, eval_ms / 1e3);
-        drop(lane);
         if let Some(c) = eval.compile.as_mut() {
             c.duration_ms = if c.cached {
                 c.duration_ms

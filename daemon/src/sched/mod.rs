@@ -1,13 +1,17 @@
 //! The scheduler: takes jobs from the durable queue through compile and evaluation.
 //!
 //! One dispatcher claims queued jobs while a compile slot is free (the compile pool is
-//! sized from the CPU count), so waiting jobs stay visibly `queued` in the store. Each
-//! claimed job compiles in the pool, then waits for a lane of its backend (one per GPU
-//! for cuda, [`LaneSlots`]) — one evaluation at a time per lane, so timings never overlap
-//! — gets its options applied to the evaluation plan ([`job_options`]), and ends with its
-//! evaluation stored and the job `done`, or `failed` with the reason when the backend
-//! itself broke (`job`). Jobs for a backend that is not usable here stay queued.
-//! Baselines hold a GPU lane the same way ([`baseline`]).
+//! sized from the CPU count) and the job's backend has room: a backend holds at most
+//! `lanes × (1 + queue.lane_prefetch)` jobs at once, so jobs beyond that stay visibly
+//! `queued` in the store and the claim order (fair across searches) is the order lanes
+//! serve them. A claimed job is `compiling`; once compiled it is `compiled` and waits for
+//! a lane of its backend (one per GPU for cuda, [`LaneSlots`]) — one evaluation at a time
+//! per lane, so timings never overlap. Only when its evaluation starts on a lane is it
+//! `running` and its attempt counted; it gets its options applied to the evaluation plan
+//! ([`job_options`]) and ends with its evaluation stored and the job `done`, or `failed`
+//! with the reason when the backend itself broke (`job`). Jobs for a backend that is not
+//! usable here stay queued. On stop, jobs not yet on a lane go back to the queue at once,
+//! uncounted. Baselines hold a GPU lane the same way ([`baseline`]).
 
 pub mod baseline;
 mod job;
@@ -20,7 +24,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -37,6 +41,8 @@ pub struct Scheduler {
     pub(crate) config: Config,
     compile_slots: Arc<Semaphore>,
     pub(crate) lane_slots: HashMap<&'static str, Arc<LaneSlots>>,
+    /// Per backend: room for the jobs it holds (compiling, compiled or running).
+    room: HashMap<&'static str, Arc<Semaphore>>,
     wake: Notify,
     shutdown: CancellationToken,
 }
@@ -62,6 +68,14 @@ impl Scheduler {
             .iter()
             .map(|b| (b.name(), LaneSlots::new(b.lanes())))
             .collect();
+        let per_lane = 1 + config.queue.lane_prefetch;
+        let room = backends
+            .iter()
+            .map(|b| {
+                let n = b.lanes().max(1).saturating_mul(per_lane);
+                (b.name(), Arc::new(Semaphore::new(n)))
+            })
+            .collect();
         let backends = backends.into_iter().map(|b| (b.name(), b)).collect();
         Arc::new(Scheduler {
             store,
@@ -70,6 +84,7 @@ impl Scheduler {
             config,
             compile_slots: Arc::new(Semaphore::new(workers)),
             lane_slots,
+            room,
             wake: Notify::new(),
             shutdown: CancellationToken::default(),
         })
@@ -92,18 +107,33 @@ impl Scheduler {
         v
     }
 
-    /// Runs until [`Scheduler::stop`], then drains: waits up to `drain` for running jobs,
-    /// and puts those still running back in the queue.
+    /// Room for one more job of each usable backend that has some: the backends with
+    /// their permits.
+    fn backends_with_room(
+        &self,
+        usable: &[&'static str],
+    ) -> Vec<(&'static str, OwnedSemaphorePermit)> {
+        usable
+            .iter()
+            .filter_map(|b| {
+                let permit = self.room.get(b)?.clone().try_acquire_owned().ok()?;
+                Some((*b, permit))
+            })
+            .collect()
+    }
+
+    /// Runs until [`Scheduler::stop`], then drains: jobs not yet on a lane are queued
+    /// again at once; running ones are waited for up to `drain`, then queued again too.
     pub async fn run(self: Arc<Self>, drain: Duration) {
         let usable = self.usable_backends();
         tracing::info!(backends = ?usable, slots = self.compile_slots.available_permits(), "scheduler started");
         let mut tasks: JoinSet<i64> = JoinSet::new();
-        let mut running: Vec<i64> = Vec::new();
+        let mut claimed: Vec<i64> = Vec::new();
         loop {
             // Reap finished jobs.
             while let Some(done) = tasks.try_join_next() {
                 if let Ok(id) = done {
-                    running.retain(|r| *r != id);
+                    claimed.retain(|r| *r != id);
                 }
             }
             let permit = tokio::select! {
@@ -111,46 +141,58 @@ impl Scheduler {
                 _ = self.shutdown.cancelled() => break,
             };
             let Ok(permit) = permit else { break };
-            let claimed = match self.store.claim_next(&usable) {
+            let mut room = self.backends_with_room(&usable);
+            let names: Vec<&str> = room.iter().map(|(b, _)| *b).collect();
+            let job = match self.store.claim_next(&names) {
                 Ok(job) => job,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot claim a job; retrying shortly");
                     None
                 }
             };
-            match claimed {
-                Some(job) => {
-                    running.push(job.id);
+            let held = job
+                .as_ref()
+                .and_then(|j| room.iter().position(|(b, _)| *b == j.backend))
+                .map(|i| room.swap_remove(i).1);
+            drop(room);
+            match (job, held) {
+                (Some(job), Some(held)) => {
+                    claimed.push(job.id);
                     let me = self.clone();
                     tasks.spawn(async move {
                         let id = job.id;
                         me.run_job(job, permit).await;
+                        drop(held);
                         id
                     });
                 }
-                None => {
+                (job, _) => {
+                    if let Some(job) = job {
+                        // Cannot happen (claims are for backends with room); put it back.
+                        let _ = self.store.requeue_job(job.id);
+                    }
                     drop(permit);
                     tokio::select! {
                         _ = self.wake.notified() => {}
                         _ = tokio::time::sleep(Duration::from_secs(2)) => {}
                         Some(done) = tasks.join_next(), if !tasks.is_empty() => {
-                            if let Ok(id) = done { running.retain(|r| *r != id); }
+                            if let Ok(id) = done { claimed.retain(|r| *r != id); }
                         }
                         _ = self.shutdown.cancelled() => break,
                     }
                 }
             }
         }
-        tracing::info!(running = tasks.len(), "scheduler draining");
+        tracing::info!(jobs = tasks.len(), "scheduler draining");
         let deadline = tokio::time::Instant::now() + drain;
         while !tasks.is_empty() {
             match tokio::time::timeout_at(deadline, tasks.join_next()).await {
-                Ok(Some(Ok(id))) => running.retain(|r| *r != id),
+                Ok(Some(Ok(id))) => claimed.retain(|r| *r != id),
                 Ok(Some(Err(_))) => {}
                 Ok(None) => break,
                 Err(_) => {
-                    tracing::warn!(jobs = ?running, "drain timed out; these jobs are queued again");
-                    for id in &running {
+                    tracing::warn!(jobs = ?claimed, "drain timed out; these jobs are queued again");
+                    for id in &claimed {
                         if let Err(e) = self.store.requeue_job(*id) {
                             tracing::error!(job = id, error = %e, "cannot requeue job");
                         }

@@ -1,8 +1,11 @@
-//! The durable job queue: queued → running → done | failed.
+//! The durable job queue: queued → compiling → compiled → running → done | failed.
 //!
-//! A job is claimed by flipping it to `running` (and counting the attempt) in one
-//! statement. Jobs found `running` when the daemon starts were cut short by a crash: they
-//! are queued again, or failed once they have used up their attempts.
+//! A job is claimed for compiling by flipping it to `compiling` in one statement; once
+//! compiled (its artifact is in the compile cache) it is `compiled`, waiting for a lane;
+//! only when its evaluation starts on a lane is it `running`, and only then is the attempt
+//! counted. Jobs found `compiling` or `compiled` when the daemon starts are queued again
+//! as they are; jobs found `running` were cut short by a crash during their evaluation:
+//! they are queued again, or failed once they have used up their attempts.
 
 use kiln_types::{Evaluation, JobOptions};
 use rusqlite::{OptionalExtension, Row, params};
@@ -14,9 +17,13 @@ use super::{Result, Store, StoreError, corrupt, now_ms};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
-    /// Waiting for a worker.
+    /// Waiting to be compiled.
     Queued,
-    /// Being compiled or evaluated.
+    /// Claimed by a compile worker (no attempt counted).
+    Compiling,
+    /// Compiled, waiting for a lane (no attempt counted).
+    Compiled,
+    /// Being evaluated on a lane (the attempt is counted).
     Running,
     /// Finished with an evaluation (whatever its verdict).
     Done,
@@ -25,9 +32,12 @@ pub enum JobState {
 }
 
 impl JobState {
-    fn parse(s: &str) -> Option<Self> {
+    /// The state of a stored name.
+    pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
             "queued" => JobState::Queued,
+            "compiling" => JobState::Compiling,
+            "compiled" => JobState::Compiled,
             "running" => JobState::Running,
             "done" => JobState::Done,
             "failed" => JobState::Failed,
@@ -39,15 +49,32 @@ impl JobState {
     pub fn as_str(self) -> &'static str {
         match self {
             JobState::Queued => "queued",
+            JobState::Compiling => "compiling",
+            JobState::Compiled => "compiled",
             JobState::Running => "running",
             JobState::Done => "done",
             JobState::Failed => "failed",
         }
     }
 
+    /// Not yet evaluating on a lane: what the queue depth counts.
+    pub fn is_waiting(self) -> bool {
+        matches!(
+            self,
+            JobState::Queued | JobState::Compiling | JobState::Compiled
+        )
+    }
+
+    /// `done` or `failed`.
+    pub fn is_finished(self) -> bool {
+        matches!(self, JobState::Done | JobState::Failed)
+    }
+
     /// Every state, for metrics.
-    pub const ALL: [JobState; 4] = [
+    pub const ALL: [JobState; 6] = [
         JobState::Queued,
+        JobState::Compiling,
+        JobState::Compiled,
         JobState::Running,
         JobState::Done,
         JobState::Failed,
@@ -65,15 +92,15 @@ pub struct JobRecord {
     pub backend: String,
     /// Queue state.
     pub state: JobState,
-    /// Stage within `running`: `compiling` or `evaluating`.
-    pub stage: Option<String>,
-    /// Times it was started.
+    /// The lane of its (last) evaluation, once one started.
+    pub lane: Option<u32>,
+    /// Evaluations started (only a start on a lane counts, not a claim or a compile).
     pub attempts: u32,
     /// Why it failed, for `failed`.
     pub error: Option<String>,
     /// Queued at, ms since the epoch.
     pub created_at: i64,
-    /// Last started at.
+    /// Last claimed for compiling at.
     pub started_at: Option<i64>,
     /// Finished at.
     pub finished_at: Option<i64>,
@@ -89,7 +116,7 @@ pub struct JobRecord {
     pub options: Option<JobOptions>,
 }
 
-pub(super) const JOB_COLUMNS: &str = "id, candidate_id, backend, state, stage, attempts, error, \
+pub(super) const JOB_COLUMNS: &str = "id, candidate_id, backend, state, lane, attempts, error, \
      created_at, started_at, finished_at, compile_ms, eval_ms, search_id, options_json";
 
 pub(super) fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
@@ -99,7 +126,7 @@ pub(super) fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         candidate_id: r.get(1)?,
         backend: r.get(2)?,
         state: JobState::parse(&state).unwrap_or(JobState::Failed),
-        stage: r.get(4)?,
+        lane: r.get(4)?,
         attempts: r.get(5)?,
         error: r.get(6)?,
         created_at: r.get(7)?,
@@ -133,7 +160,9 @@ pub(super) fn options_json(options: Option<&JobOptions>) -> Result<Option<String
 /// What start-up recovery did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Recovery {
-    /// Jobs queued again.
+    /// Jobs that were compiling or waiting for a lane, queued again (nothing counted).
+    pub waiting: usize,
+    /// Jobs whose evaluation was cut short, queued again.
     pub requeued: usize,
     /// Jobs failed for having used up their attempts.
     pub failed: usize,
@@ -152,8 +181,8 @@ impl Store {
             .optional()?)
     }
 
-    /// Claims the next queued job for one of `backends`: marks it running, stage
-    /// `compiling`, and counts the attempt. Searches are served round-robin: the job comes
+    /// Claims the next queued job for one of `backends` for compiling: marks it
+    /// `compiling` (no attempt is counted). Searches are served round-robin: the job comes
     /// from the search (or the pool of single submissions) that was served least recently,
     /// oldest job first within it, so one busy search cannot starve the others.
     pub fn claim_next(&self, backends: &[&str]) -> Result<Option<JobRecord>> {
@@ -169,8 +198,7 @@ impl Store {
         Ok(conn
             .query_row(
                 &format!(
-                    "UPDATE jobs SET state = 'running', stage = 'compiling', attempts = attempts + 1,
-                            started_at = ?1
+                    "UPDATE jobs SET state = 'compiling', started_at = ?1
                      WHERE id = (SELECT j.id FROM jobs j
                                  WHERE j.state = 'queued' AND j.backend IN ({list})
                                  ORDER BY (SELECT max(r.started_at) FROM jobs r
@@ -186,16 +214,28 @@ impl Store {
             .optional()?)
     }
 
-    /// Records the stage of a running job.
-    pub fn set_stage(&self, id: i64, stage: &str) -> Result<()> {
+    /// A claimed job is compiled and waits for a lane (`compiling` → `compiled`).
+    pub fn mark_compiled(&self, id: i64) -> Result<()> {
         self.lock().execute(
-            "UPDATE jobs SET stage = ?2 WHERE id = ?1 AND state = 'running'",
-            params![id, stage],
+            "UPDATE jobs SET state = 'compiled' WHERE id = ?1 AND state = 'compiling'",
+            [id],
         )?;
         Ok(())
     }
 
-    /// Stores the evaluation and marks the job done, in one transaction.
+    /// The job's evaluation starts on `lane`: `running`, and the attempt is counted. False
+    /// when the job was not waiting for a lane (it was requeued or finished meanwhile).
+    pub fn start_evaluation(&self, id: i64, lane: u32) -> Result<bool> {
+        let n = self.lock().execute(
+            "UPDATE jobs SET state = 'running', lane = ?2, attempts = attempts + 1
+             WHERE id = ?1 AND state IN ('compiling', 'compiled')",
+            params![id, lane],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// Stores the evaluation and marks the job done, in one transaction. A job that is
+    /// already finished is not changed (`Conflict`).
     pub fn finish_job(
         &self,
         id: i64,
@@ -206,12 +246,17 @@ impl Store {
         let json = serde_json::to_string(evaluation).map_err(|e| corrupt("evaluation", e))?;
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        let candidate_id: String = tx
-            .query_row("SELECT candidate_id FROM jobs WHERE id = ?1", [id], |r| {
-                r.get(0)
-            })
+        let (candidate_id, state): (String, String) = tx
+            .query_row(
+                "SELECT candidate_id, state FROM jobs WHERE id = ?1",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .optional()?
             .ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
+        if JobState::parse(&state).is_none_or(JobState::is_finished) {
+            return Err(StoreError::Conflict(format!("job {id} is already {state}")));
+        }
         let now = now_ms();
         let timing = evaluation.timing.as_ref();
         tx.execute(
@@ -231,7 +276,7 @@ impl Store {
             ],
         )?;
         tx.execute(
-            "UPDATE jobs SET state = 'done', stage = NULL, finished_at = ?2, compile_ms = ?3,
+            "UPDATE jobs SET state = 'done', finished_at = ?2, compile_ms = ?3,
                     eval_ms = ?4, error = NULL
              WHERE id = ?1",
             params![id, now, compile_ms, eval_ms],
@@ -283,55 +328,72 @@ impl Store {
     /// Marks a job failed with a reason (infrastructure failure, not a verdict).
     pub fn fail_job(&self, id: i64, error: &str) -> Result<()> {
         self.lock().execute(
-            "UPDATE jobs SET state = 'failed', stage = NULL, error = ?2, finished_at = ?3 WHERE id = ?1",
+            "UPDATE jobs SET state = 'failed', error = ?2, finished_at = ?3
+             WHERE id = ?1 AND state NOT IN ('done', 'failed')",
             params![id, error, now_ms()],
         )?;
         Ok(())
     }
 
-    /// Puts a running job back in the queue without counting the attempt (a clean stop
-    /// that could not wait for it).
+    /// Puts a claimed job back in the queue without counting anything (a clean stop that
+    /// could not wait for it): one waiting for a compile or a lane as it is, one whose
+    /// evaluation had started with that attempt taken back.
     pub fn requeue_job(&self, id: i64) -> Result<()> {
         self.lock().execute(
-            "UPDATE jobs SET state = 'queued', stage = NULL, attempts = max(attempts - 1, 0)
-             WHERE id = ?1 AND state = 'running'",
+            "UPDATE jobs SET state = 'queued',
+                    attempts = CASE WHEN state = 'running' THEN max(attempts - 1, 0)
+                                    ELSE attempts END
+             WHERE id = ?1 AND state IN ('compiling', 'compiled', 'running')",
             [id],
         )?;
         Ok(())
     }
 
-    /// At start: jobs left `running` by a crash are queued again, or failed once they
-    /// have been started `max_attempts` times.
-    pub fn recover_running(&self, max_attempts: u32) -> Result<Recovery> {
+    /// At start: jobs left compiling or waiting for a lane are queued again as they are;
+    /// jobs left `running` (a crash during their evaluation) are queued again, or failed
+    /// once their evaluation has been started `max_attempts` times.
+    pub fn recover_interrupted(&self, max_attempts: u32) -> Result<Recovery> {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
+        let waiting = tx.execute(
+            "UPDATE jobs SET state = 'queued' WHERE state IN ('compiling', 'compiled')",
+            [],
+        )?;
         let failed = tx.execute(
-            "UPDATE jobs SET state = 'failed', stage = NULL, finished_at = ?2,
-                    error = 'the daemon stopped while running this job ' || attempts || ' times; giving up'
+            "UPDATE jobs SET state = 'failed', finished_at = ?2,
+                    error = 'kiln stopped during this job''s evaluation ' || attempts || ' times; giving up'
              WHERE state = 'running' AND attempts >= ?1",
             params![max_attempts, now_ms()],
         )?;
         let requeued = tx.execute(
-            "UPDATE jobs SET state = 'queued', stage = NULL WHERE state = 'running'",
+            "UPDATE jobs SET state = 'queued' WHERE state = 'running'",
             [],
         )?;
         tx.commit()?;
-        Ok(Recovery { requeued, failed })
+        Ok(Recovery {
+            waiting,
+            requeued,
+            failed,
+        })
     }
 
-    /// Number of jobs in each state.
+    /// Number of jobs in each state (every state listed, zeros included).
     pub fn job_counts(&self) -> Result<Vec<(JobState, i64)>> {
         let conn = self.lock();
-        let mut out = Vec::new();
-        for s in JobState::ALL {
-            let n: i64 = conn.query_row(
-                "SELECT count(*) FROM jobs WHERE state = ?1",
-                [s.as_str()],
-                |r| r.get(0),
-            )?;
-            out.push((s, n));
-        }
-        Ok(out)
+        let mut stmt = conn.prepare("SELECT state, count(*) FROM jobs GROUP BY state")?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(JobState::ALL
+            .iter()
+            .map(|s| {
+                let n = rows
+                    .iter()
+                    .find(|(name, _)| name == s.as_str())
+                    .map_or(0, |(_, n)| *n);
+                (*s, n)
+            })
+            .collect())
     }
 
     /// Number of evaluations per verdict.
@@ -366,19 +428,39 @@ mod tests {
     }
 
     #[test]
-    fn claim_runs_oldest_for_a_usable_backend() {
+    fn claim_compiles_oldest_for_a_usable_backend_without_counting() {
         let (_d, store, id) = setup();
         assert!(store.claim_next(&["cuda"]).expect("claim").is_none());
         let job = store.claim_next(&["host"]).expect("claim").expect("job");
         assert_eq!(
             (job.id, job.state, job.attempts),
-            (id, JobState::Running, 1)
+            (id, JobState::Compiling, 0)
         );
         assert!(store.claim_next(&["host"]).expect("claim").is_none());
+        store.mark_compiled(id).expect("compiled");
+        let job = store.get_job(id).expect("get").expect("job");
+        assert_eq!((job.state, job.attempts), (JobState::Compiled, 0));
+        assert!(store.start_evaluation(id, 0).expect("start"));
+        assert!(
+            !store.start_evaluation(id, 0).expect("start twice"),
+            "a running job does not start again"
+        );
+        let job = store.get_job(id).expect("get").expect("job");
+        assert_eq!(
+            (job.state, job.attempts, job.lane),
+            (JobState::Running, 1, Some(0))
+        );
         let eval = Evaluation::early(Verdict::CompileError, "host", "bad");
         store.finish_job(id, &eval, 1.0, 0.0).expect("finish");
         let job = store.get_job(id).expect("get").expect("job");
         assert_eq!(job.state, JobState::Done);
+        assert!(
+            matches!(
+                store.finish_job(id, &eval, 1.0, 0.0),
+                Err(StoreError::Conflict(_))
+            ),
+            "a finished job is not finished twice"
+        );
         assert_eq!(
             store.verdict_counts().expect("counts"),
             vec![("compile_error".into(), 1)]
@@ -386,41 +468,65 @@ mod tests {
     }
 
     #[test]
-    fn recovery_requeues_then_gives_up() {
+    fn recovery_requeues_waiting_jobs_uncounted_and_gives_up_on_crashed_evaluations() {
         let (_d, store, id) = setup();
+        // Claimed, compiled, waiting for a lane: a restart costs nothing, however often.
+        for _ in 0..5 {
+            let job = store.claim_next(&["host"]).expect("claim").expect("job");
+            store.mark_compiled(job.id).expect("compiled");
+            let r = store.recover_interrupted(3).expect("recover");
+            assert_eq!(
+                r,
+                Recovery {
+                    waiting: 1,
+                    requeued: 0,
+                    failed: 0
+                }
+            );
+        }
+        assert_eq!(store.get_job(id).expect("get").expect("job").attempts, 0);
+        // Crashes during the evaluation count, up to max_attempts.
         for round in 1..=3 {
             let job = store.claim_next(&["host"]).expect("claim").expect("job");
-            assert_eq!(job.attempts, round);
-            let r = store.recover_running(3).expect("recover");
-            if round < 3 {
-                assert_eq!(
-                    r,
-                    Recovery {
-                        requeued: 1,
-                        failed: 0
-                    }
-                );
+            assert!(store.start_evaluation(job.id, 0).expect("start"));
+            let r = store.recover_interrupted(3).expect("recover");
+            let expected = if round < 3 {
+                Recovery {
+                    waiting: 0,
+                    requeued: 1,
+                    failed: 0,
+                }
             } else {
-                assert_eq!(
-                    r,
-                    Recovery {
-                        requeued: 0,
-                        failed: 1
-                    }
-                );
-            }
+                Recovery {
+                    waiting: 0,
+                    requeued: 0,
+                    failed: 1,
+                }
+            };
+            assert_eq!(r, expected, "round {round}");
         }
         let job = store.get_job(id).expect("get").expect("job");
         assert_eq!(job.state, JobState::Failed);
-        assert!(job.error.unwrap_or_default().contains("3 times"));
+        assert!(
+            job.error.unwrap_or_default().contains("evaluation 3 times"),
+            "the reason counts evaluations"
+        );
     }
 
     #[test]
     fn clean_requeue_does_not_count_the_attempt() {
         let (_d, store, id) = setup();
         store.claim_next(&["host"]).expect("claim").expect("job");
-        store.requeue_job(id).expect("requeue");
+        store.requeue_job(id).expect("requeue compiling");
         let job = store.get_job(id).expect("get").expect("job");
         assert_eq!((job.state, job.attempts), (JobState::Queued, 0));
+        store.claim_next(&["host"]).expect("claim").expect("job");
+        assert!(store.start_evaluation(id, 0).expect("start"));
+        store.requeue_job(id).expect("requeue running");
+        let job = store.get_job(id).expect("get").expect("job");
+        assert_eq!((job.state, job.attempts), (JobState::Queued, 0));
+        let counts = store.job_counts().expect("counts");
+        assert_eq!(counts.len(), JobState::ALL.len());
+        assert!(counts.contains(&(JobState::Queued, 1)));
     }
 }

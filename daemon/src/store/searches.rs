@@ -438,10 +438,11 @@ impl Store {
             .collect()
     }
 
-    /// Queued jobs of a search (for its backpressure cap).
+    /// Unfinished jobs of a search (queued, compiling, waiting for a lane or running: its
+    /// backpressure cap counts them).
     pub fn search_queued(&self, id: &str) -> Result<u64> {
         let n: i64 = self.lock().query_row(
-            "SELECT count(*) FROM jobs WHERE search_id = ?1 AND state IN ('queued', 'running')",
+            "SELECT count(*) FROM jobs WHERE search_id = ?1 AND state NOT IN ('done', 'failed')",
             [id],
             |r| r.get(0),
         )?;

@@ -139,7 +139,7 @@ class Client:
     # -- the daemon --------------------------------------------------------------------
 
     def health(self) -> Health:
-        """``GET /v1/health``: status, version, uptime and queued jobs."""
+        """``GET /v1/health``: status, version, uptime, jobs not yet on a lane (``queued``) and evaluating (``running``)."""
         return self._call(_wire.health())
 
     def info(self) -> Info:

@@ -56,13 +56,19 @@ pub fn prepare(socket: PathBuf, state_dir: PathBuf, config: Config) -> Result<Pr
             .with_context(|| format!("cannot open the store in {}", state_dir.display()))?,
     );
     let recovery = store
-        .recover_running(config.queue.max_attempts)
+        .recover_interrupted(config.queue.max_attempts)
         .context("cannot recover interrupted jobs")?;
+    if recovery.waiting > 0 {
+        tracing::info!(
+            jobs = recovery.waiting,
+            "queued again the jobs a previous daemon had claimed but not started evaluating"
+        );
+    }
     if recovery.requeued + recovery.failed > 0 {
         tracing::warn!(
             requeued = recovery.requeued,
             failed = recovery.failed,
-            "recovered jobs left running by a previous daemon"
+            "recovered jobs whose evaluation a previous daemon left running"
         );
     }
 
