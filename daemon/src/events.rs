@@ -25,6 +25,10 @@ pub enum Event {
         /// The lane evaluating it, from `running` on.
         #[serde(skip_serializing_if = "Option::is_none")]
         lane: Option<u32>,
+        /// The node holding it (in a cluster, events of jobs other nodes finished are
+        /// relayed too).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
         /// The verdict, once done.
         #[serde(skip_serializing_if = "Option::is_none")]
         verdict: Option<String>,

@@ -67,11 +67,11 @@ pub async fn measure(
 
 /// Speedups of a candidate of `problem` with median `median_us` against the baselines
 /// cached for this GPU (none measured: an empty list; never measures).
-pub fn speedups(s: &AppState, problem: &str, median_us: f64) -> Value {
+pub async fn speedups(s: &AppState, problem: &str, median_us: f64) -> Value {
     let Some(key) = gpu_key(&s.facts.gpu, None) else {
         return json!([]);
     };
-    match s.store.get_baselines(&key, problem) {
+    match s.store.get_baselines(&key, problem).await {
         Ok(Some(set)) => serde_json::to_value(set.speedups(median_us)).unwrap_or_default(),
         _ => json!([]),
     }
@@ -103,9 +103,10 @@ pub fn floor(s: &AppState, spec: &ProblemSpec) -> Value {
 }
 
 /// Cached baselines of `problem` on every GPU seen (for `GET /v1/problems/{name}`).
-pub fn cached(s: &AppState, problem: &str) -> Value {
+pub async fn cached(s: &AppState, problem: &str) -> Value {
     s.store
         .list_baselines(problem)
+        .await
         .map(|v| serde_json::to_value(v).unwrap_or_default())
         .unwrap_or(Value::Null)
 }

@@ -33,6 +33,7 @@ fn announce_queued(s: &AppState, job_id: i64, candidate_id: &str, problem: &str)
         problem: problem.to_string(),
         state: "queued".into(),
         lane: None,
+        node: None,
         verdict: None,
         median_us: None,
         error: None,
@@ -53,9 +54,13 @@ pub async fn submit(
         .validate()
         .map_err(|e| ApiError::bad_request("invalid_candidate", e.to_string()))?;
     let backend = candidate.language.backend();
-    let problem = s.store.get_problem(&candidate.problem)?.ok_or_else(|| {
-        ApiError::not_found(format!("problem {:?} is not registered", candidate.problem))
-    })?;
+    let problem = s
+        .store
+        .get_problem(&candidate.problem)
+        .await?
+        .ok_or_else(|| {
+            ApiError::not_found(format!("problem {:?} is not registered", candidate.problem))
+        })?;
     if !problem.reference.contains_key(backend) {
         return Err(ApiError::bad_request(
             "invalid_candidate",
@@ -66,9 +71,13 @@ pub async fn submit(
             ),
         ));
     }
-    let submitted = s.store.submit_with(&candidate, None, options.as_ref())?;
+    let class = s.sched.class_of(backend).unwrap_or_default();
+    let submitted = s
+        .store
+        .submit_with(&candidate, None, options.as_ref(), class)
+        .await?;
     if submitted.duplicate {
-        let record = s.store.get_candidate(&submitted.id)?;
+        let record = s.store.get_candidate(&submitted.id).await?;
         let mut body = json!({"id": submitted.id, "job_id": submitted.job_id, "duplicate": true, "record": record});
         if options.is_some() {
             body["warning"] = json!(format!(
@@ -126,10 +135,11 @@ pub async fn show(
     loop {
         let record = s
             .store
-            .get_candidate(&id)?
+            .get_candidate(&id)
+            .await?
             .ok_or_else(|| ApiError::not_found(format!("candidate {id:?} not found")))?;
         if wait == 0 || finished(&record) {
-            return Ok(Json(with_speedups(&s, &record)?));
+            return Ok(Json(with_speedups(&s, &record).await?));
         }
         // Wake on any event (or every second, in case one was missed), then look again.
         let tick = tokio::time::sleep(Duration::from_secs(1));
@@ -137,7 +147,7 @@ pub async fn show(
             _ = rx.recv() => {}
             _ = tick => {}
             _ = tokio::time::sleep_until(deadline) => {
-                let record = s.store.get_candidate(&id)?;
+                let record = s.store.get_candidate(&id).await?;
                 return Ok(Json(serde_json::to_value(record).map_err(ApiError::internal)?));
             }
         }
@@ -146,7 +156,7 @@ pub async fn show(
 
 /// The record as JSON, with `speedups` against this GPU's cached baselines when it was
 /// timed on the cuda backend.
-fn with_speedups(
+async fn with_speedups(
     s: &AppState,
     record: &crate::store::CandidateRecord,
 ) -> Result<serde_json::Value, ApiError> {
@@ -160,7 +170,7 @@ fn with_speedups(
     if let (Some(m), Some(obj)) = (median, v.as_object_mut()) {
         obj.insert(
             "speedups".into(),
-            super::baselines::speedups(s, &record.candidate.problem, m),
+            super::baselines::speedups(s, &record.candidate.problem, m).await,
         );
     }
     Ok(v)
@@ -185,10 +195,10 @@ pub async fn list(
     QueryArgs(q): QueryArgs<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let limit = q.limit.clamp(1, 1000);
-    let ids = s.store.list_candidates(q.problem.as_deref(), limit)?;
+    let ids = s.store.list_candidates(q.problem.as_deref(), limit).await?;
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        if let Some(r) = s.store.get_candidate(&id)? {
+        if let Some(r) = s.store.get_candidate(&id).await? {
             out.push(json!({
                 "id": r.id,
                 "problem": r.candidate.problem,
@@ -214,9 +224,11 @@ pub async fn requeue(
     let options = checked(options)?;
     let rec = s
         .store
-        .get_candidate(&id)?
+        .get_candidate(&id)
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("candidate {id:?} not found")))?;
-    let job_id = s.store.queue_job(&id, options.as_ref())?;
+    let class = s.sched.class_of(&rec.backend).unwrap_or_default();
+    let job_id = s.store.queue_job(&id, options.as_ref(), class).await?;
     tracing::info!(candidate = %id, job = job_id, "candidate queued again");
     announce_queued(&s, job_id, &id, &rec.candidate.problem);
     Ok((
@@ -247,12 +259,13 @@ pub async fn job(
     loop {
         let job = s
             .store
-            .get_job(id)?
+            .get_job(id)
+            .await?
             .ok_or_else(|| ApiError::not_found(format!("job {id} not found")))?;
         let ended = job.state.is_finished();
         if wait == 0 || ended || tokio::time::Instant::now() >= deadline {
             let evaluation = if ended {
-                s.store.job_evaluation(id)?
+                s.store.job_evaluation(id).await?
             } else {
                 None
             };

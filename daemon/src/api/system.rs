@@ -30,7 +30,7 @@ pub struct Facts {
 /// not yet evaluating (queued, compiling or compiled and waiting for a lane), `running`
 /// those evaluating on a lane.
 pub async fn health(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let counts = s.store.job_counts()?;
+    let counts = s.store.job_counts().await?;
     let sum = |f: fn(crate::store::JobState) -> bool| -> i64 {
         counts.iter().filter(|(st, _)| f(*st)).map(|(_, n)| n).sum()
     };
@@ -122,7 +122,13 @@ fn host_facts() -> Value {
 
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
-    let body = s.metrics.render(&s.store);
+    let node = crate::metrics::NodeView {
+        id: s.store.node(),
+        classes: s.sched.classes(),
+        paused: s.sched.paused(),
+        clustered: s.store.cluster().is_some(),
+    };
+    let body = s.metrics.render(&s.store, &node).await;
     (
         [(
             header::CONTENT_TYPE,

@@ -23,7 +23,7 @@ use super::host::HostBackend;
 use crate::config::Config;
 use crate::gpu::clocks::{self, LaneClocks};
 use crate::gpu::libs;
-use crate::store::Store;
+use crate::store::SqliteStore;
 
 /// The backends built at start, their status and the jail's layers.
 pub struct Built {
@@ -67,7 +67,7 @@ pub fn sandbox_config(config: &Config, state_dir: &Path) -> SandboxConfig {
 
 /// Builds the backends. Runs before the async runtime starts (the jail probe forks).
 /// Under the `lock` clock policy, first resets clocks a crashed daemon left locked.
-pub fn build(config: &Config, state_dir: &Path, store: &Arc<Store>) -> Built {
+pub fn build(config: &Config, state_dir: &Path, store: &Arc<SqliteStore>) -> Built {
     let cfg = sandbox_config(config, state_dir);
     let layers = kiln_sandbox::probe_layers(&cfg);
     for l in &layers {

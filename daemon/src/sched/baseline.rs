@@ -97,6 +97,7 @@ impl Scheduler {
         let spec = self
             .store
             .get_problem(problem)
+            .await
             .map_err(|e| failed(&e))?
             .ok_or_else(|| BaselineError::NotFound(format!("problem {problem:?} not found")))?;
         let key = gpu_key(inventory, None).ok_or_else(|| {
@@ -105,8 +106,13 @@ impl Scheduler {
                 inventory.error.as_deref().unwrap_or("no GPU found")
             ))
         })?;
-        let cached = |store: &crate::store::Store| store.get_baselines(&key, problem);
-        if !remeasure && let Some(set) = cached(&self.store).map_err(|e| failed(&e))? {
+        if !remeasure
+            && let Some(set) = self
+                .store
+                .get_baselines(&key, problem)
+                .await
+                .map_err(|e| failed(&e))?
+        {
             return Ok(set);
         }
         // One measurement at a time; a request that waited finds the other's result.
@@ -115,6 +121,7 @@ impl Scheduler {
             && let Some(set) = self
                 .store
                 .get_baselines(&key, problem)
+                .await
                 .map_err(|e| failed(&e))?
         {
             return Ok(set);
@@ -197,6 +204,7 @@ impl Scheduler {
         drop(lane);
         self.store
             .put_baselines(&key, problem, &results)
+            .await
             .map_err(|e| failed(&e))
     }
 }

@@ -12,10 +12,10 @@ use tracing::Instrument;
 use super::Scheduler;
 use crate::backends::{Backend, BackendError, compile_key};
 use crate::events::Event;
-use crate::store::{Artifact, JobRecord, JobState};
+use crate::store::{Artifact, JobRecord, JobState, StoreError};
 
 /// Why a job could not produce an evaluation.
-enum JobFailure {
+pub(super) enum JobFailure {
     /// The backend or the store broke; the message is stored on the job.
     Infra(String),
 }
@@ -79,6 +79,7 @@ impl Scheduler {
             problem: problem.to_string(),
             state: state.as_str().to_string(),
             lane,
+            node: Some(self.store.node().to_string()),
             verdict: eval.map(|e| e.verdict.to_string()),
             median_us: eval.and_then(|e| e.timing.as_ref().map(|t| t.median_us)),
             error: error.map(str::to_string),
@@ -99,7 +100,7 @@ impl Scheduler {
     }
 
     async fn run_job_inner(self: Arc<Self>, job: JobRecord, compile_permit: OwnedSemaphorePermit) {
-        let problem_name = match self.store.get_candidate(&job.candidate_id) {
+        let problem_name = match self.store.get_candidate(&job.candidate_id).await {
             Ok(Some(rec)) => rec.candidate.problem.clone(),
             _ => String::new(),
         };
@@ -108,10 +109,14 @@ impl Scheduler {
             .clone()
             .pipeline(&job, &problem_name, compile_permit)
             .await;
+        let (id, token) = (job.id, job.lease_token);
         match outcome {
             Outcome::Evaluated(eval, compile_ms, eval_ms) => {
                 tracing::info!(verdict = %eval.verdict, message = %eval.message, "job done");
-                match self.store.finish_job(job.id, &eval, compile_ms, eval_ms) {
+                let stored = self
+                    .persist(|| self.store.finish_job(id, token, &eval, compile_ms, eval_ms))
+                    .await;
+                match stored {
                     Ok(()) => self.publish_job(
                         &job,
                         &problem_name,
@@ -120,10 +125,15 @@ impl Scheduler {
                         Some(&eval),
                         None,
                     ),
+                    Err(StoreError::Fenced(why)) => self.fenced_out(&why),
                     Err(e) => {
                         tracing::error!(error = %e, "cannot store the evaluation");
                         let msg = format!("cannot store the evaluation: {e}");
-                        let _ = self.store.fail_job(job.id, &msg);
+                        if let Err(StoreError::Fenced(why)) =
+                            self.persist(|| self.store.fail_job(id, token, &msg)).await
+                        {
+                            return self.fenced_out(&why);
+                        }
                         self.publish_job(
                             &job,
                             &problem_name,
@@ -137,27 +147,54 @@ impl Scheduler {
             }
             Outcome::Failed(msg) => {
                 tracing::error!(error = %msg, "job failed");
-                if let Err(e) = self.store.fail_job(job.id, &msg) {
-                    tracing::error!(error = %e, "cannot mark the job failed");
+                match self.persist(|| self.store.fail_job(id, token, &msg)).await {
+                    Ok(()) => self.publish_job(
+                        &job,
+                        &problem_name,
+                        JobState::Failed,
+                        lane,
+                        None,
+                        Some(&msg),
+                    ),
+                    Err(StoreError::Fenced(why)) => self.fenced_out(&why),
+                    Err(e) => tracing::error!(error = %e, "cannot mark the job failed"),
                 }
-                self.publish_job(
-                    &job,
-                    &problem_name,
-                    JobState::Failed,
-                    lane,
-                    None,
-                    Some(&msg),
-                );
             }
             Outcome::Requeued => {
                 tracing::info!("kilnd is stopping: the job goes back to the queue");
-                if let Err(e) = self.store.requeue_job(job.id) {
-                    tracing::error!(error = %e, "cannot requeue the job");
+                if let Err(e) = self.store.requeue_job(id, token).await {
+                    tracing::error!(error = %e, "cannot requeue the job (its lease will run out)");
                 }
                 self.publish_job(&job, &problem_name, JobState::Queued, None, None, None);
             }
-            Outcome::Gone => {
-                tracing::warn!("the job was no longer waiting for a lane; left as it is");
+            Outcome::Gone => self.fenced_out("the job was no longer waiting for this claim's lane"),
+        }
+    }
+
+    /// A write refused because the job's lease is no longer this claim's (another node
+    /// took it over after the lease ran out): nothing is recorded.
+    fn fenced_out(&self, why: &str) {
+        crate::metrics::count_fenced();
+        tracing::warn!(reason = %why, "fenced_out: this node lost the job's lease; its result is dropped");
+    }
+
+    /// Runs a store write again while the database is unavailable (a restart, a
+    /// failover), for up to twice the lease; any other outcome is returned as it is.
+    async fn persist<T, F, Fut>(&self, write: F) -> Result<T, StoreError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let deadline = Instant::now() + self.write_patience;
+        let mut pause = std::time::Duration::from_millis(100);
+        loop {
+            match write().await {
+                Err(StoreError::Unavailable(why)) if Instant::now() < deadline => {
+                    tracing::warn!(reason = %why, "the database is unavailable; retrying the write");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(2));
+                }
+                other => return other,
             }
         }
     }
@@ -182,7 +219,10 @@ impl Scheduler {
             Ok(Compiled::Ready(ready)) => ready,
             Err(JobFailure::Infra(msg)) => return (Outcome::Failed(msg), None),
         };
-        if let Err(e) = self.store.mark_compiled(job.id) {
+        if let Err(e) = self
+            .persist(|| self.store.mark_compiled(job.id, job.lease_token))
+            .await
+        {
             return (Outcome::Failed(format!("store: {e}")), None);
         }
         self.publish_job(job, problem_name, JobState::Compiled, None, None, None);
@@ -197,7 +237,10 @@ impl Scheduler {
             return (Outcome::Failed("lane closed".into()), None);
         };
         let index = u32::try_from(lane.index).unwrap_or(u32::MAX);
-        match self.store.start_evaluation(job.id, index) {
+        match self
+            .persist(|| self.store.start_evaluation(job.id, job.lease_token, index))
+            .await
+        {
             Ok(true) => {}
             Ok(false) => return (Outcome::Gone, None),
             Err(e) => return (Outcome::Failed(format!("store: {e}")), None),
@@ -228,11 +271,13 @@ impl Scheduler {
     ) -> Result<Compiled, JobFailure> {
         let rec = self
             .store
-            .get_candidate(&job.candidate_id)?
+            .get_candidate(&job.candidate_id)
+            .await?
             .ok_or_else(|| JobFailure::Infra("candidate vanished from the store".into()))?;
         let problem = self
             .store
-            .get_problem(&rec.candidate.problem)?
+            .get_problem(&rec.candidate.problem)
+            .await?
             .ok_or_else(|| {
                 JobFailure::Infra(format!(
                     "problem {:?} is not registered",
@@ -322,7 +367,8 @@ impl Scheduler {
             job,
             &problem.name,
             self.plan_for(backend.as_ref()),
-        )?;
+        )
+        .await?;
         let t1 = Instant::now();
         let be = backend.clone();
         let mut eval = tokio::task::spawn_blocking(move || {
@@ -378,7 +424,7 @@ impl Scheduler {
 
     /// The artifact for `candidate`, from the cache or a fresh compile. The inner `Err`
     /// is the candidate's `compile_error` evaluation.
-    async fn compile_cached(
+    pub(super) async fn compile_cached(
         &self,
         backend: &Arc<dyn Backend>,
         candidate: &Candidate,

@@ -11,7 +11,7 @@ use kiln_types::{Evaluation, JobOptions};
 use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
-use super::{Result, Store, StoreError, corrupt, now_ms};
+use super::{Result, SqliteStore, StoreError, corrupt, now_ms};
 
 /// Queue states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -114,10 +114,27 @@ pub struct JobRecord {
     /// Options given when it was queued (plain timing, racing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub options: Option<JobOptions>,
+    /// The GPU class it is routed to (`""`: any class of its backend, fixed when claimed).
+    pub gpu_class: String,
+    /// The node that holds it (or last held it; evaluated it, once done).
+    pub node: Option<String>,
+    /// The lease token of the claim that holds it: writes with another are refused.
+    #[serde(skip)]
+    pub lease_token: i64,
+}
+
+/// A lane's claim key: its backend and its GPU class.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LaneClass {
+    /// Backend name (`host`, `cuda`).
+    pub backend: String,
+    /// GPU class (`cuda/NVIDIA H200/580.95.05/observe`, `host/…`).
+    pub class: String,
 }
 
 pub(super) const JOB_COLUMNS: &str = "id, candidate_id, backend, state, lane, attempts, error, \
-     created_at, started_at, finished_at, compile_ms, eval_ms, search_id, options_json";
+     created_at, started_at, finished_at, compile_ms, eval_ms, search_id, options_json, \
+     gpu_class, node, lease_token";
 
 pub(super) fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
     let state: String = r.get(3)?;
@@ -146,7 +163,17 @@ pub(super) fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
                     Box::new(e),
                 )
             })?,
+        gpu_class: r.get(14)?,
+        node: r.get(15)?,
+        lease_token: r.get::<_, Option<i64>>(16)?.unwrap_or(0),
     })
+}
+
+/// A fresh lease token: random, so a stale holder's token never matches a later claim.
+pub(super) fn new_token() -> i64 {
+    i64::try_from(rand::random::<u64>() >> 1)
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// The options as stored: `NULL` when there are none.
@@ -168,7 +195,7 @@ pub struct Recovery {
     pub failed: usize,
 }
 
-impl Store {
+impl SqliteStore {
     /// A job by id.
     pub fn get_job(&self, id: i64) -> Result<Option<JobRecord>> {
         let conn = self.lock();
@@ -181,24 +208,40 @@ impl Store {
             .optional()?)
     }
 
-    /// Claims the next queued job for one of `backends` for compiling: marks it
-    /// `compiling` (no attempt is counted). Searches are served round-robin: the job comes
-    /// from the search (or the pool of single submissions) that was served least recently,
-    /// oldest job first within it, so one busy search cannot starve the others.
-    pub fn claim_next(&self, backends: &[&str]) -> Result<Option<JobRecord>> {
-        if backends.is_empty() {
+    /// Claims the next queued job for one of `lanes`' backends for compiling: marks it
+    /// `compiling` under a fresh lease token, held by this node (no attempt is counted; a
+    /// job routed to any class takes the lane's). Searches are served round-robin: the
+    /// job comes from the search (or the pool of single submissions) that was served least
+    /// recently, oldest job first within it, so one busy search cannot starve the others.
+    /// One host has one class per backend, so the class is not matched here.
+    pub fn claim_next(&self, lanes: &[LaneClass]) -> Result<Option<JobRecord>> {
+        if lanes.is_empty() {
             return Ok(None);
         }
-        let list = backends
+        let list = lanes
             .iter()
-            .map(|b| format!("'{}'", b.replace('\'', "")))
+            .map(|l| format!("'{}'", l.backend.replace('\'', "")))
             .collect::<Vec<_>>()
             .join(",");
+        let class_of = lanes
+            .iter()
+            .map(|l| {
+                format!(
+                    "WHEN '{}' THEN '{}'",
+                    l.backend.replace('\'', ""),
+                    l.class.replace('\'', "")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
         let conn = self.lock();
         Ok(conn
             .query_row(
                 &format!(
-                    "UPDATE jobs SET state = 'compiling', started_at = ?1
+                    "UPDATE jobs SET state = 'compiling', started_at = ?1, node = ?2,
+                            lease_token = ?3,
+                            gpu_class = CASE WHEN gpu_class = '' THEN CASE backend {class_of} ELSE '' END
+                                             ELSE gpu_class END
                      WHERE id = (SELECT j.id FROM jobs j
                                  WHERE j.state = 'queued' AND j.backend IN ({list})
                                  ORDER BY (SELECT max(r.started_at) FROM jobs r
@@ -208,37 +251,39 @@ impl Store {
                                  LIMIT 1)
                      RETURNING {JOB_COLUMNS}"
                 ),
-                [now_ms()],
+                params![now_ms(), self.node, new_token()],
                 job_from_row,
             )
             .optional()?)
     }
 
     /// A claimed job is compiled and waits for a lane (`compiling` → `compiled`).
-    pub fn mark_compiled(&self, id: i64) -> Result<()> {
+    pub fn mark_compiled(&self, id: i64, token: i64) -> Result<()> {
         self.lock().execute(
-            "UPDATE jobs SET state = 'compiled' WHERE id = ?1 AND state = 'compiling'",
-            [id],
+            "UPDATE jobs SET state = 'compiled'
+             WHERE id = ?1 AND lease_token = ?2 AND state = 'compiling'",
+            params![id, token],
         )?;
         Ok(())
     }
 
     /// The job's evaluation starts on `lane`: `running`, and the attempt is counted. False
-    /// when the job was not waiting for a lane (it was requeued or finished meanwhile).
-    pub fn start_evaluation(&self, id: i64, lane: u32) -> Result<bool> {
+    /// when the lease is not this one's or the job was not waiting for a lane.
+    pub fn start_evaluation(&self, id: i64, token: i64, lane: u32) -> Result<bool> {
         let n = self.lock().execute(
-            "UPDATE jobs SET state = 'running', lane = ?2, attempts = attempts + 1
-             WHERE id = ?1 AND state IN ('compiling', 'compiled')",
-            params![id, lane],
+            "UPDATE jobs SET state = 'running', lane = ?3, attempts = attempts + 1
+             WHERE id = ?1 AND lease_token = ?2 AND state IN ('compiling', 'compiled')",
+            params![id, token, lane],
         )?;
         Ok(n == 1)
     }
 
-    /// Stores the evaluation and marks the job done, in one transaction. A job that is
-    /// already finished is not changed (`Conflict`).
+    /// Stores the evaluation and marks the job done, in one transaction, with the node
+    /// and class that hold it. Refused (`Fenced`) when `token` is not the job's lease.
     pub fn finish_job(
         &self,
         id: i64,
+        token: i64,
         evaluation: &Evaluation,
         compile_ms: f64,
         eval_ms: f64,
@@ -246,25 +291,23 @@ impl Store {
         let json = serde_json::to_string(evaluation).map_err(|e| corrupt("evaluation", e))?;
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        let (candidate_id, state): (String, String) = tx
-            .query_row(
-                "SELECT candidate_id, state FROM jobs WHERE id = ?1",
-                [id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
-        if JobState::parse(&state).is_none_or(JobState::is_finished) {
-            return Err(StoreError::Conflict(format!("job {id} is already {state}")));
-        }
         let now = now_ms();
+        let n = tx.execute(
+            "UPDATE jobs SET state = 'done', finished_at = ?3, compile_ms = ?4,
+                    eval_ms = ?5, error = NULL
+             WHERE id = ?1 AND lease_token = ?2 AND state IN ('compiling', 'compiled', 'running')",
+            params![id, token, now, compile_ms, eval_ms],
+        )?;
+        if n == 0 {
+            return Err(fenced(&tx, id)?);
+        }
         let timing = evaluation.timing.as_ref();
         tx.execute(
             "INSERT INTO evaluations (candidate_id, job_id, verdict, median_us, evaluation_json,
-                                      created_at, raced_out, plain, upper_us)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                                      created_at, raced_out, plain, upper_us, node, gpu_class)
+             SELECT candidate_id, id, ?2, ?3, ?4, ?5, ?6, ?7, ?8, node, gpu_class
+             FROM jobs WHERE id = ?1",
             params![
-                candidate_id,
                 id,
                 evaluation.verdict.as_str(),
                 timing.map(|t| t.median_us),
@@ -275,19 +318,18 @@ impl Store {
                 timing.map(|t| t.interval95().1).filter(|u| u.is_finite()),
             ],
         )?;
-        tx.execute(
-            "UPDATE jobs SET state = 'done', finished_at = ?2, compile_ms = ?3,
-                    eval_ms = ?4, error = NULL
-             WHERE id = ?1",
-            params![id, now, compile_ms, eval_ms],
-        )?;
         tx.commit()?;
         Ok(())
     }
 
     /// Queues another evaluation of a stored candidate (a new job; the candidate and its
     /// earlier evaluations stay as they are). Returns the job id.
-    pub fn queue_job(&self, candidate_id: &str, options: Option<&JobOptions>) -> Result<i64> {
+    pub fn queue_job(
+        &self,
+        candidate_id: &str,
+        options: Option<&JobOptions>,
+        gpu_class: &str,
+    ) -> Result<i64> {
         let options = options_json(options)?;
         let mut conn = self.lock();
         let tx = conn.transaction()?;
@@ -300,9 +342,9 @@ impl Store {
             .optional()?
             .ok_or_else(|| StoreError::NotFound(format!("candidate {candidate_id:?}")))?;
         tx.execute(
-            "INSERT INTO jobs (candidate_id, backend, state, created_at, options_json)
-             VALUES (?1, ?2, 'queued', ?3, ?4)",
-            params![candidate_id, backend, now_ms(), options],
+            "INSERT INTO jobs (candidate_id, backend, state, created_at, options_json, gpu_class)
+             VALUES (?1, ?2, 'queued', ?3, ?4, ?5)",
+            params![candidate_id, backend, now_ms(), options, gpu_class],
         )?;
         let id = tx.last_insert_rowid();
         tx.commit()?;
@@ -325,26 +367,31 @@ impl Store {
         .transpose()
     }
 
-    /// Marks a job failed with a reason (infrastructure failure, not a verdict).
-    pub fn fail_job(&self, id: i64, error: &str) -> Result<()> {
-        self.lock().execute(
-            "UPDATE jobs SET state = 'failed', error = ?2, finished_at = ?3
-             WHERE id = ?1 AND state NOT IN ('done', 'failed')",
-            params![id, error, now_ms()],
+    /// Marks a job failed with a reason (infrastructure failure, not a verdict); refused
+    /// (`Fenced`) when `token` is not the job's lease.
+    pub fn fail_job(&self, id: i64, token: i64, error: &str) -> Result<()> {
+        let conn = self.lock();
+        let n = conn.execute(
+            "UPDATE jobs SET state = 'failed', error = ?3, finished_at = ?4
+             WHERE id = ?1 AND lease_token = ?2 AND state NOT IN ('done', 'failed')",
+            params![id, token, error, now_ms()],
         )?;
+        if n == 0 {
+            return Err(fenced(&conn, id)?);
+        }
         Ok(())
     }
 
     /// Puts a claimed job back in the queue without counting anything (a clean stop that
     /// could not wait for it): one waiting for a compile or a lane as it is, one whose
-    /// evaluation had started with that attempt taken back.
-    pub fn requeue_job(&self, id: i64) -> Result<()> {
+    /// evaluation had started with that attempt taken back. Only the lease holder can.
+    pub fn requeue_job(&self, id: i64, token: i64) -> Result<()> {
         self.lock().execute(
-            "UPDATE jobs SET state = 'queued',
+            "UPDATE jobs SET state = 'queued', lease_token = NULL,
                     attempts = CASE WHEN state = 'running' THEN max(attempts - 1, 0)
                                     ELSE attempts END
-             WHERE id = ?1 AND state IN ('compiling', 'compiled', 'running')",
-            [id],
+             WHERE id = ?1 AND lease_token = ?2 AND state IN ('compiling', 'compiled', 'running')",
+            params![id, token],
         )?;
         Ok(())
     }
@@ -356,17 +403,18 @@ impl Store {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
         let waiting = tx.execute(
-            "UPDATE jobs SET state = 'queued' WHERE state IN ('compiling', 'compiled')",
+            "UPDATE jobs SET state = 'queued', lease_token = NULL
+             WHERE state IN ('compiling', 'compiled')",
             [],
         )?;
         let failed = tx.execute(
-            "UPDATE jobs SET state = 'failed', finished_at = ?2,
+            "UPDATE jobs SET state = 'failed', finished_at = ?2, lease_token = NULL,
                     error = 'kiln stopped during this job''s evaluation ' || attempts || ' times; giving up'
              WHERE state = 'running' AND attempts >= ?1",
             params![max_attempts, now_ms()],
         )?;
         let requeued = tx.execute(
-            "UPDATE jobs SET state = 'queued' WHERE state = 'running'",
+            "UPDATE jobs SET state = 'queued', lease_token = NULL WHERE state = 'running'",
             [],
         )?;
         tx.commit()?;
@@ -409,124 +457,15 @@ impl Store {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::super::problems::sample_spec;
-    use super::*;
-    use kiln_types::{Candidate, Verdict};
-
-    fn setup() -> (tempfile::TempDir, Store, i64) {
-        let (d, store) = super::super::open_temp();
-        store.put_problem(&sample_spec("p")).expect("problem");
-        let c: Candidate = serde_json::from_value(serde_json::json!({
-            "problem": "p", "language": "c", "source": "void f(){}",
-            "launches": [{"kernel": "f"}]
-        }))
-        .expect("candidate");
-        let s = store.submit(&c, None).expect("submit");
-        (d, store, s.job_id)
-    }
-
-    #[test]
-    fn claim_compiles_oldest_for_a_usable_backend_without_counting() {
-        let (_d, store, id) = setup();
-        assert!(store.claim_next(&["cuda"]).expect("claim").is_none());
-        let job = store.claim_next(&["host"]).expect("claim").expect("job");
-        assert_eq!(
-            (job.id, job.state, job.attempts),
-            (id, JobState::Compiling, 0)
-        );
-        assert!(store.claim_next(&["host"]).expect("claim").is_none());
-        store.mark_compiled(id).expect("compiled");
-        let job = store.get_job(id).expect("get").expect("job");
-        assert_eq!((job.state, job.attempts), (JobState::Compiled, 0));
-        assert!(store.start_evaluation(id, 0).expect("start"));
-        assert!(
-            !store.start_evaluation(id, 0).expect("start twice"),
-            "a running job does not start again"
-        );
-        let job = store.get_job(id).expect("get").expect("job");
-        assert_eq!(
-            (job.state, job.attempts, job.lane),
-            (JobState::Running, 1, Some(0))
-        );
-        let eval = Evaluation::early(Verdict::CompileError, "host", "bad");
-        store.finish_job(id, &eval, 1.0, 0.0).expect("finish");
-        let job = store.get_job(id).expect("get").expect("job");
-        assert_eq!(job.state, JobState::Done);
-        assert!(
-            matches!(
-                store.finish_job(id, &eval, 1.0, 0.0),
-                Err(StoreError::Conflict(_))
-            ),
-            "a finished job is not finished twice"
-        );
-        assert_eq!(
-            store.verdict_counts().expect("counts"),
-            vec![("compile_error".into(), 1)]
-        );
-    }
-
-    #[test]
-    fn recovery_requeues_waiting_jobs_uncounted_and_gives_up_on_crashed_evaluations() {
-        let (_d, store, id) = setup();
-        // Claimed, compiled, waiting for a lane: a restart costs nothing, however often.
-        for _ in 0..5 {
-            let job = store.claim_next(&["host"]).expect("claim").expect("job");
-            store.mark_compiled(job.id).expect("compiled");
-            let r = store.recover_interrupted(3).expect("recover");
-            assert_eq!(
-                r,
-                Recovery {
-                    waiting: 1,
-                    requeued: 0,
-                    failed: 0
-                }
-            );
-        }
-        assert_eq!(store.get_job(id).expect("get").expect("job").attempts, 0);
-        // Crashes during the evaluation count, up to max_attempts.
-        for round in 1..=3 {
-            let job = store.claim_next(&["host"]).expect("claim").expect("job");
-            assert!(store.start_evaluation(job.id, 0).expect("start"));
-            let r = store.recover_interrupted(3).expect("recover");
-            let expected = if round < 3 {
-                Recovery {
-                    waiting: 0,
-                    requeued: 1,
-                    failed: 0,
-                }
-            } else {
-                Recovery {
-                    waiting: 0,
-                    requeued: 0,
-                    failed: 1,
-                }
-            };
-            assert_eq!(r, expected, "round {round}");
-        }
-        let job = store.get_job(id).expect("get").expect("job");
-        assert_eq!(job.state, JobState::Failed);
-        assert!(
-            job.error.unwrap_or_default().contains("evaluation 3 times"),
-            "the reason counts evaluations"
-        );
-    }
-
-    #[test]
-    fn clean_requeue_does_not_count_the_attempt() {
-        let (_d, store, id) = setup();
-        store.claim_next(&["host"]).expect("claim").expect("job");
-        store.requeue_job(id).expect("requeue compiling");
-        let job = store.get_job(id).expect("get").expect("job");
-        assert_eq!((job.state, job.attempts), (JobState::Queued, 0));
-        store.claim_next(&["host"]).expect("claim").expect("job");
-        assert!(store.start_evaluation(id, 0).expect("start"));
-        store.requeue_job(id).expect("requeue running");
-        let job = store.get_job(id).expect("get").expect("job");
-        assert_eq!((job.state, job.attempts), (JobState::Queued, 0));
-        let counts = store.job_counts().expect("counts");
-        assert_eq!(counts.len(), JobState::ALL.len());
-        assert!(counts.contains(&(JobState::Queued, 1)));
-    }
+/// Why a fenced write to job `id` was refused.
+fn fenced(conn: &rusqlite::Connection, id: i64) -> Result<StoreError> {
+    let state: Option<String> = conn
+        .query_row("SELECT state FROM jobs WHERE id = ?1", [id], |r| r.get(0))
+        .optional()?;
+    Ok(match state {
+        None => StoreError::NotFound(format!("job {id}")),
+        Some(state) => StoreError::Fenced(format!(
+            "job {id} is {state} and no longer held by this claim"
+        )),
+    })
 }

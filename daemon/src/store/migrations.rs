@@ -193,6 +193,18 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX jobs_candidate ON jobs(candidate_id);
     CREATE INDEX jobs_search ON jobs(search_id, started_at);
     "#,
+    // 7: what a cluster needs, kept on one host too: the GPU class a job is routed to and
+    //    the node and lease token that hold it (a write with a stale token is refused);
+    //    the node and class of every evaluation; a search's class and fair-share weight.
+    r#"
+    ALTER TABLE jobs ADD COLUMN gpu_class TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN node TEXT;
+    ALTER TABLE jobs ADD COLUMN lease_token INTEGER;
+    ALTER TABLE evaluations ADD COLUMN node TEXT;
+    ALTER TABLE evaluations ADD COLUMN gpu_class TEXT;
+    ALTER TABLE searches ADD COLUMN gpu_class TEXT NOT NULL DEFAULT '';
+    ALTER TABLE searches ADD COLUMN weight REAL NOT NULL DEFAULT 1;
+    "#,
 ];
 
 /// Tables every current schema has; checked after migrating.
