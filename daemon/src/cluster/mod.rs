@@ -11,6 +11,7 @@
 //!     out, on every node, and takes over searches whose host died;
 //!   - relay: jobs other nodes finished reach this node's event bus (SSE, long polls, the
 //!     plugin hosts' waits, search progress), woken by `LISTEN` with a poll fallback;
+//!     jobs queued anywhere wake this node's dispatcher;
 //!   - calibration: times a fixed kernel per lane class when joining and then every
 //!     `calibrate_every_secs`; a node further than `drift_threshold` from its class's
 //!     median stops claiming and says why (metrics, `kiln doctor`, `kiln cluster status`).
@@ -31,7 +32,7 @@ use crate::events::{Event, EventBus};
 use crate::sched::Scheduler;
 use crate::search::Supervisor;
 use crate::store::StoreError;
-use crate::store::postgres::{FINISHED_CHANNEL, NodeLane, PgSettings, PgStore};
+use crate::store::postgres::{FINISHED_CHANNEL, NodeLane, PgSettings, PgStore, QUEUED_CHANNEL};
 
 /// How many finish numbers back each relay pass looks again, for transactions that
 /// committed after a later number was already seen.
@@ -77,8 +78,23 @@ pub async fn join(
         }
     };
     let evaluates = config.cluster.evaluate && !lanes.is_empty();
-    pg.register_node(lanes, evaluates, config.cluster.run_searches)
-        .await?;
+    // A node restarted right after a crash finds its old registration still within the
+    // lease: wait for the lease to run out (then the old process is surely gone).
+    loop {
+        match pg
+            .register_node(lanes, evaluates, config.cluster.run_searches)
+            .await
+        {
+            Ok(()) => break,
+            Err(StoreError::Conflict(why) | StoreError::Unavailable(why))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tracing::warn!(reason = %why, "cannot register this node yet; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
     let recovery = pg.recover_interrupted(config.queue.max_attempts).await?;
     if recovery.waiting + recovery.requeued + recovery.failed > 0 {
         tracing::warn!(
@@ -215,18 +231,33 @@ impl Membership {
             }
             let notified = async {
                 match listener.as_mut() {
-                    Some((_, rx)) => rx.recv().await.is_some(),
+                    Some((_, rx)) => rx.recv().await.map(|n| n.channel() == FINISHED_CHANNEL),
                     None => std::future::pending().await,
                 }
             };
-            tokio::select! {
-                alive = notified => if !alive { listener = None; },
-                _ = tokio::time::sleep(poll) => {}
+            // Whether finished jobs are to be read (a poll tick reads anyway).
+            let mut finished = tokio::select! {
+                n = notified => match n {
+                    Some(finished) => finished,
+                    None => { listener = None; true }
+                },
+                _ = tokio::time::sleep(poll) => true,
                 _ = stop.cancelled() => break,
-            }
+            };
             // Drain what else arrived meanwhile: one read serves them all.
+            let mut queued = !finished;
             if let Some((_, rx)) = listener.as_mut() {
-                while rx.try_recv().is_ok() {}
+                while let Ok(n) = rx.try_recv() {
+                    finished |= n.channel() == FINISHED_CHANNEL;
+                    queued |= n.channel() == QUEUED_CHANNEL;
+                }
+            }
+            if queued {
+                // A job was queued somewhere: the dispatcher claims it if a lane fits.
+                self.sched.wake();
+            }
+            if !finished {
+                continue;
             }
             match self.pg().finished_since(last - RELAY_WINDOW, 2000).await {
                 Ok(rows) => {
@@ -282,7 +313,9 @@ impl Membership {
     )> {
         match self.pg().dedicated().await {
             Ok((client, rx)) => match client
-                .batch_execute(&format!("LISTEN {FINISHED_CHANNEL}"))
+                .batch_execute(&format!(
+                    "LISTEN {FINISHED_CHANNEL}; LISTEN {QUEUED_CHANNEL}"
+                ))
                 .await
             {
                 Ok(()) => Some((client, rx)),

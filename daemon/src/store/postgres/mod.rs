@@ -27,6 +27,10 @@ pub use queue::Finished;
 
 use super::{Result, StoreError};
 
+/// Channel on which new jobs are announced (payload: the class), so idle nodes claim at
+/// once instead of at their next poll.
+pub const QUEUED_CHANNEL: &str = "kiln_queued";
+
 /// Channel on which finished jobs are announced (the payload is empty: listeners read
 /// what finished from the jobs table, so a missed notification costs only latency).
 pub const FINISHED_CHANNEL: &str = "kiln_finished";

@@ -17,7 +17,7 @@
 use kiln_types::{Candidate, Evaluation, JobOptions};
 use tokio_postgres::Row;
 
-use super::{FINISHED_CHANNEL, PgStore, col, pg_err, to_u64};
+use super::{FINISHED_CHANNEL, PgStore, QUEUED_CHANNEL, col, pg_err, to_u64};
 use crate::store::jobs::options_json;
 use crate::store::{
     JobRecord, JobState, LaneClass, Recovery, Result, StoreError, Submitted, corrupt, now_ms,
@@ -627,6 +627,9 @@ async fn insert_job(
                 &vt,
             ],
         )
+        .await
+        .map_err(pg_err)?;
+    tx.execute("SELECT pg_notify($1, $2)", &[&QUEUED_CHANNEL, &class])
         .await
         .map_err(pg_err)?;
     col(&row, "id")
