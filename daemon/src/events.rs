@@ -82,6 +82,25 @@ impl Event {
     }
 }
 
+/// Waits for the next event `about` accepts, or a lag (after which anything may have been
+/// missed, so the caller should look again). Waiters use it to re-read the store only for
+/// events that concern them.
+pub async fn wait_for(rx: &mut broadcast::Receiver<Event>, about: impl Fn(&Event) -> bool) {
+    loop {
+        match rx.recv().await {
+            Ok(e) if about(&e) => return,
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(_)) => return,
+            Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// Whether `e` is a job event of candidate `id`.
+pub fn is_candidates(e: &Event, id: &str) -> bool {
+    matches!(e, Event::Job { candidate_id, .. } if candidate_id == id)
+}
+
 /// Cloneable handle to the bus.
 #[derive(Clone)]
 pub struct EventBus {

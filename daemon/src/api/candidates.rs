@@ -141,10 +141,11 @@ pub async fn show(
         if wait == 0 || finished(&record) {
             return Ok(Json(with_speedups(&s, &record).await?));
         }
-        // Wake on any event (or every second, in case one was missed), then look again.
+        // Wake on this candidate's events (or every second, in case one was missed), then
+        // look again.
         let tick = tokio::time::sleep(Duration::from_secs(1));
         tokio::select! {
-            _ = rx.recv() => {}
+            _ = crate::events::wait_for(&mut rx, |e| crate::events::is_candidates(e, &id)) => {}
             _ = tick => {}
             _ = tokio::time::sleep_until(deadline) => {
                 let record = s.store.get_candidate(&id).await?;
@@ -274,7 +275,7 @@ pub async fn job(
             return Ok(Json(body));
         }
         tokio::select! {
-            _ = rx.recv() => {}
+            _ = crate::events::wait_for(&mut rx, |e| matches!(e, crate::events::Event::Job { job_id, .. } if *job_id == id)) => {}
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = tokio::time::sleep_until(deadline) => {}
         }

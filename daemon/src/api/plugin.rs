@@ -301,7 +301,7 @@ pub async fn wait(
             return Ok(Json(WaitReply { finished }));
         }
         tokio::select! {
-            _ = rx.recv() => {}
+            _ = crate::events::wait_for(&mut rx, |e| req.ids.iter().any(|id| crate::events::is_candidates(e, id))) => {}
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
             _ = tokio::time::sleep_until(deadline) => {}
         }

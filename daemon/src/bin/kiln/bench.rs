@@ -1,6 +1,8 @@
 //! `kiln bench throughput|latency|stability`: kiln's own benchmarks, run against a live
-//! kilnd on any backend (docs/benchmarks.md describes the method and each number).
+//! kilnd on any backend; `kiln bench cluster` starts a cluster of its own on this machine
+//! (docs/benchmarks.md describes the method and each number).
 
+mod cluster;
 mod common;
 mod latency;
 mod stability;
@@ -21,6 +23,9 @@ pub enum BenchCmd {
     Latency(latency::LatencyArgs),
     /// One kernel evaluated N times among other candidates: CV of its medians, and a plain loop.
     Stability(stability::StabilityArgs),
+    /// Many kilnd nodes on this machine sharing one PostgreSQL: evaluations per minute,
+    /// claim latency and the database's cost against the number of nodes.
+    Cluster(cluster::ClusterArgs),
 }
 
 /// Runs a benchmark.
@@ -29,5 +34,6 @@ pub async fn run(client: &Client, out: Output, cmd: BenchCmd) -> Result<std::pro
         BenchCmd::Throughput(a) => throughput::run(client, out, a).await,
         BenchCmd::Latency(a) => latency::run(client, out, a).await,
         BenchCmd::Stability(a) => stability::run(client, out, a).await,
+        BenchCmd::Cluster(a) => cluster::run(out, a).await,
     }
 }
