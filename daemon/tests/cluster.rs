@@ -498,6 +498,20 @@ fn cluster_gateway_queues_for_others_and_a_drifting_node_stops_claiming() {
             metrics.contains(r#"kiln_node_claiming{node="d1",reason="calibration drifted"#),
             "{metrics}"
         );
+        // kiln doctor says so, and fails.
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .env("KILN_SOCKET", &a.socket)
+            .args(["doctor", "--no-run", "-o", "json"])
+            .output()
+            .expect("kiln doctor");
+        assert!(!out.status.success(), "doctor passes a drifting node");
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("doctor json");
+        assert!(
+            doc["cluster"]["this_node"]["paused"]
+                .as_str()
+                .is_some_and(|p| p.contains("calibration drifted")),
+            "{doc}"
+        );
         // A candidate submitted now waits: no lane of the class claims.
         let problems = a.dir.path().join("problems");
         register(&c, &write_double_problem(&problems, "double")).await;

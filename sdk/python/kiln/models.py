@@ -547,6 +547,9 @@ class Job:
     state: str
     lane: Optional[int]
     attempts: int
+    #: The node that holds or held it, and the GPU class it is routed to (in a cluster).
+    node: Optional[str]
+    gpu_class: Optional[str]
     error: Optional[str]
     created_at: Optional[int]
     started_at: Optional[int]
@@ -564,6 +567,8 @@ class Job:
             state=_str(d.get("state")) or "",
             lane=_int(d.get("lane")),
             attempts=_int(d.get("attempts")) or 0,
+            node=_str(d.get("node")),
+            gpu_class=_str(d.get("gpu_class")),
             error=_str(d.get("error")),
             created_at=_int(d.get("created_at")),
             started_at=_int(d.get("started_at")),
@@ -719,6 +724,11 @@ class Event:
     @property
     def lane(self) -> Optional[int]:
         return _int(self.data.get("lane"))
+
+    @property
+    def node(self) -> Optional[str]:
+        """The node that holds the job (a cluster relays other nodes' results)."""
+        return _str(self.data.get("node"))
 
     @property
     def verdict(self) -> Optional[str]:

@@ -69,6 +69,13 @@ fn run() -> Result<()> {
     {
         config.cluster.database_url = url;
     }
+    // A node id from the environment (Kubernetes: the node's name via the downward API).
+    if let Some(id) = std::env::var("KILN_NODE_ID")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+    {
+        config.cluster.node_id = id.trim().to_string();
+    }
     kiln_daemon::logging::init(&config.log.level, config.log.format == "json");
     let socket = args
         .socket
