@@ -11,7 +11,8 @@ Checked, per problem:
   - tolerance (non-negative atol, rtol), required_tier, roofline (non-negative integers;
     min_bytes not above the bytes of all tensors together: the floor must never exceed
     what the best kernel has to move);
-  - reference/seed per backend (host|cuda): the file is a plain name in the folder, exists,
+  - reference per backend (host|cuda), seed per backend or language (host|cuda|triton):
+    the file is a plain name in the folder, exists,
     is at most 1 MiB; scratch buffers (identifiers, not tensor names, 1..2^30 elements);
     flags are strings; launches: kernel identifier, grid/block of three positive integers
     (cuda: at most 1024 threads, block.z <= 64, grid.y/z <= 65535, shared_bytes <= 227 KiB),
@@ -20,9 +21,18 @@ Checked, per problem:
   - the kernel (cuda: `extern "C" __global__`) or C function a launch names is defined in
     the file, takes as many parameters as the launch passes, pointers where the launch
     passes buffers and matching scalar types where it passes scalars;
+  - triton seeds: the source parses as Python and holds only what kiln's compile driver
+    accepts at module level (imports of triton and triton.language, @triton.jit
+    functions, NAME = tl.constexpr(<literal>), a docstring); each launch names a
+    @triton.jit function, passes as many args as it has non-constexpr parameters, gives
+    every constexpr parameter without a default in `constexprs` and nothing else there,
+    no block or shared_bytes of its own, num_warps a power of two up to 32, num_stages
+    1..8, num_ctas 1;
   - knob and idea annotations in every source follow the SDK's grammar
-    (sdk/rust/src/knobs.rs): `// @knob NAME V1|V2` directly above `#define NAME VALUE`,
-    `// @idea NAME: text` with NAME an identifier; misspelt @knob/@idea words are errors;
+    (sdk/rust/src/knobs.rs): `// @knob NAME V1|V2` (or `# @knob`) directly above
+    `#define NAME VALUE` or `NAME = tl.constexpr(VALUE)`, `// @idea NAME: text` with NAME
+    an identifier; misspelt @knob/@idea words are errors; a knob bound to `num_warps` or
+    `num_stages` has the launch's value as its default;
     stricter than the SDK on one point: a seed's default value must be one of the knob's
     listed values (so a proposer can always return to it);
   - cuda sources: no #include (kiln's NVRTC has no include path and, in 13.0, no header
@@ -36,6 +46,7 @@ Exit status 0 when every problem passes, 1 otherwise. The last line is
 
 from __future__ import annotations
 
+import ast
 import math
 import os
 import re
@@ -48,6 +59,7 @@ DTYPES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i32": 4, "i64": 8, "u8": 1}
 ROLES = {"input", "output"}
 TIERS = {"fp32-faithful", "tf32-like", "fp16-like", "bf16-like", "coarse"}
 BACKENDS = {"host", "cuda"}
+SEED_BACKENDS = {"host", "cuda", "triton"}
 MAX_TENSOR_ELEMS = 1 << 32
 MAX_SCRATCH_ELEMS = 1 << 30
 MAX_SOURCE = 1 << 20
@@ -79,6 +91,7 @@ INIT_KEYS = {"normal": ({"dist", "mean", "std"}, set()), "uniform": ({"dist", "l
              "randint": ({"dist", "low", "high"}, {"low", "high"})}
 KS_KEYS = {"file", "source", "launches", "scratch", "flags"}
 LAUNCH_KEYS = {"kernel", "grid", "block", "shared_bytes", "args"}
+TRITON_LAUNCH_KEYS = {"kernel", "grid", "args", "constexprs", "num_warps", "num_stages", "num_ctas"}
 SCRATCH_KEYS = {"name", "dtype", "elems"}
 SCALARS = {"i32": (-(1 << 31), (1 << 31) - 1), "i64": (-(1 << 63), (1 << 63) - 1),
            "u32": (0, (1 << 32) - 1), "u64": (0, (1 << 64) - 1), "f32": None, "f64": None}
@@ -184,15 +197,40 @@ def param_kind(param: str) -> tuple[str, str]:
     return "scalar", " ".join(words)
 
 
-def check_annotations(src: str, where: str, errs: list[str]) -> None:
+BINDING = re.compile(
+    r"launch:(?:(?:block|grid)\.[xyz]|num_warps|num_stages|constexprs\.[A-Za-z_][A-Za-z0-9_]*)"
+    r"(?:,(?:(?:block|grid)\.[xyz]|num_warps|num_stages|constexprs\.[A-Za-z_][A-Za-z0-9_]*))*"
+    r"(?:@[A-Za-z_][A-Za-z0-9_]*(?:,[A-Za-z_][A-Za-z0-9_]*)*)?")
+PY_CONSTANT = re.compile(
+    r"^\s*([A-Za-z0-9_]+)\s*=\s*(?:tl\.constexpr|triton\.language\.constexpr|constexpr)\s*\(([^)]*)\)\s*(#.*)?$")
+
+
+def knob_value_line(line: str):
+    """(name, value) of a `#define NAME VALUE` or `NAME = tl.constexpr(VALUE)` line, or None."""
+    dm = re.match(r"^\s*#\s*define[ \t]+([A-Za-z0-9_]+)(.*)$", line)
+    if dm:
+        body = dm.group(2)
+        cut = min([k for k in (body.find("//"), body.find("/*")) if k >= 0], default=len(body))
+        return dm.group(1), body[:cut].strip()
+    pm = PY_CONSTANT.match(line.rstrip("\r"))
+    if pm:
+        return pm.group(1), pm.group(2).strip()
+    return None
+
+
+def check_annotations(src: str, where: str, errs: list[str]) -> dict:
+    """Checks the annotations; returns {knob name: (default value, launch binding or None)}."""
     lines = src.split("\n")
-    knobs = set()
+    knobs = {}
     for i, raw in enumerate(lines):
         line = i + 1
         t = raw.lstrip()
-        if not t.startswith("//"):
+        if t.startswith("//"):
+            t = t[2:].lstrip()
+        elif t.startswith("#"):
+            t = t[1:].lstrip()
+        else:
             continue
-        t = t[2:].lstrip()
         if not t.startswith("@"):
             continue
         t = t[1:].rstrip()
@@ -204,11 +242,9 @@ def check_annotations(src: str, where: str, errs: list[str]) -> None:
                 errs.append(f"{where}:{line}: `// @knob` needs a name and values: `// @knob NAME V1|V2`")
                 continue
             name, values = parts[0], parts[1]
-            if len(parts) == 3 and not re.fullmatch(
-                r"launch:(block|grid)\.[xyz](,(block|grid)\.[xyz])*(@[A-Za-z_][A-Za-z0-9_]*(,[A-Za-z_][A-Za-z0-9_]*)*)?",
-                parts[2],
-            ):
-                errs.append(f"{where}:{line}: knob {name}: bad launch binding {parts[2]!r} (launch:block.x[@kernel,...])")
+            if len(parts) == 3 and not BINDING.fullmatch(parts[2]):
+                errs.append(f"{where}:{line}: knob {name}: bad launch binding {parts[2]!r} "
+                            "(launch:block.x|grid.y|num_warps|num_stages|constexprs.NAME[@kernel,...])")
                 continue
             if not IDENT.match(name) or len(name) > 128:
                 errs.append(f"{where}:{line}: knob name {name!r} is not an identifier")
@@ -220,15 +256,14 @@ def check_annotations(src: str, where: str, errs: list[str]) -> None:
                 errs.append(f"{where}:{line}: knob {name}: a value is listed twice")
             if name in knobs:
                 errs.append(f"{where}:{line}: knob {name} is declared twice")
-            knobs.add(name)
             nxt = lines[i + 1] if i + 1 < len(lines) else ""
-            dm = re.match(r"^\s*#\s*define[ \t]+([A-Za-z0-9_]+)(.*)$", nxt)
-            if not dm or dm.group(1) != name:
-                errs.append(f"{where}:{line}: `// @knob {name}` must be directly followed by `#define {name} VALUE`")
+            found = knob_value_line(nxt)
+            if not found or found[0] != name:
+                errs.append(f"{where}:{line}: `@knob {name}` must be directly followed by `#define {name} VALUE` "
+                            f"or `{name} = tl.constexpr(VALUE)`")
                 continue
-            body = dm.group(2)
-            cut = min([k for k in (body.find("//"), body.find("/*")) if k >= 0], default=len(body))
-            value = body[:cut].strip()
+            value = found[1]
+            knobs[name] = (value, parts[2] if len(parts) == 3 else None)
             if not value:
                 errs.append(f"{where}:{line + 1}: `#define {name}` has no value")
             elif value not in vals:
@@ -245,6 +280,117 @@ def check_annotations(src: str, where: str, errs: list[str]) -> None:
                 errs.append(f"{where}:{line}: idea name {name!r} is not an identifier (the SDK refuses it)")
         elif word.lower().startswith(("knob", "idea")):
             errs.append(f"{where}:{line}: unknown annotation `@{word}` (known: @knob, @idea)")
+    return knobs
+
+
+TRITON_MODULES = ("triton", "triton.language")
+
+
+def triton_module_ok(name: str) -> bool:
+    return name in TRITON_MODULES or name.startswith("triton.language.")
+
+
+def is_jit(dec) -> bool:
+    """@triton.jit, @jit, or either called with keywords."""
+    if isinstance(dec, ast.Call):
+        dec = dec.func
+    return (isinstance(dec, ast.Attribute) and dec.attr == "jit"
+            and isinstance(dec.value, ast.Name) and dec.value.id == "triton") \
+        or (isinstance(dec, ast.Name) and dec.id == "jit")
+
+
+def is_constexpr_annotation(node) -> bool:
+    if node is None:
+        return False
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return "constexpr" in node.value
+    return isinstance(node, ast.Attribute) and node.attr == "constexpr" \
+        or isinstance(node, ast.Name) and node.id == "constexpr"
+
+
+def triton_functions(src: str, where: str, errs: list[str]) -> dict:
+    """The @triton.jit functions of a triton source: {name: [(param, is_constexpr, has_default)]},
+    after checking its module level holds only what kiln's compile driver accepts."""
+    try:
+        tree = ast.parse(src)
+    except SyntaxError as e:
+        errs.append(f"{where}:{e.lineno}: syntax error: {e.msg}")
+        return {}
+    funcs = {}
+    for node in tree.body:
+        line = f"{where}:{node.lineno}"
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            continue
+        if isinstance(node, ast.Import):
+            if not all(triton_module_ok(a.name) for a in node.names):
+                errs.append(f"{line}: only triton and triton.language modules may be imported")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level != 0 or not triton_module_ok(node.module or ""):
+                errs.append(f"{line}: only triton and triton.language modules may be imported from")
+        elif isinstance(node, ast.Assign):
+            v = node.value
+            ok = (len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and isinstance(v, ast.Call)
+                  and len(v.args) == 1 and not v.keywords and isinstance(v.args[0], (ast.Constant, ast.UnaryOp)))
+            if not ok:
+                errs.append(f"{line}: module-level assignments must read NAME = tl.constexpr(<literal>)")
+        elif isinstance(node, ast.FunctionDef):
+            if len(node.decorator_list) != 1 or not is_jit(node.decorator_list[0]):
+                errs.append(f"{line}: {node.name} needs exactly one decorator, @triton.jit")
+                continue
+            a = node.args
+            params = a.posonlyargs + a.args
+            defaults = [False] * (len(params) - len(a.defaults)) + [True] * len(a.defaults)
+            funcs[node.name] = [(p.arg, is_constexpr_annotation(p.annotation), d) for p, d in zip(params, defaults)]
+            funcs[node.name] += [(p.arg, is_constexpr_annotation(p.annotation), d is not None)
+                                 for p, d in zip(a.kwonlyargs, a.kw_defaults)]
+        else:
+            errs.append(f"{line}: {type(node).__name__} is not allowed at module level in a triton candidate")
+    return funcs
+
+
+def check_triton_launch(lw: str, launch: dict, funcs: dict, knobs: dict, errs: list[str]) -> None:
+    for key in ("block", "shared_bytes"):
+        if key in launch:
+            errs.append(f"{lw}: a triton launch takes no {key} (num_warps and Triton's compile give it)")
+    w = launch.get("num_warps", 4)
+    if not is_int(w) or not (1 <= w <= 32) or w & (w - 1):
+        errs.append(f"{lw}: num_warps {w!r} is not a power of two from 1 to 32")
+    st = launch.get("num_stages", 3)
+    if not is_int(st) or not (1 <= st <= 8):
+        errs.append(f"{lw}: num_stages {st!r} is not in 1..8")
+    if launch.get("num_ctas", 1) != 1:
+        errs.append(f"{lw}: num_ctas must be 1")
+    ce = launch.get("constexprs", {})
+    if not isinstance(ce, dict) or not all(isinstance(k, str) and IDENT.match(k) for k in ce):
+        errs.append(f"{lw}: constexprs must be a table of identifier = value")
+        ce = {}
+    kernel = launch.get("kernel")
+    for kname, (value, binding) in knobs.items():
+        if binding is None or not is_int(launch.get("num_warps", 4)):
+            continue
+        spec = binding.removeprefix("launch:")
+        bound_here = "@" not in spec or kernel in spec.split("@", 1)[1].split(",")
+        for field, default in (("num_warps", 4), ("num_stages", 3)):
+            if bound_here and field in spec.split("@")[0].split(",") and str(launch.get(field, default)) != value:
+                errs.append(f"{lw}: {field} = {launch.get(field, default)} but knob {kname} (bound to it) "
+                            f"defaults to {value}")
+    if funcs is None:
+        return
+    if kernel not in funcs:
+        errs.append(f"{lw}: no @triton.jit function {kernel!r} in the source (found: {', '.join(sorted(funcs)) or 'none'})")
+        return
+    params = funcs[kernel]
+    plain = [p for p, c, _ in params if not c]
+    if len(plain) != len(launch.get("args", [])):
+        errs.append(f"{lw}: {kernel} takes {len(plain)} arguments besides its constexprs ({', '.join(plain)}), "
+                    f"the launch passes {len(launch.get('args', []))}")
+    constexprs = {p: d for p, c, d in params if c}
+    for k in ce:
+        if k not in constexprs:
+            errs.append(f"{lw}: constexprs.{k}: {kernel} has no constexpr parameter {k}")
+    for p, has_default in constexprs.items():
+        if not has_default and p not in ce:
+            errs.append(f"{lw}: {kernel}'s constexpr {p} has no default and no value in constexprs")
 
 
 def check_cuda_source(src: str, where: str, errs: list[str]) -> None:
@@ -268,6 +414,8 @@ def check_cuda_source(src: str, where: str, errs: list[str]) -> None:
 def check_kernel_source(spec: dict, problem_dir: str, role: str, backend: str, ks,
                         tensors: dict, errs: list[str]) -> None:
     where = f"[{role}.{backend}]"
+    knobs: dict = {}
+    funcs = None
     if not isinstance(ks, dict):
         errs.append(f"{where}: must be a table")
         return
@@ -289,9 +437,11 @@ def check_kernel_source(spec: dict, problem_dir: str, role: str, backend: str, k
                 src = fh.read()
             if "\0" in src:
                 errs.append(f"{where}: {file} contains a NUL byte")
-            check_annotations(src, f"{os.path.basename(problem_dir)}/{file}", errs)
+            knobs = check_annotations(src, f"{os.path.basename(problem_dir)}/{file}", errs)
             if backend == "cuda":
                 check_cuda_source(src, f"{os.path.basename(problem_dir)}/{file}", errs)
+            if backend == "triton":
+                funcs = triton_functions(src, f"{os.path.basename(problem_dir)}/{file}", errs)
 
     scratch = ks.get("scratch", [])
     names = {}
@@ -323,19 +473,22 @@ def check_kernel_source(spec: dict, problem_dir: str, role: str, backend: str, k
     flags = ks.get("flags", [])
     if not isinstance(flags, list) or len(flags) > MAX_FLAGS or not all(isinstance(f, str) for f in flags):
         errs.append(f"{where}: flags must be a list of at most {MAX_FLAGS} strings")
+    if backend == "triton" and flags:
+        errs.append(f"{where}: triton candidates take no flags")
 
     launches = ks.get("launches")
     if not isinstance(launches, list) or not (1 <= len(launches) <= MAX_LAUNCHES):
         errs.append(f"{where}: launches must be a list of 1..{MAX_LAUNCHES} launches")
         return
-    code = strip_comments(src) if src is not None else None
+    code = strip_comments(src) if src is not None and backend != "triton" else None
     for li, launch in enumerate(launches):
         lw = f"{where} launches[{li}]"
         if not isinstance(launch, dict):
             errs.append(f"{lw}: must be a table")
             continue
+        allowed = TRITON_LAUNCH_KEYS if backend == "triton" else LAUNCH_KEYS
         for key in launch:
-            if key not in LAUNCH_KEYS:
+            if key not in allowed:
                 errs.append(f"{lw}: unknown key {key!r}")
         kernel = launch.get("kernel")
         if not isinstance(kernel, str) or not IDENT.match(kernel) or len(kernel) > 128:
@@ -388,6 +541,9 @@ def check_kernel_source(spec: dict, problem_dir: str, role: str, backend: str, k
             else:
                 errs.append(f"{lw}: arg {ai} must be a buffer name or a typed scalar like {{ i32 = 4 }}")
                 kinds.append(("scalar", None))
+        if backend == "triton":
+            check_triton_launch(lw, launch, funcs, knobs, errs)
+            continue
         if code is None:
             continue
         params, note = find_function(code, kernel, backend == "cuda")
@@ -525,8 +681,9 @@ def check_problem(problem_dir: str) -> list[str]:
         if role == "reference" and not table:
             errs.append("no reference kernel")
         for backend, ks in table.items():
-            if backend not in BACKENDS:
-                errs.append(f"[{role}.{backend}]: unknown backend (host or cuda)")
+            allowed = SEED_BACKENDS if role == "seed" else BACKENDS
+            if backend not in allowed:
+                errs.append(f"[{role}.{backend}]: unknown backend ({', '.join(sorted(allowed))})")
                 continue
             check_kernel_source(spec, problem_dir, role, backend, ks, tensors, errs)
     check_baselines(spec.get("baseline", {}), tensors, errs)

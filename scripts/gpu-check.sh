@@ -14,9 +14,17 @@
 #      waited for, then `kiln doctor`.
 #
 #   5. (step `searches`) each proposer, offline, on the softmax and LayerNorm seed problems;
-#   6. (step `bench`) `kiln bench throughput|latency|stability` on the cuda backend.
+#   6. (step `bench`) `kiln bench throughput|latency|stability` on the cuda backend;
+#   7. (step `agreement`, where the host has Nsight Compute) `kiln bench agreement`: kiln's
+#      medians of the seed kernels against ncu's gpu__time_duration, one PASS/FAIL line each;
+#   8. (step `triton`, where a python has triton: $KILN_TRITON_PYTHON, else
+#      /opt/torch/.venv/bin/python3) the Triton seeds of vecadd-cuda-1m and
+#      softmax-4096x65536 through kilnd, `kiln bench throughput --language triton` (compile
+#      times cold and cached, candidates a minute), and a hill-climb search from the Triton
+#      softmax seed. The GPU tests of Triton candidates are in step 3 (`triton::`).
 #
-# Steps run: $GPU_CHECK_STEPS (default "probe tests kilnd searches bench"); the GPU tests
+# Steps run: $GPU_CHECK_STEPS (default "probe tests kilnd baselines searches bench
+# agreement triton"); the GPU tests
 # run are filtered by $GPU_TEST_FILTER (a libtest filter; default: all).
 # Everything printed also goes to $OUT/gpu-check.log when $OUT is set.
 # Usage: gpu-check.sh [BUNDLE_DIR]   (default: the directory of this script if it holds
@@ -44,7 +52,7 @@ fi
 
 status=0
 section() { printf '\n=== %s === (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
-steps=" ${GPU_CHECK_STEPS:-probe tests kilnd baselines searches bench} "
+steps=" ${GPU_CHECK_STEPS:-probe tests kilnd baselines searches bench agreement triton} "
 want() { case "$steps" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 section "host"
@@ -109,9 +117,11 @@ echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 py=$(command -v python3 || true)
 echo "python3: ${py:-not found}"
 [ -n "$py" ] && "$py" -c 'import torch, sys; print("  torch", torch.__version__, "at", torch.__file__, "for", sys.executable)' 2>&1 | head -2
-for lib in libcuda.so.1 libnvidia-ml.so.1 libnvrtc.so.13; do
+for lib in libcuda.so.1 libnvidia-ml.so.1 libnvrtc.so.13 libcupti.so.13; do
     if found "$lib"; then echo "  $lib: found"; else echo "  $lib: NOT FOUND"; fi
 done
+# libcupti (kernel times from CUPTI activity records) is optional: without it kiln times
+# with CUDA events, and every GPU evaluation's timing.timer says so.
 
 if want probe; then
 section "gpu_probe"
@@ -141,7 +151,9 @@ if want tests && [ -d "$bundle/gpu-tests" ]; then
     done
 fi
 
-if { want kilnd || want baselines || want searches || want bench; } && [ -x "$bundle/kilnd" ] && [ -x "$bundle/kiln" ]; then
+triton_py=${KILN_TRITON_PYTHON:-}
+[ -z "$triton_py" ] && [ -x /opt/torch/.venv/bin/python3 ] && triton_py=/opt/torch/.venv/bin/python3
+if { want kilnd || want baselines || want searches || want bench || want agreement || want triton; } && [ -x "$bundle/kilnd" ] && [ -x "$bundle/kiln" ]; then
     section "kilnd end to end"
     tmp=$(mktemp -d /tmp/kiln-gpu-check.XXXXXX)
     export KILN_SOCKET="$tmp/kiln.sock"
@@ -151,6 +163,9 @@ if { want kilnd || want baselines || want searches || want bench; } && [ -x "$bu
 proposers_dir = "$bundle/proposers"
 queue_cap = 32
 TOML
+    if [ -n "$triton_py" ]; then
+        printf '[triton]\npython = "%s"\n' "$triton_py" >>"$tmp/kiln.toml"
+    fi
     "$bundle/kilnd" --socket "$KILN_SOCKET" --state-dir "$tmp/state" --config "$tmp/kiln.toml" >"$tmp/kilnd.log" 2>&1 &
     kilnd_pid=$!
     for _ in $(seq 1 100); do [ -S "$KILN_SOCKET" ] && break; sleep 0.1; done
@@ -194,6 +209,38 @@ TOML
             for f in latency throughput throughput-raced stability; do
                 echo "--- bench $f"; cat "$bench_out/bench-$f.json"
             done
+        fi
+        if want agreement; then
+            section "kiln bench agreement (Nsight Compute)"
+            ncu_bin=$(command -v ncu 2>/dev/null || true)
+            [ -z "$ncu_bin" ] && [ -x /usr/local/cuda/bin/ncu ] && ncu_bin=/usr/local/cuda/bin/ncu
+            if [ -z "$ncu_bin" ]; then
+                echo "SKIP agreement: no ncu on this host (PATH, /usr/local/cuda/bin)"
+            else
+                "$ncu_bin" --version | tail -1
+                "$bundle/kiln" bench agreement --ncu "$ncu_bin" --launcher "$bundle/kiln-worker" \
+                    ${AGREEMENT_ARGS:-} --report "${out:-$tmp}/bench-agreement.json" || status=1
+            fi
+        fi
+        if want triton; then
+            section "triton through kilnd"
+            if [ -z "$triton_py" ] || ! "$triton_py" -c "import triton" >/dev/null 2>&1; then
+                echo "SKIP triton: no python with triton (set KILN_TRITON_PYTHON)"
+            else
+                "$triton_py" -c 'import triton, sys; print("triton", triton.__version__, "in", sys.executable)'
+                for p in vecadd-cuda-1m softmax-4096x65536; do
+                    "$bundle/kiln" submit --problem "$p" --seed --backend triton --wait || status=1
+                done
+                bench_out=${out:-$tmp}
+                # Compile times (stage percentiles, uncached and cached passes) and throughput.
+                "$bundle/kiln" bench throughput --problem softmax-4096x65536 --language triton \
+                    --count "${TRITON_BENCH_COUNT:-40}" -o json >"$bench_out/bench-throughput-triton.json" || status=1
+                echo "--- bench throughput-triton"; cat "$bench_out/bench-throughput-triton.json"
+                section "search: hill-climb on softmax-4096x65536 from the Triton seed (offline)"
+                "$bundle/kiln" search start --problem softmax-4096x65536 --proposer hill-climb \
+                    --config '{"language": "triton"}' --budget "${SEARCH_BUDGET:-24}" --time-limit 10m \
+                    --seed 1 --wait || status=1
+            fi
         fi
     else
         echo "kilnd did not start"

@@ -16,7 +16,7 @@ draws. Each timed sample: an L2 flush (a buffer of 2 x L2, at least 16 MiB, writ
 new byte), a short GPU spin so the start event is not recorded early, CUDA events around
 the op, a full synchronize. The stop rule is kiln's: at least min_samples and min_time_ms,
 then relative standard error below max_rse, or max_samples, or wall_cap_ms. The first run
-is discarded, then `warmup` runs; a fresh input set every `fresh_inputs_every` samples.
+is discarded, then `warmup` runs; a fresh input set for every sample, as for a candidate.
 
 stdout: one JSON object {"results": [BaselineResult, ...]}, one result per precision
 variant (torch's defaults, plus strict fp32 where torch's default is TF32). Exit status 0,
@@ -49,7 +49,6 @@ TIMING_DEFAULTS = {
     "max_rse": 0.005,
     "max_samples": 2000,
     "wall_cap_ms": 10000.0,
-    "fresh_inputs_every": 8,
 }
 
 
@@ -273,12 +272,10 @@ def time_op(torch, call, inputs, tensors, gen, flush, plan):
     samples, fresh, value = [], 0, 0
     t0 = time.monotonic()
     while True:
-        n = len(samples)
-        if n > 0 and plan["fresh_inputs_every"] > 0 and n % plan["fresh_inputs_every"] == 0:
-            for k in inputs:
-                inputs[k].copy_(draw(torch, tensors[k], gen))
-            fresh += 1
-            torch.cuda.synchronize()
+        for k in inputs:
+            inputs[k].copy_(draw(torch, tensors[k], gen))
+        fresh += 1
+        torch.cuda.synchronize()
         value = (value + 1) % 256
         flush.fill_(value)
         if spin is not None:

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, every Rust test, the Python client's tests.
-# Run from anywhere; CI runs exactly this (see .ci/run).
+# Run from anywhere; CI runs exactly this (see .ci/run). The tests of Triton candidates'
+# compile path run when KILN_TRITON_PYTHON names a python with triton (.ci/run installs
+# one); without it they say they skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +24,7 @@ python3 -m unittest discover -s scripts/tests -t scripts/tests
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-echo "== cargo test"
+echo "== cargo test (triton: ${KILN_TRITON_PYTHON:-none, its tests skip})"
 cargo build --workspace --locked
 cargo test --workspace --locked
 

@@ -52,6 +52,8 @@ pub struct Config {
     pub jail: JailConfig,
     /// GPUs and clock policy.
     pub gpu: GpuConfig,
+    /// Triton candidates: the python whose triton compiles them.
+    pub triton: TritonConfig,
     /// Searches and their proposer plugins.
     pub search: SearchConfig,
     /// The LLM gateway.
@@ -153,6 +155,10 @@ pub struct SearchConfig {
     /// How much slower than the best's upper bound a candidate's lower bound must be to be
     /// raced out (0.05 = 5 %); also the default for single submissions that ask to race.
     pub race_margin: f64,
+    /// Most lines a search's plugin may write to the search's log; later ones are dropped.
+    pub log_max_rows: u64,
+    /// Most bytes of messages a search's plugin may write to the search's log.
+    pub log_max_bytes: u64,
 }
 
 impl Default for SearchConfig {
@@ -167,6 +173,8 @@ impl Default for SearchConfig {
             queue_cap: 8,
             race: true,
             race_margin: 0.05,
+            log_max_rows: 20_000,
+            log_max_bytes: 8 << 20,
         }
     }
 }
@@ -297,6 +305,15 @@ impl Default for QueueConfig {
     }
 }
 
+/// Default host peak bandwidth for the floor check: 2 TB/s, above what one core moves even
+/// from its L1 cache (two or three 64-byte loads a cycle at 5-6 GHz is about 1 TB/s). The
+/// host runner is single-threaded (seccomp refuses threads), so no honest kernel comes
+/// near it, while a time that implies more cannot have read its inputs.
+pub const HOST_PEAK_BYTES_PER_S: f64 = 2e12;
+/// Default host peak compute for the floor check: 2 Tflop/s, over five times one core's
+/// f32 peak with AVX-512 (2 FMA units × 16 lanes × 2 flops × 6 GHz ≈ 0.38 Tflop/s).
+pub const HOST_PEAK_FLOPS: f64 = 2e12;
+
 /// `[evaluation]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -324,8 +341,8 @@ impl Default for EvaluationConfig {
             run_timeout_ms: 5_000,
             compile_timeout_secs: 60,
             memory_limit_mb: 2048,
-            host_peak_bytes_per_s: 0.0,
-            host_peak_flops: 0.0,
+            host_peak_bytes_per_s: HOST_PEAK_BYTES_PER_S,
+            host_peak_flops: HOST_PEAK_FLOPS,
             timing: kiln_types::TimingPlan::default(),
         }
     }
@@ -366,6 +383,11 @@ pub struct GpuConfig {
     pub python: String,
     /// Wall-clock limit of the torch helper, seconds.
     pub torch_timeout_secs: u64,
+    /// Where GPU workers find CUPTI for kernel timing: `auto` (the loader's path, then the
+    /// CUDA toolkit's usual directories), `off` (events only), or an absolute directory
+    /// holding `libcupti.so.13` (used when the loader finds none; shown read-only in the
+    /// workers' jails).
+    pub cupti: String,
 }
 
 impl Default for GpuConfig {
@@ -379,6 +401,27 @@ impl Default for GpuConfig {
             discover_python_libraries: true,
             python: "python3".into(),
             torch_timeout_secs: 600,
+            cupti: "auto".into(),
+        }
+    }
+}
+
+/// `[triton]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TritonConfig {
+    /// The python whose `triton` compiles Triton candidates (in the compile jail, its
+    /// directories shown read-only); empty = `[gpu] python`, the one that has torch.
+    pub python: String,
+}
+
+impl Config {
+    /// The python asked for triton: `[triton] python`, else `[gpu] python`.
+    pub fn triton_python(&self) -> &str {
+        if self.triton.python.is_empty() {
+            &self.gpu.python
+        } else {
+            &self.triton.python
         }
     }
 }
@@ -405,9 +448,18 @@ impl Default for LogConfig {
 impl Config {
     /// Parses TOML text; `origin` names the file in errors.
     pub fn from_toml(text: &str, origin: &Path) -> Result<Self, ConfigError> {
-        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: origin.to_path_buf(),
-            message: e.to_string(),
+        let cfg: Config = toml::from_str(text).map_err(|e| {
+            let mut message = e.to_string();
+            if message.contains("fresh_inputs_every") {
+                message.push_str(
+                    "\nevaluation.timing.fresh_inputs_every was removed: every timed sample \
+                     now runs on fresh inputs, so the key has nothing left to set; delete it",
+                );
+            }
+            ConfigError::Parse {
+                path: origin.to_path_buf(),
+                message,
+            }
         })?;
         cfg.validate()?;
         Ok(cfg)
@@ -450,6 +502,9 @@ impl Config {
         }
         if !matches!(self.gpu.clock_policy.as_str(), "observe" | "lock") {
             return bad("gpu.clock_policy must be \"observe\" or \"lock\"");
+        }
+        if let Err(e) = kiln_sandbox::kiln_gpu::cupti::CuptiSetting::parse(&self.gpu.cupti) {
+            return Err(ConfigError::Invalid(format!("gpu.{e}")));
         }
         if self.gpu.worker_max_evals == 0 {
             return bad("gpu.worker_max_evals must be at least 1");
@@ -600,6 +655,20 @@ mod tests {
         assert!(
             Config::from_toml("[gpu]\nclock_policy = \"fast\"\n", Path::new("x")).is_err(),
             "lock is not available yet"
+        );
+        let err = Config::from_toml("[gpu]\ncupti = \"lib\"\n", Path::new("x"))
+            .expect_err("a relative cupti directory");
+        assert!(err.to_string().contains("gpu.cupti"), "{err}");
+        for ok in ["auto", "off", "/opt/cuda/extras/CUPTI/lib64"] {
+            let c =
+                Config::from_toml(&format!("[gpu]\ncupti = \"{ok}\"\n"), Path::new("x")).expect(ok);
+            assert_eq!(c.gpu.cupti, ok);
+        }
+        let err = Config::from_toml("[evaluation.timing]\nfigure = \"wall\"\n", Path::new("x"))
+            .expect_err("an unknown figure");
+        assert!(
+            err.to_string().contains("figure") || err.to_string().contains("wall"),
+            "{err}"
         );
     }
 }

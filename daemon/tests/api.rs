@@ -144,6 +144,24 @@ async fn problems_register_list_show_and_conflict() {
         }
         other => panic!("expected 400, got {other:?}"),
     }
+    // Names made of dots, or hidden ones, would read as path segments: refused.
+    for bad in [".", "..", "...", ".double"] {
+        spec["name"] = json!(bad);
+        match c.post("/v1/problems", &spec).await {
+            Err(ClientError::Api {
+                status, message, ..
+            }) => {
+                assert_eq!(status, 400, "{bad}");
+                assert!(
+                    message.contains("starting with a letter or a digit"),
+                    "{bad}: {message}"
+                );
+            }
+            other => panic!("{bad}: expected 400, got {other:?}"),
+        }
+    }
+    let list = c.get("/v1/problems").await.expect("list");
+    assert_eq!(list["problems"].as_array().map(Vec::len), Some(1), "{list}");
     match c.get("/v1/problems/missing").await {
         Err(ClientError::Api { status, .. }) => assert_eq!(status, 404),
         other => panic!("expected 404, got {other:?}"),

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 
 use common::{Daemon, write_double_problem};
@@ -92,6 +93,10 @@ fn throughput_smoke_reports_both_passes() {
             p["verdicts"]["ok"], count,
             "the seed's variants are all correct: {p}"
         );
+        assert_eq!(
+            p["ok_without_a_time"], 0,
+            "tiny kernels still get times: {p}"
+        );
         let per_min = p["per_minute"].as_f64().expect("per_minute");
         assert!(per_min.is_finite() && per_min > 0.0, "{p}");
         assert!(p["lanes"].as_u64().expect("lanes") >= 1);
@@ -147,14 +152,27 @@ fn latency_smoke_measures_cached_resubmissions() {
 
 #[test]
 fn stability_smoke_reports_cv_of_contract_and_plain() {
-    let d = daemon_with_problem("bench-stab");
+    // Plain timing runs once per sample, so it needs a kernel longer than the host
+    // timer's overhead (the tiny problem's would be `unmeasurable_time`): LayerNorm.
+    let d = Daemon::start("");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../problems/layernorm-128x4096");
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .env("KILN_SOCKET", &d.socket)
+        .args(["problems", "add", dir.to_str().expect("utf8")])
+        .output()
+        .expect("run kiln");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let r = kiln(
         &d,
         &[
             "bench",
             "stability",
             "--problem",
-            "bench-stab",
+            "layernorm-128x4096",
             "--backend",
             "host",
             "--smoke",

@@ -72,6 +72,18 @@ fn problems_add_list_show_through_the_cli() {
     );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("problem.toml"));
+    // A problem named only with dots is refused before anything is sent.
+    let dots = write_double_problem(d.dir.path(), "dots");
+    let toml = std::fs::read_to_string(dots.join("problem.toml")).expect("read");
+    std::fs::write(
+        dots.join("problem.toml"),
+        toml.replace("name = \"dots\"", "name = \"..\""),
+    )
+    .expect("write");
+    let out = kiln(&d, &["problems", "add", dots.to_str().expect("utf8")]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("only dots"), "{err}");
 }
 
 #[test]
@@ -115,11 +127,11 @@ fn print_default_config_is_the_whole_commented_toml() {
     }
 }
 
-#[test]
-fn kilnd_refuses_a_bad_config_file_by_name() {
+/// Starts kilnd with `config` as its config file; it must refuse it. Its stderr.
+fn refused_config(config: &str) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = dir.path().join("bad.toml");
-    std::fs::write(&cfg, "[queue]\nmax_attempts = \"three\"\n").expect("write");
+    std::fs::write(&cfg, config).expect("write");
     let out = Command::new(env!("CARGO_BIN_EXE_kilnd"))
         .arg("--config")
         .arg(&cfg)
@@ -130,11 +142,19 @@ fn kilnd_refuses_a_bad_config_file_by_name() {
         .output()
         .expect("run kilnd");
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn kilnd_refuses_a_bad_config_file_by_name() {
+    let err = refused_config("[queue]\nmax_attempts = \"three\"\n");
     assert!(
         err.contains("bad.toml") && err.contains("max_attempts"),
         "{err}"
     );
+    // The removed fresh_inputs_every cannot be set back silently: refused, with the reason.
+    let err = refused_config("[evaluation.timing]\nfresh_inputs_every = 8\n");
+    assert!(err.contains("every timed sample"), "{err}");
 }
 
 #[test]

@@ -22,7 +22,6 @@ min_time_ms = 1000000.0
 max_rse = 0.000001
 max_samples = 150
 wall_cap_ms = 20000.0
-fresh_inputs_every = 8
 recheck_fraction = 0.1
 "#;
 
@@ -112,7 +111,9 @@ async fn plain_timing_takes_the_samples_asked_for() {
     let d = Daemon::start("");
     let c = d.client();
     register(&c, &write_double_problem(d.dir.path(), "plain")).await;
-    let cand = double_candidate("plain", "for (int i = 0; i < n; i++) y[i] = 2.0f * x[i];");
+    // Plain timing runs once per sample: a kernel well above the host timer's overhead (the
+    // one-pass kernel would be `unmeasurable_time`).
+    let cand = double_candidate("plain", SLOW_BODY);
     let (id, job) = submit(&c, "?plain=25", &cand).await;
     let r = wait_job(&c, job).await;
     let t = &r["evaluation"]["timing"];

@@ -17,6 +17,19 @@ struct Suite {
     problem: String,
     #[serde(rename = "case")]
     cases: Vec<Case>,
+    cache_case: Vec<CacheCase>,
+}
+
+/// A content-keyed cache, timed beside the honest kernel (see cases.toml).
+#[derive(Debug, Deserialize)]
+struct CacheCase {
+    name: String,
+    problem: String,
+    file: String,
+    kernel: String,
+    args: Vec<Value>,
+    cheat: u32,
+    scratch_elems: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -98,7 +111,7 @@ async fn run_case(name: &str) {
     let mem = case.memory_limit_mib.unwrap_or(512);
     let d = Daemon::start_with_config(&format!(
         "[evaluation]\ntrials = 2\nrun_timeout_ms = 5000\ncompile_timeout_secs = 3\nmemory_limit_mb = {mem}\n\
-         [evaluation.timing]\nwarmup = 1\nmin_samples = 5\nmin_time_ms = 5.0\nmax_rse = 0.05\nmax_samples = 100\nwall_cap_ms = 300.0\nfresh_inputs_every = 4\nrecheck_fraction = 0.2\n"
+         [evaluation.timing]\nwarmup = 1\nmin_samples = 5\nmin_time_ms = 5.0\nmax_rse = 0.05\nmax_samples = 100\nwall_cap_ms = 300.0\nrecheck_fraction = 0.2\n"
     ));
     let c = d.client();
     register(&c, &repo().join("problems").join(&suite.problem)).await;
@@ -171,6 +184,162 @@ async fn run_case(name: &str) {
     );
 }
 
+/// The cheat's median under the contract must be at least this fraction of the honest
+/// kernel's (or its verdict a failing one); under plain timing, below it. A cache hit is
+/// 80 to 500 times faster than computing, so the median falls below a quarter only when
+/// most timed samples hit; load on a shared machine moves honest medians by up to 2×.
+const HONEST_FRACTION: f64 = 0.25;
+
+/// Waits for job `job` to end; its evaluation.
+async fn job_evaluation(c: &kiln_daemon::client::Client, job: i64) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let r = c
+            .get(&format!("/v1/jobs/{job}?wait=30"))
+            .await
+            .expect("job");
+        if matches!(r["state"].as_str(), Some("done" | "failed")) || Instant::now() > deadline {
+            assert_eq!(r["state"], "done", "job {job}: {r}");
+            return r["evaluation"].clone();
+        }
+    }
+}
+
+/// Queues a job for candidate `id` with `options`; its evaluation.
+async fn evaluate_again(c: &kiln_daemon::client::Client, id: &str, options: Value) -> Value {
+    let (_, r) = c
+        .post(&format!("/v1/candidates/{id}/jobs"), &options)
+        .await
+        .expect("queue again");
+    job_evaluation(c, r["job_id"].as_i64().expect("job id")).await
+}
+
+fn median_of(e: &Value) -> f64 {
+    e["timing"]["median_us"].as_f64().unwrap_or(f64::NAN)
+}
+
+async fn run_cache_case(name: &str) {
+    let suite = suite();
+    let case = suite
+        .cache_case
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no cache case {name} in cases.toml"));
+    let d = Daemon::start("");
+    let c = d.client();
+    register(&c, &repo().join("problems").join(&case.problem)).await;
+    let source = std::fs::read_to_string(repo().join("sandbox/tests/redteam").join(&case.file))
+        .expect("case source");
+    let candidate = |flags: Vec<String>| {
+        json!({
+            "problem": case.problem,
+            "language": "c",
+            "source": source,
+            "launches": [{"kernel": case.kernel, "args": case.args}],
+            "scratch": [{"name": "cache", "dtype": "f32", "elems": case.scratch_elems}],
+            "flags": flags,
+            "note": format!("red team: {}", case.name),
+        })
+    };
+    let submit = |cand: Value| {
+        let c = &c;
+        async move {
+            let (_, r) = c.post("/v1/candidates", &cand).await.expect("submit");
+            let id = r["id"].as_str().expect("id").to_string();
+            let e = job_evaluation(c, r["job_id"].as_i64().expect("job id")).await;
+            (id, e)
+        }
+    };
+    let (honest_id, honest) = submit(candidate(Vec::new())).await;
+    let (cheat_id, cheat) = submit(candidate(vec![format!("-DKILN_CHEAT={}", case.cheat)])).await;
+    let plain = evaluate_again(&c, &cheat_id, json!({"plain": 20})).await;
+    // The honest kernel twice, the cheat between: other tests share the machine.
+    let again = evaluate_again(&c, &honest_id, json!({})).await;
+    assert_eq!(honest["verdict"], "ok", "{name}: honest: {honest}");
+    assert_eq!(again["verdict"], "ok", "{name}: honest again: {again}");
+    let honest_us = median_of(&honest).min(median_of(&again));
+    eprintln!(
+        "{name}: honest {honest_us:.1} us, cheat {} {:.1} us, cheat with plain timing {} {:.1} us",
+        cheat["verdict"],
+        median_of(&cheat),
+        plain["verdict"],
+        median_of(&plain)
+    );
+    // The cache works where inputs repeat (a hit can be too quick to time at all)...
+    let fast = match plain["verdict"].as_str() {
+        Some("ok") => median_of(&plain) < HONEST_FRACTION * honest_us,
+        Some("unmeasurable_time") => true,
+        _ => panic!("{name}: plain: {plain}"),
+    };
+    assert!(
+        fast,
+        "{name}: the cheat is no faster even on repeated inputs"
+    );
+    // ...and never wins through kilnd.
+    assert!(
+        cheat["verdict"] != "ok" || median_of(&cheat) >= HONEST_FRACTION * honest_us,
+        "{name}: the cache won the timing: {cheat}"
+    );
+    // Nothing of the cheat outlives its jobs.
+    let scratch = d.state.join("scratch");
+    let leftovers: Vec<_> = std::fs::read_dir(&scratch)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(
+        leftovers.is_empty(),
+        "{name}: scratch not cleaned: {leftovers:?}"
+    );
+}
+
+#[tokio::test]
+async fn redteam_cache_static_softmax() {
+    run_cache_case("cache_static_softmax").await;
+}
+
+#[tokio::test]
+async fn redteam_cache_scratch_softmax() {
+    run_cache_case("cache_scratch_softmax").await;
+}
+
+#[tokio::test]
+async fn redteam_cache_high_bits_softmax() {
+    run_cache_case("cache_high_bits_softmax").await;
+}
+
+#[tokio::test]
+async fn redteam_cache_static_matmul() {
+    run_cache_case("cache_static_matmul").await;
+}
+
+#[tokio::test]
+async fn redteam_cache_scratch_matmul() {
+    run_cache_case("cache_scratch_matmul").await;
+}
+
+#[tokio::test]
+async fn redteam_cache_high_bits_matmul() {
+    run_cache_case("cache_high_bits_matmul").await;
+}
+
+#[test]
+fn redteam_every_cache_case_has_a_test() {
+    let named = [
+        "cache_static_softmax",
+        "cache_scratch_softmax",
+        "cache_high_bits_softmax",
+        "cache_static_matmul",
+        "cache_scratch_matmul",
+        "cache_high_bits_matmul",
+    ];
+    for c in suite().cache_case {
+        assert!(
+            named.contains(&c.name.as_str()),
+            "{} has no redteam_ test",
+            c.name
+        );
+    }
+}
+
 macro_rules! redteam {
     ($($name:ident),* $(,)?) => {
         $(
@@ -218,6 +387,7 @@ redteam!(
     redteam_unknown_buffer,
     redteam_disallowed_flag,
     redteam_include_dev_zero,
+    redteam_object_bomb,
     redteam_macro_bomb,
     redteam_compile_timeout,
 );

@@ -85,7 +85,6 @@ min_time_ms = 20.0
 max_rse = 0.02
 max_samples = 80
 wall_cap_ms = 1500.0
-fresh_inputs_every = 4
 recheck_fraction = 0.1
 [search]
 proposers_dir = "{}"
@@ -777,5 +776,112 @@ fn plugin_abuse_cannot_see_another_searchs_archive() {
         // archive holds that one candidate, not the other search's.
         assert!(msg.contains("archive=1;"), "{msg}");
         assert_eq!(archive(&c, &snoop).await.len(), 1);
+    });
+}
+
+/// Every line of a search's log (paged).
+async fn all_log_lines(c: &Client, id: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut after = 0i64;
+    loop {
+        let log = c
+            .get(&format!("/v1/searches/{id}/log?after={after}&limit=1000"))
+            .await
+            .expect("log");
+        let lines = log["lines"].as_array().cloned().unwrap_or_default();
+        if lines.is_empty() {
+            return out;
+        }
+        for l in &lines {
+            after = after.max(l["id"].as_i64().unwrap_or(after));
+            out.push(l["message"].as_str().unwrap_or("").to_string());
+        }
+    }
+}
+
+/// Bytes of the store's files (the database and its write-ahead log).
+fn store_bytes(state: &Path) -> u64 {
+    ["kiln.db", "kiln.db-wal"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(state.join(f)).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+#[test]
+fn plugin_abuse_floods_of_logs_checkpoints_and_prompts_stay_within_their_limits() {
+    build();
+    let _g = serial();
+    runtime().block_on(async {
+        // A small log bound, so the flood meets it quickly: 2,000 lines or 1 MiB.
+        let d = Daemon::start_with_config(&config("log_max_rows = 2000\nlog_max_bytes = 1048576"));
+        let c = d.client();
+        register(&c, &repo().join("problems/softmax-256x4096")).await;
+        let search = |config: &str| {
+            json!({"problem": "softmax-256x4096", "proposer": "abuse", "wasm_base64": abuse_wasm(),
+                   "config": config, "time_limit_secs": 300})
+        };
+        let before = store_bytes(&d.state);
+
+        // 20,000 lines of 1 KiB (20 MB) offered; the log keeps the bound and says so.
+        let flood = start_search(&c, search("flood-log")).await;
+        let s = wait_end(&c, &flood, Duration::from_secs(240)).await;
+        assert_eq!(s["state"], "done", "{s}");
+        let lines = all_log_lines(&c, &flood).await;
+        let plugin_lines = lines.iter().filter(|l| l.starts_with("flood line")).count();
+        assert!(
+            (1000..=2000).contains(&plugin_lines),
+            "{plugin_lines} plugin lines kept"
+        );
+        let notices: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.contains("log limit reached"))
+            .collect();
+        assert_eq!(
+            notices.len(),
+            2,
+            "one notice at the bound, one with the count: {notices:?}"
+        );
+        assert!(notices[0].contains("search.log_max_rows"), "{notices:?}");
+        assert!(notices[1].contains("further lines dropped"), "{notices:?}");
+        let grown = store_bytes(&d.state).saturating_sub(before);
+        assert!(
+            grown < 8 << 20,
+            "the store grew by {grown} bytes for one flooding search"
+        );
+
+        // Checkpoints at the documented limit work end to end; past it, a typed error.
+        let cp = start_search(&c, search("checkpoint-limits")).await;
+        let s = wait_end(&c, &cp, Duration::from_secs(120)).await;
+        assert_eq!(s["state"], "done", "{s}");
+        let msg = s["summary"]["message"].as_str().unwrap_or("");
+        for want in [
+            "at_limit=Ok(())",
+            "restored=true",
+            "over=Err(TooLarge(16777216))",
+            "big=Err(TooLarge(16777216))",
+            "kept=true",
+        ] {
+            assert!(msg.contains(want), "{want} not in {msg}");
+        }
+
+        // Far past every limit: stopped, with the reason in kiln's words.
+        let huge = start_search(&c, search("checkpoint-huge")).await;
+        let s = wait_end(&c, &huge, Duration::from_secs(120)).await;
+        assert_eq!(s["state"], "failed", "{s}");
+        let error = s["error"].as_str().unwrap_or("");
+        assert!(error.contains("more than 64 MiB in one call"), "{error}");
+        assert!(!error.contains("hostcall"), "a wasmtime internal: {error}");
+
+        // An oversized prompt fails that call only, with no LLM configured.
+        let prompt = start_search(&c, search("huge-prompt")).await;
+        let s = wait_end(&c, &prompt, Duration::from_secs(120)).await;
+        assert_eq!(s["state"], "done", "{s}");
+        let msg = s["summary"]["message"].as_str().unwrap_or("");
+        assert!(
+            msg.contains("huge=Some(Failed(") && msg.contains("over kiln's limit"),
+            "{msg}"
+        );
+        assert!(msg.contains("small=Some(Unavailable)"), "{msg}");
     });
 }

@@ -12,6 +12,8 @@ use kiln_types::{Candidate, CompileInfo, EvalPlan, Evaluation, Language, Problem
 use serde::{Deserialize, Serialize};
 
 use crate::backends::host::flags;
+use crate::backends::triton::compile::TritonJob;
+use crate::backends::triton::spec as triton_spec;
 use crate::config::{SandboxConfig, which};
 use crate::error::SandboxError;
 use crate::jail::{self, LayerStatus, Limits, Role};
@@ -70,59 +72,109 @@ pub fn backend_status() -> Vec<BackendStatus> {
     ]
 }
 
-fn compile_failure(backend: &str, message: String, info: CompileInfo) -> Evaluation {
-    let mut e = Evaluation::early(Verdict::CompileError, backend, message);
+fn compile_failure(
+    verdict: Verdict,
+    backend: &str,
+    message: String,
+    info: CompileInfo,
+) -> Evaluation {
+    let mut e = Evaluation::early(verdict, backend, message);
     e.compile = Some(info);
     e
 }
 
-/// Compiles a candidate inside a jailed worker (compile role): `cc` for C, NVRTC for
-/// CUDA (for [`SandboxConfig::cuda_arch`]).
+/// Compiles a candidate for `problem` inside a jailed worker (compile role): `cc` for C,
+/// NVRTC for CUDA (for [`SandboxConfig::cuda_arch`]), Triton's compiler in
+/// [`SandboxConfig::triton`]'s python for Triton (the problem gives the types of the
+/// buffers its launches pass).
 ///
-/// A cuda compile on a machine without NVRTC is [`SandboxError::BackendUnavailable`], not
-/// a `compile_error`: it is not the candidate's fault, and a `compile_error` would be
-/// cached against the candidate's source.
-pub fn compile(cfg: &SandboxConfig, candidate: &Candidate) -> Result<CompileOutcome, SandboxError> {
-    let cuda = candidate.language == Language::Cuda;
-    let backend = if cuda { "cuda" } else { "host" };
-    let refused = |message: String| CompileOutcome {
+/// A cuda compile on a machine without NVRTC, or a Triton compile without a python that
+/// has triton, is [`SandboxError::BackendUnavailable`], not a `compile_error`: it is not
+/// the candidate's fault, and a `compile_error` would be cached against the candidate's
+/// source.
+pub fn compile(
+    cfg: &SandboxConfig,
+    problem: &ProblemSpec,
+    candidate: &Candidate,
+) -> Result<CompileOutcome, SandboxError> {
+    let language = candidate.language;
+    let backend = language.backend();
+    let refused = |verdict: Verdict, message: String| CompileOutcome {
         artifact: None,
         info: CompileInfo::default(),
-        failure: Some(compile_failure(backend, message, CompileInfo::default())),
+        failure: Some(compile_failure(
+            verdict,
+            backend,
+            message,
+            CompileInfo::default(),
+        )),
         layers: Vec::new(),
     };
     if let Err(e) = candidate.validate() {
-        return Ok(refused(e.to_string()));
+        return Ok(refused(Verdict::CompileError, e.to_string()));
     }
-    if cuda {
-        if let Err(e) = kiln_gpu::nvrtc::check_flags(&candidate.flags) {
-            return Ok(refused(e.to_string()));
+    let mut triton = None;
+    match language {
+        Language::Cuda => {
+            if let Err(e) = kiln_gpu::nvrtc::check_flags(&candidate.flags) {
+                return Ok(refused(Verdict::CompileError, e.to_string()));
+            }
+            if kiln_gpu::facts::nvrtc_version().is_none() {
+                return Err(SandboxError::BackendUnavailable(
+                    "cuda".into(),
+                    "libnvrtc.so not found: the CUDA 13 runtime compiler (NVRTC) is not \
+                     installed or not on LD_LIBRARY_PATH"
+                        .into(),
+                ));
+            }
         }
-        if kiln_gpu::facts::nvrtc_version().is_none() {
-            return Err(SandboxError::BackendUnavailable(
-                "cuda".into(),
-                "libnvrtc.so not found: the CUDA 13 runtime compiler (NVRTC) is not installed \
-                 or not on LD_LIBRARY_PATH"
-                    .into(),
-            ));
+        Language::C => {
+            if let Err(e) = flags::check_all(&candidate.flags) {
+                return Ok(refused(Verdict::CompileError, e));
+            }
         }
-    } else if let Err(e) = flags::check_all(&candidate.flags) {
-        return Ok(refused(e));
+        Language::Triton => {
+            let setup = cfg.triton.as_ref().ok_or_else(|| {
+                SandboxError::BackendUnavailable(
+                    "triton".into(),
+                    "no python with triton was found: set [triton] python (or [gpu] python) \
+                     to one that can `import triton`"
+                        .into(),
+                )
+            })?;
+            let plan = match triton_spec::plan(problem, candidate) {
+                Ok(p) => p,
+                Err(e) => return Ok(refused(Verdict::InvalidLaunch, e)),
+            };
+            triton = Some((setup, plan));
+        }
     }
     let job = JobDir::new(cfg)?;
     let limits = Limits {
         cpu_s: cfg.compile_timeout.as_secs() + 2,
-        nofile: 256,
-        nproc: 64,
+        // Python, LLVM's threads and ptxas (Triton) need more than a C compiler.
+        nofile: if triton.is_some() { 1024 } else { 256 },
+        nproc: if triton.is_some() { 256 } else { 64 },
         fsize_bytes: 64 << 20,
-        // NVRTC maps large libraries; it never loads the driver, so a limit is fine.
-        as_bytes: Some(if cuda {
-            cfg.memory_limit_bytes.max(8 << 30)
-        } else {
-            cfg.memory_limit_bytes
+        // NVRTC maps large libraries; it never loads the driver, so a limit is fine. So
+        // do Triton's python and LLVM.
+        as_bytes: Some(match language {
+            Language::C => cfg.memory_limit_bytes,
+            Language::Cuda => cfg.memory_limit_bytes.max(8 << 30),
+            Language::Triton => cfg.memory_limit_bytes.max(16 << 30),
         }),
     };
-    let spec = jail_spec(cfg, Role::Compile, cuda, &job, limits, "serve")?;
+    let mut spec = jail_spec(
+        cfg,
+        Role::Compile,
+        language == Language::Cuda,
+        &job,
+        limits,
+        "serve",
+    )?;
+    if let Some((setup, _)) = &triton {
+        spec.ro_paths.extend(setup.ro_paths.iter().cloned());
+    }
     let cc = which(&cfg.cc.to_string_lossy()).unwrap_or_else(|| cfg.cc.clone());
     let cc = std::fs::canonicalize(&cc).unwrap_or(cc);
     let deadline = cfg.compile_timeout + Duration::from_secs(10);
@@ -133,7 +185,13 @@ pub fn compile(cfg: &SandboxConfig, candidate: &Candidate) -> Result<CompileOutc
         candidate: candidate.clone(),
         cc,
         timeout_ms: cfg.compile_timeout.as_millis() as u64,
-        arch: cuda.then(|| cfg.cuda_arch.clone()),
+        arch: (language != Language::C).then(|| cfg.cuda_arch.clone()),
+        triton: triton.map(|(setup, plan)| TritonJob {
+            python: setup.python.clone(),
+            version: setup.version.clone(),
+            arch: cfg.cuda_arch.clone(),
+            plan,
+        }),
     };
     let reply = child
         .stdin
@@ -147,11 +205,42 @@ pub fn compile(cfg: &SandboxConfig, candidate: &Candidate) -> Result<CompileOutc
         return Ok(CompileOutcome {
             artifact: None,
             info: CompileInfo::default(),
-            failure: Some(compile_failure(backend, msg, CompileInfo::default())),
+            failure: Some(compile_failure(
+                Verdict::CompileError,
+                backend,
+                msg,
+                CompileInfo::default(),
+            )),
             layers,
         });
     }
-    let (response, mut blobs) = reply.map_err(|e| protocol_error(e, &mut child))?;
+    let (response, mut blobs) = match reply {
+        Ok(r) => r,
+        Err(e) => {
+            // NVRTC compiles inside the worker: a limit that kills the compiler kills it.
+            let ended = child.finish();
+            let limit = ended
+                .status
+                .and_then(|s| s.code())
+                .filter(|&c| c > 128)
+                .and_then(|c| crate::backends::limits::signal_limit(c - 128));
+            if let Some(limit) = limit {
+                let msg = format!("the compiling worker died: {limit}");
+                return Ok(CompileOutcome {
+                    artifact: None,
+                    info: CompileInfo::default(),
+                    failure: Some(compile_failure(
+                        Verdict::CompileError,
+                        backend,
+                        msg,
+                        CompileInfo::default(),
+                    )),
+                    layers,
+                });
+            }
+            return Err(crate::jailed_worker::protocol_error_after(e, &ended));
+        }
+    };
     child.finish();
     match response {
         Response::Compiled { ok: true, info, .. } if blobs.len() == 1 => Ok(CompileOutcome {
@@ -164,9 +253,15 @@ pub fn compile(cfg: &SandboxConfig, candidate: &Candidate) -> Result<CompileOutc
             ok: false,
             info,
             message,
+            verdict,
         } => Ok(CompileOutcome {
             artifact: None,
-            failure: Some(compile_failure(backend, message, info.clone())),
+            failure: Some(compile_failure(
+                verdict.unwrap_or(Verdict::CompileError),
+                backend,
+                message,
+                info.clone(),
+            )),
             info,
             layers,
         }),
@@ -189,7 +284,7 @@ pub fn evaluate(
     artifact: &[u8],
     plan: &EvalPlan,
 ) -> Result<Evaluation, SandboxError> {
-    if candidate.language == Language::Cuda {
+    if candidate.language.backend() == "cuda" {
         let mut worker = WarmWorker::new(cfg.clone(), 1);
         return worker.evaluate(problem, reference, candidate, artifact, plan);
     }

@@ -2,7 +2,22 @@
 //! evaluation contract ([`crate::contract::Target`]).
 //!
 //! - [`host`]: C on the CPU (the system compiler; candidate code in runner processes);
-//! - [`cuda`]: CUDA C on the worker's GPU (NVRTC; kernels through `kiln-gpu`).
+//! - [`cuda`]: CUDA C on the worker's GPU (NVRTC; kernels through `kiln-gpu`);
+//! - [`triton`]: Triton's Python, compiled by Triton in the compile jail, then run by
+//!   [`cuda`] as plain CUDA launches of its CUBINs;
+//! - [`limits`]: which resource limit ended a compile, for all of them.
 
 pub mod cuda;
 pub mod host;
+pub mod limits;
+pub mod triton;
+
+/// A fresh compile's info: the wall time since `started` and the compiler's log.
+pub(crate) fn compile_info(started: std::time::Instant, log: String) -> kiln_types::CompileInfo {
+    kiln_types::CompileInfo {
+        duration_ms: started.elapsed().as_secs_f64() * 1e3,
+        log,
+        cached: false,
+        kernels: Vec::new(),
+    }
+}

@@ -1,5 +1,5 @@
 //! [`SandboxConfig`]: how the sandbox runs jobs (the worker, scratch, limits, the GPU and
-//! its libraries), and where the `kiln-worker` executable is found.
+//! its libraries, CUPTI), and where the `kiln-worker` executable is found.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -43,6 +43,15 @@ pub struct SandboxConfig {
     /// shown read-only in their jails); defaults to the caller's own.
     #[serde(default)]
     pub library_path: Option<String>,
+    /// Where GPU workers find CUPTI for kernel timing (passed in `KILN_CUPTI`; a directory
+    /// is shown read-only in their jails).
+    #[serde(default)]
+    pub cupti: kiln_gpu::cupti::CuptiSetting,
+    /// The python with triton that compiles Triton candidates (found by kilnd at start,
+    /// see [`crate::backends::triton::setup`]); `None`: Triton candidates cannot be
+    /// compiled here.
+    #[serde(default)]
+    pub triton: Option<crate::backends::triton::setup::TritonSetup>,
 }
 
 fn default_arch() -> String {
@@ -51,7 +60,8 @@ fn default_arch() -> String {
 
 impl SandboxConfig {
     /// Defaults: worker next to the current executable, `cc` from PATH, 30 s compile
-    /// timeout, 2 GiB memory, 1 MiB of candidate output, namespaces on, no cgroup.
+    /// timeout, 2 GiB memory, 1 MiB of candidate output, namespaces on, no cgroup, no
+    /// Triton.
     pub fn new(scratch_root: impl Into<PathBuf>) -> Self {
         SandboxConfig {
             worker_exe: default_worker_exe(),
@@ -69,6 +79,8 @@ impl SandboxConfig {
             library_path: std::env::var("LD_LIBRARY_PATH")
                 .ok()
                 .filter(|v| !v.is_empty()),
+            cupti: kiln_gpu::cupti::CuptiSetting::Auto,
+            triton: None,
         }
     }
 

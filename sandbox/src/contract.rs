@@ -1,11 +1,13 @@
 //! The evaluation contract of design guide §5, once, for every backend.
 //!
 //! A backend implements [`Target`]: a few mechanical steps (draw an input set from the
-//! secret seed, run the trusted reference, run the candidate once, take one timed sample,
-//! report which inputs changed, read the outputs). [`Session`] drives them and owns every
-//! verdict: correctness trials on fresh inputs (plus the shifted/scaled trial), poisoned
-//! outputs, the input tamper check, run-twice determinism, error metrics against the
-//! reference, the precision tier, then timing ([`timing`]) and the roofline floor check.
+//! secret seed, run the trusted reference, run the candidate once, take one timed sample
+//! over one or more fresh input sets, report which inputs changed, read the outputs).
+//! [`Session`] drives them and owns every verdict: correctness trials on fresh inputs
+//! (plus the shifted/scaled trial), poisoned outputs, the input tamper check, run-twice
+//! determinism, error metrics against the reference, the precision tier, then timing
+//! ([`timing`]: fresh inputs for every timed run), the measurability check
+//! (`unmeasurable_time`) and the roofline floor check (`implausible_time`).
 //!
 //! Backend-neutral pieces every backend uses: [`data`] (inputs drawn from the secret seed,
 //! the poison pattern, elements read back) and [`compare`] (error metrics, precision
@@ -78,6 +80,16 @@ pub enum RunFailure {
     InvalidLaunch(String),
 }
 
+/// The label of run `rep` of a timed sample of `reps` runs (the sample's own label when it
+/// has one run).
+pub fn rep_label(label: &str, rep: usize, reps: usize) -> String {
+    if reps <= 1 {
+        label.to_string()
+    } else {
+        format!("{label}, run {} of {reps}", rep + 1)
+    }
+}
+
 /// Elements of one output still holding the backend's poison: (tensor, count, first indices).
 pub type Unwritten = (String, u64, Vec<u64>);
 
@@ -113,8 +125,24 @@ pub trait Target {
     /// Runs the candidate once, untimed by the contract; returns the backend's elapsed
     /// time in microseconds (host: wall time between go and done; GPU: 0).
     fn run(&mut self, inputs: &Self::Inputs) -> Result<f64, RunFailure>;
-    /// One timed sample of the candidate, in microseconds.
-    fn sample(&mut self, inputs: &Self::Inputs) -> Result<f64, RunFailure>;
+    /// One timed sample of the candidate, in microseconds: one run of the launch list on
+    /// each of `sets` (never more than [`Target::reps_max`], each drawn fresh for this
+    /// sample), in order, between one start and one stop of the timer. Every run's outputs
+    /// are poisoned and its scratch zeroed before the timer starts. Afterwards rep 0 is
+    /// selected (see [`Target::select_rep`]).
+    fn sample(&mut self, sets: &[Self::Inputs]) -> Result<f64, RunFailure>;
+    /// How many input sets one timed sample can run on (host: the runner's buffer slots;
+    /// 1 where the backend times one run per sample).
+    fn reps_max(&self) -> usize {
+        1
+    }
+    /// Makes run `rep` of the last timed sample the one [`Target::tampered`],
+    /// [`Target::keep`] and [`Target::unwritten`] look at (only called with `rep` below
+    /// the number of sets of that sample; [`Target::run`] and [`Target::sample`] select 0).
+    fn select_rep(&mut self, _rep: usize) {}
+    /// The timer's resolution, microseconds: a sample at or below it (or at or below the
+    /// overhead it subtracts) is not a time.
+    fn resolution_us(&self) -> f64;
     /// One plain (KernelBench-style) sample of the candidate, in microseconds: events
     /// around one launch of the plan on the worker's stream, then a wait for the end
     /// event; no L2 flush, no blocking kernel, no poisoning between samples. `inputs` are
@@ -173,6 +201,12 @@ pub trait Target {
     /// (GPU: overlapping an NVML reading with a throttling reason); none by default.
     fn throttled_samples(&self) -> Vec<usize> {
         Vec::new()
+    }
+    /// How the last timing window's samples were measured and their other figures,
+    /// leaving out the samples at `excluded` (GPU: CUPTI kernel records or events, see
+    /// `TimingStats::timer`); none by default.
+    fn timer_evidence(&self, _excluded: &[usize]) -> Option<kiln_types::TimerEvidence> {
+        None
     }
 }
 
@@ -303,6 +337,12 @@ impl<'a, T: Target> Session<'a, T> {
         let t1 = Instant::now();
         let stats = timing::time(self)?;
         tracing::debug!("timing took {:?}", t1.elapsed());
+        if let Some(why) = timing::unmeasurable(&stats, self.target.resolution_us()) {
+            // Not a time: no figure is reported, so nothing can rank it.
+            let mut e = self.verdict(Verdict::UnmeasurableTime, why);
+            e.tier = Some(tier);
+            return Ok(Box::new(e));
+        }
         let mut e = self.floor_check(&stats);
         e.tier = Some(tier);
         e.timing = Some(stats);
@@ -514,17 +554,20 @@ impl<'a, T: Target> Session<'a, T> {
     }
 
     /// Runs the candidate once on `inputs` with the per-run checks (fault, timeout,
-    /// tampered inputs, unwritten outputs) and keeps nothing (warm-up runs).
-    pub fn warmup_run(&mut self, inputs: &T::Inputs, label: &str) -> Step<()> {
-        if let Err(f) = self.target.run(inputs) {
-            return Err(self.failure_verdict(f, label).into());
-        }
+    /// tampered inputs, unwritten outputs) and keeps nothing (warm-up runs); returns the
+    /// backend's elapsed µs ([`Target::run`]).
+    pub fn warmup_run(&mut self, inputs: &T::Inputs, label: &str) -> Step<f64> {
+        let us = match self.target.run(inputs) {
+            Ok(us) => us,
+            Err(f) => return Err(self.failure_verdict(f, label).into()),
+        };
         self.check_inputs(inputs, label)?;
         let unwritten = match self.target.unwritten() {
             Ok(u) => u,
             Err(f) => return Err(self.failure_verdict(f, label).into()),
         };
-        self.fail_unwritten(unwritten, label)
+        self.fail_unwritten(unwritten, label)?;
+        Ok(us)
     }
 
     fn fail_unwritten(&mut self, unwritten: Vec<Unwritten>, label: &str) -> Step<()> {
@@ -562,24 +605,32 @@ impl<'a, T: Target> Session<'a, T> {
         Ok((out, us))
     }
 
-    /// One timed sample with the per-run checks; outputs (in slot 0) only where they are
-    /// cheap.
+    /// One timed sample on `sets` with the per-run checks of every run (inputs unchanged,
+    /// and where outputs are cheap to read, every output written); returns the kept
+    /// outputs of each run (slot 0, only where they are cheap; `None` otherwise) and the
+    /// sample's µs.
     pub fn candidate_sample(
         &mut self,
-        inputs: &T::Inputs,
+        sets: &[T::Inputs],
         label: &str,
-    ) -> Step<(Option<T::Kept>, f64)> {
-        let us = match self.target.sample(inputs) {
+    ) -> Step<(Vec<Option<T::Kept>>, f64)> {
+        let us = match self.target.sample(sets) {
             Ok(us) => us,
             Err(f) => return Err(self.failure_verdict(f, label).into()),
         };
-        self.check_inputs(inputs, label)?;
-        let out = if self.target.outputs_every_sample() {
-            Some(self.kept_outputs(label, 0)?)
-        } else {
-            None
-        };
-        Ok((out, us))
+        let mut kept = Vec::with_capacity(sets.len());
+        for (rep, inputs) in sets.iter().enumerate() {
+            let label = rep_label(label, rep, sets.len());
+            self.target.select_rep(rep);
+            self.check_inputs(inputs, &label)?;
+            kept.push(if self.target.outputs_every_sample() {
+                Some(self.kept_outputs(&label, 0)?)
+            } else {
+                None
+            });
+        }
+        self.target.select_rep(0);
+        Ok((kept, us))
     }
 
     /// `implausible_time` when the median is below the roofline floor, else `ok`.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use kiln_types::{Candidate, EvalPlan, Evaluation, Language, ProblemSpec, Verdict};
+use kiln_types::{Candidate, EvalPlan, Evaluation, ProblemSpec, Verdict};
 
 use crate::config::SandboxConfig;
 use crate::error::SandboxError;
@@ -92,6 +92,12 @@ pub(crate) fn jail_spec(
             let visible = cfg.gpu_uuid.clone().unwrap_or_else(|| "0".into());
             env.push(("CUDA_VISIBLE_DEVICES".into(), visible));
             env.push((crate::worker::CAPTURE_ENV.into(), "1".into()));
+            env.push((kiln_gpu::cupti::SETTING_ENV.into(), cfg.cupti.as_text()));
+            if let kiln_gpu::cupti::CuptiSetting::Dir(d) = &cfg.cupti
+                && d.is_dir()
+            {
+                ro_paths.push(abs(d));
+            }
             devices = setup::device_nodes(cfg.gpu_minor);
             optional_ro_paths = setup::OPTIONAL_RO.iter().map(PathBuf::from).collect();
         }
@@ -122,7 +128,14 @@ pub(crate) fn protocol_error(
     e: protocol::ProtocolError,
     child: &mut jail::JailedChild,
 ) -> SandboxError {
-    let ended = child.finish();
+    protocol_error_after(e, &child.finish())
+}
+
+/// [`protocol_error`] for a child already finished.
+pub(crate) fn protocol_error_after(
+    e: protocol::ProtocolError,
+    ended: &jail::spawn::Ended,
+) -> SandboxError {
     SandboxError::Protocol {
         message: format!(
             "{e}; worker {}; log: {}",
@@ -149,8 +162,8 @@ pub(crate) fn precheck(
     problem: &ProblemSpec,
     candidate: &Candidate,
 ) -> Result<Option<Evaluation>, SandboxError> {
-    let cuda = candidate.language == Language::Cuda;
-    let backend = if cuda { "cuda" } else { "host" };
+    let backend = candidate.language.backend();
+    let cuda = backend == "cuda";
     // Only the libraries (cheap): the GPU itself was found when kilnd chose it at start, and
     // the worker reports it if it is gone.
     if cuda && let Err(e) = kiln_gpu::facts::libraries_present() {
@@ -238,4 +251,53 @@ pub(crate) fn layers_json(layers: &[LayerStatus]) -> serde_json::Value {
         .map(|l| (l.name.clone(), serde_json::Value::String(l.detail.clone())))
         .collect();
     serde_json::json!({ "jail": { "active": active, "inactive": inactive } })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            cpu_s: 10,
+            nofile: 64,
+            nproc: 64,
+            fsize_bytes: 1 << 20,
+            as_bytes: None,
+        }
+    }
+
+    #[test]
+    fn a_gpu_worker_is_told_where_cupti_is_and_may_read_it() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let cupti_dir = tempfile::tempdir().expect("tempdir");
+        let mut cfg = SandboxConfig::new(root.path());
+        cfg.cupti = kiln_gpu::cupti::CuptiSetting::Dir(cupti_dir.path().to_path_buf());
+        let job = JobDir::new(&cfg).expect("job dir");
+        let spec = jail_spec(&cfg, Role::GpuWorker, true, &job, limits(), "serve").expect("spec");
+        let env: Vec<&(String, String)> = spec
+            .env
+            .iter()
+            .filter(|(k, _)| k == kiln_gpu::cupti::SETTING_ENV)
+            .collect();
+        assert_eq!(env.len(), 1);
+        assert_eq!(env[0].1, cupti_dir.path().display().to_string());
+        let shown = std::fs::canonicalize(cupti_dir.path()).expect("canonical");
+        assert!(spec.ro_paths.contains(&shown), "{:?}", spec.ro_paths);
+        // The default reaches the worker as "auto"; a compile job is told nothing.
+        cfg.cupti = kiln_gpu::cupti::CuptiSetting::Auto;
+        let spec = jail_spec(&cfg, Role::GpuWorker, true, &job, limits(), "serve").expect("spec");
+        assert!(
+            spec.env
+                .iter()
+                .any(|(k, v)| k == kiln_gpu::cupti::SETTING_ENV && v == "auto")
+        );
+        let spec = jail_spec(&cfg, Role::Compile, true, &job, limits(), "serve").expect("spec");
+        assert!(
+            !spec
+                .env
+                .iter()
+                .any(|(k, _)| k == kiln_gpu::cupti::SETTING_ENV)
+        );
+    }
 }

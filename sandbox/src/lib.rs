@@ -17,8 +17,10 @@
 //! - [`protocol`]: the framed messages between caller and worker.
 //! - [`contract`]: the evaluation contract (design guide §5), generic over a backend, with
 //!   the backend-neutral input data and comparison code.
-//! - [`backends`]: the backends inside `kiln-worker`: [`backends::host`] (C on the CPU)
-//!   and [`backends::cuda`] (NVRTC, kernels on the worker's GPU through `kiln-gpu`).
+//! - [`backends`]: the backends inside `kiln-worker`: [`backends::host`] (C on the CPU),
+//!   [`backends::cuda`] (NVRTC, kernels on the worker's GPU through `kiln-gpu`) and
+//!   [`backends::triton`] (Triton's compiler in the compile jail; its CUBINs then run on
+//!   the cuda backend).
 //! - [`worker`]: `kiln-worker serve`, which dispatches each request to a backend.
 //! - [`plugin_host`]: one search's `kiln-plugin-host`, started in the jail.
 //!
@@ -33,10 +35,11 @@
 //! use kiln_sandbox::{SandboxConfig, compile};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let cfg = SandboxConfig::new("/var/lib/kiln/scratch");
+//! let problem = kiln_types::ProblemSpec::load_dir("problems/vecadd-4096".as_ref())?;
 //! let candidate: kiln_types::Candidate = serde_json::from_str(r#"{"problem":"vecadd-4096",
 //!     "language":"c","source":"void f(const float*a,float*y,int n){}",
 //!     "launches":[{"kernel":"f","args":["a","y",{"i32":4096}]}]}"#)?;
-//! let outcome = compile(&cfg, &candidate)?;
+//! let outcome = compile(&cfg, &problem, &candidate)?;
 //! assert!(outcome.artifact.is_some() || outcome.failure.is_some());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }

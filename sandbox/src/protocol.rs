@@ -177,6 +177,9 @@ pub enum Request {
         /// GPU architecture for cuda compiles (`sm_90`); ignored by the host backend.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         arch: Option<String>,
+        /// For a Triton candidate: the python, Triton version and compile plan.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        triton: Option<crate::backends::triton::compile::TritonJob>,
     },
     /// Evaluate a compiled candidate; blobs: reference artifact, candidate artifact.
     Evaluate {
@@ -217,6 +220,10 @@ pub enum Response {
         info: CompileInfo,
         /// Why it failed, for people (empty when ok).
         message: String,
+        /// The failure's verdict when it is not `compile_error` (a Triton launch plan that
+        /// does not fit its jit function: `invalid_launch`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        verdict: Option<kiln_types::Verdict>,
     },
     /// The evaluation finished with a verdict.
     Evaluated {

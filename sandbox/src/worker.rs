@@ -3,10 +3,11 @@
 //! one response per request to stdout.
 //!
 //! Host candidates never run in this process: compiles run the system compiler as a
-//! child, evaluations run candidate code in runner children (see `backends::host::runner`). Cuda
-//! candidates compile in-process (NVRTC) and run on the GPU this worker holds. A GPU
-//! worker is warm: it keeps its CUDA context ([`cuda::context::GpuContext`]) from one evaluation
-//! to the next. A fault or timeout poisons the context; the worker then answers with
+//! child, evaluations run candidate code in runner children (see `backends::host::runner`).
+//! Cuda candidates compile in-process (NVRTC) and run on the GPU this worker holds; Triton
+//! candidates compile in a python child (Triton's own compiler, see `backends::triton`)
+//! and run on the GPU as CUDA launches of their CUBINs. A GPU worker is warm: it keeps its
+//! CUDA context ([`cuda::context::GpuContext`]) from one evaluation to the next. A fault or timeout poisons the context; the worker then answers with
 //! `retire: true` and exits, and the caller starts a fresh one.
 
 use std::io::{Read, Write};
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use kiln_types::Language;
 
-use crate::backends::{cuda, host};
+use crate::backends::{cuda, host, triton};
 use crate::protocol::{self, PROTOCOL_VERSION, ProtocolError, Request, Response};
 
 /// Serves requests on stdin/stdout until stdin closes or the GPU context is poisoned;
@@ -110,36 +111,44 @@ fn serve_on(
             cc,
             timeout_ms,
             arch,
+            triton,
             ..
-        } => match candidate.language {
-            Language::C => {
-                let c = host::compile::compile(&candidate, &cc, Duration::from_millis(timeout_ms));
-                let r = Response::Compiled {
-                    ok: c.artifact.is_some(),
-                    info: c.info,
-                    message: c.message,
-                };
-                match &c.artifact {
-                    Some(a) => protocol::write_message(output, &r, &[a]),
-                    None => protocol::write_message(output, &r, &[]),
+        } => {
+            let timeout = Duration::from_millis(timeout_ms);
+            let compiled = match candidate.language {
+                Language::C => {
+                    let c = host::compile::compile(&candidate, &cc, timeout);
+                    Ok((c.artifact, c.info, c.message, None))
                 }
-            }
-            Language::Cuda => {
-                let arch = arch.unwrap_or_else(|| cuda::setup::DEFAULT_ARCH.to_string());
-                match cuda::compile::compile(&candidate, &arch) {
-                    Ok(c) => {
-                        let r = Response::Compiled {
-                            ok: c.artifact.is_some(),
-                            info: c.info,
-                            message: c.message,
-                        };
-                        match &c.artifact {
-                            Some(a) => protocol::write_message(output, &r, &[a]),
-                            None => protocol::write_message(output, &r, &[]),
-                        }
+                Language::Cuda => {
+                    let arch = arch.unwrap_or_else(|| cuda::setup::DEFAULT_ARCH.to_string());
+                    cuda::compile::compile(&candidate, &arch)
+                        .map(|c| (c.artifact, c.info, c.message, None))
+                }
+                Language::Triton => match &triton {
+                    Some(job) => triton::compile::compile(&candidate, job, timeout).map(|c| {
+                        let verdict = (c.verdict != kiln_types::Verdict::CompileError
+                            && c.artifact.is_none())
+                        .then_some(c.verdict);
+                        (c.artifact, c.info, c.message, verdict)
+                    }),
+                    None => Err("a triton compile request without its plan".into()),
+                },
+            };
+            match compiled {
+                Ok((artifact, info, message, verdict)) => {
+                    let r = Response::Compiled {
+                        ok: artifact.is_some(),
+                        info,
+                        message,
+                        verdict,
+                    };
+                    match &artifact {
+                        Some(a) => protocol::write_message(output, &r, &[a]),
+                        None => protocol::write_message(output, &r, &[]),
                     }
-                    Err(e) => protocol::write_message(output, &failed(e), &[]),
                 }
+                Err(e) => protocol::write_message(output, &failed(e), &[]),
             }
         }
         .map(|()| Next::More),
@@ -184,32 +193,25 @@ fn serve_on(
                         candidate: &candidate,
                         plan: &plan,
                         reference_artifact: reference,
-                        candidate_artifact: artifact,
+                        candidate_code: cuda::target::Code::Artifact(artifact),
                         output_limit_bytes: limits.output_limit_bytes,
                     };
-                    let opened = match context.take() {
-                        Some(l) => Ok(l),
-                        None => cuda::context::GpuContext::open(),
-                    };
-                    match opened {
-                        Ok(mut l) => {
-                            let r = match l.evaluate(job) {
-                                Ok(evaluation) => Response::Evaluated {
-                                    evaluation: Box::new(evaluation),
-                                    retire: false,
-                                },
-                                Err(message) => failed(message),
+                    on_gpu(context, job, &mut retire)
+                }
+                Language::Triton => {
+                    let lowered = triton::artifact::Artifact::decode(artifact)
+                        .and_then(|a| triton::lower::lower(&candidate, &a));
+                    match lowered {
+                        Ok(l) => {
+                            let job = cuda::target::Job {
+                                problem: &problem,
+                                candidate: &l.candidate,
+                                plan: &plan,
+                                reference_artifact: reference,
+                                candidate_code: cuda::target::Code::Parts(&l.parts),
+                                output_limit_bytes: limits.output_limit_bytes,
                             };
-                            match l.poisoned() {
-                                Some(why) => {
-                                    tracing::warn!(reason = %why, served = l.served(), "GPU context poisoned; this worker retires");
-                                    retire = true;
-                                    // Leaked on purpose (see kiln_gpu::device): the process exits.
-                                    std::mem::forget(l);
-                                }
-                                None => *context = Some(l),
-                            }
-                            r
+                            on_gpu(context, job, &mut retire)
                         }
                         Err(message) => failed(message),
                     }
@@ -224,5 +226,40 @@ fn serve_on(
             protocol::write_message(output, &r, &[])?;
             Ok(if retire { Next::Exit } else { Next::More })
         }
+    }
+}
+
+/// Evaluates `job` on the warm GPU context (opened on first use). A context poisoned by
+/// a fault or timeout is leaked and `retire` set: the worker exits after answering.
+fn on_gpu(
+    context: &mut Option<cuda::context::GpuContext>,
+    job: cuda::target::Job,
+    retire: &mut bool,
+) -> Response {
+    let opened = match context.take() {
+        Some(l) => Ok(l),
+        None => cuda::context::GpuContext::open(),
+    };
+    match opened {
+        Ok(mut l) => {
+            let r = match l.evaluate(job) {
+                Ok(evaluation) => Response::Evaluated {
+                    evaluation: Box::new(evaluation),
+                    retire: false,
+                },
+                Err(message) => Response::Failed { message },
+            };
+            match l.poisoned() {
+                Some(why) => {
+                    tracing::warn!(reason = %why, served = l.served(), "GPU context poisoned; this worker retires");
+                    *retire = true;
+                    // Leaked on purpose (see kiln_gpu::device): the process exits.
+                    std::mem::forget(l);
+                }
+                None => *context = Some(l),
+            }
+            r
+        }
+        Err(message) => Response::Failed { message },
     }
 }

@@ -42,7 +42,11 @@ fn cuda_compile_without_nvrtc_is_backend_unavailable() {
         return;
     }
     let (_dir, cfg) = common::setup();
-    match kiln_sandbox::compile(&cfg, &cuda_candidate(&[])) {
+    match kiln_sandbox::compile(
+        &cfg,
+        &common::problem("vecadd-cuda-1m"),
+        &cuda_candidate(&[]),
+    ) {
         Err(SandboxError::BackendUnavailable(name, why)) => {
             assert_eq!(name, "cuda");
             assert!(why.contains("libnvrtc"), "{why}");
@@ -54,8 +58,12 @@ fn cuda_compile_without_nvrtc_is_backend_unavailable() {
 #[test]
 fn cuda_compile_refuses_a_forbidden_flag_as_compile_error() {
     let (_dir, cfg) = common::setup();
-    let out =
-        kiln_sandbox::compile(&cfg, &cuda_candidate(&["-rdc=true"])).expect("refused cleanly");
+    let out = kiln_sandbox::compile(
+        &cfg,
+        &common::problem("vecadd-cuda-1m"),
+        &cuda_candidate(&["-rdc=true"]),
+    )
+    .expect("refused cleanly");
     let f = out.failure.expect("a compile_error");
     assert_eq!(f.verdict, Verdict::CompileError, "{f:#?}");
     assert_eq!(f.backend, "cuda");

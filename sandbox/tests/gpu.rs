@@ -6,14 +6,20 @@
 //! lanes do: the honest candidate after a red-team kernel runs on the same worker.
 //!
 //! `KILN_WORKER` overrides the worker binary (the bundle's); scratch goes to a temp dir.
+//! Triton candidates' GPU tests are in `gpu/triton.rs` (module `triton`).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use kiln_sandbox::{SandboxConfig, WarmWorker};
 use kiln_types::{
-    Candidate, EvalPlan, Evaluation, Language, PrecisionTier, ProblemSpec, TimingPlan, Verdict,
+    Candidate, EvalPlan, Evaluation, PrecisionTier, ProblemSpec, TimingPlan, Verdict,
 };
+
+#[path = "gpu/triton.rs"]
+mod triton;
+#[path = "triton/plans.rs"]
+mod triton_plans;
 
 /// H200 peaks, as the daemon passes them (tensor-core flop rate, HBM3e bandwidth).
 const PEAKS: (f64, f64) = (4.3e12, 990e12);
@@ -62,7 +68,6 @@ fn plan(run_timeout_ms: u64) -> EvalPlan {
             max_rse: 0.005,
             max_samples: 400,
             wall_cap_ms: 3000.0,
-            fresh_inputs_every: 8,
             recheck_fraction: 0.1,
             ..TimingPlan::default()
         },
@@ -82,24 +87,18 @@ fn rand_seed() -> u64 {
 }
 
 fn kernel_candidate(p: &ProblemSpec, which: &str) -> Candidate {
-    let ks = match which {
-        "reference" => &p.reference["cuda"],
-        _ => &p.seed["cuda"],
+    let c = match which {
+        "reference" => p.reference_candidate("cuda"),
+        _ => p.seed_candidate("cuda"),
     };
     Candidate {
-        problem: p.name.clone(),
-        language: Language::Cuda,
-        source: ks.source.clone(),
-        launches: ks.launches.clone(),
-        scratch: ks.scratch.clone(),
-        flags: ks.flags.clone(),
-        parent: None,
         note: None,
+        ..c.unwrap_or_else(|| panic!("{} has no cuda {which}", p.name))
     }
 }
 
-fn compile_ok(cfg: &SandboxConfig, c: &Candidate) -> Vec<u8> {
-    let out = kiln_sandbox::compile(cfg, c).expect("compile runs");
+fn compile_ok(cfg: &SandboxConfig, p: &ProblemSpec, c: &Candidate) -> Vec<u8> {
+    let out = kiln_sandbox::compile(cfg, p, c).expect("compile runs");
     out.artifact
         .unwrap_or_else(|| panic!("{} failed to compile: {:#?}", c.problem, out.failure))
 }
@@ -112,8 +111,8 @@ fn run_on(
     c: &Candidate,
     plan: &EvalPlan,
 ) -> Evaluation {
-    let reference = compile_ok(cfg, &kernel_candidate(p, "reference"));
-    let out = kiln_sandbox::compile(cfg, c).expect("compile runs");
+    let reference = compile_ok(cfg, p, &kernel_candidate(p, "reference"));
+    let out = kiln_sandbox::compile(cfg, p, c).expect("compile runs");
     let Some(art) = out.artifact else {
         return out.failure.expect("failure");
     };
@@ -134,8 +133,8 @@ fn run_on(
 
 /// Compiles the reference and `c`, evaluates `c`; a compile failure is its evaluation.
 fn run(cfg: &SandboxConfig, p: &ProblemSpec, c: &Candidate, plan: &EvalPlan) -> Evaluation {
-    let reference = compile_ok(cfg, &kernel_candidate(p, "reference"));
-    let out = kiln_sandbox::compile(cfg, c).expect("compile runs");
+    let reference = compile_ok(cfg, p, &kernel_candidate(p, "reference"));
+    let out = kiln_sandbox::compile(cfg, p, c).expect("compile runs");
     let Some(art) = out.artifact else {
         return out.failure.expect("failure");
     };
@@ -395,6 +394,22 @@ fn redteam_gpu_race() {
     assert_eq!(e.verdict, Verdict::Nondeterministic, "{e:#?}");
 }
 
+/// The precision tier an evaluation reports, or for a failed one the tier its worst
+/// relative L2 error reads as (fp32-faithful up to 1e-5, else coarse).
+fn delivered_tier(e: &Evaluation) -> PrecisionTier {
+    let worst = e
+        .evidence
+        .errors
+        .iter()
+        .map(|m| m.rel_l2)
+        .fold(0.0, f64::max);
+    e.tier.unwrap_or(if worst <= 1e-5 {
+        PrecisionTier::Fp32Faithful
+    } else {
+        PrecisionTier::Coarse
+    })
+}
+
 /// A 4096² matmul candidate: kernel `mm(A, B, C, M, N, K)`, 16 × 16 tiles.
 fn matmul_candidate(problem: &str, source: &str) -> Candidate {
     serde_json::from_value(serde_json::json!({
@@ -437,18 +452,7 @@ fn redteam_gpu_fp16_in_fp32_problem() {
     let p = problem("matmul-fp32-4096");
     let e = run(&cfg, &p, &fp16_matmul(&p.name), &plan(10_000));
     println!("{}", summary("fp16-in-matmul-fp32-4096", &e));
-    let worst = e
-        .evidence
-        .errors
-        .iter()
-        .map(|m| m.rel_l2)
-        .fold(0.0, f64::max);
-    let tier = e.tier.unwrap_or(if worst <= 1e-5 {
-        PrecisionTier::Fp32Faithful
-    } else {
-        PrecisionTier::Coarse
-    });
-    assert!(tier > PrecisionTier::Fp32Faithful, "{e:#?}");
+    assert!(delivered_tier(&e) > PrecisionTier::Fp32Faithful, "{e:#?}");
     let strict = problem("matmul-fp32-4096-strict");
     let e = run(&cfg, &strict, &fp16_matmul(&strict.name), &plan(10_000));
     assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
@@ -461,16 +465,16 @@ fn gpu_stability_twenty_medians() {
     let main = problem("layernorm-16x64x256x256");
     let others = [problem("vecadd-cuda-1m"), problem("rowsum-cuda-4096x1024")];
     let main_c = kernel_candidate(&main, "seed");
-    let main_ref = compile_ok(&cfg, &kernel_candidate(&main, "reference"));
-    let main_art = compile_ok(&cfg, &main_c);
+    let main_ref = compile_ok(&cfg, &main, &kernel_candidate(&main, "reference"));
+    let main_art = compile_ok(&cfg, &main, &main_c);
     let other_arts: Vec<(Vec<u8>, Candidate, Vec<u8>)> = others
         .iter()
         .map(|p| {
             let c = kernel_candidate(p, "seed");
             (
-                compile_ok(&cfg, &kernel_candidate(p, "reference")),
+                compile_ok(&cfg, p, &kernel_candidate(p, "reference")),
                 c.clone(),
-                compile_ok(&cfg, &c),
+                compile_ok(&cfg, p, &c),
             )
         })
         .collect();
@@ -510,6 +514,116 @@ fn gpu_stability_twenty_medians() {
         1,
         "one warm worker served all 40"
     );
+}
+
+/// The timer evidence of a GPU evaluation, printed with every figure.
+fn timer_of(name: &str, e: &Evaluation) -> kiln_types::TimerEvidence {
+    assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+    let t = e.timing.clone().expect("timing");
+    let tm = t
+        .timer
+        .clone()
+        .expect("a GPU timing carries its timer evidence");
+    let med = |f: Option<kiln_types::FigureSummary>| {
+        f.map_or("-".to_string(), |f| format!("{:.3} us", f.median_us))
+    };
+    println!(
+        "TIMER {name}: median {:.3} us by {} (asked {}) from {}{}; events {} kernel_sum {} kernel_span {}; launches {} records_missing {} {:?}",
+        t.median_us,
+        tm.figure.name(),
+        tm.asked.name(),
+        tm.source,
+        tm.fallback
+            .as_ref()
+            .map_or(String::new(), |f| format!(" (fallback: {f})")),
+        med(Some(tm.events)),
+        med(tm.kernel_sum),
+        med(tm.kernel_span),
+        tm.launches,
+        tm.records_missing,
+        tm.records_missing_reason
+    );
+    tm
+}
+
+#[test]
+fn cupti_gpu_vecadd_kernel_time_is_below_the_event_time() {
+    let Some((_dir, cfg)) = gpu() else { return };
+    let p = problem("vecadd-cuda-1m");
+    let e = run(&cfg, &p, &kernel_candidate(&p, "seed"), &plan(10_000));
+    let tm = timer_of("vecadd-cuda-1m", &e);
+    assert_eq!(tm.source, "cupti", "CUPTI did not run: {:?}", tm.fallback);
+    assert_eq!(tm.figure, kiln_types::TimingFigure::KernelSpan);
+    assert_eq!((tm.launches, tm.records_missing), (1, 0));
+    let (sum, span) = (
+        tm.kernel_sum.expect("sum").median_us,
+        tm.kernel_span.expect("span").median_us,
+    );
+    // One launch: the span is the kernel's duration; events add the overhead around it.
+    assert!((span - sum).abs() < 1e-6, "sum {sum} span {span}");
+    assert!(span < tm.events.median_us, "{tm:?}");
+    let t = e.timing.expect("timing");
+    assert!(
+        (t.median_us - span).abs() < 1e-9,
+        "the statistics are of the span"
+    );
+}
+
+#[test]
+fn cupti_gpu_layernorm_sums_its_three_launches_and_the_problem_picks_the_figure() {
+    let Some((_dir, cfg)) = gpu() else { return };
+    let mut p = problem("layernorm-16x64x256x256");
+    p.timing_figure = Some(kiln_types::TimingFigure::KernelSum);
+    let c = kernel_candidate(&p, "seed");
+    let launches = c.launches.len() as u32;
+    let e = run(&cfg, &p, &c, &plan(10_000));
+    let tm = timer_of("layernorm-16x64x256x256", &e);
+    assert_eq!(tm.source, "cupti", "CUPTI did not run: {:?}", tm.fallback);
+    assert_eq!(
+        (tm.figure, tm.launches),
+        (kiln_types::TimingFigure::KernelSum, launches)
+    );
+    assert_eq!(tm.records_missing, 0);
+    let sum = tm.kernel_sum.expect("sum");
+    let span = tm.kernel_span.expect("span");
+    assert!(
+        sum.median_us <= span.median_us && span.median_us <= tm.events.median_us,
+        "{tm:?}"
+    );
+    // The gaps between dependent launches on one stream are microseconds, not more.
+    assert!(
+        span.median_us - sum.median_us < 10.0 * f64::from(launches),
+        "{tm:?}"
+    );
+    let t = e.timing.expect("timing");
+    assert!(
+        (t.median_us - sum.median_us).abs() < 1e-9,
+        "the statistics are of the sum"
+    );
+}
+
+#[test]
+fn cupti_gpu_turned_off_falls_back_to_events_and_says_so() {
+    let Some((_dir, mut cfg)) = gpu() else { return };
+    cfg.cupti = kiln_gpu::cupti::CuptiSetting::Off;
+    let p = problem("vecadd-cuda-1m");
+    let e = run(&cfg, &p, &kernel_candidate(&p, "seed"), &plan(10_000));
+    let tm = timer_of("vecadd-cuda-1m (cupti off)", &e);
+    assert_eq!(tm.source, "events");
+    assert_eq!(
+        (tm.figure, tm.asked),
+        (
+            kiln_types::TimingFigure::Events,
+            kiln_types::TimingFigure::KernelSpan
+        )
+    );
+    assert!(
+        tm.fallback.as_deref().is_some_and(|f| f.contains("off")),
+        "{tm:?}"
+    );
+    assert!(tm.kernel_sum.is_none() && tm.kernel_span.is_none());
+    let t = e.timing.expect("timing");
+    assert!((t.median_us - tm.events.median_us).abs() < 1e-9);
 }
 
 /// A matmul computing in fp16 arithmetic the way the seed's kernel did: each f32 operand
@@ -700,7 +814,7 @@ fn baseline_plan() -> EvalPlan {
 }
 
 fn measure(cfg: &SandboxConfig, p: &ProblemSpec) -> Vec<BaselineResult> {
-    let reference = compile_ok(cfg, &kernel_candidate(p, "reference"));
+    let reference = compile_ok(cfg, p, &kernel_candidate(p, "reference"));
     let libs: Vec<String> = p.baseline.keys().cloned().collect();
     let t0 = std::time::Instant::now();
     let r = kiln_sandbox::measure_baselines(cfg, p, &reference, &baseline_plan(), &libs)
@@ -918,4 +1032,244 @@ fn baseline_table_seed_problems() {
     for row in rows {
         println!("{row}");
     }
+}
+
+/// Input generation (`Gpu::fill`), the cost every timed sample now pays once per input
+/// tensor: its speed on a 1 GiB tensor per dtype and distribution (printed, `FILL` lines;
+/// the f64 Box–Muller generator it replaced ran at ~455 GB/s on the H200), the keyed hash
+/// beside it (`HASH`), and the host mirror, bit for bit, on the head and tail of each.
+#[test]
+fn gpu_fill_throughput_and_bit_exact_host_mirror() {
+    use kiln_gpu::inputs::host_value;
+    use kiln_types::{Dtype, Init};
+    if let Err(e) = kiln_gpu::available() {
+        println!("SKIP: cuda unavailable: {}", e.reason);
+        return;
+    }
+    let gpu = kiln_gpu::Gpu::open(0).expect("gpu opens");
+    let bytes = 1usize << 30;
+    let buf = gpu.alloc(bytes).expect("1 GiB");
+    let normal = Init::Normal {
+        mean: 0.0,
+        std: 1.0,
+    };
+    let uniform = Init::Uniform {
+        low: -1.0,
+        high: 1.0,
+    };
+    let shifted = Init::Normal {
+        mean: 1000.0,
+        std: 0.1,
+    };
+    let randint = Init::Randint { low: -7, high: 9 };
+    let cases = [
+        (Dtype::F32, normal, "f32 normal"),
+        (Dtype::F32, uniform, "f32 uniform"),
+        (Dtype::F32, shifted, "f32 normal(1000, 0.1)"),
+        (Dtype::F16, normal, "f16 normal"),
+        (Dtype::Bf16, normal, "bf16 normal"),
+        (Dtype::F64, normal, "f64 normal"),
+        (Dtype::I32, randint, "i32 randint"),
+    ];
+    for (k, (dtype, init, what)) in cases.iter().enumerate() {
+        let elems = (bytes as u64) / dtype.size();
+        let seed = 0x5eed_0000 + k as u64;
+        gpu.fill(&buf, *dtype, 1024, init, seed)
+            .expect("warm-up fill");
+        gpu.synchronize().expect("sync");
+        let mut best = f64::INFINITY;
+        for _ in 0..5 {
+            let t = std::time::Instant::now();
+            gpu.fill(&buf, *dtype, elems, init, seed).expect("fill");
+            gpu.synchronize().expect("sync");
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        println!(
+            "FILL {what}: 1 GiB in {:.3} ms = {:.0} GB/s",
+            best * 1e3,
+            bytes as f64 / best / 1e9
+        );
+        // The host mirror, bit for bit (f16/bf16: the value their `cvt` rounds).
+        let head = 1usize << 20;
+        let tail_at = elems as usize - 4096;
+        let size = dtype.size() as usize;
+        let mut got = vec![0u8; head * size];
+        gpu.download(&buf, 0, &mut got).expect("head");
+        let mut tail = vec![0u8; 4096 * size];
+        gpu.download(&buf, tail_at * size, &mut tail).expect("tail");
+        let mut differ = 0usize;
+        let mut first = None;
+        let elements = (0..head)
+            .map(|i| (i, &got[i * size..(i + 1) * size]))
+            .chain((0..4096).map(|j| (tail_at + j, &tail[j * size..(j + 1) * size])));
+        for (i, b) in elements {
+            let want = host_value(init, *dtype, seed, i as u64).expect("valid init");
+            let same = match dtype {
+                Dtype::F32 => {
+                    f32::from_le_bytes([b[0], b[1], b[2], b[3]]).to_bits()
+                        == (want as f32).to_bits()
+                }
+                Dtype::F64 => {
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(b);
+                    f64::from_le_bytes(w).to_bits() == want.to_bits()
+                }
+                Dtype::I32 => f64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])) == want,
+                // bf16: round to nearest even of the f32 bits.
+                Dtype::Bf16 => {
+                    let bits = (want as f32).to_bits();
+                    let rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16;
+                    u16::from_le_bytes([b[0], b[1]]) == rounded as u16
+                }
+                // f16: within half an f16 ulp of the f32 value (cvt.rn rounds it).
+                _ => {
+                    let h =
+                        kiln_sandbox::contract::data::f16_to_f64(u16::from_le_bytes([b[0], b[1]]));
+                    let ulp = 2f64.powi(want.abs().max(6.1e-5).log2().floor() as i32 - 10);
+                    (h - want).abs() <= ulp / 2.0
+                }
+            };
+            if !same {
+                differ += 1;
+                first.get_or_insert(i);
+            }
+        }
+        assert_eq!(
+            differ, 0,
+            "{what}: {differ} elements differ from the host mirror (first at {first:?})"
+        );
+    }
+    gpu.hash(&buf, 1).expect("warm-up hash");
+    let t = std::time::Instant::now();
+    gpu.hash(&buf, 2).expect("hash");
+    let s = t.elapsed().as_secs_f64();
+    println!(
+        "HASH 1 GiB in {:.3} ms = {:.0} GB/s",
+        s * 1e3,
+        bytes as f64 / s / 1e9
+    );
+}
+
+/// The GPU timing cases of issue 21: caches keyed on input content (`tests/redteam/gpu/`).
+const CACHE_SOFTMAX: &str = include_str!("redteam/gpu/cache_softmax.cu");
+const CACHE_MATMUL: &str = include_str!("redteam/gpu/cache_matmul.cu");
+
+/// The case's candidate: the honest build (`cheat` = None) or `-DKILN_CHEAT=cheat`.
+fn cache_candidate(p: &ProblemSpec, cheat: Option<u32>) -> Candidate {
+    let softmax = p.name.starts_with("softmax");
+    let (source, launches, elems) = if softmax {
+        (
+            CACHE_SOFTMAX,
+            serde_json::json!([
+                {"kernel": "cache_key", "grid": [1, 1, 1], "block": [32, 1, 1], "args": ["x", "cache"]},
+                {"kernel": "softmax_cached", "grid": [4096, 1, 1], "block": [256, 1, 1],
+                 "args": ["x", "y", "cache"]},
+                {"kernel": "cache_commit", "grid": [1, 1, 1], "block": [32, 1, 1], "args": ["cache"]}
+            ]),
+            4096u64 * 65536 + 16,
+        )
+    } else {
+        (
+            CACHE_MATMUL,
+            serde_json::json!([
+                {"kernel": "cache_key", "grid": [1, 1, 1], "block": [32, 1, 1],
+                 "args": ["A", "B", "cache"]},
+                {"kernel": "mm_cached", "grid": [256, 256, 1], "block": [16, 16, 1],
+                 "args": ["A", "B", "C", "cache"]},
+                {"kernel": "cache_commit", "grid": [1, 1, 1], "block": [32, 1, 1], "args": ["cache"]}
+            ]),
+            4096u64 * 4096 + 16,
+        )
+    };
+    serde_json::from_value(serde_json::json!({
+        "problem": p.name, "language": "cuda", "source": source, "launches": launches,
+        "scratch": [{"name": "cache", "dtype": "f32", "elems": elems}],
+        "flags": cheat.map(|c| vec![format!("-DKILN_CHEAT={c}")]).unwrap_or_default(),
+    }))
+    .expect("candidate")
+}
+
+/// One GPU cache case on one warm worker: the honest build, the cheat under the contract,
+/// the cheat with plain timing (inputs reused: the cache must win there, or the case
+/// tests nothing), the honest build again. The cheat under the contract must fail or be
+/// no faster than the honest kernel (GPU medians repeat within a fraction of a percent).
+fn gpu_cache_case(problem_name: &str, cheat: u32, what: &str) {
+    let Some((_dir, cfg)) = gpu() else { return };
+    let p = problem(problem_name);
+    let mut worker = WarmWorker::new(cfg.clone(), 100);
+    let plan = plan(60_000);
+    let honest = run_on(&mut worker, &cfg, &p, &cache_candidate(&p, None), &plan);
+    let cheated = run_on(
+        &mut worker,
+        &cfg,
+        &p,
+        &cache_candidate(&p, Some(cheat)),
+        &plan,
+    );
+    let mut plain_plan = plan.clone();
+    plain_plan.plain = Some(20);
+    let plain = run_on(
+        &mut worker,
+        &cfg,
+        &p,
+        &cache_candidate(&p, Some(cheat)),
+        &plain_plan,
+    );
+    let again = run_on(&mut worker, &cfg, &p, &cache_candidate(&p, None), &plan);
+    let median = |e: &Evaluation| e.timing.as_ref().map_or(f64::NAN, |t| t.median_us);
+    assert_eq!(honest.verdict, Verdict::Ok, "{honest:#?}");
+    assert_eq!(again.verdict, Verdict::Ok, "{again:#?}");
+    let honest_us = median(&honest).min(median(&again));
+    println!(
+        "CACHE {what} on {problem_name}: honest {honest_us:.1} us; cheat {} {:.1} us; \
+         cheat with plain timing {} {:.1} us ({})",
+        cheated.verdict,
+        median(&cheated),
+        plain.verdict,
+        median(&plain),
+        plain.message
+    );
+    let cache_wins = match plain.verdict {
+        Verdict::Ok => median(&plain) < 0.8 * honest_us,
+        Verdict::ImplausibleTime | Verdict::UnmeasurableTime => true,
+        _ => false,
+    };
+    assert!(
+        cache_wins,
+        "the cheat is not faster even on repeated inputs: the case tests nothing: {plain:#?}"
+    );
+    assert!(
+        cheated.verdict != Verdict::Ok || median(&cheated) >= 0.95 * honest_us,
+        "the cache won the timing: {cheated:#?}"
+    );
+}
+
+#[test]
+fn redteam_gpu_cache_device_memory_softmax() {
+    gpu_cache_case("softmax-4096x65536", 1, "__device__ cache");
+}
+
+#[test]
+fn redteam_gpu_cache_scratch_softmax() {
+    gpu_cache_case("softmax-4096x65536", 2, "scratch cache");
+}
+
+#[test]
+fn redteam_gpu_cache_high_bits_softmax() {
+    gpu_cache_case("softmax-4096x65536", 3, "high-bits cache");
+}
+
+#[test]
+fn redteam_gpu_cache_device_memory_matmul() {
+    gpu_cache_case("matmul-fp32-4096", 1, "__device__ cache");
+}
+
+#[test]
+fn redteam_gpu_cache_scratch_matmul() {
+    gpu_cache_case("matmul-fp32-4096", 2, "scratch cache");
+}
+
+#[test]
+fn redteam_gpu_cache_high_bits_matmul() {
+    gpu_cache_case("matmul-fp32-4096", 3, "high-bits cache");
 }

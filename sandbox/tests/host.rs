@@ -12,7 +12,13 @@ fn host_vecadd_seed_is_ok_with_timing() {
     let e = common::run(&cfg, &p, &seed, &common::plan());
     assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
     let t = e.timing.expect("timing");
+    eprintln!("{t:?}");
     assert!(t.n >= 5 && t.median_us > 0.0, "{t:?}");
+    // A ~1 µs kernel: several runs per sample, each on fresh inputs, so the sample is a
+    // time and not the timer's noise.
+    assert!(t.reps > 1, "{t:?}");
+    assert_eq!(t.fresh_inputs, t.n * t.reps, "{t:?}");
+    assert!(t.median_us * f64::from(t.reps) > t.overhead_us, "{t:?}");
     common::assert_clean(dir.path());
 }
 

@@ -7,13 +7,26 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kiln_types::{Arg, Candidate, Language, Launch};
+use kiln_types::{Arg, Candidate, Language, Launch, Verdict};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
 struct Suite {
     problem: String,
     case: Vec<Case>,
+    cache_case: Vec<CacheCase>,
+}
+
+/// A content-keyed cache, timed beside the honest kernel (see cases.toml).
+#[derive(Deserialize)]
+struct CacheCase {
+    name: String,
+    problem: String,
+    file: String,
+    kernel: String,
+    args: Vec<Arg>,
+    cheat: u32,
+    scratch_elems: u64,
 }
 
 #[derive(Deserialize)]
@@ -74,6 +87,7 @@ fn run_case(name: &str) {
             block: [1, 1, 1],
             shared_bytes: 0,
             args: case.args.clone(),
+            ..Launch::default()
         }],
         scratch: vec![],
         flags: case.flags.clone(),
@@ -96,6 +110,150 @@ fn run_case(name: &str) {
     }
     std::fs::remove_dir_all(&hidden).expect("remove state");
     common::assert_clean(tmp.path());
+}
+
+/// The cheat's median under the contract must be at least this fraction of the honest
+/// kernel's (or its verdict a failing one); under plain timing, below it. A cache hit is
+/// 80 to 500 times faster than computing, so the median falls below a quarter only when
+/// most timed samples hit; load on a shared machine moves honest medians by up to 2×.
+const HONEST_FRACTION: f64 = 0.25;
+
+fn cache_candidate(case: &CacheCase, cheat: bool) -> Candidate {
+    let source = std::fs::read_to_string(dir().join(&case.file)).expect("case source");
+    Candidate {
+        problem: case.problem.clone(),
+        language: Language::C,
+        source,
+        launches: vec![Launch {
+            kernel: case.kernel.clone(),
+            grid: [1, 1, 1],
+            block: [1, 1, 1],
+            shared_bytes: 0,
+            args: case.args.clone(),
+            ..Launch::default()
+        }],
+        scratch: vec![kiln_types::ScratchBuffer {
+            name: "cache".into(),
+            dtype: kiln_types::Dtype::F32,
+            elems: case.scratch_elems,
+        }],
+        flags: if cheat {
+            vec![format!("-DKILN_CHEAT={}", case.cheat)]
+        } else {
+            Vec::new()
+        },
+        parent: None,
+        note: None,
+    }
+}
+
+fn median(e: &kiln_types::Evaluation) -> f64 {
+    e.timing.as_ref().map_or(f64::NAN, |t| t.median_us)
+}
+
+fn run_cache_case(name: &str) {
+    let suite = suite();
+    let case = suite
+        .cache_case
+        .iter()
+        .find(|c| c.name == name)
+        .expect("cache case exists");
+    let (tmp, mut cfg) = common::setup();
+    cfg.memory_limit_bytes = 512 << 20;
+    let p = common::problem(&case.problem);
+    let plan = common::plan();
+    let honest = common::run(&cfg, &p, &cache_candidate(case, false), &plan);
+    assert_eq!(
+        honest.verdict,
+        Verdict::Ok,
+        "{name}: honest kernel: {honest:#?}"
+    );
+    let cheat = common::run(&cfg, &p, &cache_candidate(case, true), &plan);
+    let mut plain_plan = plan.clone();
+    plain_plan.plain = Some(20);
+    let plain = common::run(&cfg, &p, &cache_candidate(case, true), &plain_plan);
+    // The honest kernel twice, the cheat between: other tests share the machine.
+    let again = common::run(&cfg, &p, &cache_candidate(case, false), &plan);
+    assert_eq!(
+        again.verdict,
+        Verdict::Ok,
+        "{name}: honest kernel: {again:#?}"
+    );
+    let honest_us = median(&honest).min(median(&again));
+    eprintln!(
+        "{name}: honest {honest_us:.1} us, cheat {} {:.1} us, cheat with plain timing {} {:.1} us",
+        cheat.verdict,
+        median(&cheat),
+        plain.verdict,
+        median(&plain)
+    );
+    // The cache works where inputs repeat (a hit can be too quick to time at all)...
+    let fast = match plain.verdict {
+        Verdict::Ok => median(&plain) < HONEST_FRACTION * honest_us,
+        Verdict::UnmeasurableTime => true,
+        _ => panic!("{name}: plain: {plain:#?}"),
+    };
+    assert!(
+        fast,
+        "{name}: the cheat is no faster even on repeated inputs; the case tests nothing"
+    );
+    // ...and never wins under the contract.
+    assert!(
+        cheat.verdict != Verdict::Ok || median(&cheat) >= HONEST_FRACTION * honest_us,
+        "{name}: the cache won the timing: {cheat:#?}"
+    );
+    common::assert_clean(tmp.path());
+}
+
+#[test]
+fn host_hostile_every_cache_case_has_a_test() {
+    let named = [
+        "cache_static_softmax",
+        "cache_scratch_softmax",
+        "cache_high_bits_softmax",
+        "cache_static_matmul",
+        "cache_scratch_matmul",
+        "cache_high_bits_matmul",
+    ];
+    for c in suite().cache_case {
+        assert!(named.contains(&c.name.as_str()), "{} has no test", c.name);
+        assert!(
+            dir().join(&c.file).is_file(),
+            "{}: {} missing",
+            c.name,
+            c.file
+        );
+    }
+}
+
+#[test]
+fn host_hostile_cache_static_softmax() {
+    run_cache_case("cache_static_softmax");
+}
+
+#[test]
+fn host_hostile_cache_scratch_softmax() {
+    run_cache_case("cache_scratch_softmax");
+}
+
+#[test]
+fn host_hostile_cache_high_bits_softmax() {
+    run_cache_case("cache_high_bits_softmax");
+}
+
+#[test]
+fn host_hostile_cache_static_matmul() {
+    run_cache_case("cache_static_matmul");
+}
+
+#[test]
+fn host_hostile_cache_scratch_matmul() {
+    run_cache_case("cache_scratch_matmul");
+}
+
+#[test]
+fn host_hostile_cache_high_bits_matmul() {
+    run_cache_case("cache_high_bits_matmul");
 }
 
 #[test]
@@ -151,6 +309,7 @@ hostile!(
     host_hostile_unknown_buffer,
     host_hostile_disallowed_flag,
     host_hostile_include_dev_zero,
+    host_hostile_object_bomb,
     host_hostile_macro_bomb,
     host_hostile_compile_timeout,
 );

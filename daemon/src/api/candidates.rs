@@ -25,6 +25,26 @@ fn checked(options: JobOptions) -> Result<Option<JobOptions>, ApiError> {
     Ok((!options.is_empty()).then_some(options))
 }
 
+/// Refuses a Triton candidate when no python with triton was found at start (it could
+/// only fail at compile): `503 triton_unavailable` with the reason.
+pub(super) fn language_available(s: &AppState, candidate: &Candidate) -> Result<(), ApiError> {
+    if candidate.language != kiln_types::Language::Triton
+        || s.facts.triton["usable"].as_bool() == Some(true)
+    {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "triton_unavailable",
+        format!(
+            "this kilnd cannot compile triton candidates: {} (see `kiln doctor`)",
+            s.facts.triton["detail"]
+                .as_str()
+                .unwrap_or("no python with triton")
+        ),
+    ))
+}
+
 /// Publishes `queued` for a new job, then wakes the scheduler (so events arrive in order).
 fn announce_queued(s: &AppState, job_id: i64, candidate_id: &str, problem: &str) {
     s.events.publish(crate::events::Event::Job {
@@ -53,6 +73,7 @@ pub async fn submit(
     candidate
         .validate()
         .map_err(|e| ApiError::bad_request("invalid_candidate", e.to_string()))?;
+    language_available(&s, &candidate)?;
     let backend = candidate.language.backend();
     let problem = s
         .store

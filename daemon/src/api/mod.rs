@@ -27,6 +27,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
+use kiln_types::plugin::{CHECKPOINT_BODY_BYTES, LLM_BODY_BYTES};
 use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
 
@@ -71,10 +72,16 @@ fn plugin_routes(r: Router<AppState>) -> Router<AppState> {
         .route("/v1/searches/{id}/context", get(plugin::context))
         .route("/v1/searches/{id}/candidates", post(plugin::submit))
         .route("/v1/searches/{id}/wait", post(plugin::wait))
-        .route("/v1/searches/{id}/llm", post(plugin::llm))
+        // Bodies above server.max_body_bytes where the ABI's own limits need them.
+        .route(
+            "/v1/searches/{id}/llm",
+            post(plugin::llm).layer(DefaultBodyLimit::max(LLM_BODY_BYTES)),
+        )
         .route(
             "/v1/searches/{id}/checkpoint",
-            get(plugin::get_checkpoint).put(plugin::put_checkpoint),
+            get(plugin::get_checkpoint)
+                .put(plugin::put_checkpoint)
+                .layer(DefaultBodyLimit::max(CHECKPOINT_BODY_BYTES)),
         )
         .route("/v1/searches/{id}/budget", get(plugin::budget))
         .route("/v1/searches/{id}/finish", post(plugin::finish))

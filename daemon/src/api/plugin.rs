@@ -12,7 +12,7 @@ use axum::http::request::Parts;
 use base64::Engine;
 use kiln_types::plugin::{
     ArchiveEntry, ArchiveReply, Budget, Checkpoint, Context, Device, Finish, Finished,
-    MAX_CHECKPOINT_BYTES, MAX_LOG_BYTES, Submitted, WaitReply, WaitRequest,
+    MAX_CHECKPOINT_BYTES, MAX_LOG_BYTES, MAX_PROMPT_BYTES, Submitted, WaitReply, WaitRequest,
 };
 use kiln_types::{Candidate, ProblemSpec};
 use serde_json::{Value, json};
@@ -21,6 +21,7 @@ use super::error::JsonBody;
 use super::{ApiError, AppState};
 use crate::events::Event;
 use crate::llm::{ChatMessage, LlmError};
+use crate::search::log_quota::Admit;
 use crate::store::SearchRecord;
 
 /// Longest `wait` accepted, ms.
@@ -204,6 +205,7 @@ pub async fn submit(
             ),
         ));
     }
+    super::candidates::language_available(&s, &candidate)?;
     let id = candidate.content_hash();
     let archive = s.store.search_archive(&search.id).await?;
     let known = archive.iter().any(|e| e.candidate_id == id);
@@ -349,6 +351,15 @@ pub async fn llm(
     JsonBody(req): JsonBody<kiln_types::plugin::ChatRequest>,
 ) -> Result<Json<kiln_types::plugin::ChatReply>, ApiError> {
     let search = auth.search;
+    // Checked first, so an oversized prompt fails this call whatever the gateway is.
+    let prompt: usize = req.messages.iter().map(|m| m.content.len()).sum();
+    if prompt > MAX_PROMPT_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            kiln_types::plugin::codes::LLM_FAILED,
+            format!("the prompt is {prompt} bytes, over the limit of {MAX_PROMPT_BYTES} bytes"),
+        ));
+    }
     let chat = crate::llm::ChatRequest {
         messages: req
             .messages
@@ -453,6 +464,16 @@ pub async fn post_log(
         }
         message.truncate(cut);
     }
+    let (level, message) = match s
+        .supervisor
+        .log_quota
+        .admit(&s.store, &auth.search.id, message.len())
+        .await?
+    {
+        Admit::Store => (level, message),
+        Admit::Notice(notice) => ("warn".to_string(), notice),
+        Admit::Drop => return Ok(Json(json!({"dropped": true}))),
+    };
     s.store
         .search_log(&auth.search.id, &level, &message)
         .await?;

@@ -105,6 +105,11 @@ pub async fn start(
     }
     let (name, wasm) = match (&req.proposer, &req.wasm_base64) {
         (_, Some(b64)) => {
+            if let Some(name) = &req.proposer {
+                kiln_types::names::check(kiln_types::names::NameKind::Proposer, name).map_err(
+                    |e| ApiError::bad_request("invalid_field", format!("field `proposer`: {e}")),
+                )?;
+            }
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(b64.trim())
                 .map_err(|e| {

@@ -20,6 +20,8 @@ pub struct Facts {
     pub gpu: GpuInventory,
     /// Jail layers and whether each is active here.
     pub jail: Value,
+    /// Whether Triton candidates can be compiled here (`backends::start::triton_status`).
+    pub triton: Value,
     /// The socket served.
     pub socket: String,
     /// The state directory.
@@ -65,6 +67,7 @@ pub async fn info(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
         "clock_policy": s.config.gpu.clock_policy,
         "clock_lock": clock_lock,
         "jail": s.facts.jail,
+        "triton": s.facts.triton,
         "searches": {"usable": s.supervisor.status().0, "detail": s.supervisor.status().1},
         "llm": {"provider": s.llm.provider_name(), "usable": s.llm.status().0, "detail": s.llm.status().1},
         "host": host,
@@ -73,13 +76,14 @@ pub async fn info(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
         "uptime_s": s.started.elapsed().as_secs(),
     });
     info["baseline_libraries"] = baseline_libraries(&s.config);
+    info["kernel_timer"] = kernel_timer(&s.config);
     Ok(Json(info))
 }
 
-/// Where cuBLAS and cuDNN were found for the GPU workers (files only; nothing loaded),
-/// and the torch helper's python.
-fn baseline_libraries(config: &crate::config::Config) -> Value {
-    let dirs: Vec<std::path::PathBuf> = crate::gpu::libs::library_dirs(config)
+/// The GPU workers' directories for libraries: `[gpu] library_dirs` (with python's wheels),
+/// then the daemon's own `LD_LIBRARY_PATH`.
+fn worker_library_dirs(config: &crate::config::Config) -> Vec<std::path::PathBuf> {
+    crate::gpu::libs::library_dirs(config)
         .into_iter()
         .chain(
             std::env::var("LD_LIBRARY_PATH")
@@ -89,7 +93,47 @@ fn baseline_libraries(config: &crate::config::Config) -> Value {
                 .map(str::to_string),
         )
         .map(std::path::PathBuf::from)
-        .collect();
+        .collect()
+}
+
+/// Where the GPU workers would find CUPTI for kernel timing (files only; nothing loaded).
+/// The worker's own answer is in each GPU evaluation's `timing.timer`.
+fn kernel_timer(config: &crate::config::Config) -> Value {
+    use kiln_sandbox::kiln_gpu::cupti::{self, CuptiSetting};
+    let setting = CuptiSetting::parse(&config.gpu.cupti).unwrap_or_default();
+    let mut dirs: Vec<std::path::PathBuf> = Vec::new();
+    match &setting {
+        CuptiSetting::Off => {
+            return json!({
+                "setting": "off", "found": false, "library": null,
+                "detail": "turned off ([gpu] cupti = \"off\"): GPU samples are timed with CUDA events",
+            });
+        }
+        CuptiSetting::Dir(d) => dirs.push(d.clone()),
+        CuptiSetting::Auto => {}
+    }
+    dirs.extend(worker_library_dirs(config));
+    dirs.extend(cupti::DEFAULT_DIRS.iter().map(std::path::PathBuf::from));
+    match dirs.iter().find_map(|d| cupti::find_library(d)) {
+        Some(p) => json!({
+            "setting": setting.as_text(), "found": true, "library": p.display().to_string(),
+            "detail": "kernel times from CUPTI activity records (each evaluation's timing.timer says what its worker used)",
+        }),
+        None => json!({
+            "setting": setting.as_text(), "found": false, "library": null,
+            "detail": format!(
+                "libcupti.so.13 not found in {} directories; the GPU workers' loader may still find one \
+                 (/etc/ld.so.cache); else samples are timed with CUDA events ([gpu] cupti names the directory)",
+                dirs.len()
+            ),
+        }),
+    }
+}
+
+/// Where cuBLAS and cuDNN were found for the GPU workers (files only; nothing loaded),
+/// and the torch helper's python.
+fn baseline_libraries(config: &crate::config::Config) -> Value {
+    let dirs = worker_library_dirs(config);
     let libs = kiln_sandbox::kiln_gpu::baseline::library_report(&dirs);
     let python = if config.gpu.python.is_empty() {
         "off ([gpu] python is empty)".to_string()

@@ -81,8 +81,21 @@ impl Backend for CudaBackend {
             .map_or_else(|| format!("gpu{lane}"), |l| l.uuid.clone())
     }
 
-    fn compile(&self, candidate: &Candidate) -> Result<CompileOutcome, BackendError> {
-        compile_in_jail(&self.cfg, candidate)
+    fn compile(
+        &self,
+        problem: &ProblemSpec,
+        candidate: &Candidate,
+    ) -> Result<CompileOutcome, BackendError> {
+        compile_in_jail(&self.cfg, problem, candidate)
+    }
+
+    fn compiler_identity(&self, language: kiln_types::Language) -> String {
+        match (language, &self.cfg.triton) {
+            (kiln_types::Language::Triton, Some(t)) => {
+                format!("triton {} for {}", t.version, self.cfg.cuda_arch)
+            }
+            _ => String::new(),
+        }
     }
 
     fn evaluate(

@@ -27,8 +27,12 @@ impl Backend for HostBackend {
         self.status.clone()
     }
 
-    fn compile(&self, candidate: &Candidate) -> Result<CompileOutcome, BackendError> {
-        compile_in_jail(&self.cfg, candidate)
+    fn compile(
+        &self,
+        problem: &ProblemSpec,
+        candidate: &Candidate,
+    ) -> Result<CompileOutcome, BackendError> {
+        compile_in_jail(&self.cfg, problem, candidate)
     }
 
     fn evaluate(

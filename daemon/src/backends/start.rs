@@ -7,12 +7,15 @@
 //! jailed worker ([`kiln_sandbox::WarmWorker`]) that sees only its GPU, and runs each
 //! evaluation inside the clock policy's window ([`crate::gpu::clocks`]). The jail's layers
 //! are probed once at start (this forks, so it runs before the async runtime) and shown by
-//! `/v1/info` and `kiln doctor`.
+//! `/v1/info` and `kiln doctor`. So is the python whose triton compiles Triton candidates
+//! (`[triton] python`, else `[gpu] python`), asked once for its version; the cuda backend
+//! compiles Triton candidates with it.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kiln_sandbox::backends::triton::setup::TritonSetup;
 use kiln_sandbox::kiln_gpu::DeviceFacts;
 use kiln_sandbox::{BackendStatus, SandboxConfig, WarmWorker};
 use serde_json::{Value, json};
@@ -33,6 +36,8 @@ pub struct Built {
     pub status: Vec<BackendStatus>,
     /// The jail's layers as probed at start.
     pub jail: Value,
+    /// Whether Triton candidates can be compiled: `{usable, detail, version, python}`.
+    pub triton: Value,
 }
 
 /// The GPUs the config selects among those found: by UUID or index; all when empty.
@@ -62,13 +67,18 @@ pub fn sandbox_config(config: &Config, state_dir: &Path) -> SandboxConfig {
         (!config.jail.cgroup_parent.is_empty()).then(|| config.jail.cgroup_parent.clone().into());
     // [gpu] library_dirs (cuBLAS, cuDNN) join the GPU workers' library path.
     cfg.library_path = libs::library_path(cfg.library_path.as_deref(), &libs::library_dirs(config));
+    // Checked by Config::validate; an unreadable value means the default.
+    cfg.cupti =
+        kiln_sandbox::kiln_gpu::cupti::CuptiSetting::parse(&config.gpu.cupti).unwrap_or_default();
     cfg
 }
 
 /// Builds the backends. Runs before the async runtime starts (the jail probe forks).
 /// Under the `lock` clock policy, first resets clocks a crashed daemon left locked.
 pub fn build(config: &Config, state_dir: &Path, store: &Arc<SqliteStore>) -> Built {
-    let cfg = sandbox_config(config, state_dir);
+    let mut cfg = sandbox_config(config, state_dir);
+    let triton = find_triton(config);
+    cfg.triton = triton.as_ref().ok().cloned();
     let layers = kiln_sandbox::probe_layers(&cfg);
     for l in &layers {
         if l.active {
@@ -166,5 +176,36 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<SqliteStore>) -> Bui
         backends,
         status,
         jail: json!({"layers": layers}),
+        triton: triton_status(&triton),
+    }
+}
+
+/// The python with triton of `[triton] python` (else `[gpu] python`), asked once.
+fn find_triton(config: &Config) -> Result<TritonSetup, String> {
+    let python = config.triton_python();
+    if python.is_empty() {
+        return Err("[triton] python and [gpu] python are both empty".into());
+    }
+    let found = TritonSetup::find(python, Duration::from_secs(60));
+    match &found {
+        Ok(t) if t.tested() => tracing::info!(triton = %t.describe(), "triton candidates"),
+        Ok(t) => tracing::warn!(triton = %t.describe(), "triton candidates"),
+        Err(e) => tracing::info!(reason = %e, "no triton: triton candidates are refused"),
+    }
+    found
+}
+
+/// `/v1/info`'s `triton`.
+pub fn triton_status(found: &Result<TritonSetup, String>) -> Value {
+    match found {
+        Ok(t) => json!({
+            "usable": true,
+            "detail": t.describe(),
+            "version": t.version,
+            "python": t.python,
+            "tested": t.tested(),
+            "ro_paths": t.ro_paths,
+        }),
+        Err(e) => json!({"usable": false, "detail": e}),
     }
 }

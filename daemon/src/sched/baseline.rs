@@ -8,8 +8,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use kiln_sandbox::TorchHelper;
-use kiln_types::Candidate;
 use kiln_types::baseline::{BaselineResult, BaselineStatus};
+use kiln_types::{Candidate, ProblemSpec};
 use thiserror::Error;
 
 use super::Scheduler;
@@ -55,15 +55,16 @@ impl Scheduler {
     async fn reference_artifact(
         &self,
         backend: &Arc<dyn crate::backends::Backend>,
+        problem: &ProblemSpec,
         reference: &Candidate,
     ) -> Result<Artifact, BaselineError> {
         let failed = |e: &dyn std::fmt::Display| BaselineError::Failed(e.to_string());
-        let key = compile_key(backend.name(), reference);
+        let key = compile_key(backend.as_ref(), problem, reference);
         if let Some(a) = self.store.get_artifact(&key).map_err(|e| failed(&e))? {
             return Ok(a);
         }
-        let (be, c) = (backend.clone(), reference.clone());
-        let outcome = tokio::task::spawn_blocking(move || be.compile(&c))
+        let (be, p, c) = (backend.clone(), problem.clone(), reference.clone());
+        let outcome = tokio::task::spawn_blocking(move || be.compile(&p, &c))
             .await
             .map_err(|e| failed(&e))?
             .map_err(|e| failed(&e))?;
@@ -134,20 +135,12 @@ impl Scheduler {
             .ok_or_else(|| {
                 BaselineError::Unavailable("the cuda backend is not usable here".into())
             })?;
-        let reference = spec.reference.get("cuda").ok_or_else(|| {
+        let ref_candidate = spec.reference_candidate("cuda").ok_or_else(|| {
             BaselineError::Unavailable(format!("problem {problem:?} has no cuda reference"))
         })?;
-        let ref_candidate = Candidate {
-            problem: spec.name.clone(),
-            language: kiln_types::Language::Cuda,
-            source: reference.source.clone(),
-            launches: reference.launches.clone(),
-            scratch: reference.scratch.clone(),
-            flags: reference.flags.clone(),
-            parent: None,
-            note: None,
-        };
-        let art = self.reference_artifact(&backend, &ref_candidate).await?;
+        let art = self
+            .reference_artifact(&backend, &spec, &ref_candidate)
+            .await?;
         let slots = self
             .lane_slots
             .get("cuda")

@@ -4,7 +4,7 @@
 //! problem's reference, evaluated as a candidate against itself, holding the lane as a
 //! job would (nothing else is timed on it meanwhile).
 
-use kiln_types::{Candidate, ProblemSpec};
+use kiln_types::ProblemSpec;
 
 use super::Scheduler;
 
@@ -51,22 +51,10 @@ impl Scheduler {
             .cloned()
             .filter(|b| b.status().usable)
             .ok_or_else(|| format!("no usable {backend} backend here"))?;
-        let reference = problem
-            .reference
-            .get(backend)
+        let candidate = problem
+            .reference_candidate(backend)
             .ok_or_else(|| format!("the calibration problem has no {backend} reference"))?;
-        let language = match backend {
-            "cuda" => "cuda",
-            _ => "c",
-        };
-        let candidate: Candidate = serde_json::from_value(serde_json::json!({
-            "problem": problem.name,
-            "language": language,
-            "source": reference.source,
-            "launches": reference.launches,
-        }))
-        .map_err(|e| format!("the calibration candidate does not parse: {e}"))?;
-        let artifact = match self.compile_cached(&be, &candidate).await {
+        let artifact = match self.compile_cached(&be, &problem, &candidate).await {
             Ok(Ok(a)) => a,
             Ok(Err(failure)) => {
                 return Err(format!(

@@ -293,7 +293,7 @@ impl Scheduler {
             })?;
 
         let t0 = Instant::now();
-        let Some(reference) = problem.reference.get(backend.name()) else {
+        let Some(ref_candidate) = problem.reference_candidate(backend.name()) else {
             let eval = Evaluation::early(
                 kiln_types::Verdict::InvalidLaunch,
                 backend.name(),
@@ -305,17 +305,10 @@ impl Scheduler {
             );
             return Ok(Compiled::Early(Box::new(eval), 0.0));
         };
-        let ref_candidate = Candidate {
-            problem: problem.name.clone(),
-            language: rec.candidate.language,
-            source: reference.source.clone(),
-            launches: reference.launches.clone(),
-            scratch: reference.scratch.clone(),
-            flags: reference.flags.clone(),
-            parent: None,
-            note: None,
-        };
-        let reference = match self.compile_cached(&backend, &ref_candidate).await? {
+        let reference = match self
+            .compile_cached(&backend, &problem, &ref_candidate)
+            .await?
+        {
             Ok(a) => a,
             Err(failure) => {
                 return Err(JobFailure::Infra(format!(
@@ -324,7 +317,9 @@ impl Scheduler {
                 )));
             }
         };
-        let artifact = self.compile_cached(&backend, &rec.candidate).await?;
+        let artifact = self
+            .compile_cached(&backend, &problem, &rec.candidate)
+            .await?;
         let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
         drop(compile_permit);
         match artifact {
@@ -427,16 +422,17 @@ impl Scheduler {
     pub(super) async fn compile_cached(
         &self,
         backend: &Arc<dyn Backend>,
+        problem: &ProblemSpec,
         candidate: &Candidate,
     ) -> Result<Result<Artifact, Evaluation>, JobFailure> {
-        let key = compile_key(backend.name(), candidate);
+        let key = compile_key(backend.as_ref(), problem, candidate);
         if let Some(mut a) = self.store.get_artifact(&key)? {
             a.info.cached = true;
             return Ok(Ok(a));
         }
         let be = backend.clone();
-        let c = candidate.clone();
-        let outcome = tokio::task::spawn_blocking(move || be.compile(&c))
+        let (p, c) = (problem.clone(), candidate.clone());
+        let outcome = tokio::task::spawn_blocking(move || be.compile(&p, &c))
             .await
             .map_err(|e| JobFailure::Infra(format!("compile task: {e}")))??;
         match (outcome.artifact, outcome.failure) {

@@ -10,9 +10,11 @@
 //! reason (its report line, exit code or signal). Cancelling the search or stopping
 //! kilnd kills the jailed host. Searches still `running` when kilnd starts are resumed:
 //! the plugin restores its last checkpoint, and candidates it submits again are answered
-//! from the store, never evaluated twice.
+//! from the store, never evaluated twice. Each search's plugin log is bounded
+//! ([`log_quota`]).
 
 mod ending;
+pub mod log_quota;
 pub mod peers;
 mod proposers;
 
@@ -48,6 +50,8 @@ pub struct Supervisor {
     sandbox: SandboxConfig,
     host_exe: Option<PathBuf>,
     running: Mutex<HashMap<String, Running>>,
+    /// Bounds on each search's plugin log.
+    pub log_quota: log_quota::LogQuota,
 }
 
 /// A search whose host is starting or running.
@@ -104,9 +108,12 @@ impl Supervisor {
                 "removed plugin host folders left by a previous run"
             );
         }
+        let log_quota =
+            log_quota::LogQuota::new(config.search.log_max_rows, config.search.log_max_bytes);
         Arc::new(Supervisor {
             store,
             events,
+            log_quota,
             config,
             socket,
             sandbox,
@@ -219,6 +226,12 @@ impl Supervisor {
         tokio::spawn(async move {
             let outcome = me.run(&id, rx).await;
             me.lock().remove(&id);
+            if matches!(outcome, RunEnd::Lost(_)) {
+                // Another node hosts the search now: its log is no longer this node's to write.
+                me.log_quota.forget(&id);
+            } else if let Err(e) = me.log_quota.close(&me.store, &id).await {
+                tracing::warn!(search = %id, error = %e, "cannot record the dropped log lines");
+            }
             match outcome {
                 RunEnd::Ended => {}
                 RunEnd::Failed(reason) => {

@@ -22,18 +22,9 @@ pub fn proposer_dirs(cfg: &SearchConfig) -> Vec<PathBuf> {
 }
 
 /// The wasm file of an installed proposer. Names are plain identifiers (letters, digits,
-/// `-`, `_`), never paths.
+/// `-`, `_`, starting with a letter or digit: `kiln_types::names`), never paths.
 pub fn find_proposer(cfg: &SearchConfig, name: &str) -> Result<PathBuf, String> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if !ok {
-        return Err(format!(
-            "proposer name {name:?} must be letters, digits, '-' and '_'"
-        ));
-    }
+    kiln_types::names::check(kiln_types::names::NameKind::Proposer, name)?;
     let dirs = proposer_dirs(cfg);
     for d in &dirs {
         let p = d.join(format!("{name}.wasm"));

@@ -209,6 +209,8 @@ shared_ops! {
     fn load_checkpoint(&self, id: &str) -> Option<Vec<u8>>;
     /// Appends to a search's log.
     fn search_log(&self, id: &str, level: &str, message: &str) -> ();
+    /// Lines of a search's log and the bytes of their messages.
+    fn search_log_usage(&self, id: &str) -> (u64, u64);
     /// A search's log lines after `after`, at most `limit`.
     fn get_search_log(&self, id: &str, after: i64, limit: u32) -> Vec<LogLine>;
     /// The search's archive, in order, with evaluations.

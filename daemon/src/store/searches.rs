@@ -394,6 +394,17 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// Lines of a search's log and the bytes of their messages.
+    pub fn search_log_usage(&self, id: &str) -> Result<(u64, u64)> {
+        let (rows, bytes): (i64, i64) = self.lock().query_row(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(CAST(message AS BLOB))), 0) FROM search_log
+             WHERE search_id = ?1",
+            params![id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        Ok((rows.max(0) as u64, bytes.max(0) as u64))
+    }
+
     /// A search's log lines after `after`, at most `limit`.
     pub fn get_search_log(&self, id: &str, after: i64, limit: u32) -> Result<Vec<LogLine>> {
         let conn = self.lock();

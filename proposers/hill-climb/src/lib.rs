@@ -11,7 +11,7 @@
 //! edits asked of the model, which sees the problem, the current kernel and its evidence.
 //!
 //! Config (JSON, every key optional):
-//! `{"mode": "auto"|"offline"|"llm", "neighbours": 4, "radius": 1, "restart_after": 2,
+//! `{"mode": "auto"|"offline"|"llm", "language": "c"|"cuda"|"triton", "neighbours": 4, "radius": 1, "restart_after": 2,
 //!   "max_steps": 1000, "accept": "significant"|"median", "fixes": 2,
 //!   "temperature": 0.7, "max_tokens": 4096}`.
 //!
@@ -34,6 +34,9 @@ pub use step::State;
 pub struct Config {
     /// `auto` (default), `offline` or `llm`.
     pub mode: Option<String>,
+    /// The seed's language: `c`, `cuda` or `triton` (default: the seed of the search's
+    /// backend, or the Triton seed of a cuda problem that has only that one).
+    pub language: Option<String>,
     /// Neighbours evaluated per step.
     pub neighbours: usize,
     /// Offline: how far along a knob's list of values a move may go.
@@ -56,6 +59,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             mode: None,
+            language: None,
             neighbours: 4,
             radius: 1,
             restart_after: 2,
@@ -75,10 +79,7 @@ impl Proposer for HillClimb {
         let cfg: Config = search::config(config)?;
         let accept = Accept::parse(cfg.accept.as_deref())?;
         let problem = kiln_sdk::problem().map_err(|e| e.to_string())?;
-        let seed = problem
-            .seed
-            .clone()
-            .ok_or("the problem has no seed kernel")?;
+        let seed = problem.seed_for(cfg.language.as_deref())?;
         let mut ledger = Ledger::load();
         let mut st = match search::load::<State>() {
             Some(st) => {

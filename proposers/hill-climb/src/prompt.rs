@@ -10,7 +10,7 @@ const SYSTEM: &str = "You are an expert performance engineer optimising one kern
 which compiles, checks against a reference (with adversarial inputs) and times every candidate. \
 Make exactly one focused change that should make the kernel faster while staying within the tolerance. \
 Answer with a line `IDEA: <the change in one line>`, then the complete kernel source in one fenced code block \
-(```c for the host backend, ```cuda for the cuda backend). Keep the kernel's name and signature; \
+(```c for C, ```cuda for CUDA, ```python for Triton). Keep the kernel's name and signature; \
 add a ```json block {\"launches\": [...], \"flags\": [...]} only if the launch plan or flags must change.";
 
 /// Chat options from the config.
@@ -30,6 +30,7 @@ pub fn improve(
     avoid: &[String],
 ) -> Vec<Message> {
     let mut u = evidence::problem(&problem.spec, &problem.device.backend);
+    u.push_str(&evidence::language(cur));
     u.push_str(&format!("Device: {}\n\n", problem.device.name));
     u.push_str("Current kernel:\n```\n");
     u.push_str(&cur.source);

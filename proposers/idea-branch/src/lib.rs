@@ -13,7 +13,8 @@
 //! round's parent. With an LLM, the model proposes the ideas (a JSON list with
 //! families), then writes each implementation; unusable replies go back with the error.
 //!
-//! Config (JSON, every key optional): `{"mode": "auto"|"offline"|"llm", "ideas": 3,
+//! Config (JSON, every key optional): `{"mode": "auto"|"offline"|"llm",
+//! "language": "c"|"cuda"|"triton", "ideas": 3,
 //! "impls": 2, "rounds": 100, "accept": "significant"|"median", "fixes": 2,
 //! "temperature": 0.8, "max_tokens": 4096}`.
 
@@ -31,6 +32,9 @@ use serde::Deserialize;
 pub struct Config {
     /// `auto` (default), `offline` or `llm`.
     pub mode: Option<String>,
+    /// The seed's language: `c`, `cuda` or `triton` (default: the seed of the search's
+    /// backend, or the Triton seed of a cuda problem that has only that one).
+    pub language: Option<String>,
     /// Ideas per round (K).
     pub ideas: usize,
     /// Implementations per idea (M).
@@ -51,6 +55,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             mode: None,
+            language: None,
             ideas: 3,
             impls: 2,
             rounds: 100,
@@ -69,10 +74,7 @@ impl Proposer for IdeaBranch {
         let cfg: Config = search::config(config)?;
         let accept = Accept::parse(cfg.accept.as_deref())?;
         let problem = kiln_sdk::problem().map_err(|e| e.to_string())?;
-        let seed = problem
-            .seed
-            .clone()
-            .ok_or("the problem has no seed kernel")?;
+        let seed = problem.seed_for(cfg.language.as_deref())?;
         let mut ledger = Ledger::load();
         let mut st = match search::load::<round::State>() {
             Some(st) => {

@@ -23,6 +23,7 @@ pub fn options(cfg: &Config) -> ChatOptions {
 
 fn context(problem: &Problem, parent: &Candidate, eval: Option<&Evaluation>) -> String {
     let mut u = evidence::problem(&problem.spec, &problem.device.backend);
+    u.push_str(&evidence::language(parent));
     u.push_str(&format!(
         "Device: {}\n\nCurrent best kernel:\n```\n",
         problem.device.name
@@ -76,7 +77,7 @@ pub fn implement_request(
         "\nImplement this idea (implementation #{j}; if it is not the first, choose a different way to do it):\n{}\n\n",
         idea.label()
     ));
-    u.push_str("Answer with a line `IDEA: <what this implementation does>`, then the complete kernel source in one fenced code block (```c for the host backend, ```cuda for the cuda backend). Keep the kernel's name and signature; add a ```json block {\"launches\": [...], \"flags\": [...]} only if the launch plan or flags change.");
+    u.push_str("Answer with a line `IDEA: <what this implementation does>`, then the complete kernel source in one fenced code block (```c for C, ```cuda for CUDA, ```python for Triton). Keep the kernel's name and signature; add a ```json block {\"launches\": [...], \"flags\": [...]} only if the launch plan or flags change.");
     vec![Message::system(SYSTEM), Message::user(u)]
 }
 

@@ -13,7 +13,8 @@
 //! island sends a copy of its best elite to the next island (a ring). The archive is
 //! checkpointed after every generation, so a restarted search resumes with it.
 //!
-//! Config (JSON, every key optional): `{"mode": "auto"|"offline"|"llm", "islands": 2,
+//! Config (JSON, every key optional): `{"mode": "auto"|"offline"|"llm",
+//! "language": "c"|"cuda"|"triton", "islands": 2,
 //! "batch": 2, "migrate_every": 3, "generations": 1000, "radius": 1,
 //! "accept": "significant"|"median", "fixes": 2, "temperature": 0.8, "max_tokens": 4096}`.
 
@@ -32,6 +33,9 @@ use serde::Deserialize;
 pub struct Config {
     /// `auto` (default), `offline` or `llm`.
     pub mode: Option<String>,
+    /// The seed's language: `c`, `cuda` or `triton` (default: the seed of the search's
+    /// backend, or the Triton seed of a cuda problem that has only that one).
+    pub language: Option<String>,
     /// Islands.
     pub islands: usize,
     /// Children per island per generation.
@@ -56,6 +60,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             mode: None,
+            language: None,
             islands: 2,
             batch: 2,
             migrate_every: 3,
@@ -76,10 +81,7 @@ impl Proposer for MapElites {
         let cfg: Config = search::config(config)?;
         let accept = Accept::parse(cfg.accept.as_deref())?;
         let problem = kiln_sdk::problem().map_err(|e| e.to_string())?;
-        let seed = problem
-            .seed
-            .clone()
-            .ok_or("the problem has no seed kernel")?;
+        let seed = problem.seed_for(cfg.language.as_deref())?;
         let mut ledger = Ledger::load();
         let mut st = match search::load::<archive::State>() {
             Some(st) => {

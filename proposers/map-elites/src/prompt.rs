@@ -11,7 +11,7 @@ which compiles, checks against a reference (with adversarial inputs) and times e
 The population keeps the fastest kernel of each behaviour (registers, shared memory, occupancy, block size), \
 so changes that take a different approach are as welcome as small tweaks. \
 Answer with a line `IDEA: <the change in one line>`, then the complete kernel source in one fenced code block \
-(```c for the host backend, ```cuda for the cuda backend). Keep the kernel's name and signature; \
+(```c for C, ```cuda for CUDA, ```python for Triton). Keep the kernel's name and signature; \
 add a ```json block {\"launches\": [...], \"flags\": [...]} only if the launch plan or flags change.";
 
 /// Chat options from the config.
@@ -31,6 +31,7 @@ pub fn mutate(
     others: &[String],
 ) -> Vec<Message> {
     let mut u = evidence::problem(&problem.spec, &problem.device.backend);
+    u.push_str(&evidence::language(parent));
     u.push_str(&format!(
         "Device: {}\n\nParent kernel:\n```\n",
         problem.device.name

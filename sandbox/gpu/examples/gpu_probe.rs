@@ -261,6 +261,9 @@ fn main() -> ExitCode {
 
 /// Everything the parent process checks, in order.
 fn run_parent(r: &mut Report, ordinal: u32) {
+    // The kernel tracer comes up before the context (KILN_CUPTI=off turns it off).
+    let tracer = kiln_gpu::cupti::start(&kiln_gpu::cupti::CuptiSetting::from_env());
+    r.info("cupti", format!("{tracer:?}"));
     let t = Instant::now();
     let gpu = match Gpu::open(ordinal) {
         Ok(g) => g,
@@ -488,20 +491,19 @@ fn run_parent(r: &mut Report, ordinal: u32) {
             let tail_at = gib_elems - 16;
             gpu.download(big, (tail_at * 4) as usize, &mut tail)
                 .map_err(e2s)?;
-            let mut worst = 0f64;
+            let mut differ = 0usize;
             for (i, &g) in head.iter().enumerate().map(|(i, g)| (i as u64, g)).chain(
                 tail.iter()
                     .enumerate()
                     .map(|(i, g)| (tail_at + i as u64, g)),
             ) {
-                let want = host_value(&normal, seed, i) as f32;
-                let err = f64::from((g - want).abs()) / f64::from(want.abs().max(1e-3));
-                worst = worst.max(err);
+                let want = host_value(&normal, Dtype::F32, seed, i).map_err(|e| e.to_string())?;
+                if f64::from(g).to_bits() != want.to_bits() {
+                    differ += 1;
+                }
             }
-            let d = format!(
-                "worst relative difference GPU vs host mirror {worst:.2e} over 4112 elements"
-            );
-            if worst < 1e-5 { Ok(d) } else { Err(d) }
+            let d = format!("{differ} of 4112 elements differ bitwise from the host mirror");
+            if differ == 0 { Ok(d) } else { Err(d) }
         });
         r.check("inputs_stats", || {
             let n = 1 << 20;
@@ -556,7 +558,7 @@ fn run_parent(r: &mut Report, ordinal: u32) {
                 } else {
                     f32::from_bits(u32::from(h) << 16)
                 };
-                let want = host_value(&uni, 11, i as u64);
+                let want = host_value(&uni, dtype, 11, i as u64).map_err(|e| e.to_string())?;
                 worst = worst.max((f64::from(got) - want).abs() / want.abs().max(1e-2));
             }
             out.push(format!("{dtype:?} worst rel {worst:.1e}"));
@@ -570,7 +572,7 @@ fn run_parent(r: &mut Report, ordinal: u32) {
         let v: Vec<i32> = gpu.download_vec(&b, n as usize).map_err(e2s)?;
         if v.iter()
             .enumerate()
-            .any(|(i, &x)| f64::from(x) != host_value(&ri, 3, i as u64))
+            .any(|(i, &x)| Ok(f64::from(x)) != host_value(&ri, Dtype::I32, 3, i as u64))
         {
             return Err("i32 randint differs from the host mirror".into());
         }
@@ -578,7 +580,7 @@ fn run_parent(r: &mut Report, ordinal: u32) {
         let v: Vec<i64> = gpu.download_vec(&b, n as usize).map_err(e2s)?;
         if v.iter()
             .enumerate()
-            .any(|(i, &x)| x as f64 != host_value(&ri, 3, i as u64))
+            .any(|(i, &x)| Ok(x as f64) != host_value(&ri, Dtype::I64, 3, i as u64))
         {
             return Err("i64 randint differs from the host mirror".into());
         }
@@ -586,7 +588,7 @@ fn run_parent(r: &mut Report, ordinal: u32) {
         let v: Vec<f64> = gpu.download_vec(&b, n as usize).map_err(e2s)?;
         if v.iter()
             .enumerate()
-            .any(|(i, &x)| x != host_value(&uni, 5, i as u64))
+            .any(|(i, &x)| Ok(x) != host_value(&uni, Dtype::F64, 5, i as u64))
         {
             return Err("f64 uniform differs from the host mirror".into());
         }
@@ -925,7 +927,7 @@ fn timing(r: &mut Report, gpu: &Gpu, misc: &Module, vadd_m: &Module) {
     let series = |cfg: Option<SampleConfig>, count: usize| -> Result<Vec<f64>, GpuError> {
         (0..count)
             .map(|_| match cfg {
-                Some(c) => gpu.time_sample(misc, &checked, &c),
+                Some(c) => gpu.time_sample(misc, &checked, &c).map(|t| t.event_ms),
                 None => gpu.time_plain(misc, &checked, timeout),
             })
             .collect()
@@ -974,6 +976,9 @@ fn timing(r: &mut Report, gpu: &Gpu, misc: &Module, vadd_m: &Module) {
         let v = series(Some(cfg), 20).map_err(e2s)?;
         Ok(format!("L2 flush, no blocker: {}", fmt(&v)))
     });
+    r.check("timing_cupti", || {
+        cupti_check(gpu, misc, &checked, contract)
+    });
     r.check("timing_stability", || {
         // 10 rounds of 20 contract samples, a vector add between rounds (another
         // "candidate" on the lane); the target is CV of the medians <= 0.5 %.
@@ -994,6 +999,64 @@ fn timing(r: &mut Report, gpu: &Gpu, misc: &Module, vadd_m: &Module) {
         );
         if s.cv <= 0.005 { Ok(d) } else { Err(d) }
     });
+}
+
+/// Kernel records beside events: saxpy once and twice per sample (a two-launch plan);
+/// each sample's kernel time must be found, at most its event time, and two launches about
+/// twice one. Skipped (INFO-like pass) when the tracer is off, with its reason.
+fn cupti_check(
+    gpu: &Gpu,
+    misc: &Module,
+    one: &CheckedLaunches,
+    cfg: SampleConfig,
+) -> Result<String, String> {
+    if let Some(kiln_gpu::cupti::TimerStatus::Events { reason }) = kiln_gpu::cupti::status() {
+        return Err(format!("CUPTI is not running: {reason}"));
+    }
+    let two = CheckedLaunches {
+        launches: [one.launches.clone(), one.launches.clone()].concat(),
+    };
+    let mut lines = Vec::new();
+    let mut sums = Vec::new();
+    for (label, plan) in [("1 launch", one), ("2 launches", &two)] {
+        let (mut ev, mut sum, mut span) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..20 {
+            let t = gpu.time_sample(misc, plan, &cfg).map_err(e2s)?;
+            let k = match t.kernels {
+                Some(Ok(k)) => k,
+                Some(Err(why)) => {
+                    return Err(format!("{label}: a sample had no kernel time: {why}"));
+                }
+                None => return Err(format!("{label}: no kernel records (tracer off)")),
+            };
+            if k.kernels != plan.launches.len() || k.sum_us() > t.event_ms * 1e3 + 0.5 {
+                return Err(format!(
+                    "{label}: {} records, sum {:.3} us vs events {:.3} us",
+                    k.kernels,
+                    k.sum_us(),
+                    t.event_ms * 1e3
+                ));
+            }
+            ev.push(t.event_ms * 1e3);
+            sum.push(k.sum_us());
+            span.push(k.span_us());
+        }
+        let med = |v: &[f64]| stats(v).map_or(f64::NAN, |s| s.median);
+        sums.push(med(&sum));
+        lines.push(format!(
+            "{label}: events {:.2} us, kernel sum {:.2} us, span {:.2} us (medians of 20)",
+            med(&ev),
+            med(&sum),
+            med(&span)
+        ));
+    }
+    let ratio = sums[1] / sums[0];
+    let d = format!("{}; two/one = {ratio:.3}", lines.join("; "));
+    if (1.8..2.2).contains(&ratio) {
+        Ok(d)
+    } else {
+        Err(d)
+    }
 }
 
 /// Runs one fault kind in a child process and checks what it reports.

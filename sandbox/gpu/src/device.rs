@@ -188,7 +188,8 @@ impl Drop for DeviceBuffer {
 /// Resources and limits of one kernel in a loaded module.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelInfo {
-    /// The kernel's symbol name (unmangled for `extern "C"` kernels).
+    /// The kernel's name: its symbol (unmangled for `extern "C"` kernels), or the launch
+    /// plan's name for it in a [`Gpu::load_parts`] module.
     pub name: String,
     /// Registers per thread.
     pub registers: u32,
@@ -230,10 +231,12 @@ pub(crate) struct Kernel {
     pub(crate) info: KernelInfo,
 }
 
-/// A module loaded into the [`Gpu`]'s context, with the kernels found in it.
+/// A module loaded into the [`Gpu`]'s context, with the kernels found in it: one image
+/// ([`Gpu::load_module`]), or several whose kernels the launch plan names by names of its
+/// own ([`Gpu::load_parts`]: a Triton candidate's kernels, one CUBIN each).
 pub struct Module {
     shared: Arc<GpuShared>,
-    module: sys::CUmodule,
+    modules: Vec<sys::CUmodule>,
     limits: DeviceLimits,
     pub(crate) kernels: BTreeMap<String, Kernel>,
 }
@@ -249,10 +252,12 @@ impl Drop for Module {
         }
         // Unloading while a kernel of this module still runs is undefined; wait first.
         if self.shared.sync_stream().is_ok() {
-            // SAFETY: `module` was loaded in this context, is unloaded only here, and no work
-            // of it is queued (the stream was just synchronised).
-            if let Err(e) = unsafe { dr::module::unload(self.module) } {
-                tracing::warn!(error = %error_name(e), "cuModuleUnload failed");
+            for &module in &self.modules {
+                // SAFETY: `module` was loaded in this context, is unloaded only here, and no
+                // work of it is queued (the stream was just synchronised).
+                if let Err(e) = unsafe { dr::module::unload(module) } {
+                    tracing::warn!(error = %error_name(e), "cuModuleUnload failed");
+                }
             }
         }
     }
@@ -696,6 +701,37 @@ impl Gpu {
         load(&self.shared, &self.facts.limits, compiled, kernel_names)
     }
 
+    /// Loads several images as one [`Module`] whose kernels are named by the launch plan:
+    /// from each part, the kernels it lists as (plan name, symbol in the image). A symbol
+    /// the image lacks is left out (the launch check names what the module does hold);
+    /// a plan name given twice is an error.
+    pub fn load_parts(&self, parts: &[ImagePart<'_>]) -> Result<Module, GpuError> {
+        self.shared.enter()?;
+        let mut m = Module {
+            shared: Arc::clone(&self.shared),
+            modules: Vec::with_capacity(parts.len()),
+            limits: self.facts.limits.clone(),
+            kernels: BTreeMap::new(),
+        };
+        for part in parts {
+            // `m` owns every module loaded so far: an error below unloads them.
+            let module = load_image(&self.shared, part.module)?;
+            m.modules.push(module);
+            for (name, symbol) in part.kernels {
+                if m.kernels.contains_key(name) {
+                    return Err(GpuError::Usage(format!(
+                        "kernel name {name:?} is given by two images"
+                    )));
+                }
+                if let Some(func) = function(&self.shared, module, symbol)? {
+                    let info = kernel_info(&self.shared, func, name)?;
+                    m.kernels.insert(name.clone(), Kernel { func, info });
+                }
+            }
+        }
+        Ok(m)
+    }
+
     /// Refuses buffers of another `Gpu` and ranges outside the buffer.
     pub(crate) fn check_range(
         &self,
@@ -751,12 +787,17 @@ fn compile_trusted(source: &str, arch: &str) -> Result<CompiledModule, GpuError>
     }
 }
 
-fn load(
-    shared: &Arc<GpuShared>,
-    limits: &DeviceLimits,
-    compiled: &CompiledModule,
-    kernel_names: &[&str],
-) -> Result<Module, GpuError> {
+/// One image of a [`Gpu::load_parts`] module and the kernels taken from it.
+#[derive(Debug, Clone, Copy)]
+pub struct ImagePart<'a> {
+    /// The image.
+    pub module: &'a CompiledModule,
+    /// `(name in the launch plan, symbol in the image)` of each kernel taken from it.
+    pub kernels: &'a [(String, String)],
+}
+
+/// Loads one image into the current context.
+fn load_image(shared: &GpuShared, compiled: &CompiledModule) -> Result<sys::CUmodule, GpuError> {
     let mut image = compiled.image.clone();
     match compiled.kind {
         ImageKind::Cubin => {
@@ -772,11 +813,37 @@ fn load(
     }
     // SAFETY: `image` is an ELF CUBIN (magic checked) or NUL-terminated PTX text, as
     // `cuModuleLoadData` requires, and outlives the call (the driver copies what it keeps).
-    let module = unsafe { dr::module::load_data(image.as_ptr().cast()) }
-        .map_err(|e| shared.fail("cuModuleLoadData", e, false))?;
+    unsafe { dr::module::load_data(image.as_ptr().cast()) }
+        .map_err(|e| shared.fail("cuModuleLoadData", e, false))
+}
+
+/// The function `symbol` of a loaded module, `None` if it has none of that name.
+fn function(
+    shared: &GpuShared,
+    module: sys::CUmodule,
+    symbol: &str,
+) -> Result<Option<sys::CUfunction>, GpuError> {
+    let Ok(c_name) = CString::new(symbol) else {
+        return Ok(None);
+    };
+    // SAFETY: `module` is a live module loaded in the current context.
+    match unsafe { dr::module::get_function(module, c_name) } {
+        Ok(func) => Ok(Some(func)),
+        Err(dr::DriverError(CUresult::CUDA_ERROR_NOT_FOUND)) => Ok(None),
+        Err(e) => Err(shared.fail("cuModuleGetFunction", e, false)),
+    }
+}
+
+fn load(
+    shared: &Arc<GpuShared>,
+    limits: &DeviceLimits,
+    compiled: &CompiledModule,
+    kernel_names: &[&str],
+) -> Result<Module, GpuError> {
+    let module = load_image(shared, compiled)?;
     let mut m = Module {
         shared: Arc::clone(shared),
-        module,
+        modules: vec![module],
         limits: limits.clone(),
         kernels: BTreeMap::new(),
     };
@@ -786,17 +853,9 @@ fn load(
         if m.kernels.contains_key(&name) {
             continue;
         }
-        let Ok(c_name) = CString::new(name.as_str()) else {
-            continue;
-        };
-        // SAFETY: `module` is the live module loaded above in the current context.
-        match unsafe { dr::module::get_function(module, c_name) } {
-            Ok(func) => {
-                let info = kernel_info(shared, func, &name)?;
-                m.kernels.insert(name, Kernel { func, info });
-            }
-            Err(dr::DriverError(CUresult::CUDA_ERROR_NOT_FOUND)) => {}
-            Err(e) => return Err(shared.fail("cuModuleGetFunction", e, false)),
+        if let Some(func) = function(shared, module, &name)? {
+            let info = kernel_info(shared, func, &name)?;
+            m.kernels.insert(name, Kernel { func, info });
         }
     }
     Ok(m)

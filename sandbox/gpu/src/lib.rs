@@ -12,8 +12,12 @@
 //!   when freed, module loading with per-kernel resources and occupancy, L2 flush.
 //! - [`launch`] — launch lists checked in full ([`launch::check_launches`], pure) before
 //!   anything runs, then enqueued by trusted code.
-//! - [`timing`] — timed samples (flush, blocking kernel, events, context sync), plain
-//!   KernelBench-style samples, and waiting with a deadline; sticky faults poison the `Gpu`.
+//! - [`timing`] — timed samples (flush, blocking kernel, events, context sync, and the
+//!   work's kernel records), plain KernelBench-style samples, and waiting with a deadline;
+//!   sticky faults poison the `Gpu`.
+//! - [`cupti`] — kernel durations as the GPU ran them, from CUPTI's activity records, set
+//!   up once per process ([`cupti::start`]) or, when it cannot be, the reason; timing then
+//!   falls back to events.
 //! - [`inputs`] — input tensors generated on the GPU from a seed, output poisoning, and a
 //!   keyed GPU-side hash for the input-tamper check.
 //! - [`compare`] — output checks on the GPU: error metrics against the reference, poisoned
@@ -30,6 +34,7 @@
 //! use kiln_gpu::{Gpu, launch::BufferArg, nvrtc, timing::SampleConfig};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let facts = kiln_gpu::available()?;
+//! kiln_gpu::cupti::start(&kiln_gpu::cupti::CuptiSetting::Auto); // before the context
 //! let gpu = Gpu::open(0)?;
 //! let compiled = nvrtc::compile("extern \"C\" __global__ void k(float* y) { y[threadIdx.x] = 1.0f; }",
 //!                               &facts.devices[0].arch, &[])?;
@@ -47,6 +52,7 @@
 
 pub mod baseline;
 pub mod compare;
+pub mod cupti;
 pub mod device;
 pub mod error;
 pub mod facts;
@@ -56,10 +62,10 @@ pub mod nvrtc;
 pub mod telemetry;
 pub mod timing;
 
-pub use device::{DeviceBuffer, Gpu, KernelInfo, Module, Occupancy, Pod};
+pub use device::{DeviceBuffer, Gpu, ImagePart, KernelInfo, Module, Occupancy, Pod};
 pub use error::{Fault, GpuError, Unavailable};
 pub use facts::{DeviceFacts, DeviceLimits, GpuFacts, available};
 pub use launch::{BufferArg, CheckedLaunches, InvalidLaunch, check_launches};
 pub use nvrtc::{CompileError, CompiledModule, ImageKind, compile};
 pub use telemetry::{ClockControl, ClockPolicy, FakeNvml, TelemetrySummary};
-pub use timing::SampleConfig;
+pub use timing::{SampleConfig, SampleTimes};

@@ -1,15 +1,22 @@
 //! Timed samples, untimed runs, and waiting with a deadline.
 //!
-//! One **timed sample** ([`Gpu::time_sample`]), all on the Gpu's own stream:
-//! 1. optional L2 flush: persisting lines reset, then a 2 × L2 buffer written with a new
+//! One **timed sample** ([`Gpu::time_sample`] for a launch list, [`Gpu::time_sample_with`]
+//! for any work a closure enqueues), all on the Gpu's own stream:
+//! 1. when the kernel tracer runs ([`crate::cupti`]): the stream is drained and a window of
+//!    kernel records opened;
+//! 2. optional L2 flush: persisting lines reset, then a 2 × L2 buffer written with a new
 //!    byte value (see [`Gpu::l2_flush`]);
-//! 2. optional blocking kernel: one thread spinning on `%globaltimer` for a few tens of
+//! 3. optional blocking kernel: one thread spinning on `%globaltimer` for a few tens of
 //!    microseconds, so that the start event and the launch list's launches are all queued before
 //!    the GPU reaches the start event (nvbench's blocking kernel spins on a host flag
 //!    instead; a timed spin needs no host-mapped memory and cannot deadlock);
-//! 3. start event; the launch list; end event;
-//! 4. wait with a deadline (polling `cuStreamQuery`), then a full context synchronize;
-//! 5. `cuEventElapsedTime` between the two events.
+//! 4. start event; the work; end event;
+//! 5. wait with a deadline (polling `cuStreamQuery`), then a full context synchronize;
+//! 6. `cuEventElapsedTime` between the two events, and, with the tracer, the window closed
+//!    (records flushed) and the work's kernel records picked out of it
+//!    ([`crate::cupti::attribute`]): the sum of their durations and their span. The flush
+//!    and the blocking kernel are never part of either: the flush is a memset, not a
+//!    kernel, and the blocker's record is told apart by its correlation ID.
 //!
 //! **Plain mode** ([`Gpu::time_plain`]) is the KernelBench `cuda_event` way — events around
 //! one run of the launch list, no flush, no blocker, then synchronize — kept for comparisons.
@@ -25,6 +32,8 @@ use cudarc::driver::result as dr;
 use cudarc::driver::sys::{self, CUresult};
 use serde::{Deserialize, Serialize};
 
+use crate::cupti::tracer::{self, Phase};
+use crate::cupti::{KernelTimes, attribute};
 use crate::device::{Gpu, Module};
 use crate::error::GpuError;
 use crate::launch::CheckedLaunches;
@@ -58,6 +67,28 @@ impl SampleConfig {
 /// about 4 µs on an H200, see the timing probe), capped at 1 ms.
 pub fn default_blocker_ns(launches: usize) -> u64 {
     (30_000 + 6_000 * launches as u64).min(1_000_000)
+}
+
+/// What one timed sample measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleTimes {
+    /// Between the start and end events, ms.
+    pub event_ms: f64,
+    /// The work's kernel records: `None` when the tracer does not run, `Some(Err(why))`
+    /// when this sample's records could not be attributed (the sample then has only its
+    /// event time).
+    pub kernels: Option<Result<KernelTimes, String>>,
+}
+
+/// Closes a sample's window on every path that does not read it (an error, a fault).
+struct WindowGuard(bool);
+
+impl Drop for WindowGuard {
+    fn drop(&mut self) {
+        if self.0 {
+            tracer::abandon_window();
+        }
+    }
 }
 
 /// Summary statistics of a series of sample times (milliseconds).
@@ -157,21 +188,81 @@ impl Gpu {
         self.sync_with_deadline(timeout)
     }
 
-    /// One timed sample of the launch list (see the module docs); returns GPU milliseconds.
+    /// One timed sample of the launch list (see the module docs).
     pub fn time_sample(
         &self,
         module: &Module,
         plan: &CheckedLaunches,
         cfg: &SampleConfig,
-    ) -> Result<f64, GpuError> {
+    ) -> Result<SampleTimes, GpuError> {
+        self.sample(cfg, Some(plan.launches.len()), &mut || {
+            self.enqueue_launches(module, plan)
+        })
+    }
+
+    /// One timed sample of the work `enqueue` puts on the Gpu's stream (library calls), under
+    /// the same protocol as [`Gpu::time_sample`]. `launches` is the work's launch count when
+    /// known; when not (a library call), its kernel records are whatever follows kiln's own
+    /// in the window.
+    pub fn time_sample_with(
+        &self,
+        cfg: &SampleConfig,
+        launches: Option<usize>,
+        enqueue: &mut dyn FnMut() -> Result<(), GpuError>,
+    ) -> Result<SampleTimes, GpuError> {
+        self.sample(cfg, launches, enqueue)
+    }
+
+    fn sample(
+        &self,
+        cfg: &SampleConfig,
+        launches: Option<usize>,
+        enqueue: &mut dyn FnMut() -> Result<(), GpuError>,
+    ) -> Result<SampleTimes, GpuError> {
         self.shared.enter()?;
+        let mut window_error = None;
+        let mut guard = WindowGuard(false);
+        if tracer::active() {
+            // Earlier work must be finished, so that no record of it lands in the window.
+            self.shared.sync_stream()?;
+            match tracer::open_window() {
+                Ok(()) => guard.0 = true,
+                Err(e) => window_error = Some(e),
+            }
+        }
         if cfg.flush_l2 {
             self.l2_flush()?;
         }
         if let Some(ns) = cfg.blocker_ns {
+            tracer::phase(Phase::Kiln);
             self.spin(ns)?;
         }
-        self.timed(module, plan, cfg.timeout)
+        self.record(self.ev_start)?;
+        tracer::phase(Phase::Work);
+        enqueue()?;
+        tracer::phase(Phase::Idle);
+        self.record(self.ev_end)?;
+        self.sync_with_deadline(cfg.timeout)?;
+        // SAFETY: both events were created in this context with timing enabled, were
+        // recorded on our stream above, and have completed (the stream is idle).
+        let ms = unsafe { dr::event::elapsed(self.ev_start, self.ev_end) }
+            .map_err(|e| self.shared.fail("cuEventElapsedTime", e, true))?;
+        let kiln_first = usize::from(cfg.blocker_ns.is_some());
+        let kernels = if guard.0 {
+            guard.0 = false;
+            Some(tracer::close_window(kiln_first, launches).and_then(|c| {
+                attribute(&c.window(kiln_first, launches)).map_err(|e| e.to_string())
+            }))
+        } else {
+            window_error.map(Err)
+        };
+        if let Some(Err(why)) = &kernels {
+            tracing::warn!(%why, "no kernel time for this sample; it has its event time only");
+        }
+        Ok(SampleTimes {
+            event_ms: f64::from(ms),
+            kernels,
+        })
     }
 
     /// One KernelBench-style sample: events around the launch list, no flush, no blocker.
@@ -182,21 +273,11 @@ impl Gpu {
         timeout: Duration,
     ) -> Result<f64, GpuError> {
         self.shared.enter()?;
-        self.timed(module, plan, timeout)
-    }
-
-    fn timed(
-        &self,
-        module: &Module,
-        plan: &CheckedLaunches,
-        timeout: Duration,
-    ) -> Result<f64, GpuError> {
         self.record(self.ev_start)?;
         self.enqueue_launches(module, plan)?;
         self.record(self.ev_end)?;
         self.sync_with_deadline(timeout)?;
-        // SAFETY: both events were created in this context with timing enabled, were
-        // recorded on our stream above, and have completed (the stream is idle).
+        // SAFETY: as in `sample`.
         let ms = unsafe { dr::event::elapsed(self.ev_start, self.ev_end) }
             .map_err(|e| self.shared.fail("cuEventElapsedTime", e, true))?;
         Ok(f64::from(ms))

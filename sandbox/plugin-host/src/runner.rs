@@ -80,6 +80,7 @@ pub fn run(wasm: &[u8], mut bridge: Box<dyn Bridge>, limits: &Limits) -> Report 
     let state = PluginState::new(wasi, bridge, context, limits.clone(), Instant::now());
     let mut store = Store::new(&engine, state);
     store.limiter(|s| &mut s.limiter);
+    store.set_hostcall_fuel(crate::limits::MAX_HOSTCALL_BYTES);
     let fuel = limits.fuel.unwrap_or(0);
     if limits.fuel.is_some()
         && let Err(e) = store.set_fuel(fuel)
@@ -193,6 +194,16 @@ fn classify(e: &wasmtime::Error, state: &PluginState) -> Outcome {
     }
     if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
         return Outcome::Trap(format!("the plugin called exit({})", exit.0));
+    }
+    // wasmtime's own words for its host-call copy limit (its error type is private).
+    if format!("{e:#}").contains("fuel allocated for hostcalls has been exhausted") {
+        return Outcome::Trap(format!(
+            "the plugin passed kiln more than {} MiB in one call, past every limit of the \
+             ABI (checkpoints: {} MiB, candidates: {} MiB); kiln stopped it there",
+            crate::limits::MAX_HOSTCALL_BYTES >> 20,
+            state.limits.checkpoint_bytes >> 20,
+            crate::limits::MAX_CANDIDATE_BYTES >> 20
+        ));
     }
     match e.downcast_ref::<Trap>() {
         Some(Trap::OutOfFuel) => Outcome::OutOfFuel,

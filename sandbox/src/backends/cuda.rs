@@ -11,9 +11,13 @@
 //!   samples, faults and timeouts;
 //! - [`baseline`]: the reference, cuBLAS and cuDNN timed as baselines under the same protocol;
 //! - [`telemetry`]: NVML around the timing window, and which samples ran throttled;
+//! - [`timer_log`]: which figure of each timed sample is the time (CUPTI kernel span or
+//!   sum, or events), the fallback to events, and the timing evidence of every figure;
 //! - [`printf`]: device `printf` captured off the protocol pipe, counted and bounded;
 //! - [`setup`]: what a GPU worker's jail must show (device nodes, driver libraries) and
-//!   whether the backend is usable here.
+//!   whether the backend is usable here;
+//! - [`launcher`]: `kiln-worker launch`, a problem's own seed or reference kernel run on
+//!   its own for an external profiler (`kiln bench agreement` runs it under Nsight Compute).
 //!
 //! Per-kernel resources (registers, shared and local memory, max threads, occupancy for
 //! the launch's block) need the module loaded on a GPU, so they are filled at evaluation
@@ -27,7 +31,9 @@
 pub mod baseline;
 pub mod compile;
 pub mod context;
+pub mod launcher;
 pub mod printf;
 pub mod setup;
 pub mod target;
 pub mod telemetry;
+pub mod timer_log;

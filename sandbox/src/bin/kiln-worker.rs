@@ -5,7 +5,10 @@
 //!   (single-threaded on purpose: nothing here starts a thread);
 //! - `kiln-worker serve --tag=T`: answer one request on stdin/stdout (inside the jail);
 //! - `kiln-worker runner --tag=T`: hold candidate code (started by `serve`);
-//! - `kiln-worker probe --tag=T`: exit at once (for `probe_layers`).
+//! - `kiln-worker probe --tag=T`: exit at once (for `probe_layers`);
+//! - `kiln-worker launch --spec PROBLEM.json ...`: run a problem's own seed or reference
+//!   kernel on the GPU for an external profiler (`kiln bench agreement`; not jailed, and
+//!   never a candidate's code).
 //!
 //! Logs go to stderr; the level comes from `KILN_LOG` (default `warn`).
 
@@ -34,6 +37,7 @@ fn main() -> ExitCode {
         Some("serve") => kiln_sandbox::worker::serve(tag),
         Some("runner") => kiln_sandbox::backends::host::runner::main(),
         Some("probe") => 0,
+        Some("launch") => kiln_sandbox::backends::cuda::launcher::main(&args[2..]),
         _ => usage(),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
@@ -41,6 +45,9 @@ fn main() -> ExitCode {
 
 fn usage() -> i32 {
     eprintln!("usage: kiln-worker jail SPEC-JSON | serve --tag=T | runner --tag=T | probe --tag=T");
-    eprintln!("kiln-worker is started by kilnd; it is not meant to be run by hand.");
+    eprintln!("       {}", kiln_sandbox::backends::cuda::launcher::USAGE);
+    eprintln!(
+        "kiln-worker is started by kilnd (launch: by kiln bench agreement); it is not meant to be run by hand."
+    );
     2
 }

@@ -1,10 +1,14 @@
 //! Element data: drawing inputs from the plan's secret seed, the poison pattern for
 //! outputs, and reading elements back as `f64` for comparison.
 //!
-//! Every input set is drawn from its own generator, keyed by blake3 over (secret seed,
-//! purpose, index), so trials and timing input sets are independent, reproducible by
-//! kiln, and unpredictable to a candidate that never sees the seed.
+//! Every tensor of every input set gets its own generator seed, blake3 over (secret seed,
+//! purpose, index, tensor name) ([`tensor_seed`]), so trials and timing input sets are
+//! independent, reproducible by kiln, and unpredictable to a candidate that never sees
+//! the seed: even one that recovered a set's generator state from its values would learn
+//! nothing about any other set. Elements come from the counter-based generator of
+//! `kiln_gpu::inputs` (the one the GPU runs, bit for bit), a few nanoseconds each.
 
+use kiln_gpu::inputs::{FillParams, key_for_seed, rand_at};
 use kiln_types::{Dtype, Init};
 
 /// f32 poison: a signalling NaN with a payload that no arithmetic produces (arithmetic
@@ -22,12 +26,26 @@ pub const SHIFTED: Init = Init::Normal {
     std: 0.1,
 };
 
-/// xoshiro256** keyed by blake3: statistically good test data, and cheap enough per
-/// element that drawing a fresh input set every few timing samples costs little (the
-/// secrecy comes from the key, not from the generator).
+/// The generator seed of tensor `tensor` of input set (`purpose`, `index`), from the
+/// secret `seed`.
+pub fn tensor_seed(seed: u64, purpose: &str, index: u64, tensor: &str) -> u64 {
+    let mut h = blake3::Hasher::new();
+    h.update(b"kiln tensor seed");
+    h.update(&seed.to_le_bytes());
+    for part in [purpose.as_bytes(), tensor.as_bytes()] {
+        h.update(&(part.len() as u64).to_le_bytes());
+        h.update(part);
+    }
+    h.update(&index.to_le_bytes());
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&h.finalize().as_bytes()[..8]);
+    u64::from_le_bytes(b)
+}
+
+/// xoshiro256** keyed by blake3: the contract's own random decisions (which timed samples
+/// are re-checked), unpredictable to a candidate that never sees the seed.
 pub struct Rng {
     s: [u64; 4],
-    spare: Option<f64>,
 }
 
 impl Rng {
@@ -49,22 +67,9 @@ impl Rng {
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
-
-    /// One standard normal sample (Box-Muller, both halves used).
-    fn std_normal(&mut self) -> f64 {
-        if let Some(z) = self.spare.take() {
-            return z;
-        }
-        let u1 = 1.0 - self.next_f64(); // (0, 1]
-        let u2 = self.next_f64();
-        let r = (-2.0 * u1.ln()).sqrt();
-        let (sin, cos) = (std::f64::consts::TAU * u2).sin_cos();
-        self.spare = Some(r * sin);
-        r * cos
-    }
 }
 
-/// A generator for one input set, keyed by (secret seed, purpose, index).
+/// A generator keyed by (secret seed, purpose, index).
 pub fn rng_for(seed: u64, purpose: &str, index: u64) -> Rng {
     let mut h = blake3::Hasher::new();
     h.update(&seed.to_le_bytes());
@@ -80,45 +85,29 @@ pub fn rng_for(seed: u64, purpose: &str, index: u64) -> Rng {
     if s == [0; 4] {
         s[0] = 1; // the one state xoshiro cannot leave
     }
-    Rng { s, spare: None }
+    Rng { s }
 }
 
-fn sample(rng: &mut Rng, init: Init) -> f64 {
-    match init {
-        Init::Normal { mean, std } => mean + std * rng.std_normal(),
-        Init::Uniform { low, high } => low + (high - low) * rng.next_f64(),
-        Init::Randint { low, high } => {
-            if high > low {
-                let span = high.abs_diff(low);
-                low.wrapping_add((rng.next_u64() % span) as i64) as f64
-            } else {
-                low as f64
-            }
+/// Fills `buf` (elements of `dtype`) with draws from `init` with generator seed `seed`
+/// (from [`tensor_seed`]): the values `kiln_fill` writes on the GPU. `Err` for an invalid
+/// `init` (a problem's inits are checked when it is registered).
+pub fn fill(buf: &mut [u8], dtype: Dtype, init: Init, seed: u64) -> Result<(), String> {
+    let p = FillParams::of(&init)?;
+    let key = key_for_seed(seed);
+    let size = dtype.size() as usize;
+    for (i, c) in buf.chunks_exact_mut(size).enumerate() {
+        let r = rand_at(key, i as u64);
+        match dtype {
+            Dtype::F32 => c.copy_from_slice(&p.f32_of(r).to_le_bytes()),
+            Dtype::F64 => c.copy_from_slice(&p.f64_of(r).to_le_bytes()),
+            Dtype::I32 => c.copy_from_slice(&(p.value_of(dtype, r) as i32).to_le_bytes()),
+            Dtype::I64 => c.copy_from_slice(&(p.value_of(dtype, r) as i64).to_le_bytes()),
+            Dtype::U8 => c[0] = p.value_of(dtype, r) as u8,
+            // Refused by `layout::dtype_supported` before any data is drawn.
+            Dtype::F16 | Dtype::Bf16 => c.fill(0),
         }
     }
-}
-
-/// Fills `buf` (elements of `dtype`) with draws from `init`.
-pub fn fill(buf: &mut [u8], dtype: Dtype, init: Init, rng: &mut Rng) {
-    match dtype {
-        Dtype::F32 => buf
-            .chunks_exact_mut(4)
-            .for_each(|c| c.copy_from_slice(&(sample(rng, init) as f32).to_le_bytes())),
-        Dtype::F64 => buf
-            .chunks_exact_mut(8)
-            .for_each(|c| c.copy_from_slice(&sample(rng, init).to_le_bytes())),
-        Dtype::I32 => buf
-            .chunks_exact_mut(4)
-            .for_each(|c| c.copy_from_slice(&(sample(rng, init).round() as i32).to_le_bytes())),
-        Dtype::I64 => buf
-            .chunks_exact_mut(8)
-            .for_each(|c| c.copy_from_slice(&(sample(rng, init).round() as i64).to_le_bytes())),
-        Dtype::U8 => buf
-            .iter_mut()
-            .for_each(|b| *b = sample(rng, init).round().clamp(0.0, 255.0) as u8),
-        // Refused by `layout::dtype_supported` before any data is drawn.
-        Dtype::F16 | Dtype::Bf16 => buf.fill(0),
-    }
+    Ok(())
 }
 
 /// Writes the poison pattern over every element.
@@ -205,13 +194,30 @@ mod tests {
     fn draws_are_keyed_and_poison_is_found() {
         let mut a = vec![0u8; 4096];
         let mut b = vec![0u8; 4096];
-        fill(&mut a, Dtype::F32, SHIFTED, &mut rng_for(7, "trial", 0));
-        fill(&mut b, Dtype::F32, SHIFTED, &mut rng_for(7, "trial", 0));
+        let seed = |s, p, i, t| tensor_seed(s, p, i, t);
+        fill(&mut a, Dtype::F32, SHIFTED, seed(7, "trial", 0, "x")).expect("fill");
+        fill(&mut b, Dtype::F32, SHIFTED, seed(7, "trial", 0, "x")).expect("fill");
         assert_eq!(a, b, "same key, same draws");
-        fill(&mut b, Dtype::F32, SHIFTED, &mut rng_for(8, "trial", 0));
-        assert_ne!(a, b, "another seed, other draws");
+        for other in [
+            seed(8, "trial", 0, "x"),
+            seed(7, "trial", 1, "x"),
+            seed(7, "trials", 0, "x"),
+            seed(7, "trial", 0, "y"),
+        ] {
+            fill(&mut b, Dtype::F32, SHIFTED, other).expect("fill");
+            assert_ne!(a, b, "another seed, set or tensor: other draws");
+        }
+        // Purpose and tensor name cannot be shifted into one another.
+        assert_ne!(seed(7, "ab", 0, "c"), seed(7, "a", 0, "bc"));
         let mean = (0..1024).map(|i| get(&a, Dtype::F32, i)).sum::<f64>() / 1024.0;
         assert!((mean - 1000.0).abs() < 0.05, "{mean}");
+        // Exactly what the GPU generator computes.
+        let s = seed(7, "trial", 0, "x");
+        for i in [0usize, 1, 513, 1023] {
+            let want = kiln_gpu::inputs::host_value(&SHIFTED, Dtype::F32, s, i as u64);
+            assert_eq!(Ok(get(&a, Dtype::F32, i)), want);
+        }
+        assert!(fill(&mut a, Dtype::I32, Init::Randint { low: 1, high: 1 }, 0).is_err());
         poison(&mut a, Dtype::F32);
         a[8..12].copy_from_slice(&1.0f32.to_le_bytes());
         let (n, first) = unwritten(&a, Dtype::F32);

@@ -2,40 +2,66 @@
 //!
 //! 1. the timer's own overhead (host: the fastest of the empty round trips; GPU: none, events
 //!    time the GPU), subtracted from every sample;
-//! 2. the first launch is discarded, then `warmup` untimed runs;
-//! 3. samples: each one through [`Target::sample`] (outputs poisoned and scratch zeroed
-//!    before every run; on the GPU also the L2 flush, the blocking kernel, events and a
-//!    context sync), inputs checked after every run, a fresh input set every
-//!    `fresh_inputs_every` samples, and a random subset of runs (plus always the last)
-//!    re-checked against a reference run on the same inputs;
-//! 4. stop rule: at least `min_samples` and `min_time_ms`, then relative standard error
+//! 2. the first launch is discarded, then `warmup` untimed runs, all on one input set that
+//!    no timed run ever sees again;
+//! 3. repetitions: a backend that can run several input sets in one timed sample
+//!    ([`Target::reps_max`] > 1, the host) gets as many as bring one sample well above the
+//!    timer's overhead and resolution ([`reps_for`]), judged from the warm-up runs;
+//! 4. samples: each one through [`Target::sample`] on **fresh input sets drawn for it
+//!    alone** (one per run, from the secret seed, outside the timed window), so no timed
+//!    run ever sees inputs the candidate has seen before; outputs poisoned and scratch
+//!    zeroed before every run (on the GPU also the L2 flush, the blocking kernel, events
+//!    and a context sync); inputs checked after every run; a random subset of samples,
+//!    chosen from the secret seed after each sample ran, plus always the last, re-checked:
+//!    every run of the sample against a reference run on that run's inputs;
+//! 5. stop rule: at least `min_samples` and `min_time_ms`, then relative standard error
 //!    below `max_rse` (`converged`), or `max_samples` (`max_samples`) or `wall_cap_ms`
 //!    (`wall_cap`).
+//!
+//! A median whose sample is at or below the timer's resolution or overhead is not a time
+//! ([`unmeasurable`]; the contract then says `unmeasurable_time`).
 //!
 //! The target's telemetry (NVML on the GPU) covers exactly the sampling window.
 //!
 //! Two variants, asked for by the plan: racing ([`race`]: with an incumbent's bound, a
 //! candidate clearly slower than it stops early, `raced_out`), and plain timing
-//! ([`plain`]: KernelBench's way, for comparison, instead of steps 3-4).
+//! ([`plain`]: KernelBench's way, for comparison, instead of steps 3-5).
 
 use std::time::{Duration, Instant};
 
 use kiln_types::{ThrottlePolicy, TimingStats, Verdict};
 
-use super::{Session, Step, Stop, Target};
+use super::{InputVariant, Session, Step, Stop, Target, rep_label};
 use crate::contract::data;
 
 pub mod plain;
 pub mod race;
 
+/// Purpose of the warm-up input set (see [`data::rng_for`]); `index` is the attempt.
+const WARMUP_PURPOSE: &str = "timing warm-up";
+/// Purpose of the timed runs' input sets; `index` counts every set drawn for timing, over
+/// every attempt, so no two timed runs share one.
+const TIMED_PURPOSE: &str = "timed run";
+
+/// A sample should take at least this many times the larger of the timer's overhead and
+/// resolution, when the backend can repeat runs within a sample ([`reps_for`]).
+pub const REPS_TARGET_FACTOR: f64 = 10.0;
+/// ... and at least this many µs.
+pub const REPS_TARGET_MIN_US: f64 = 50.0;
+/// Untimed runs after the warm-up that judge the runs per sample.
+const CALIBRATION_RUNS: u32 = 3;
+
 /// Runs the timing phase; an early verdict if a timed run misbehaves. Then applies the
 /// plan's throttle policy: `discard` drops throttled samples from the statistics,
-/// `retry` also times once more when over a tenth of them were throttled.
+/// `retry` also times once more when over a tenth of them were throttled (on input sets
+/// of its own: the first attempt's are never reused). The target's timer evidence (GPU:
+/// which figure the samples are, and the others) covers the samples the statistics kept.
 pub fn time<T: Target>(s: &mut Session<T>) -> Step<TimingStats> {
-    let (first, samples) = time_once(s)?;
+    let mut sets = 0u64;
+    let (first, samples) = time_once(s, 0, &mut sets)?;
     let policy = s.plan.timing.throttle_policy;
     if policy == ThrottlePolicy::Report || first.plain {
-        return Ok(first);
+        return Ok(with_timer(s, first, &samples, &[]));
     }
     let flagged = s.target.throttled_samples();
     if policy == ThrottlePolicy::Retry && flagged.len() * 10 > samples.len() {
@@ -44,13 +70,26 @@ pub fn time<T: Target>(s: &mut Session<T>) -> Step<TimingStats> {
             samples = samples.len(),
             "too many throttled samples; timing again"
         );
-        let (again, samples) = time_once(s)?;
+        let (again, samples) = time_once(s, 1, &mut sets)?;
         let flagged = s.target.throttled_samples();
         let mut stats = discard_throttled(again, &samples, &flagged);
         stats.throttle_retried = true;
-        return Ok(stats);
+        return Ok(with_timer(s, stats, &samples, &flagged));
     }
-    Ok(discard_throttled(first, &samples, &flagged))
+    let stats = discard_throttled(first, &samples, &flagged);
+    Ok(with_timer(s, stats, &samples, &flagged))
+}
+
+/// `stats` with the target's timer evidence over the samples `discard_throttled` kept.
+fn with_timer<T: Target>(
+    s: &Session<T>,
+    mut stats: TimingStats,
+    samples: &[f64],
+    flagged: &[usize],
+) -> TimingStats {
+    let dropped = !flagged.is_empty() && flagged.len() < samples.len();
+    stats.timer = s.target.timer_evidence(if dropped { flagged } else { &[] });
+    stats
 }
 
 /// The statistics without the flagged samples (unchanged when every sample is flagged:
@@ -69,6 +108,7 @@ pub fn discard_throttled(stats: TimingStats, samples: &[f64], flagged: &[usize])
     out.stop_reason = stats.stop_reason;
     out.wall_ms = stats.wall_ms;
     out.fresh_inputs = stats.fresh_inputs;
+    out.reps = stats.reps;
     out.rechecks = stats.rechecks;
     out.overhead_us = stats.overhead_us;
     out.warmup_ms = stats.warmup_ms;
@@ -77,8 +117,61 @@ pub fn discard_throttled(stats: TimingStats, samples: &[f64], flagged: &[usize])
     out
 }
 
-/// One timing attempt: the statistics and the raw samples (empty for plain timing).
-fn time_once<T: Target>(s: &mut Session<T>) -> Step<(TimingStats, Vec<f64>)> {
+/// Runs per timed sample: enough that one sample takes [`REPS_TARGET_FACTOR`] times the
+/// larger of the timer's overhead and resolution (and [`REPS_TARGET_MIN_US`]), judged from
+/// the fastest warm-up run's time after the overhead, within `1..=reps_max`. A backend
+/// that reports no run time (0) gets one run per sample unless it can repeat, in which
+/// case it gets all it can.
+pub fn reps_for(
+    fastest_run_us: f64,
+    overhead_us: f64,
+    resolution_us: f64,
+    reps_max: usize,
+) -> usize {
+    if reps_max <= 1 {
+        return 1;
+    }
+    let target = (REPS_TARGET_FACTOR * overhead_us.max(resolution_us)).max(REPS_TARGET_MIN_US);
+    if fastest_run_us.is_nan() || fastest_run_us <= 0.0 {
+        return reps_max;
+    }
+    let want = (target / fastest_run_us).ceil();
+    if want >= reps_max as f64 {
+        reps_max
+    } else {
+        (want as usize).max(1)
+    }
+}
+
+/// Why `stats` is not a time, if it is not: its median sample (all its runs together) at
+/// or below the timer's resolution or the overhead subtracted from each sample.
+pub fn unmeasurable(stats: &TimingStats, resolution_us: f64) -> Option<String> {
+    let per_sample = stats.median_us * f64::from(stats.reps.max(1));
+    let limit = resolution_us.max(stats.overhead_us);
+    if per_sample > limit {
+        return None;
+    }
+    let runs = if stats.reps > 1 {
+        format!(" with {} runs per sample", stats.reps)
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "median sample {per_sample:.3} us{runs} is at or below what the timer can measure \
+         (resolution {resolution_us:.3} us, overhead {:.3} us subtracted per sample): no time \
+         is reported",
+        stats.overhead_us
+    ))
+}
+
+/// One timing attempt (`attempt` 0, or 1 for the throttle retry): the statistics and the
+/// raw per-run samples (empty for plain timing). `sets` counts the timed input sets drawn
+/// so far, over attempts.
+fn time_once<T: Target>(
+    s: &mut Session<T>,
+    attempt: u64,
+    sets: &mut u64,
+) -> Step<(TimingStats, Vec<f64>)> {
     let tp = s.plan.timing.clone();
     let setup = Instant::now();
     // 1. Overhead.
@@ -87,22 +180,40 @@ fn time_once<T: Target>(s: &mut Session<T>) -> Step<(TimingStats, Vec<f64>)> {
         Err(f) => return Err(s.failure_verdict(f, "timer overhead round").into()),
     };
 
-    // 2. Discarded first launch and warm-up.
-    let mut set = 0u64;
-    let mut inputs = s.draw("timing", set, false)?;
+    // 2. Discarded first launch and warm-up, on a set of their own.
+    let warm = s.draw_variant(WARMUP_PURPOSE, attempt, InputVariant::Normal)?;
+    let mut fastest = f64::INFINITY;
     for w in 0..=tp.warmup {
-        s.warmup_run(&inputs, &format!("warm-up run {w}"))?;
+        let us = s.warmup_run(&warm, &format!("warm-up run {w}"))?;
+        if w > 0 || tp.warmup == 0 {
+            fastest = fastest.min(us - overhead_us);
+        }
     }
 
     let warmup_ms = setup.elapsed().as_secs_f64() * 1e3;
     if let Some(reps) = s.plan.plain {
-        let mut stats = plain::time(s, &inputs, reps, overhead_us)?;
+        let mut stats = plain::time(s, &warm, reps, overhead_us)?;
         stats.warmup_ms = warmup_ms;
         return Ok((stats, Vec::new()));
     }
 
-    // 3-4. Samples.
-    let mut rng = data::rng_for(s.plan.seed, "recheck", 0);
+    // 3. Runs per sample, judged from the fastest of a few more untimed runs (the first
+    // launch, cold, says little) where the backend can repeat runs at all.
+    if s.target.reps_max() > 1 {
+        for c in 0..CALIBRATION_RUNS {
+            let us = s.warmup_run(&warm, &format!("calibration run {}", c + 1))?;
+            fastest = fastest.min(us - overhead_us);
+        }
+    }
+    let reps = reps_for(
+        fastest,
+        overhead_us,
+        s.target.resolution_us(),
+        s.target.reps_max(),
+    );
+
+    // 4-5. Samples.
+    let mut rng = data::rng_for(s.plan.seed, "recheck", attempt);
     let mut samples: Vec<f64> = Vec::new();
     let mut windows: Vec<(Instant, Instant)> = Vec::new();
     let mut fresh_inputs = 0u32;
@@ -112,24 +223,32 @@ fn time_once<T: Target>(s: &mut Session<T>) -> Step<(TimingStats, Vec<f64>)> {
     let result = (|| -> Step<&'static str> {
         loop {
             let n = samples.len() as u32;
-            if n > 0 && tp.fresh_inputs_every > 0 && n.is_multiple_of(tp.fresh_inputs_every) {
-                set += 1;
-                inputs = s.draw("timing", set, false)?;
+            // Fresh sets for this sample alone, drawn before its timer starts.
+            let mut drawn = Vec::with_capacity(reps);
+            for _ in 0..reps {
+                drawn.push(s.draw_variant(TIMED_PURPOSE, *sets, InputVariant::Normal)?);
+                *sets += 1;
                 fresh_inputs += 1;
             }
             let label = format!("timed sample {}", n + 1);
             let t0 = Instant::now();
-            let (out, us) = s.candidate_sample(&inputs, &label)?;
+            let (kept, us) = s.candidate_sample(&drawn, &label)?;
             windows.push((t0, Instant::now()));
-            samples.push((us - overhead_us).max(0.0));
+            samples.push(((us - overhead_us) / reps as f64).max(0.0));
             let wall = started.elapsed();
             let stop = stop_or_race(&samples, wall, &tp, s.plan.race.as_ref());
+            // Decided after the sample ran: the candidate cannot know which are checked.
             if stop.is_some() || rng.next_f64() < tp.recheck_fraction {
-                let got = match out {
-                    Some(k) => k,
-                    None => s.kept_outputs(&label, 0)?,
-                };
-                recheck(s, &inputs, &got, &label)?;
+                for (rep, (inputs, out)) in drawn.iter().zip(kept).enumerate() {
+                    let label = rep_label(&label, rep, reps);
+                    s.target.select_rep(rep);
+                    let got = match out {
+                        Some(k) => k,
+                        None => s.kept_outputs(&label, 0)?,
+                    };
+                    recheck(s, inputs, &got, &label)?;
+                }
+                s.target.select_rep(0);
                 rechecks += 1;
             }
             if let Some(reason) = stop {
@@ -151,6 +270,7 @@ fn time_once<T: Target>(s: &mut Session<T>) -> Step<(TimingStats, Vec<f64>)> {
     stats.stop_reason = stop_reason.to_string();
     stats.wall_ms = wall_ms;
     stats.fresh_inputs = fresh_inputs;
+    stats.reps = reps as u32;
     stats.rechecks = rechecks;
     stats.overhead_us = overhead_us;
     stats.warmup_ms = warmup_ms;
@@ -279,56 +399,111 @@ mod tests {
     use crate::contract::{CheckError, InputVariant, RunFailure, Unwritten};
     use kiln_types::{EvalPlan, ProblemSpec, TimingPlan};
 
-    /// A backend whose samples and throttling flags are scripted.
+    /// An input set of the scripted backend: the (purpose, index) it was drawn for.
+    type Set = (String, u64);
+
+    /// A backend whose samples and throttling flags are scripted, and which records the
+    /// input sets it was handed.
     struct Scripted {
         samples: Vec<f64>,
         next: usize,
         /// Flagged sample indices per timing attempt.
         flags: Vec<Vec<usize>>,
         attempts: usize,
+        /// Runs one sample can repeat.
+        reps_max: usize,
+        /// What an untimed run reports, µs.
+        run_us: f64,
+        overhead_us: f64,
+        /// Sets of each timed sample; sets of every untimed run; sets checked.
+        sampled: Vec<Vec<Set>>,
+        ran: Vec<Set>,
+        checked: Vec<Set>,
+        selected: usize,
+    }
+
+    impl Scripted {
+        fn new(samples: Vec<f64>) -> Scripted {
+            Scripted {
+                samples,
+                next: 0,
+                flags: Vec::new(),
+                attempts: 0,
+                reps_max: 1,
+                run_us: 0.0,
+                overhead_us: 0.0,
+                sampled: Vec::new(),
+                ran: Vec::new(),
+                checked: Vec::new(),
+                selected: 0,
+            }
+        }
     }
 
     impl Target for Scripted {
-        type Inputs = ();
-        type Kept = ();
+        type Inputs = Set;
+        type Kept = Set;
         fn backend(&self) -> &'static str {
             "scripted"
         }
-        fn draw(&mut self, _: u64, _: &str, _: u64, _: InputVariant) -> Result<(), String> {
-            Ok(())
+        fn draw(&mut self, _: u64, purpose: &str, i: u64, _: InputVariant) -> Result<Set, String> {
+            Ok((purpose.to_string(), i))
         }
-        fn run(&mut self, _: &()) -> Result<f64, RunFailure> {
-            Ok(0.0)
+        fn run(&mut self, set: &Set) -> Result<f64, RunFailure> {
+            self.ran.push(set.clone());
+            self.selected = 0;
+            Ok(self.run_us)
         }
-        fn sample(&mut self, _: &()) -> Result<f64, RunFailure> {
+        fn sample(&mut self, sets: &[Set]) -> Result<f64, RunFailure> {
+            assert!(!sets.is_empty() && sets.len() <= self.reps_max);
+            self.sampled.push(sets.to_vec());
+            self.selected = 0;
             let v = self.samples[self.next % self.samples.len()];
             self.next += 1;
             Ok(v)
         }
-        fn tampered(&mut self, _: &()) -> Result<Vec<String>, RunFailure> {
+        fn reps_max(&self) -> usize {
+            self.reps_max
+        }
+        fn select_rep(&mut self, rep: usize) {
+            self.selected = rep;
+        }
+        fn resolution_us(&self) -> f64 {
+            0.5
+        }
+        fn tampered(&mut self, _: &Set) -> Result<Vec<String>, RunFailure> {
             Ok(Vec::new())
         }
-        fn keep(&mut self, _: usize) -> Result<((), Vec<Unwritten>), RunFailure> {
-            Ok(((), Vec::new()))
+        fn keep(&mut self, _: usize) -> Result<(Set, Vec<Unwritten>), RunFailure> {
+            let last = match self.sampled.last() {
+                Some(sets) => sets[self.selected].clone(),
+                None => self.ran.last().cloned().unwrap_or_default(),
+            };
+            Ok((last, Vec::new()))
         }
         fn check(
             &mut self,
-            _: &(),
-            kept: &[&()],
+            set: &Set,
+            kept: &[&Set],
             _: kiln_types::Tolerance,
         ) -> Result<Vec<Vec<kiln_types::ErrorMetrics>>, CheckError> {
+            // A kept run compared with a reference on other inputs would be a bug.
+            for k in kept {
+                assert_eq!(*k, set, "outputs checked against another set's reference");
+            }
+            self.checked.push(set.clone());
             Ok(kept.iter().map(|_| Vec::new()).collect())
         }
         fn diff(
             &mut self,
-            _: &(),
-            _: &(),
+            _: &Set,
+            _: &Set,
             _: kiln_types::Tolerance,
         ) -> Result<(u64, bool), RunFailure> {
             Ok((0, true))
         }
         fn overhead(&mut self) -> Result<f64, RunFailure> {
-            Ok(0.0)
+            Ok(self.overhead_us)
         }
         fn outputs_every_sample(&self) -> bool {
             false
@@ -343,10 +518,30 @@ mod tests {
                 .cloned()
                 .unwrap_or_default()
         }
+        /// Evidence whose event summary counts the samples it was asked to keep.
+        fn timer_evidence(&self, excluded: &[usize]) -> Option<kiln_types::TimerEvidence> {
+            let kept = 10 - excluded.len();
+            Some(kiln_types::TimerEvidence {
+                figure: kiln_types::TimingFigure::Events,
+                asked: kiln_types::TimingFigure::KernelSpan,
+                source: "events".into(),
+                fallback: Some("scripted".into()),
+                library: None,
+                launches: 1,
+                events: kiln_types::FigureSummary {
+                    n: kept as u32,
+                    ..Default::default()
+                },
+                kernel_sum: None,
+                kernel_span: None,
+                records_missing: 0,
+                records_missing_reason: None,
+            })
+        }
     }
 
-    fn timed(policy: ThrottlePolicy) -> TimingStats {
-        let problem: ProblemSpec = serde_json::from_value(serde_json::json!({
+    fn problem() -> ProblemSpec {
+        serde_json::from_value(serde_json::json!({
             "name": "scripted",
             "tensor": [
                 {"name": "x", "dtype": "i32", "shape": [4], "role": "input"},
@@ -356,37 +551,41 @@ mod tests {
             "roofline": {"min_bytes": 0, "flops": 0},
             "reference": {}
         }))
-        .expect("problem");
-        let plan = EvalPlan {
+        .expect("problem")
+    }
+
+    fn plan(policy: ThrottlePolicy, samples: u32, recheck_fraction: f64) -> EvalPlan {
+        EvalPlan {
             seed: 1,
             trials: 1,
             run_timeout_ms: 1000,
             timing: TimingPlan {
-                warmup: 0,
-                min_samples: 10,
+                warmup: 2,
+                min_samples: samples,
                 min_time_ms: 0.0,
                 max_rse: 1.0,
-                max_samples: 10,
+                max_samples: samples,
                 wall_cap_ms: 60_000.0,
-                fresh_inputs_every: 0,
-                recheck_fraction: 0.0,
+                recheck_fraction,
                 throttle_policy: policy,
+                figure: kiln_types::TimingFigure::default(),
             },
             peak_bytes_per_s: 0.0,
             peak_flops: 0.0,
             plain: None,
             race: None,
-        };
+        }
+    }
+
+    fn timed(policy: ThrottlePolicy) -> TimingStats {
+        let problem = problem();
+        let plan = plan(policy, 10, 0.0);
         // First attempt: samples 3 and 7 ran throttled (and slow); a second attempt is clean.
         let mut samples = vec![100.0; 20];
         samples[3] = 500.0;
         samples[7] = 500.0;
-        let target = Scripted {
-            samples,
-            next: 0,
-            flags: vec![vec![3, 7], vec![]],
-            attempts: 0,
-        };
+        let mut target = Scripted::new(samples);
+        target.flags = vec![vec![3, 7], vec![]];
         let mut s = Session::new(&problem, &plan, target);
         match time(&mut s) {
             Ok(t) => t,
@@ -395,12 +594,110 @@ mod tests {
     }
 
     #[test]
+    fn every_timed_run_gets_a_set_no_run_saw_before() {
+        let problem = problem();
+        // Retry with throttled samples: two attempts, so two warm-ups and two sample series.
+        let plan = plan(ThrottlePolicy::Retry, 12, 0.5);
+        let mut target = Scripted::new(vec![100.0; 24]);
+        target.flags = vec![vec![0, 1, 2], vec![]];
+        target.reps_max = 4;
+        target.run_us = 30.0; // tiny: repeated 4 times per sample (the most it can)
+        target.overhead_us = 10.0;
+        let mut s = Session::new(&problem, &plan, target);
+        let e = s.run().expect("runs");
+        assert_eq!(e.verdict, Verdict::Ok, "{e:?}");
+        let t = e.timing.expect("timed");
+        assert!(t.throttle_retried);
+        assert_eq!(t.reps, 4);
+        let target = &s.target;
+        assert_eq!(target.sampled.len(), 24, "two attempts of 12 samples");
+        let mut seen: std::collections::HashSet<Set> = target.ran.iter().cloned().collect();
+        for sets in &target.sampled {
+            assert_eq!(sets.len(), 4);
+            for set in sets {
+                assert!(seen.insert(set.clone()), "{set:?} was run on before");
+            }
+        }
+        assert_eq!(t.fresh_inputs, 12 * 4, "the kept attempt's sets");
+        // Every check of a timed run compared it on its own set (asserted in `check`), and
+        // each re-checked sample had all of its runs checked.
+        let timed_checks: Vec<&Set> = target
+            .checked
+            .iter()
+            .filter(|c| c.0 == TIMED_PURPOSE)
+            .collect();
+        assert!(!timed_checks.is_empty());
+        for sets in &target.sampled {
+            let n = sets.iter().filter(|x| timed_checks.contains(x)).count();
+            assert!(
+                n == 0 || n == sets.len(),
+                "a sample half re-checked: {sets:?}"
+            );
+        }
+        // The last sample of each attempt is always re-checked.
+        assert!(timed_checks.contains(&&target.sampled[11][3]));
+        assert!(timed_checks.contains(&&target.sampled[23][3]));
+    }
+
+    #[test]
+    fn repetitions_bring_a_sample_above_the_timer() {
+        // No repetition possible: one run.
+        assert_eq!(reps_for(0.1, 10.0, 0.001, 1), 1);
+        // 100 µs target (10 × 10 µs overhead), 2 µs runs: 50 of them.
+        assert_eq!(reps_for(2.0, 10.0, 0.001, 64), 50);
+        // Capped; unknown run time gets all it can; long runs get one.
+        assert_eq!(reps_for(0.5, 10.0, 0.001, 64), 64);
+        assert_eq!(reps_for(0.0, 10.0, 0.001, 64), 64);
+        assert_eq!(reps_for(-3.0, 10.0, 0.001, 64), 64);
+        assert_eq!(reps_for(5000.0, 10.0, 0.001, 64), 1);
+        // The floor of 50 µs applies with no overhead.
+        assert_eq!(reps_for(10.0, 0.0, 0.001, 64), 5);
+    }
+
+    #[test]
+    fn a_sample_at_or_below_the_timer_is_not_a_time() {
+        let t = |median_us: f64, reps: u32, overhead_us: f64| TimingStats {
+            median_us,
+            reps,
+            overhead_us,
+            ..TimingStats::default()
+        };
+        // The 0 µs medians of issue 21: never a time.
+        let why = unmeasurable(&t(0.0, 1, 12.0), 0.001).expect("zero");
+        assert!(why.contains("no time"), "{why}");
+        // At the overhead, or at the resolution: not a time either.
+        assert!(unmeasurable(&t(12.0, 1, 12.0), 0.001).is_some());
+        assert!(unmeasurable(&t(0.5, 1, 0.0), 0.5).is_some());
+        // Per-run medians are judged per sample: 64 runs of 0.25 µs are 16 µs.
+        assert!(unmeasurable(&t(0.25, 64, 12.0), 0.001).is_none());
+        assert!(unmeasurable(&t(0.15, 64, 12.0), 0.001).is_some());
+        assert!(unmeasurable(&t(3.0, 1, 0.0), 0.5).is_none());
+    }
+
+    #[test]
+    fn tiny_samples_get_unmeasurable_time_and_no_figure() {
+        let problem = problem();
+        let plan = plan(ThrottlePolicy::Report, 10, 0.0);
+        let mut target = Scripted::new(vec![10.2, 10.0, 10.1]);
+        target.overhead_us = 10.0; // every sample is the overhead plus noise
+        let mut s = Session::new(&problem, &plan, target);
+        let e = s.run().expect("runs");
+        assert_eq!(e.verdict, Verdict::UnmeasurableTime, "{e:?}");
+        assert!(e.timing.is_none(), "no figure for an unmeasurable time");
+        assert!(e.tier.is_some());
+    }
+
+    #[test]
     fn throttle_policy_report_discard_retry() {
         let report = timed(ThrottlePolicy::Report);
         assert_eq!((report.n, report.throttled_discarded), (10, 0));
         assert!((report.mean_us - 180.0).abs() < 1e-9, "{report:?}");
+        // The target's timer evidence covers the samples the statistics kept.
+        let n_timer = |t: &TimingStats| t.timer.as_ref().map(|e| e.events.n);
+        assert_eq!(n_timer(&report), Some(10));
         let discard = timed(ThrottlePolicy::Discard);
         assert_eq!((discard.n, discard.throttled_discarded), (8, 2));
+        assert_eq!(n_timer(&discard), Some(8));
         assert!((discard.mean_us - 100.0).abs() < 1e-9, "{discard:?}");
         assert!(!discard.throttle_retried);
         // 2 of 10 flagged is over a tenth: timed again; the clean second attempt is kept.

@@ -2,7 +2,8 @@
 //!
 //! Roles (design guide §6, docs/security.md):
 //! - [`Role::Compile`]: kiln-worker plus the system compiler driver and its helpers
-//!   (`cc1`, `as`, `ld`). Needs files and processes, never the network.
+//!   (`cc1`, `as`, `ld`), or python running Triton's compiler and `ptxas`. Needs files
+//!   and processes, never the network (no `socket` at all).
 //! - [`Role::Worker`]: kiln-worker evaluating. Spawns runners, maps the shared buffers,
 //!   stops and resumes runners. The runners inherit this filter and add their own.
 //! - [`Role::GpuWorker`]: kiln-worker evaluating on a GPU. The CUDA driver's needs are
@@ -104,8 +105,16 @@ const NS_FLAGS: u64 = (libc::CLONE_NEWNS
 const WRITE_FLAGS: u64 =
     (libc::O_WRONLY | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC | libc::O_APPEND) as u64;
 
-/// Harmless terminal ioctls (isatty, window size) used by compilers and stdio.
-const TTY_IOCTLS: &[u64] = &[libc::TCGETS, libc::TIOCGWINSZ, libc::FIONREAD];
+/// Harmless ioctls used by compilers and stdio: terminal queries (isatty, window size),
+/// bytes readable, and close-on-exec on one's own descriptor (python sets it with
+/// `FIOCLEX` on every file it opens, and fails the open when that is refused).
+const TTY_IOCTLS: &[u64] = &[
+    libc::TCGETS,
+    libc::TIOCGWINSZ,
+    libc::FIONREAD,
+    libc::FIOCLEX,
+    libc::FIONCLEX,
+];
 
 /// prctl options a trusted kiln process uses on itself.
 const PRCTL_OPTIONS: &[u64] = &[
@@ -230,7 +239,8 @@ pub const BASE: &[Rule] = &[
     allow!(SYS_waitid, "reap children"),
 ];
 
-/// Extra syscalls of the system compiler (gcc driver, cc1, as, ld).
+/// Extra syscalls of the compilers: the system compiler (gcc driver, cc1, as, ld), and
+/// python running Triton's compiler (which runs `ptxas`).
 pub const COMPILE_EXTRA: &[Rule] = &[
     allow!(SYS_fork, "compiler driver"),
     allow!(SYS_access, "compiler driver tool lookup"),
@@ -247,6 +257,25 @@ pub const COMPILE_EXTRA: &[Rule] = &[
     allow!(SYS_utimensat, "touch outputs"),
     allow!(SYS_kill, "compiler driver stops its helpers on error"),
     allow!(SYS_tgkill, "abort()"),
+    allow!(
+        SYS_rmdir,
+        "remove temporary directories (python's tempfile)"
+    ),
+    allow!(
+        SYS_epoll_create1,
+        "python's selectors (Triton waiting on ptxas)"
+    ),
+    allow!(SYS_epoll_ctl, "python's selectors"),
+    allow!(SYS_epoll_wait, "python's selectors"),
+    allow!(SYS_epoll_pwait, "python's selectors"),
+    allow!(
+        SYS_sched_get_priority_max,
+        "thread pools query the priority range"
+    ),
+    allow!(
+        SYS_sched_get_priority_min,
+        "thread pools query the priority range"
+    ),
 ];
 
 /// Extra syscalls of the evaluating worker.
@@ -767,6 +796,31 @@ mod tests {
             );
         }
         assert_eq!(syscall_name(libc::SYS_socket), "socket");
+    }
+
+    #[test]
+    fn compile_table_has_no_network() {
+        // The compile role runs compilers on candidate code (cc, and Triton's python):
+        // no socket of any family, so no network and no way to reach kilnd's socket.
+        let rules = rules(Stage::Compile);
+        for nr in [
+            libc::SYS_socket,
+            libc::SYS_socketpair,
+            libc::SYS_connect,
+            libc::SYS_bind,
+            libc::SYS_sendto,
+            libc::SYS_sendmsg,
+            libc::SYS_ptrace,
+            libc::SYS_mount,
+            libc::SYS_unshare,
+            libc::SYS_io_uring_setup,
+        ] {
+            assert!(
+                rules.iter().all(|r| r.nr != nr),
+                "{} is in the compile allow-list",
+                syscall_name(nr)
+            );
+        }
     }
 
     #[test]

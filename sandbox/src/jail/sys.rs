@@ -118,6 +118,20 @@ pub fn set_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result
     check(unsafe { libc::setrlimit(resource, &lim) }).map(drop)
 }
 
+/// The resolution of `CLOCK_MONOTONIC` (the clock behind `std::time::Instant`).
+pub fn monotonic_resolution() -> io::Result<std::time::Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec that lives across the call.
+    check(unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC, &mut ts) })?;
+    Ok(std::time::Duration::new(
+        ts.tv_sec.max(0) as u64,
+        ts.tv_nsec.clamp(0, 999_999_999) as u32,
+    ))
+}
+
 /// mount(2). `fstype` and `data` are optional.
 pub fn mount(
     source: &Path,

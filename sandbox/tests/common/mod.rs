@@ -47,7 +47,6 @@ pub fn plan() -> EvalPlan {
             max_rse: 0.05,
             max_samples: 40,
             wall_cap_ms: 300.0,
-            fresh_inputs_every: 4,
             recheck_fraction: 0.25,
             ..kiln_types::TimingPlan::default()
         },
@@ -60,17 +59,7 @@ pub fn plan() -> EvalPlan {
 
 /// The problem's host reference as a candidate (as kilnd builds it).
 pub fn reference_candidate(p: &ProblemSpec) -> Candidate {
-    let ks = &p.reference["host"];
-    Candidate {
-        problem: p.name.clone(),
-        language: kiln_types::Language::C,
-        source: ks.source.clone(),
-        launches: ks.launches.clone(),
-        scratch: ks.scratch.clone(),
-        flags: ks.flags.clone(),
-        parent: None,
-        note: None,
-    }
+    p.reference_candidate("host").expect("a host reference")
 }
 
 /// The compiled reference of a problem, compiled once per test binary.
@@ -80,7 +69,7 @@ pub fn reference_artifact(cfg: &SandboxConfig, p: &ProblemSpec) -> Vec<u8> {
     if let Some(a) = cache.lock().expect("lock").get(&p.name) {
         return a.clone();
     }
-    let out = kiln_sandbox::compile(cfg, &reference_candidate(p)).expect("reference compiles");
+    let out = kiln_sandbox::compile(cfg, p, &reference_candidate(p)).expect("reference compiles");
     let art = out
         .artifact
         .unwrap_or_else(|| panic!("reference of {} failed: {:?}", p.name, out.failure));
@@ -100,7 +89,7 @@ pub fn run(
 ) -> Evaluation {
     let reference = reference_artifact(cfg, p);
     let t0 = std::time::Instant::now();
-    let out = kiln_sandbox::compile(cfg, candidate).expect("compile runs");
+    let out = kiln_sandbox::compile(cfg, p, candidate).expect("compile runs");
     let t1 = std::time::Instant::now();
     let e = match out.artifact {
         Some(art) => kiln_sandbox::evaluate(cfg, p, &reference, candidate, &art, plan)

@@ -52,6 +52,7 @@ VERDICTS: Tuple[str, ...] = (
     "input_tampered",
     "nondeterministic",
     "implausible_time",
+    "unmeasurable_time",
     "ok",
 )
 
@@ -320,6 +321,9 @@ class TimingStats:
     stop_reason: Optional[str]
     wall_ms: Optional[float]
     fresh_inputs: Optional[int]
+    #: Runs of the launch list per timed sample, each on its own fresh inputs (1 unless
+    #: the kernel is too short to time one run at a time); the figures are per run.
+    reps: int
     rechecks: Optional[int]
     overhead_us: Optional[float]
     raw: Json = field(repr=False, compare=False)
@@ -340,6 +344,7 @@ class TimingStats:
             stop_reason=_str(d.get("stop_reason")),
             wall_ms=_float(d.get("wall_ms")),
             fresh_inputs=_int(d.get("fresh_inputs")),
+            reps=_int(d.get("reps")) or 1,
             rechecks=_int(d.get("rechecks")),
             overhead_us=_float(d.get("overhead_us")),
             raw=dict(d),

@@ -38,7 +38,6 @@ min_time_ms = 5.0
 max_rse = 0.05
 max_samples = 200
 wall_cap_ms = 500.0
-fresh_inputs_every = 4
 recheck_fraction = 0.2
 """
 

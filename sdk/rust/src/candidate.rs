@@ -9,7 +9,7 @@ use kiln_types::{Candidate, CandidateError, Language, Launch, ScratchBuffer};
 /// # use kiln_sdk::CandidateBuilder;
 /// # use kiln_types::{Candidate, Language, Launch};
 /// let seed = CandidateBuilder::new("vecadd", Language::C, "void add(void) {}")
-///     .launch(Launch { kernel: "add".into(), grid: [1, 1, 1], block: [1, 1, 1], shared_bytes: 0, args: vec![] })
+///     .launch(Launch { kernel: "add".into(), ..Launch::default() })
 ///     .build()?;
 /// let child = CandidateBuilder::from(&seed)
 ///     .source("void add(void) { /* faster */ }")

@@ -51,6 +51,49 @@ pub struct Problem {
     pub device: DeviceFacts,
 }
 
+impl Problem {
+    /// The seed a search starts from: the seed in `language` (`c`, `cuda`, `triton`)
+    /// when a config names one; else the seed of the search's backend, or — on the cuda
+    /// backend, for a problem whose only seed is Triton's — the Triton seed.
+    pub fn seed_for(&self, language: Option<&str>) -> Result<Candidate, String> {
+        let key = match language {
+            None => {
+                return self
+                    .seed
+                    .clone()
+                    .or_else(|| {
+                        (self.device.backend == "cuda")
+                            .then(|| self.spec.seed_candidate("triton"))
+                            .flatten()
+                    })
+                    .ok_or_else(|| format!("problem {} has no seed kernel", self.spec.name));
+            }
+            Some("triton") => "triton",
+            Some("cuda") => "cuda",
+            Some("c") => "host",
+            Some(other) => {
+                return Err(format!("language {other:?}: one of c, cuda, triton"));
+            }
+        };
+        let seed = self.spec.seed_candidate(key).ok_or_else(|| {
+            format!(
+                "problem {} has no {} seed (a [seed.{key}] table in its problem.toml)",
+                self.spec.name,
+                language.unwrap_or_default()
+            )
+        })?;
+        if seed.language.backend() != self.device.backend {
+            return Err(format!(
+                "{} candidates run on the {} backend; this search runs on {}",
+                seed.language.as_str(),
+                seed.language.backend(),
+                self.device.backend
+            ));
+        }
+        Ok(seed)
+    }
+}
+
 /// Why the problem info from the host could not be read.
 #[derive(Debug, Error)]
 pub enum ProblemError {
@@ -343,5 +386,68 @@ mod tests {
         ];
         assert_eq!(best(&evals).map(|e| e.candidate_id.as_str()), Some("c"));
         assert!(best(&evals[1..2]).is_none());
+    }
+
+    fn problem(backend: &str, seeds: &str) -> Problem {
+        let spec = ProblemSpec::from_toml(&format!(
+            r#"name = "p"
+[[tensor]]
+name = "y"
+dtype = "f32"
+shape = [4]
+role = "output"
+[tolerance]
+atol = 0.0
+rtol = 0.0
+[reference.cuda]
+file = "r.cu"
+launches = [{{ kernel = "r", args = ["y"] }}]
+{seeds}"#
+        ))
+        .expect("spec");
+        Problem {
+            search_id: "s".into(),
+            seed: spec.seed_candidate(backend),
+            spec,
+            baselines: Vec::new(),
+            device: DeviceFacts {
+                backend: backend.into(),
+                name: "gpu".into(),
+                compute_capability: None,
+                units: None,
+                memory_bytes: None,
+                extra: serde_json::Value::Null,
+            },
+        }
+    }
+
+    #[test]
+    fn the_seed_follows_the_config_then_the_backend() {
+        let both = "[seed.cuda]\nfile = \"s.cu\"\nlaunches = [{ kernel = \"k\" }]\n\
+                    [seed.triton]\nfile = \"s.py\"\nlaunches = [{ kernel = \"k\" }]\n";
+        let p = problem("cuda", both);
+        assert_eq!(
+            p.seed_for(None).map(|c| c.language),
+            Ok(kiln_types::Language::Cuda)
+        );
+        assert_eq!(
+            p.seed_for(Some("triton")).map(|c| c.language),
+            Ok(kiln_types::Language::Triton)
+        );
+        assert!(
+            p.seed_for(Some("c"))
+                .expect_err("no c seed")
+                .contains("no c seed")
+        );
+        assert!(p.seed_for(Some("rust")).is_err());
+        // A cuda problem whose only seed is Triton's starts from it.
+        let only = problem(
+            "cuda",
+            "[seed.triton]\nfile = \"s.py\"\nlaunches = [{ kernel = \"k\" }]\n",
+        );
+        assert_eq!(
+            only.seed_for(None).map(|c| c.language),
+            Ok(kiln_types::Language::Triton)
+        );
     }
 }

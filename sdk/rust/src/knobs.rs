@@ -8,32 +8,49 @@
 //! // @idea vec4: load and store float4 instead of float (needs n % 4 == 0)
 //! ```
 //!
+//! and in Triton's Python, where the knob is a module-level constexpr the kernels read, or
+//! a launch option (the autotune space Triton users know: constexprs, `num_warps`,
+//! `num_stages`):
+//!
+//! ```python
+//! # @knob BLOCK 1024|2048|4096
+//! BLOCK = tl.constexpr(2048)
+//! # @knob WARPS 4|8|16 launch:num_warps@softmax_rows
+//! WARPS = tl.constexpr(8)
+//! ```
+//!
 //! # Grammar
 //!
-//! Lines are read one at a time; leading whitespace is ignored everywhere.
+//! Lines are read one at a time; leading whitespace is ignored everywhere. A comment
+//! starts with `//` (C, CUDA) or `#` (Python).
 //!
-//! - A **knob** is a line `// @knob NAME V1|V2|...` directly followed (next line, no
-//!   blank line between) by `#define NAME VALUE`. `NAME` is a C identifier and the same
-//!   on both lines. The values are separated by `|`, each non-empty, without whitespace,
-//!   all different. `VALUE` is the rest of the `#define` line up to a `//` or `/*`
-//!   comment, trimmed; it need not be one of the values (the knob's `current_index` is
-//!   then `None`). A name may be a knob only once.
-//! - A knob may end with a **launch binding** `launch:FIELD[,FIELD...][@KERNEL[,KERNEL...]]`
-//!   (`FIELD` one of `block.x`, `block.y`, `block.z`, `grid.x`, `grid.y`, `grid.z`):
+//! - A **knob** is a line `// @knob NAME V1|V2|...` (or `# @knob ...`) directly followed
+//!   (next line, no blank line between) by `#define NAME VALUE` or, in Python,
+//!   `NAME = tl.constexpr(VALUE)` (`triton.language.constexpr(...)` and a bare
+//!   `constexpr(...)` too). `NAME` is an identifier and the same on both lines. The values
+//!   are separated by `|`, each non-empty, without whitespace, all different. `VALUE` is
+//!   the rest of the `#define` line up to a `//` or `/*` comment, or what the parentheses
+//!   hold, trimmed; it need not be one of the values (the knob's `current_index` is then
+//!   `None`). A name may be a knob only once.
+//! - A knob may end with a **launch binding** `launch:FIELD[,FIELD...][@KERNEL[,KERNEL...]]`:
 //!   when the knob is set, those fields of the launches of the named kernels (of every
-//!   launch without `@`) take its value, which must then be a positive integer — for a
-//!   `BLOCK` knob the kernel checks against `blockDim.x`:
+//!   launch without `@`) take its value. `FIELD` is one of `block.x`, `block.y`,
+//!   `block.z`, `grid.x`, `grid.y`, `grid.z`, `num_warps`, `num_stages` (the value must
+//!   then be a positive integer — for a `BLOCK` knob the kernel checks against
+//!   `blockDim.x`) or `constexprs.NAME` (a Triton launch's constexpr: an integer, a float,
+//!   `true`/`false`, or else a string):
 //!   `// @knob BLOCK 128|256|512 launch:block.x@ln_stats,ln_apply`.
 //!   [`crate::search::moves::apply`] applies bindings; [`set`] rewrites only the source.
-//! - An **idea** is a line `// @idea NAME: free text`. `NAME` is a C identifier and the
+//! - An **idea** is a line `// @idea NAME: free text`. `NAME` is an identifier and the
 //!   text (trimmed) must not be empty. Ideas are hints for people and LLMs; the
 //!   rewriter does not apply them.
 //! - `// @WORD` where WORD starts with `knob` or `idea` in any case (`@knobs`, `@Idea`)
 //!   is an error, so a misspelt annotation is not silently ignored. Other words
 //!   (`@param`, `@brief`) and other comments are ignored.
 //!
-//! [`set`] rewrites the `#define` of one knob to one of its values, keeping the
-//! indentation, any trailing comment and the line ending; everything else is unchanged.
+//! [`set`] rewrites the `#define` (or the constexpr's value) of one knob to one of its
+//! values, keeping the indentation, any trailing comment and the line ending; everything
+//! else is unchanged.
 
 use thiserror::Error;
 
@@ -54,13 +71,72 @@ pub struct Knob {
     pub launch: Option<LaunchBinding>,
 }
 
+/// One launch field a knob sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaunchField {
+    /// `block.x` (0), `block.y` (1), `block.z` (2).
+    Block(usize),
+    /// `grid.x`, `grid.y`, `grid.z`.
+    Grid(usize),
+    /// A Triton launch's `num_warps`.
+    NumWarps,
+    /// A Triton launch's `num_stages`.
+    NumStages,
+    /// A Triton launch's constexpr of this name (`constexprs.BLOCK`).
+    Constexpr(String),
+}
+
+impl LaunchField {
+    fn parse(f: &str) -> Option<LaunchField> {
+        if let Some(name) = f.strip_prefix("constexprs.") {
+            return is_identifier(name).then(|| LaunchField::Constexpr(name.to_string()));
+        }
+        match f {
+            "num_warps" => return Some(LaunchField::NumWarps),
+            "num_stages" => return Some(LaunchField::NumStages),
+            _ => {}
+        }
+        let (dim, axis) = f.split_once('.')?;
+        let axis = match axis {
+            "x" => 0,
+            "y" => 1,
+            "z" => 2,
+            _ => return None,
+        };
+        match dim {
+            "block" => Some(LaunchField::Block(axis)),
+            "grid" => Some(LaunchField::Grid(axis)),
+            _ => None,
+        }
+    }
+}
+
 /// Launch fields bound to a knob (`launch:block.x@k1,k2`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchBinding {
-    /// `(dimension, axis)`: `("block", 0)` for `block.x`.
-    pub fields: Vec<(String, usize)>,
+    /// The fields the knob's value goes to.
+    pub fields: Vec<LaunchField>,
     /// The kernels whose launches follow it; empty = every launch.
     pub kernels: Vec<String>,
+}
+
+/// A knob value as a Triton constexpr: an integer, a float, a boolean, else a string
+/// (without surrounding quotes).
+fn constexpr_value(value: &str) -> kiln_types::candidate::Constexpr {
+    use kiln_types::candidate::Constexpr;
+    if let Ok(i) = value.parse::<i64>() {
+        return Constexpr::Int(i);
+    }
+    if let Ok(f) = value.parse::<f64>()
+        && f.is_finite()
+    {
+        return Constexpr::Float(f);
+    }
+    match value {
+        "true" | "True" => Constexpr::Bool(true),
+        "false" | "False" => Constexpr::Bool(false),
+        _ => Constexpr::Str(value.trim_matches(['"', '\'']).to_string()),
+    }
 }
 
 impl LaunchBinding {
@@ -73,40 +149,34 @@ impl LaunchBinding {
         if kernels.iter().any(|k| !is_identifier(k)) {
             return None;
         }
-        let mut out = Vec::new();
-        for f in fields.split(',') {
-            let (dim, axis) = f.split_once('.')?;
-            let axis = match axis {
-                "x" => 0,
-                "y" => 1,
-                "z" => 2,
-                _ => return None,
-            };
-            if dim != "block" && dim != "grid" {
-                return None;
-            }
-            out.push((dim.to_string(), axis));
-        }
-        Some(LaunchBinding {
-            fields: out,
-            kernels,
-        })
+        let fields = fields
+            .split(',')
+            .map(LaunchField::parse)
+            .collect::<Option<Vec<_>>>()?;
+        Some(LaunchBinding { fields, kernels })
     }
 
-    /// Sets the bound fields of the matching launches to `value`; an error when it is not
-    /// a positive integer.
+    /// Sets the bound fields of the matching launches to `value`; an error when a
+    /// dimension, `num_warps` or `num_stages` would get anything but a positive integer.
     pub fn apply(&self, launches: &mut [kiln_types::Launch], value: &str) -> Result<(), String> {
-        let v: u32 = value.parse().ok().filter(|v| *v > 0).ok_or_else(|| {
-            format!("launch-bound knob value {value:?} is not a positive integer")
-        })?;
+        let positive = || {
+            value.parse::<u32>().ok().filter(|v| *v > 0).ok_or_else(|| {
+                format!("launch-bound knob value {value:?} is not a positive integer")
+            })
+        };
         for l in launches
             .iter_mut()
             .filter(|l| self.kernels.is_empty() || self.kernels.contains(&l.kernel))
         {
-            for (dim, axis) in &self.fields {
-                match dim.as_str() {
-                    "block" => l.block[*axis] = v,
-                    _ => l.grid[*axis] = v,
+            for f in &self.fields {
+                match f {
+                    LaunchField::Block(axis) => l.block[*axis] = positive()?,
+                    LaunchField::Grid(axis) => l.grid[*axis] = positive()?,
+                    LaunchField::NumWarps => l.num_warps = Some(positive()?),
+                    LaunchField::NumStages => l.num_stages = Some(positive()?),
+                    LaunchField::Constexpr(name) => {
+                        l.constexprs.insert(name.clone(), constexpr_value(value));
+                    }
                 }
             }
         }
@@ -178,8 +248,11 @@ pub enum KnobError {
         /// The value.
         value: String,
     },
-    /// The line after `// @knob NAME` is not `#define NAME ...`.
-    #[error("line {line}: `// @knob {name}` must be directly followed by `#define {name} VALUE`")]
+    /// The line after `// @knob NAME` is not `#define NAME ...` (or its Python form).
+    #[error(
+        "line {line}: `@knob {name}` must be directly followed by `#define {name} VALUE` \
+         (C, CUDA) or `{name} = tl.constexpr(VALUE)` (Triton)"
+    )]
     MissingDefine {
         /// The annotation's line.
         line: usize,
@@ -235,12 +308,49 @@ fn is_identifier(s: &str) -> bool {
     kiln_types::candidate::is_identifier(s)
 }
 
-/// The text after `//` and optional spaces when it starts with `@`: `Some("knob X 1|2")`.
+/// The text after `//` or `#` and optional spaces when it starts with `@`:
+/// `Some("knob X 1|2")`.
 fn annotation(line: &str) -> Option<&str> {
-    line.trim_start()
-        .strip_prefix("//")?
+    let t = line.trim_start();
+    t.strip_prefix("//")
+        .or_else(|| t.strip_prefix('#'))?
         .trim_start()
         .strip_prefix('@')
+}
+
+/// `NAME = tl.constexpr(VALUE)  # comment` → (NAME, VALUE trimmed, byte range of VALUE).
+fn py_constant(line: &str) -> Option<(&str, &str, std::ops::Range<usize>)> {
+    let body = line.trim_end_matches(['\r', '\n']);
+    let start = body.len() - body.trim_start().len();
+    let rest = &body[start..];
+    let name_len = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    let name = &rest[..name_len];
+    let after = rest[name_len..]
+        .trim_start()
+        .strip_prefix('=')?
+        .trim_start();
+    let after = ["tl.constexpr", "triton.language.constexpr", "constexpr"]
+        .iter()
+        .find_map(|callee| after.strip_prefix(callee))?
+        .trim_start()
+        .strip_prefix('(')?;
+    let close = after.find(')')?;
+    let tail = after[close + 1..].trim();
+    if !(tail.is_empty() || tail.starts_with('#')) {
+        return None;
+    }
+    let inner = &after[..close];
+    let value = inner.trim();
+    let inner_start = body.len() - after.len();
+    let value_start = inner_start + (inner.len() - inner.trim_start().len());
+    Some((name, value, value_start..value_start + value.len()))
+}
+
+/// The knob's value line, C or Python: (NAME, VALUE, byte range of VALUE).
+fn knob_value_line(line: &str) -> Option<(&str, &str, std::ops::Range<usize>)> {
+    define(line).or_else(|| py_constant(line))
 }
 
 /// `#define NAME rest` → (NAME, value without comment, byte range of the value in `line`).
@@ -331,7 +441,7 @@ pub fn parse(source: &str) -> Result<Annotations, KnobError> {
                     name: name.into(),
                 };
                 let next = lines.get(i + 1).ok_or_else(missing)?;
-                let (def_name, value, _) = define(next).ok_or_else(missing)?;
+                let (def_name, value, _) = knob_value_line(next).ok_or_else(missing)?;
                 if def_name != name {
                     return Err(missing());
                 }
@@ -414,8 +524,8 @@ pub fn set_all(source: &str, assignments: &[(&str, &str)]) -> Result<String, Kno
     for (i, raw) in source.split_inclusive('\n').enumerate() {
         match targets.iter().rev().find(|(l, _)| *l == i + 1) {
             Some((_, value)) => {
-                // parse() has checked that this line is the knob's `#define`.
-                let range = define(raw).map(|(_, _, r)| r).unwrap_or(0..0);
+                // parse() has checked that this line is the knob's value line.
+                let range = knob_value_line(raw).map(|(_, _, r)| r).unwrap_or(0..0);
                 out.push_str(&raw[..range.start]);
                 out.push_str(value);
                 out.push_str(&raw[range.end..]);
@@ -616,5 +726,87 @@ mod tests {
         assert_eq!(g[1][1].1, "2");
         assert_eq!(grid(&knobs, 4).len(), 4);
         assert_eq!(grid(&[], 10), vec![Vec::<(String, String)>::new()]);
+    }
+
+    const TRITON: &str = concat!(
+        "import triton\n",
+        "import triton.language as tl\n",
+        "# @knob BLOCK 1024|2048|4096\n",
+        "BLOCK = tl.constexpr(2048)  # elements per step\n",
+        "    # @knob WARPS 4|8|16 launch:num_warps@softmax_rows\n",
+        "WARPS = triton.language.constexpr( 8 )\r\n",
+        "# @knob ACT relu|gelu launch:constexprs.ACT\n",
+        "ACT = constexpr(\"relu\")\n",
+        "# @idea exp2: use tl.math.exp2\n",
+        "# a plain comment\n",
+    );
+
+    #[test]
+    fn python_knobs_parse_and_rewrite() {
+        let a = parse(TRITON).expect("parses");
+        assert_eq!(a.knobs.len(), 3);
+        let b = a.knob("BLOCK").expect("BLOCK");
+        assert_eq!(
+            (b.current.as_str(), b.current_index, b.line),
+            ("2048", Some(1), 4)
+        );
+        let w = a.knob("WARPS").expect("WARPS");
+        assert_eq!(w.current, "8");
+        assert_eq!(
+            w.launch
+                .as_ref()
+                .map(|l| (l.fields.clone(), l.kernels.clone())),
+            Some((
+                vec![LaunchField::NumWarps],
+                vec!["softmax_rows".to_string()]
+            ))
+        );
+        assert_eq!(a.knob("ACT").expect("ACT").current, "\"relu\"");
+        assert_eq!(a.ideas[0].name, "exp2");
+        let out = set_all(TRITON, &[("BLOCK", "4096"), ("WARPS", "16")]).expect("rewrites");
+        assert!(
+            out.contains("BLOCK = tl.constexpr(4096)  # elements per step\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("WARPS = triton.language.constexpr( 16 )\r\n"),
+            "{out:?}"
+        );
+        assert!(matches!(
+            parse("# @knob B 1|2\nB = 3\n"),
+            Err(KnobError::MissingDefine { .. })
+        ));
+        assert!(matches!(
+            parse("# @knob B 1|2\nB = tl.constexpr(1) + 1\n"),
+            Err(KnobError::MissingDefine { .. })
+        ));
+    }
+
+    #[test]
+    fn triton_launch_fields_take_the_knob() {
+        use kiln_types::candidate::Constexpr;
+        let mut launches: Vec<kiln_types::Launch> = serde_json::from_str(
+            r#"[{"kernel":"softmax_rows","grid":[4,1,1]},{"kernel":"other","num_warps":2}]"#,
+        )
+        .expect("launches");
+        let a = parse(TRITON).expect("parses");
+        let warps = a
+            .knob("WARPS")
+            .and_then(|k| k.launch.clone())
+            .expect("bound");
+        warps.apply(&mut launches, "16").expect("applies");
+        assert_eq!(launches[0].num_warps, Some(16));
+        assert_eq!(launches[1].num_warps, Some(2), "other is not bound");
+        assert!(warps.apply(&mut launches, "x").is_err());
+        let act = a.knob("ACT").and_then(|k| k.launch.clone()).expect("bound");
+        act.apply(&mut launches, "gelu").expect("applies");
+        assert_eq!(launches[1].constexprs["ACT"], Constexpr::Str("gelu".into()));
+        let stages = LaunchBinding::parse("launch:num_stages,constexprs.BLOCK").expect("parses");
+        stages.apply(&mut launches, "3").expect("applies");
+        assert_eq!(launches[0].num_stages, Some(3));
+        assert_eq!(launches[0].constexprs["BLOCK"], Constexpr::Int(3));
+        assert_eq!(constexpr_value("1.5"), Constexpr::Float(1.5));
+        assert_eq!(constexpr_value("True"), Constexpr::Bool(true));
+        assert!(LaunchBinding::parse("launch:constexprs.1x").is_none());
     }
 }

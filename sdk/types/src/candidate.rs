@@ -4,6 +4,14 @@
 //! from the plan, so a candidate cannot patch timers, use side streams or fall back to a
 //! library. For the host backend (`language = "c"`), each launch names a C function that is
 //! called with the args; grid and block are ignored.
+//!
+//! A Triton candidate (`language = "triton"`) is Python text holding `@triton.jit`
+//! functions; each launch names one, gives its grid, its non-constexpr arguments in order,
+//! its `constexprs` by name and `num_warps` / `num_stages`. Block size and shared memory
+//! come from Triton's compile, so a Triton launch leaves `block` and `shared_bytes` out
+//! (see [`Launch::constexprs`]). Triton candidates run on the cuda backend.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -31,16 +39,61 @@ pub enum Language {
     Cuda,
     /// C, compiled by the system C compiler; runs on the host backend.
     C,
+    /// Python with `@triton.jit` functions, compiled ahead of time by Triton's own
+    /// compiler; runs on the cuda backend.
+    Triton,
 }
 
 impl Language {
     /// The backend that runs candidates in this language.
     pub fn backend(self) -> &'static str {
         match self {
-            Language::Cuda => "cuda",
+            Language::Cuda | Language::Triton => "cuda",
             Language::C => "host",
         }
     }
+
+    /// The language of a backend's trusted reference kernels (`cuda`: CUDA C, `host`: C).
+    pub fn of_reference(backend: &str) -> Language {
+        if backend == "cuda" {
+            Language::Cuda
+        } else {
+            Language::C
+        }
+    }
+
+    /// The language's name on the wire (`cuda`, `c`, `triton`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Language::Cuda => "cuda",
+            Language::C => "c",
+            Language::Triton => "triton",
+        }
+    }
+}
+
+/// Most `constexprs` of one Triton launch.
+pub const MAX_CONSTEXPRS: usize = 64;
+/// Longest string constexpr, in bytes.
+pub const MAX_CONSTEXPR_STR: usize = 128;
+/// Most warps of one Triton program (32 warps = 1024 threads, the block limit).
+pub const MAX_NUM_WARPS: u32 = 32;
+/// Most pipeline stages of one Triton launch.
+pub const MAX_NUM_STAGES: u32 = 8;
+
+/// The value of one Triton `tl.constexpr` parameter: a boolean, an integer, a float or a
+/// short string, written as the JSON value itself (`{"BLOCK": 1024, "ACT": "relu"}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Constexpr {
+    /// `True` / `False`.
+    Bool(bool),
+    /// A Python `int`.
+    Int(i64),
+    /// A Python `float` (JSON numbers with a fraction or an exponent).
+    Float(f64),
+    /// A Python `str`.
+    Str(String),
 }
 
 /// One argument of a launch: a tensor or scratch buffer by name, or a typed literal.
@@ -90,9 +143,52 @@ pub struct Launch {
     /// Dynamic shared memory in bytes (CUDA only).
     #[serde(default)]
     pub shared_bytes: u32,
-    /// Arguments, in order.
+    /// Arguments, in order. Triton: the jit function's non-constexpr parameters only.
     #[serde(default)]
     pub args: Vec<Arg>,
+    /// Triton only: the values of the jit function's `tl.constexpr` parameters by name
+    /// (those with a default may be left out). Left out of the JSON when empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub constexprs: BTreeMap<String, Constexpr>,
+    /// Triton only: warps per program, a power of two up to [`MAX_NUM_WARPS`] (Triton's
+    /// default 4 when left out); the block is 32 × the warps Triton's compile reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_warps: Option<u32>,
+    /// Triton only: software-pipelining stages, 1 to [`MAX_NUM_STAGES`] (Triton's default
+    /// 3 when left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_stages: Option<u32>,
+    /// Triton only: CTAs per program (a thread-block cluster on Hopper). Only 1 is
+    /// accepted so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_ctas: Option<u32>,
+}
+
+impl Default for Launch {
+    /// A plain launch of no kernel yet: one block of one thread, no shared memory, no args.
+    fn default() -> Self {
+        Launch {
+            kernel: String::new(),
+            grid: default_dim(),
+            block: default_dim(),
+            shared_bytes: 0,
+            args: Vec::new(),
+            constexprs: BTreeMap::new(),
+            num_warps: None,
+            num_stages: None,
+            num_ctas: None,
+        }
+    }
+}
+
+impl Launch {
+    /// True if and only if any Triton-only field is set.
+    pub fn has_triton_fields(&self) -> bool {
+        !self.constexprs.is_empty()
+            || self.num_warps.is_some()
+            || self.num_stages.is_some()
+            || self.num_ctas.is_some()
+    }
 }
 
 /// A scratch buffer the candidate may use between launches; zeroed before each run.
@@ -115,7 +211,7 @@ pub struct Candidate {
     pub problem: String,
     /// Source language; picks the backend.
     pub language: Language,
-    /// Device code (CUDA) or C source (host).
+    /// Device code (CUDA), C source (host) or Python with `@triton.jit` functions (Triton).
     pub source: String,
     /// The launch list, executed in order by trusted code.
     pub launches: Vec<Launch>,
@@ -173,6 +269,20 @@ pub enum CandidateError {
     /// The note is too long.
     #[error("note is longer than {MAX_NOTE_BYTES} bytes")]
     NoteTooLong,
+    /// Compile flags on a Triton candidate.
+    #[error(
+        "flags: triton candidates take no compile flags (num_warps, num_stages and constexprs \
+         belong to each launch)"
+    )]
+    TritonFlags,
+    /// A launch whose Triton fields do not fit its language.
+    #[error("launches[{index}]: {reason}")]
+    TritonLaunch {
+        /// The launch.
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 /// True if and only if `s` is a C identifier of at most 128 characters.
@@ -183,6 +293,70 @@ pub fn is_identifier(s: &str) -> bool {
         _ => return false,
     }
     s.len() <= 128 && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Checks one launch's Triton fields: present only in Triton candidates; there, no block or
+/// shared memory of its own, warps a power of two, stages and constexprs bounded.
+fn check_triton_fields(language: Language, index: usize, l: &Launch) -> Result<(), CandidateError> {
+    let bad = |reason: String| CandidateError::TritonLaunch { index, reason };
+    if language != Language::Triton {
+        if l.has_triton_fields() {
+            return Err(bad(
+                "constexprs, num_warps, num_stages and num_ctas are for triton launches only"
+                    .into(),
+            ));
+        }
+        return Ok(());
+    }
+    if l.block != default_dim() || l.shared_bytes != 0 {
+        return Err(bad(
+            "a triton launch takes its block (32 x num_warps threads) and its shared memory \
+             from Triton's compile: leave block and shared_bytes out"
+                .into(),
+        ));
+    }
+    if let Some(w) = l.num_warps
+        && (w == 0 || w > MAX_NUM_WARPS || !w.is_power_of_two())
+    {
+        return Err(bad(format!(
+            "num_warps = {w}: a power of two from 1 to {MAX_NUM_WARPS}"
+        )));
+    }
+    if let Some(s) = l.num_stages
+        && (s == 0 || s > MAX_NUM_STAGES)
+    {
+        return Err(bad(format!(
+            "num_stages = {s}: between 1 and {MAX_NUM_STAGES}"
+        )));
+    }
+    if let Some(c) = l.num_ctas
+        && c != 1
+    {
+        return Err(bad(format!(
+            "num_ctas = {c}: kiln launches triton kernels with num_ctas = 1 only (no \
+             thread-block clusters yet)"
+        )));
+    }
+    if l.constexprs.len() > MAX_CONSTEXPRS {
+        return Err(bad(format!("more than {MAX_CONSTEXPRS} constexprs")));
+    }
+    for (name, v) in &l.constexprs {
+        if !is_identifier(name) {
+            return Err(bad(format!("constexpr name {name:?} is not an identifier")));
+        }
+        match v {
+            Constexpr::Float(f) if !f.is_finite() => {
+                return Err(bad(format!("constexpr {name} is not a finite number")));
+            }
+            Constexpr::Str(s) if s.len() > MAX_CONSTEXPR_STR || s.contains('\0') => {
+                return Err(bad(format!(
+                    "constexpr {name}: strings are at most {MAX_CONSTEXPR_STR} bytes, without NUL"
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 impl Candidate {
@@ -216,6 +390,7 @@ impl Candidate {
             if l.grid.contains(&0) || l.block.contains(&0) {
                 return Err(CandidateError::ZeroDim(i));
             }
+            check_triton_fields(self.language, i, l)?;
             for (j, a) in l.args.iter().enumerate() {
                 if let Arg::Buffer(name) = a
                     && !is_identifier(name)
@@ -253,6 +428,9 @@ impl Candidate {
         }
         if self.flags.len() > MAX_FLAGS {
             return Err(CandidateError::TooManyFlags);
+        }
+        if self.language == Language::Triton && !self.flags.is_empty() {
+            return Err(CandidateError::TritonFlags);
         }
         if self.note.as_ref().is_some_and(|n| n.len() > MAX_NOTE_BYTES) {
             return Err(CandidateError::NoteTooLong);
@@ -339,5 +517,78 @@ mod tests {
         let mut c = sample();
         c.source = " \n".into();
         assert_eq!(c.validate(), Err(CandidateError::EmptySource));
+    }
+
+    fn triton(launch: &str) -> Candidate {
+        serde_json::from_str(&format!(
+            r#"{{"problem":"p","language":"triton","source":"import triton\n","launches":[{launch}]}}"#
+        ))
+        .expect("triton sample parses")
+    }
+
+    #[test]
+    fn triton_launches_parse_and_validate() {
+        let c = triton(
+            r#"{"kernel":"softmax_kernel","grid":[4096,1,1],"args":["x","y",{"i32":65536}],
+                "constexprs":{"BLOCK":4096,"EPS":1e-5,"FAST":true,"ACT":"relu"},
+                "num_warps":8,"num_stages":2}"#,
+        );
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(c.language.backend(), "cuda");
+        let l = &c.launches[0];
+        assert_eq!(l.constexprs["BLOCK"], Constexpr::Int(4096));
+        assert_eq!(l.constexprs["EPS"], Constexpr::Float(1e-5));
+        assert_eq!(l.constexprs["FAST"], Constexpr::Bool(true));
+        assert_eq!(l.constexprs["ACT"], Constexpr::Str("relu".into()));
+        assert_eq!(l.num_warps, Some(8));
+        // An integer-valued float stays a float through the wire.
+        let back: Launch = serde_json::from_str(
+            &serde_json::to_string(&triton(r#"{"kernel":"k","constexprs":{"S":2.0}}"#).launches[0])
+                .expect("json"),
+        )
+        .expect("parses");
+        assert_eq!(back.constexprs["S"], Constexpr::Float(2.0));
+    }
+
+    #[test]
+    fn triton_fields_are_checked_and_kept_off_other_languages() {
+        for (launch, needle) in [
+            (
+                r#"{"kernel":"k","block":[128,1,1]}"#,
+                "leave block and shared_bytes out",
+            ),
+            (
+                r#"{"kernel":"k","shared_bytes":1024}"#,
+                "leave block and shared_bytes out",
+            ),
+            (r#"{"kernel":"k","num_warps":3}"#, "power of two"),
+            (r#"{"kernel":"k","num_warps":64}"#, "power of two"),
+            (r#"{"kernel":"k","num_stages":0}"#, "num_stages = 0"),
+            (r#"{"kernel":"k","num_ctas":2}"#, "num_ctas = 1 only"),
+            (
+                r#"{"kernel":"k","constexprs":{"1x":1}}"#,
+                "not an identifier",
+            ),
+        ] {
+            let err = triton(launch).validate().expect_err(launch).to_string();
+            assert!(err.contains(needle), "{launch}: {err}");
+        }
+        let mut c = triton(r#"{"kernel":"k"}"#);
+        c.flags = vec!["-O3".into()];
+        assert_eq!(c.validate(), Err(CandidateError::TritonFlags));
+        let mut c = sample();
+        c.launches[0].num_warps = Some(4);
+        let err = c.validate().expect_err("c launch with triton fields");
+        assert!(err.to_string().contains("triton launches only"), "{err}");
+    }
+
+    #[test]
+    fn triton_fields_leave_old_hashes_alone() {
+        // The new fields are left out of the JSON when unset.
+        let json = serde_json::to_string(&sample().launches[0]).expect("json");
+        assert!(
+            !json.contains("constexprs") && !json.contains("num_warps"),
+            "{json}"
+        );
     }
 }

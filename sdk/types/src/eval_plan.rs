@@ -22,12 +22,47 @@ pub struct TimingPlan {
     pub max_samples: u32,
     /// Stop after this much wall time regardless, milliseconds.
     pub wall_cap_ms: f64,
-    /// Draw a fresh input set every this many samples.
-    pub fresh_inputs_every: u32,
     /// Fraction of timed runs whose outputs are re-checked against the reference.
     pub recheck_fraction: f64,
     /// What to do with timed samples taken while the GPU was throttled.
     pub throttle_policy: ThrottlePolicy,
+    /// Which figure of each GPU sample the statistics, the stop rule and racing use (a
+    /// problem's own `timing_figure` wins over this).
+    pub figure: TimingFigure,
+}
+
+/// Which figure of a GPU sample is *the* time: what the statistics are of, what the stop
+/// rule and racing judge, what ranks candidates. The others are kept beside it in the
+/// evidence (`TimingStats::timer`). The host backend has one figure only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimingFigure {
+    /// From the first kernel's start to the last kernel's end on the GPU (CUPTI records):
+    /// the kernels and the gaps between them, without the event and submission overhead
+    /// around them. The default (docs/benchmarks.md says why).
+    #[default]
+    KernelSpan,
+    /// The sum of the kernels' durations on the GPU (CUPTI records), gaps left out: what a
+    /// CUDA graph of the launches would come close to, and what Nsight Compute sums.
+    KernelSum,
+    /// Between the start and end events (KernelBench's and Triton's way).
+    Events,
+}
+
+impl TimingFigure {
+    /// The name as written in configuration and evidence.
+    pub fn name(self) -> &'static str {
+        match self {
+            TimingFigure::KernelSpan => "kernel_span",
+            TimingFigure::KernelSum => "kernel_sum",
+            TimingFigure::Events => "events",
+        }
+    }
+
+    /// True for the figures read from kernel records.
+    pub fn needs_kernel_records(self) -> bool {
+        self != TimingFigure::Events
+    }
 }
 
 /// What to do with timed samples whose window overlaps a throttling NVML reading (power
@@ -54,9 +89,9 @@ impl Default for TimingPlan {
             max_rse: 0.005,
             max_samples: 2000,
             wall_cap_ms: 10_000.0,
-            fresh_inputs_every: 8,
             recheck_fraction: 0.1,
             throttle_policy: ThrottlePolicy::Report,
+            figure: TimingFigure::KernelSpan,
         }
     }
 }
@@ -258,6 +293,24 @@ mod tests {
             assert!(e.starts_with("field"), "{bad}: {e}");
         }
         assert!(serde_json::from_str::<JobOptions>(r#"{"raec": 1}"#).is_err());
+    }
+
+    #[test]
+    fn the_figure_defaults_to_the_kernel_span_and_reads_by_name() {
+        assert_eq!(TimingPlan::default().figure, TimingFigure::KernelSpan);
+        // Plans written before the field read with the default.
+        let tp: TimingPlan = serde_json::from_str(r#"{"warmup": 1}"#).expect("old plan");
+        assert_eq!(tp.figure, TimingFigure::KernelSpan);
+        for f in [
+            TimingFigure::KernelSpan,
+            TimingFigure::KernelSum,
+            TimingFigure::Events,
+        ] {
+            let json = serde_json::to_string(&f).expect("serializes");
+            assert_eq!(json, format!("\"{}\"", f.name()));
+            assert_eq!(f.needs_kernel_records(), f != TimingFigure::Events);
+        }
+        assert!(serde_json::from_str::<TimingFigure>(r#""wall""#).is_err());
     }
 
     #[test]

@@ -15,6 +15,19 @@ pub const MAX_LOG_BYTES: usize = 4096;
 /// Largest checkpoint kilnd stores, bytes (before base64).
 pub const MAX_CHECKPOINT_BYTES: usize = 16 << 20;
 
+/// Largest LLM prompt (the contents of every message of one call together) a plugin may
+/// send, bytes. A longer one fails that call only (`llm-error.failed`).
+pub const MAX_PROMPT_BYTES: usize = 1 << 20;
+
+/// The request body kilnd accepts on `PUT …/checkpoint`: a [`MAX_CHECKPOINT_BYTES`]
+/// checkpoint in base64 inside its JSON object (above `server.max_body_bytes`, which
+/// bounds every other route).
+pub const CHECKPOINT_BODY_BYTES: usize = MAX_CHECKPOINT_BYTES.div_ceil(3) * 4 + 4096;
+
+/// The request body kilnd accepts on `POST …/llm`: a [`MAX_PROMPT_BYTES`] prompt even if
+/// every byte of it is JSON-escaped (`\u00XX`, six bytes), with the options.
+pub const LLM_BODY_BYTES: usize = MAX_PROMPT_BYTES * 6 + (64 << 10);
+
 /// Error codes with a meaning for the plugin; anything else ends the plugin.
 pub mod codes {
     /// `400`: the candidate is malformed or invalid (also `invalid_field`, `invalid_json`,
@@ -36,7 +49,8 @@ pub mod codes {
     pub const LLM_UNAVAILABLE: &str = "llm_unavailable";
     /// `429`: the search's token budget is spent.
     pub const LLM_BUDGET_EXCEEDED: &str = "llm_budget_exceeded";
-    /// `502`: the provider failed after retries.
+    /// `502`: the provider failed after retries; `413`: the prompt is over
+    /// [`super::MAX_PROMPT_BYTES`]. The plugin gets `llm-error.failed(message)`.
     pub const LLM_FAILED: &str = "llm_failed";
     /// `413`: the checkpoint is larger than kilnd stores.
     pub const CHECKPOINT_TOO_LARGE: &str = "checkpoint_too_large";

@@ -187,7 +187,8 @@ pub struct KernelSource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProblemSpec {
-    /// Unique name: lowercase letters, digits, `-`, `_` and `.`.
+    /// Unique name: lowercase letters, digits, `-`, `_` and `.`, starting with a letter or
+    /// a digit ([`crate::names`]).
     pub name: String,
     /// One line saying what is computed.
     #[serde(default)]
@@ -203,9 +204,15 @@ pub struct ProblemSpec {
     /// Roofline figures.
     #[serde(default)]
     pub roofline: Roofline,
+    /// Which figure of a GPU sample ranks candidates for this problem (`kernel_span`,
+    /// `kernel_sum`, `events`); none: the daemon's `[evaluation.timing] figure`. Left out
+    /// of the JSON when unset, so specs without it keep their hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing_figure: Option<crate::TimingFigure>,
     /// Trusted reference per backend (`host`, `cuda`).
     pub reference: BTreeMap<String, KernelSource>,
-    /// Plain correct starting kernel per backend, carrying knobs.
+    /// Plain correct starting kernel per backend (`host`, `cuda`) or language (`triton`,
+    /// evaluated on the cuda backend), carrying knobs.
     #[serde(default)]
     pub seed: BTreeMap<String, KernelSource>,
     /// Library baselines per library (`cublas`, `cudnn`, `torch`): named ops, never code
@@ -295,16 +302,7 @@ impl ProblemSpec {
             name: self.name.clone(),
             message,
         };
-        let name_ok = !self.name.is_empty()
-            && self.name.len() <= 128
-            && self.name.chars().all(|c| {
-                c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.')
-            });
-        if !name_ok {
-            return Err(bad(
-                "name must be 1-128 characters of a-z, 0-9, '-', '_' and '.'".into(),
-            ));
-        }
+        crate::names::check(crate::names::NameKind::Problem, &self.name).map_err(bad)?;
         if self.tensors.is_empty() {
             return Err(bad("no tensors".into()));
         }
@@ -342,10 +340,21 @@ impl ProblemSpec {
         if self.reference.is_empty() {
             return Err(bad("no reference kernel".into()));
         }
-        for (backend, ks) in self.reference.iter().chain(self.seed.iter()) {
+        for backend in self.reference.keys() {
             if !matches!(backend.as_str(), "host" | "cuda") {
-                return Err(bad(format!("unknown backend {backend:?} (host or cuda)")));
+                return Err(bad(format!(
+                    "unknown reference backend {backend:?} (host or cuda)"
+                )));
             }
+        }
+        for backend in self.seed.keys() {
+            if !matches!(backend.as_str(), "host" | "cuda" | "triton") {
+                return Err(bad(format!(
+                    "unknown seed backend {backend:?} (host, cuda, or triton)"
+                )));
+            }
+        }
+        for ks in self.reference.values().chain(self.seed.values()) {
             for l in &ks.launches {
                 for a in &l.args {
                     if let crate::Arg::Buffer(n) = a
@@ -369,23 +378,34 @@ impl ProblemSpec {
         self.reference.keys().cloned().collect()
     }
 
-    /// The seed kernel for a backend as a submittable candidate.
+    /// The seed kernel for a backend (`host`, `cuda`) or for the `triton` language as a
+    /// submittable candidate.
     pub fn seed_candidate(&self, backend: &str) -> Option<crate::Candidate> {
-        let ks = self.seed.get(backend)?;
-        Some(crate::Candidate {
+        let mut c = self.kernel_candidate(self.seed.get(backend)?, backend);
+        c.note = Some("seed kernel".into());
+        Some(c)
+    }
+
+    /// The reference kernel for `backend` as a candidate (to compile or profile it like
+    /// one), if the problem has one.
+    pub fn reference_candidate(&self, backend: &str) -> Option<crate::Candidate> {
+        Some(self.kernel_candidate(self.reference.get(backend)?, backend))
+    }
+
+    fn kernel_candidate(&self, ks: &KernelSource, backend: &str) -> crate::Candidate {
+        crate::Candidate {
             problem: self.name.clone(),
-            language: if backend == "cuda" {
-                crate::Language::Cuda
-            } else {
-                crate::Language::C
+            language: match backend {
+                "triton" => crate::Language::Triton,
+                other => crate::Language::of_reference(other),
             },
             source: ks.source.clone(),
             launches: ks.launches.clone(),
             scratch: ks.scratch.clone(),
             flags: ks.flags.clone(),
             parent: None,
-            note: Some("seed kernel".into()),
-        })
+            note: None,
+        }
     }
 
     /// Looks up a tensor by name.

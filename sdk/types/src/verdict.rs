@@ -27,6 +27,10 @@ pub enum Verdict {
     Nondeterministic,
     /// The measured time is below the roofline floor: the work cannot have been done.
     ImplausibleTime,
+    /// Correct, but its time is at or below what the timer can resolve (its resolution or
+    /// the overhead it subtracts) even with repeated runs per sample: no time is reported,
+    /// and it never ranks.
+    UnmeasurableTime,
     /// Correct, timed, and plausible.
     Ok,
 }
@@ -44,6 +48,7 @@ impl Verdict {
             Verdict::InputTampered => "input_tampered",
             Verdict::Nondeterministic => "nondeterministic",
             Verdict::ImplausibleTime => "implausible_time",
+            Verdict::UnmeasurableTime => "unmeasurable_time",
             Verdict::Ok => "ok",
         }
     }
@@ -212,7 +217,7 @@ pub struct Evidence {
 }
 
 /// Timing statistics of the timed samples, in microseconds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TimingStats {
     /// Median sample.
     pub median_us: f64,
@@ -233,8 +238,14 @@ pub struct TimingStats {
     pub stop_reason: String,
     /// Wall time spent timing, milliseconds.
     pub wall_ms: f64,
-    /// Fresh input sets drawn while timing.
+    /// Fresh input sets drawn while timing: one per run of every timed sample, none of
+    /// them seen by the candidate before.
     pub fresh_inputs: u32,
+    /// Runs of the launch list per timed sample, each on its own fresh input set, between
+    /// one start and one stop of the timer (more than 1 only for kernels too short to time
+    /// one run at a time, on backends that can); the figures above are per run.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub reps: u32,
     /// Timed runs whose outputs were re-checked against the reference.
     pub rechecks: u32,
     /// Fixed per-sample overhead of the timer (measured with an empty run), already subtracted.
@@ -263,6 +274,101 @@ pub struct TimingStats {
     /// The timing was taken a second time because too many samples ran throttled.
     #[serde(default, skip_serializing_if = "is_false")]
     pub throttle_retried: bool,
+    /// GPU only: which figure of each sample the statistics above are of, how the samples
+    /// were measured (CUPTI kernel records or events only, and why), and the other figures
+    /// of the same samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timer: Option<TimerEvidence>,
+}
+
+/// How a GPU timing's samples were measured, and every figure of them.
+///
+/// Each sample has its event time (start to end event) and, when CUPTI's kernel records
+/// were read, the sum of the work's kernel durations and their span (first start to last
+/// end). `figure` is the one [`TimingStats`] is of; the summaries cover the same samples.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimerEvidence {
+    /// The figure the statistics are of.
+    pub figure: crate::TimingFigure,
+    /// The figure asked for (the problem's, else the daemon's); differs from `figure` when
+    /// kernel records could not be read.
+    pub asked: crate::TimingFigure,
+    /// `cupti` when kernel records were read, `events` otherwise.
+    pub source: String,
+    /// Why no kernel records were read (library missing, a profiler attached, turned off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+    /// The libcupti in use, and CUPTI's API version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub library: Option<String>,
+    /// Launches of the work in each sample.
+    pub launches: u32,
+    /// Event times.
+    pub events: FigureSummary,
+    /// Sums of the kernels' durations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_sum: Option<FigureSummary>,
+    /// First kernel start to last kernel end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_span: Option<FigureSummary>,
+    /// Samples whose kernel records could not be attributed: counted with their event
+    /// time (never shorter than their kernel time), and the first reason.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub records_missing: u32,
+    /// Why the first such sample had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records_missing_reason: Option<String>,
+}
+
+/// A few numbers about one figure over a timing's samples, µs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct FigureSummary {
+    /// Samples.
+    pub n: u32,
+    /// Median.
+    pub median_us: f64,
+    /// Mean.
+    pub mean_us: f64,
+    /// Fastest.
+    pub min_us: f64,
+    /// Coefficient of variation (sample stdev / mean).
+    pub cv: f64,
+}
+
+impl Default for TimingStats {
+    fn default() -> Self {
+        TimingStats {
+            median_us: 0.0,
+            mean_us: 0.0,
+            stdev_us: 0.0,
+            min_us: 0.0,
+            max_us: 0.0,
+            n: 0,
+            rse: 0.0,
+            stop_reason: String::new(),
+            wall_ms: 0.0,
+            fresh_inputs: 0,
+            reps: 1,
+            rechecks: 0,
+            overhead_us: 0.0,
+            ci_low_us: None,
+            ci_high_us: None,
+            warmup_ms: 0.0,
+            raced_out: false,
+            plain: false,
+            throttled_discarded: 0,
+            throttle_retried: false,
+            timer: None,
+        }
+    }
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -385,5 +491,7 @@ mod tests {
             "rse":0,"stop_reason":"converged","wall_ms":1,"fresh_inputs":0,"rechecks":1,"overhead_us":0}"#;
         let t: TimingStats = serde_json::from_str(old).expect("old record");
         assert!(!t.raced_out && !t.plain);
+        assert!(t.timer.is_none());
+        assert_eq!(t.reps, 1, "a record without reps ran one run per sample");
     }
 }

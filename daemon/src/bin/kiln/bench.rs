@@ -1,7 +1,9 @@
-//! `kiln bench throughput|latency|stability`: kiln's own benchmarks, run against a live
-//! kilnd on any backend; `kiln bench cluster` starts a cluster of its own on this machine
-//! (docs/benchmarks.md describes the method and each number).
+//! `kiln bench throughput|latency|stability|agreement`: kiln's own benchmarks, run against a
+//! live kilnd on any backend (agreement: cuda, with Nsight Compute on the host); `kiln bench
+//! cluster` starts a cluster of its own on this machine (docs/benchmarks.md describes the method
+//! and each number).
 
+mod agreement;
 mod cluster;
 mod common;
 mod latency;
@@ -23,6 +25,8 @@ pub enum BenchCmd {
     Latency(latency::LatencyArgs),
     /// One kernel evaluated N times among other candidates: CV of its medians, and a plain loop.
     Stability(stability::StabilityArgs),
+    /// kiln's median of each seed kernel against Nsight Compute's gpu__time_duration.
+    Agreement(agreement::AgreementArgs),
     /// Many kilnd nodes on this machine sharing one PostgreSQL: evaluations per minute,
     /// claim latency and the database's cost against the number of nodes.
     Cluster(cluster::ClusterArgs),
@@ -34,6 +38,7 @@ pub async fn run(client: &Client, out: Output, cmd: BenchCmd) -> Result<std::pro
         BenchCmd::Throughput(a) => throughput::run(client, out, a).await,
         BenchCmd::Latency(a) => latency::run(client, out, a).await,
         BenchCmd::Stability(a) => stability::run(client, out, a).await,
+        BenchCmd::Agreement(a) => agreement::run(client, out, a).await,
         BenchCmd::Cluster(a) => cluster::run(out, a).await,
     }
 }

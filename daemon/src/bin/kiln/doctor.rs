@@ -1,7 +1,9 @@
-//! `kiln doctor`: can this machine evaluate kernels? What kilnd has (backends, jail
-//! layers, GPUs, driver, clock policy and whether clock locking would be permitted), then
-//! one known kernel run end to end on each usable backend. A clear report, and a non-zero
-//! exit when something essential is missing or the known kernel does not come out `ok`.
+//! `kiln doctor`: can this machine evaluate kernels? What kilnd has (backends, Triton, jail
+//! layers, GPUs, driver, clock policy and whether clock locking would be permitted, where
+//! CUPTI is for kernel timing), then one known kernel run end to end on each usable
+//! backend, with how the GPU worker timed it (CUPTI kernel records, or events and why). A
+//! clear report, and a non-zero exit when something essential is missing or the known
+//! kernel does not come out `ok`.
 
 use anyhow::{Context, Result};
 use kiln_daemon::client::Client;
@@ -21,7 +23,8 @@ pub struct DoctorArgs {
     timeout: u64,
 }
 
-/// The known kernel per backend: a problem of the seed suite with a tiny seed kernel.
+/// The known kernel per backend: a problem of the seed suite with a tiny seed kernel. The
+/// Triton seed of the cuda problem runs too when kilnd found triton.
 const KNOWN: &[(&str, &str)] = &[("host", "vecadd-4096"), ("cuda", "vecadd-cuda-1m")];
 
 /// Submits the seed of `problem` for `backend` as a fresh candidate (a comment makes it
@@ -34,7 +37,12 @@ async fn known_kernel(client: &Client, backend: &str, problem: &str, timeout: u6
             .map(|d| d.as_nanos())
             .unwrap_or(0);
         let source = body["source"].as_str().unwrap_or("").to_string();
-        body["source"] = Value::String(format!("{source}\n// kiln doctor {stamp}\n"));
+        let comment = if body["language"] == "triton" {
+            "#"
+        } else {
+            "//"
+        };
+        body["source"] = Value::String(format!("{source}\n{comment} kiln doctor {stamp}\n"));
         body["note"] = Value::String("kiln doctor: known kernel".into());
         let (_, resp) = client.post("/v1/candidates", &body).await?;
         let id = resp["id"]
@@ -54,6 +62,7 @@ async fn known_kernel(client: &Client, backend: &str, problem: &str, timeout: u6
                 "ok": verdict == "ok", "verdict": verdict,
                 "message": if e.is_null() { record["job"]["error"].clone() } else { e["message"].clone() },
                 "median_us": e["timing"]["median_us"], "wall_s": secs,
+                "timer": e["timing"]["timer"],
             })
         }
         Err(e) => json!({
@@ -61,6 +70,29 @@ async fn known_kernel(client: &Client, backend: &str, problem: &str, timeout: u6
             "verdict": "not run", "message": format!("{e:#}"),
         }),
     }
+}
+
+/// How a GPU evaluation's samples were timed, in one line (`None` for the host backend).
+fn timer_line(t: &Value) -> Option<String> {
+    if t.is_null() {
+        return None;
+    }
+    let us = |k: &str| t[k]["median_us"].as_f64().map(|v| format!("{v:.2} us"));
+    Some(match t["source"].as_str() {
+        Some("cupti") => format!(
+            "timed by {} from CUPTI kernel records ({}): kernel span {}, kernel sum {}, events {}",
+            text(&t["figure"]),
+            text(&t["library"]),
+            us("kernel_span").unwrap_or_else(|| "-".into()),
+            us("kernel_sum").unwrap_or_else(|| "-".into()),
+            us("events").unwrap_or_else(|| "-".into()),
+        ),
+        _ => format!(
+            "timed by EVENTS (asked: {}), because {}",
+            text(&t["asked"]),
+            text(&t["fallback"])
+        ),
+    })
 }
 
 /// Asks kilnd what it has, runs the known kernels, and judges it.
@@ -81,9 +113,14 @@ pub async fn doctor(
         .cloned()
         .unwrap_or_default();
     let mut runs: Vec<Value> = Vec::new();
+    let mut known: Vec<&str> = usable.iter().map(String::as_str).collect();
+    if usable.iter().any(|b| b == "cuda") && info["triton"]["usable"].as_bool() == Some(true) {
+        known.push("triton");
+    }
     if !args.no_run {
-        for b in &usable {
-            let Some((_, problem)) = KNOWN.iter().find(|(k, _)| k == b) else {
+        for b in known {
+            let key = if b == "triton" { "cuda" } else { b };
+            let Some((_, problem)) = KNOWN.iter().find(|(k, _)| *k == key) else {
                 continue;
             };
             if client
@@ -118,6 +155,8 @@ pub async fn doctor(
             "clock_policy": info["clock_policy"],
             "clock_lock": info["clock_lock"],
             "baseline_libraries": info["baseline_libraries"],
+            "kernel_timer": info["kernel_timer"],
+            "triton": info["triton"],
             "known_kernels": runs,
             "cluster": cluster,
         }));
@@ -136,6 +175,20 @@ pub async fn doctor(
             };
             println!("  [{mark}] {:<5} {}", text(&b["name"]), text(&b["detail"]));
         }
+        let triton = &info["triton"];
+        println!(
+            "  [{}] triton {}",
+            if triton["usable"].as_bool() == Some(true) {
+                "ok  "
+            } else {
+                "--  "
+            },
+            if triton.is_null() {
+                "not reported by this kilnd".to_string()
+            } else {
+                text(&triton["detail"])
+            }
+        );
         println!("jail layers:");
         if layers.is_empty() {
             println!("  (none reported)");
@@ -189,6 +242,20 @@ pub async fn doctor(
         if !bl["torch_python"].is_null() {
             println!("  torch  {}", text(&bl["torch_python"]));
         }
+        let kt = &info["kernel_timer"];
+        if !kt.is_null() {
+            let mark = if kt["found"].as_bool() == Some(true) {
+                "ok"
+            } else {
+                "--"
+            };
+            println!(
+                "kernel timer (CUPTI, [gpu] cupti = {}):\n  [{mark}] {} {}",
+                text(&kt["setting"]),
+                kt["library"].as_str().unwrap_or("not found:"),
+                text(&kt["detail"])
+            );
+        }
         if !runs.is_empty() {
             println!("known kernels, end to end:");
         }
@@ -211,6 +278,9 @@ pub async fn doctor(
                 text(&r["verdict"]),
                 text(&r["message"])
             );
+            if let Some(line) = timer_line(&r["timer"]) {
+                println!("         {line}");
+            }
         }
         if cluster["clustered"] == true {
             let nodes = cluster["nodes"].as_array().cloned().unwrap_or_default();
@@ -234,7 +304,11 @@ pub async fn doctor(
             if let Some(p) = &paused {
                 println!("  [FAIL] this node does not claim: {p}");
             }
-            for c in cluster["queued_without_capacity"].as_array().into_iter().flatten() {
+            for c in cluster["queued_without_capacity"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
                 println!("  [warn] {} has queued jobs and no live lane", text(c));
             }
         }

@@ -106,6 +106,9 @@ pub fn print_record(r: &Value) {
     if !e["tier"].is_null() {
         println!("  tier      {}", text(&e["tier"]));
     }
+    if e["verdict"] == "unmeasurable_time" {
+        println!("  time      unmeasurable: too short for the timer (never ranked)");
+    }
     if let Some(t) = e["timing"].as_object() {
         let f = |k: &str| t.get(k).and_then(Value::as_f64).map_or("-".into(), fmt_us);
         println!(
@@ -124,6 +127,11 @@ pub fn print_record(r: &Value) {
             text(&t["fresh_inputs"]),
             text(&t["rechecks"])
         );
+        if let Some(reps) = t.get("reps").and_then(Value::as_u64).filter(|&r| r > 1) {
+            println!(
+                "            {reps} runs per sample, each on fresh inputs (times are per run)"
+            );
+        }
         if let (Some(lo), Some(hi)) = (
             t.get("ci_low_us").and_then(Value::as_f64),
             t.get("ci_high_us").and_then(Value::as_f64),
@@ -132,6 +140,20 @@ pub fn print_record(r: &Value) {
                 "            mean within {} … {} (95 %)",
                 fmt_us(lo),
                 fmt_us(hi)
+            );
+        }
+        if let Some(tm) = t.get("timer").filter(|v| v.is_object()) {
+            let med = |k: &str| tm[k]["median_us"].as_f64().map_or("-".into(), fmt_us);
+            let how = match tm["source"].as_str() {
+                Some("cupti") => "CUPTI kernel records".to_string(),
+                _ => format!("events only: {}", text(&tm["fallback"])),
+            };
+            println!(
+                "            timed by {} ({how}); kernel span {}  kernel sum {}  events {}",
+                text(&tm["figure"]),
+                med("kernel_span"),
+                med("kernel_sum"),
+                med("events")
             );
         }
         if raced_out {

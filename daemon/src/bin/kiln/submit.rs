@@ -23,7 +23,8 @@ pub struct SubmitArgs {
     /// Submit the problem's own seed kernel instead of a file (needs --problem).
     #[arg(long, requires = "problem", conflicts_with = "file")]
     seed: bool,
-    /// With --seed: the backend whose seed to submit (default: the first usable one).
+    /// With --seed: the backend (host, cuda) or language (triton) whose seed to submit
+    /// (default: the first usable backend with one).
     #[arg(long, requires = "seed")]
     backend: Option<String>,
     /// Wait for the evaluation and print it.

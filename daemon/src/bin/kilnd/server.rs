@@ -89,6 +89,7 @@ pub fn prepare(socket: PathBuf, state_dir: PathBuf, config: Config) -> Result<Pr
         backends: built.status.clone(),
         gpu,
         jail: built.jail.clone(),
+        triton: built.triton.clone(),
         socket: socket.display().to_string(),
         state_dir: state_dir.display().to_string(),
     };

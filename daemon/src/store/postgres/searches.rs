@@ -255,6 +255,23 @@ impl PgStore {
         Ok(())
     }
 
+    /// Lines of a search's log and the bytes of their messages.
+    pub async fn search_log_usage(&self, id: &str) -> Result<(u64, u64)> {
+        let row = self
+            .row(
+                "SELECT COUNT(*)::BIGINT AS n, COALESCE(SUM(octet_length(message)), 0)::BIGINT AS b
+                 FROM search_log WHERE search_id = $1",
+                &[&id],
+            )
+            .await?;
+        let Some(r) = row else {
+            return Ok((0, 0));
+        };
+        let rows: i64 = col(&r, "n")?;
+        let bytes: i64 = col(&r, "b")?;
+        Ok((rows.max(0) as u64, bytes.max(0) as u64))
+    }
+
     /// A search's log lines after `after`, at most `limit`.
     pub async fn get_search_log(&self, id: &str, after: i64, limit: u32) -> Result<Vec<LogLine>> {
         let rows = self

@@ -8,10 +8,12 @@
 //!   `C = A B` in strict fp32, TF32, or fp16 with fp32 accumulation.
 //! - [`cudnn`]: a handle bound to the worker's stream; a convolution (+ bias, ReLU, max
 //!   pooling) plan whose forward algorithm the caller picks after timing each one.
-//! - [`timing`]: [`Gpu::time_sample_with`](crate::Gpu::time_sample_with), one timed
-//!   sample of an arbitrary closure of library calls: the L2 flush, the blocking kernel,
-//!   events around the calls, a deadline-bounded wait and a context synchronize, exactly
-//!   as [`Gpu::time_sample`](crate::Gpu::time_sample) does for a launch list.
+//! - [`timing`]: what library calls need of the Gpu (its stream, a bound context, an
+//!   untimed run of a closure); their timed samples are
+//!   [`Gpu::time_sample_with`](crate::Gpu::time_sample_with): the L2 flush, the blocking
+//!   kernel, events (and kernel records) around the calls, a deadline-bounded wait and a
+//!   context synchronize, exactly as [`Gpu::time_sample`](crate::Gpu::time_sample) does
+//!   for a launch list.
 //!
 //! Every library error becomes [`GpuError::Driver`](crate::GpuError::Driver) with the
 //! library call and its status name; work that fails on the GPU is found by the wait with a

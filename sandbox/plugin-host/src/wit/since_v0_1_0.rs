@@ -10,7 +10,7 @@ use std::time::Duration;
 use kiln_types::PrecisionTier;
 
 use crate::bridge::BridgeError;
-use crate::limits::{MAX_CANDIDATE_BYTES, MAX_LOG_BYTES, MAX_WAIT, MAX_WAIT_IDS};
+use crate::limits::{MAX_CANDIDATE_BYTES, MAX_LOG_BYTES, MAX_PROMPT_BYTES, MAX_WAIT, MAX_WAIT_IDS};
 use crate::protocol::{self, codes};
 use crate::state::{HostTrap, PluginState};
 
@@ -56,6 +56,9 @@ fn verdict(v: kiln_types::Verdict) -> types::Verdict {
         V::InputTampered => W::InputTampered,
         V::Nondeterministic => W::Nondeterministic,
         V::ImplausibleTime => W::ImplausibleTime,
+        // ABI 0.1 has no `unmeasurable-time` (sdk/wit/PENDING_CHANGES.md): the nearest
+        // verdict that also carries no time to rank; `message` and `json` say which.
+        V::UnmeasurableTime => W::ImplausibleTime,
         V::Ok => W::Ok,
     }
 }
@@ -253,6 +256,13 @@ impl llm::Host for PluginState {
         options: llm::Options,
     ) -> HostResult<Result<llm::Reply, llm::LlmError>> {
         self.check_deadline()?;
+        // Refused here, before anything is sent: the call fails, the search goes on.
+        let prompt: usize = messages.iter().map(|m| m.content.len()).sum();
+        if prompt > MAX_PROMPT_BYTES {
+            return Ok(Err(llm::LlmError::Failed(format!(
+                "the prompt is {prompt} bytes, over kiln's limit of {MAX_PROMPT_BYTES} bytes"
+            ))));
+        }
         let request = protocol::ChatRequest {
             messages: messages
                 .into_iter()
@@ -337,7 +347,7 @@ impl host::Host for PluginState {
         match self.bridge.put_checkpoint(&state) {
             Ok(()) => Ok(Ok(())),
             Err(BridgeError::Refused { code, message, .. })
-                if code == codes::CHECKPOINT_TOO_LARGE =>
+                if code == codes::CHECKPOINT_TOO_LARGE || code == codes::PAYLOAD_TOO_LARGE =>
             {
                 Ok(Err(host::HostError::TooLarge(
                     message.trim().parse().unwrap_or(limit as u64),

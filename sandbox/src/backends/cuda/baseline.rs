@@ -2,12 +2,13 @@
 //! cuDNN timed on this GPU under the candidates' protocol.
 //!
 //! Inputs are drawn on the GPU from the plan's seed exactly as for a candidate (`Gpu::fill`
-//! with `derive_seed(seed, "baseline/SET/TENSOR")`), the reference runs once and its
+//! with `tensor_seed(seed, "baseline", SET, TENSOR)`), the reference runs once and its
 //! outputs are kept as the answer every library output is checked against. Then, each
 //! timed with the same stop rule as a candidate (the first run discarded, `warmup` runs,
-//! then L2-cold samples — flush, blocking kernel, events, wait with a deadline, context
-//! synchronize — with fresh inputs every `fresh_inputs_every` samples, until the rse target,
-//! `max_samples` or the wall cap):
+//! then L2-cold samples — flush, blocking kernel, events and kernel records, wait with a
+//! deadline, context synchronize — with fresh inputs for every sample, until the rse
+//! target, `max_samples` or the wall cap; the time is the same figure a candidate of the
+//! problem is ranked by, see `super::timer_log`):
 //!
 //! - `reference`: the problem's cuda reference kernel;
 //! - `cublas-fp32`, `cublas-tf32` (f32 matmul) or `cublas-fp16` (f16 matmul);
@@ -24,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use kiln_gpu::baseline::cublas::{Cublas, GemmMath};
 use kiln_gpu::baseline::cudnn::{self, ConvMath, ConvOp, ConvShape, Cudnn};
-use kiln_gpu::inputs::derive_seed;
 use kiln_gpu::launch::BufferArg;
 use kiln_gpu::timing::{SampleConfig, default_blocker_ns};
 use kiln_gpu::{DeviceBuffer, Gpu, GpuError};
@@ -32,8 +32,9 @@ use kiln_types::baseline::{BaselineOp, BaselineResult, BaselineStatus, precision
 use kiln_types::{Dtype, EvalPlan, ProblemSpec, Role, TimingPlan, TimingStats};
 
 use super::compile::module_from_artifact;
-use crate::contract::compare;
+use super::timer_log::TimerLog;
 use crate::contract::timing::{stats, stop_rule};
+use crate::contract::{compare, data};
 
 /// Launches a library call is budgeted for when sizing the blocking kernel.
 const LIBRARY_LAUNCHES: usize = 8;
@@ -72,6 +73,8 @@ struct Bench {
     tolerance: kiln_types::Tolerance,
     seed: u64,
     timing: TimingPlan,
+    /// The figure candidates of the problem are ranked by.
+    figure: kiln_types::TimingFigure,
     gpu: Gpu,
 }
 
@@ -83,6 +86,7 @@ pub fn run(job: Job) -> Result<Vec<BaselineResult>, String> {
         .reference
         .get("cuda")
         .ok_or_else(|| format!("problem {} has no cuda reference", problem.name))?;
+    super::context::start_kernel_tracer();
     let gpu = Gpu::open(0).map_err(|e| format!("cannot open the GPU: {e}"))?;
     let arch = gpu.facts().arch.clone();
     let mut tensors = Vec::new();
@@ -140,6 +144,7 @@ pub fn run(job: Job) -> Result<Vec<BaselineResult>, String> {
         tolerance: problem.tolerance,
         seed: job.plan.seed,
         timing: job.plan.timing.clone(),
+        figure: problem.timing_figure.unwrap_or(job.plan.timing.figure),
         gpu,
     };
     let infra = |what: &str, e: GpuError| format!("{what}: {e}");
@@ -155,7 +160,9 @@ pub fn run(job: Job) -> Result<Vec<BaselineResult>, String> {
 
     let mut results = Vec::new();
     let cfg = SampleConfig::contract(&plan, bench.timeout);
-    let reference = bench.time(cfg, &mut || bench_launches(&bench.gpu, &module, &plan));
+    let reference = bench.time(cfg, Some(plan.launches.len()), &mut || {
+        bench_launches(&bench.gpu, &module, &plan)
+    });
     results.push(match reference {
         Ok(t) => measured(
             "reference",
@@ -243,7 +250,7 @@ impl Bench {
     /// Draws input set `set` on the GPU, as the contract does for a candidate.
     fn fill(&self, set: u64) -> Result<(), GpuError> {
         for t in self.tensors.iter().filter(|t| t.role == Role::Input) {
-            let seed = derive_seed(self.seed, &format!("baseline/{set}/{}", t.name));
+            let seed = data::tensor_seed(self.seed, "baseline", set, &t.name);
             self.gpu.fill(&t.buf, t.dtype, t.elems, &t.init, seed)?;
         }
         self.gpu.synchronize()
@@ -293,12 +300,19 @@ impl Bench {
         Ok((rel, bad))
     }
 
-    /// The stop rule over L2-cold samples of `enqueue`, as for a candidate.
+    /// The stop rule over L2-cold samples of `enqueue` (`launches` launches when known), as
+    /// for a candidate.
     fn time(
         &self,
         cfg: SampleConfig,
+        launches: Option<usize>,
         enqueue: &mut dyn FnMut() -> Result<(), GpuError>,
     ) -> Result<TimingStats, GpuError> {
+        let mut log = TimerLog::new(
+            self.figure,
+            kiln_gpu::cupti::status(),
+            launches.unwrap_or(0),
+        );
         let tp = &self.timing;
         let mut set = 0u64;
         self.fill(set)?;
@@ -309,14 +323,12 @@ impl Bench {
         let mut fresh = 0u32;
         let started = Instant::now();
         let reason = loop {
-            let n = samples.len() as u32;
-            if n > 0 && tp.fresh_inputs_every > 0 && n.is_multiple_of(tp.fresh_inputs_every) {
-                set += 1;
-                self.fill(set)?;
-                fresh += 1;
-            }
-            let ms = self.gpu.time_sample_with(&cfg, enqueue)?;
-            samples.push(ms * 1e3);
+            // Fresh inputs for every sample, as for a candidate.
+            set += 1;
+            self.fill(set)?;
+            fresh += 1;
+            let t = self.gpu.time_sample_with(&cfg, launches, enqueue)?;
+            samples.push(log.record(&t));
             if let Some(r) = stop_rule(&samples, started.elapsed(), tp) {
                 break r;
             }
@@ -325,19 +337,22 @@ impl Bench {
         s.stop_reason = reason.to_string();
         s.wall_ms = started.elapsed().as_secs_f64() * 1e3;
         s.fresh_inputs = fresh;
+        s.timer = log.evidence(&[]);
         Ok(s)
     }
 
-    /// A few L2-cold samples; their median in ms (choosing among algorithms).
+    /// A few L2-cold samples; their median in µs (choosing among algorithms).
     fn quick(
         &self,
         cfg: SampleConfig,
         enqueue: &mut dyn FnMut() -> Result<(), GpuError>,
     ) -> Result<f64, GpuError> {
         self.gpu.run_with(self.timeout, enqueue)?;
+        let mut log = TimerLog::new(self.figure, kiln_gpu::cupti::status(), 0);
         let mut v = Vec::new();
         for _ in 0..PICK_SAMPLES {
-            v.push(self.gpu.time_sample_with(&cfg, enqueue)?);
+            let t = self.gpu.time_sample_with(&cfg, None, enqueue)?;
+            v.push(log.record(&t));
         }
         Ok(crate::contract::timing::median(&mut v))
     }
@@ -401,7 +416,7 @@ impl Bench {
                     );
                     return Ok(r);
                 }
-                r.timing = Some(self.time(self.library_cfg(), &mut go)?);
+                r.timing = Some(self.time(self.library_cfg(), None, &mut go)?);
                 r.detail = format!(
                     "{} (cuBLAS {version})",
                     match math {
@@ -508,10 +523,10 @@ impl Bench {
                         tried.push(format!("{an}: {bad} elements outside tolerance"));
                         continue;
                     }
-                    let ms = self.quick(self.library_cfg(), &mut go)?;
-                    tried.push(format!("{an}: {:.1} us", ms * 1e3));
-                    if best.is_none_or(|(b, ..)| ms < b) {
-                        best = Some((ms, algo, rel, bad));
+                    let us = self.quick(self.library_cfg(), &mut go)?;
+                    tried.push(format!("{an}: {us:.1} us"));
+                    if best.is_none_or(|(b, ..)| us < b) {
+                        best = Some((us, algo, rel, bad));
                     }
                 }
                 let Some((_, algo, rel, bad)) = best else {
@@ -527,7 +542,7 @@ impl Bench {
                 };
                 conv.use_algorithm(&dnn, &self.gpu, algo)?;
                 let mut go = || conv.enqueue(&dnn, &self.gpu, &tx.buf, &tw.buf, tb, &ty.buf);
-                let t = self.time(self.library_cfg(), &mut go)?;
+                let t = self.time(self.library_cfg(), None, &mut go)?;
                 let mut r = measured(
                     name,
                     "cudnn",

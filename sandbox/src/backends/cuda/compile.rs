@@ -37,16 +37,17 @@ pub fn compile(candidate: &Candidate, arch: &str) -> Result<Compiled, String> {
             };
             let message = match &e {
                 CompileError::Failed { .. } => "nvrtc: compilation failed (see the log)".into(),
+                CompileError::Nvrtc { code, .. } if code.contains("OUT_OF_MEMORY") => {
+                    format!(
+                        "nvrtc: {code}: {}",
+                        crate::backends::limits::address_space()
+                    )
+                }
                 other => other.to_string(),
             };
             Ok(Compiled {
                 artifact: None,
-                info: CompileInfo {
-                    duration_ms: started.elapsed().as_secs_f64() * 1e3,
-                    log,
-                    cached: false,
-                    kernels: Vec::new(),
-                },
+                info: crate::backends::compile_info(started, log),
                 message,
             })
         }

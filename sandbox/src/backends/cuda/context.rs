@@ -2,6 +2,9 @@
 //! context (with kiln's trusted kernels and the L2 flush buffer) and NVML. Each
 //! [`GpuContext::evaluate`] sets up a fresh [`super::target::GpuTarget`] on it. After a
 //! fault or a timeout the context is poisoned and the worker is replaced.
+//!
+//! The kernel tracer (CUPTI, `kiln_gpu::cupti`) is started before the context, as CUPTI
+//! asks, from the setting kilnd passes in `KILN_CUPTI` ([`start_kernel_tracer`]).
 
 use kiln_gpu::Gpu;
 use kiln_types::Evaluation;
@@ -19,8 +22,10 @@ pub struct GpuContext {
 }
 
 impl GpuContext {
-    /// Opens the worker's GPU (ordinal 0: inside the jail only its own GPU is visible).
+    /// Opens the worker's GPU (ordinal 0: inside the jail only its own GPU is visible),
+    /// after starting the kernel tracer.
     pub fn open() -> Result<GpuContext, String> {
+        start_kernel_tracer();
         let gpu = Gpu::open(0).map_err(|e| format!("cannot open the GPU: {e}"))?;
         let telemetry = Telemetry::new(&gpu.facts().uuid);
         Ok(GpuContext {
@@ -46,4 +51,11 @@ impl GpuContext {
         super::printf::reset();
         evaluate_on(&self.gpu, &mut self.telemetry, job)
     }
+}
+
+/// Starts the process's kernel tracer from `KILN_CUPTI` (`auto` when unset); once per
+/// process, before any CUDA context. Never fails: without CUPTI, timing uses events and
+/// the evidence says why.
+pub fn start_kernel_tracer() -> &'static kiln_gpu::cupti::TimerStatus {
+    kiln_gpu::cupti::start(&kiln_gpu::cupti::CuptiSetting::from_env())
 }

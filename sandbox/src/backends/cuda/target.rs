@@ -31,6 +31,7 @@ use kiln_types::{
 
 use super::compile::module_from_artifact;
 use super::telemetry::Telemetry;
+use super::timer_log::TimerLog;
 use crate::contract::{CheckError, InputVariant, RunFailure, Session, Target, Unwritten};
 use crate::contract::{compare, data};
 
@@ -47,10 +48,21 @@ pub struct Job<'a> {
     pub plan: &'a EvalPlan,
     /// The reference's CUBIN/PTX.
     pub reference_artifact: &'a [u8],
-    /// The candidate's CUBIN/PTX.
-    pub candidate_artifact: &'a [u8],
+    /// The candidate's compiled code.
+    pub candidate_code: Code<'a>,
     /// Bytes device `printf` may print in the whole evaluation before it is a fault.
     pub output_limit_bytes: u64,
+}
+
+/// A candidate's compiled code as the GPU target loads it.
+#[derive(Clone, Copy)]
+pub enum Code<'a> {
+    /// A CUDA C candidate's artifact: one CUBIN (or PTX) image whose kernels the plan names
+    /// by their symbols.
+    Artifact(&'a [u8]),
+    /// Several images, each with the kernels taken from it as (name in the plan, symbol):
+    /// a lowered Triton candidate (`backends::triton::lower`).
+    Parts(&'a [(kiln_gpu::CompiledModule, Vec<(String, String)>)]),
 }
 
 /// One of the problem's tensors on the GPU.
@@ -97,6 +109,8 @@ pub struct GpuTarget<'g> {
     hash_key: u64,
     current: Option<u64>,
     next_id: u64,
+    /// Each timed sample's figures, and which one is the time.
+    timer: TimerLog,
     telemetry: &'g mut Telemetry,
     gpu: &'g Gpu,
 }
@@ -213,10 +227,17 @@ pub(super) fn evaluate_on(
         .map_err(|e| format!("the reference's launch plan: {e}"))?;
     let cand_names = names(&job.candidate.launches);
     let cand_refs: Vec<&str> = cand_names.iter().map(String::as_str).collect();
-    let candidate = match gpu.load_module(
-        &module_from_artifact(job.candidate_artifact, &arch),
-        &cand_refs,
-    ) {
+    let loaded = match job.candidate_code {
+        Code::Artifact(bytes) => gpu.load_module(&module_from_artifact(bytes, &arch), &cand_refs),
+        Code::Parts(parts) => {
+            let parts: Vec<kiln_gpu::ImagePart> = parts
+                .iter()
+                .map(|(module, kernels)| kiln_gpu::ImagePart { module, kernels })
+                .collect();
+            gpu.load_parts(&parts)
+        }
+    };
+    let candidate = match loaded {
         Ok(m) => m,
         Err(e) => {
             let mut ev = early(
@@ -237,6 +258,12 @@ pub(super) fn evaluate_on(
         "uuid": gpu.facts().uuid,
         "arch": arch,
     });
+    let asked = problem.timing_figure.unwrap_or(job.plan.timing.figure);
+    let timer = TimerLog::new(
+        asked,
+        kiln_gpu::cupti::status(),
+        cand_launches.launches.len(),
+    );
     let target = GpuTarget {
         ref_launches,
         cand_launches,
@@ -252,6 +279,7 @@ pub(super) fn evaluate_on(
         hash_key: derive_seed(job.plan.seed, "kiln/input-hash"),
         current: None,
         next_id: 0,
+        timer,
         telemetry,
         gpu,
     };
@@ -502,6 +530,12 @@ impl GpuTarget<'_> {
     }
 }
 
+/// Resolution of `cuEventElapsedTime` ("around 0.5 microseconds", CUDA driver API
+/// reference): a median of the events figure at or below it is not a time.
+const EVENT_RESOLUTION_US: f64 = 0.5;
+/// Resolution of CUPTI's kernel-record timestamps (nanoseconds), for the kernel figures.
+const KERNEL_RECORD_RESOLUTION_US: f64 = 0.001;
+
 /// Elements downloaded around a first mismatch or hole, to list them by value.
 const WINDOW: u64 = 4096;
 
@@ -529,7 +563,7 @@ impl Target for GpuTarget<'_> {
             .filter(|(_, t)| t.role == Role::Input)
             .map(|(i, t)| {
                 let init = variant.init(&t.spec);
-                let s = derive_seed(seed, &format!("{purpose}/{index}/{}", t.name));
+                let s = data::tensor_seed(seed, purpose, index, &t.name);
                 (i, init, s)
             })
             .collect();
@@ -678,17 +712,25 @@ impl Target for GpuTarget<'_> {
         Ok(0.0)
     }
 
-    fn sample(&mut self, inputs: &GpuInputs) -> Result<f64, RunFailure> {
+    fn sample(&mut self, sets: &[GpuInputs]) -> Result<f64, RunFailure> {
+        // One run per sample (`reps_max` is 1): a launch list takes microseconds, well
+        // above the resolution of events and of kernel records.
+        let [inputs] = sets else {
+            return Err(RunFailure::Fault(format!(
+                "internal: a GPU sample runs on one input set, not {}",
+                sets.len()
+            )));
+        };
         self.protect_kept().map_err(|e| self.fail(e))?;
         self.ensure(inputs).map_err(|e| self.fail(e))?;
         self.prepare_candidate().map_err(|e| self.fail(e))?;
         let cfg = SampleConfig::contract(&self.cand_launches, self.run_timeout);
-        let ms = self
+        let times = self
             .gpu
             .time_sample(&self.candidate, &self.cand_launches, &cfg)
             .map_err(|e| self.fail(e))?;
         self.check_printed()?;
-        Ok(ms * 1e3)
+        Ok(self.timer.record(&times))
     }
 
     fn plain_sample(&mut self, inputs: &GpuInputs) -> Result<f64, RunFailure> {
@@ -721,7 +763,14 @@ impl Target for GpuTarget<'_> {
     }
 
     fn overhead(&mut self) -> Result<f64, RunFailure> {
-        Ok(0.0) // events time the GPU itself
+        Ok(0.0) // events and kernel records time the GPU itself
+    }
+
+    fn resolution_us(&self) -> f64 {
+        match self.timer.figure() {
+            kiln_types::TimingFigure::Events => EVENT_RESOLUTION_US,
+            _ => KERNEL_RECORD_RESOLUTION_US,
+        }
     }
 
     fn outputs_every_sample(&self) -> bool {
@@ -733,7 +782,12 @@ impl Target for GpuTarget<'_> {
     }
 
     fn timing_started(&mut self) {
+        self.timer.reset();
         self.telemetry.start();
+    }
+
+    fn timer_evidence(&self, excluded: &[usize]) -> Option<kiln_types::TimerEvidence> {
+        self.timer.evidence(excluded)
     }
 
     fn timing_finished(&mut self, windows: &[(Instant, Instant)]) -> Option<serde_json::Value> {

@@ -105,12 +105,7 @@ pub fn compile(candidate: &Candidate, cc: &Path, timeout: Duration) -> Compiled 
     let started = Instant::now();
     let fail = |message: String, log: String, started: Instant| Compiled {
         artifact: None,
-        info: CompileInfo {
-            duration_ms: started.elapsed().as_secs_f64() * 1e3,
-            log,
-            cached: false,
-            kernels: Vec::new(),
-        },
+        info: crate::backends::compile_info(started, log),
         message,
     };
     if let Err(e) = flags::check_all(&candidate.flags) {
@@ -174,31 +169,18 @@ pub fn compile(candidate: &Candidate, cc: &Path, timeout: Duration) -> Compiled 
                 .unwrap_or("")
                 .trim()
                 .to_string();
-            let limit_hint = if libc::WIFSIGNALED(s) || log.contains("out of memory") {
-                " (a compile limit was exceeded: memory, file size or CPU)"
-            } else {
-                ""
+            let message = match crate::backends::limits::compiler_limit(Some(s), &log) {
+                Some(limit) => format!("compiler {}: {limit}", sys::describe_status(s)),
+                None => format!("compiler {}: {first_error}", sys::describe_status(s)),
             };
-            return fail(
-                format!(
-                    "compiler {}{limit_hint}: {first_error}",
-                    sys::describe_status(s)
-                ),
-                log,
-                started,
-            );
+            return fail(message, log, started);
         }
         None => return fail("compiler status lost".into(), log, started),
     }
     match fs::read(&out) {
         Ok(bytes) => Compiled {
             artifact: Some(bytes),
-            info: CompileInfo {
-                duration_ms: started.elapsed().as_secs_f64() * 1e3,
-                log,
-                cached: false,
-                kernels: Vec::new(),
-            },
+            info: crate::backends::compile_info(started, log),
             message: String::new(),
         },
         Err(e) => fail(format!("compiler produced no artifact: {e}"), log, started),

@@ -5,6 +5,10 @@
 //! The reference and the candidate run in two separate runners with separate memfds: the
 //! reference's outputs are copied into this (trusted) process, compared after the
 //! candidate has been stopped, and poisoned again in the reference's buffers afterwards.
+//!
+//! The candidate's layout has as many slots as fit in [`REP_SLOT_BYTES`] (at most
+//! `layout::MAX_SLOTS`), so a kernel too short to time one run at a time can run several
+//! times within one timed sample, each run on its own fresh inputs in its own slot.
 
 use std::path::Path;
 use std::time::Duration;
@@ -18,8 +22,12 @@ use crate::contract::data;
 use crate::contract::{CheckError, InputVariant, Outputs, RunFailure, Session, Target, Unwritten};
 use crate::protocol::RunLimits;
 
-/// One drawn input set: (tensor name, bytes, blake3 of the bytes).
-pub type Inputs = Vec<(String, Vec<u8>, blake3::Hash)>;
+/// One drawn input set: (tensor name, bytes).
+pub type Inputs = Vec<(String, Vec<u8>)>;
+
+/// Memory for the candidate's extra slots (copies of every buffer, for repeated runs
+/// within one timed sample), bytes.
+pub const REP_SLOT_BYTES: u64 = 16 << 20;
 
 /// What the worker hands to [`evaluate`].
 pub struct Job<'a> {
@@ -51,6 +59,8 @@ pub struct HostTarget<'a> {
     pub candidate: Runner,
     /// Per-run wall limit.
     pub run_timeout: Duration,
+    /// The candidate's slot that `tampered` and `keep` look at (see `select_rep`).
+    rep: usize,
 }
 
 /// Runs the whole contract. `Err` is an infrastructure failure (broken reference, no
@@ -66,7 +76,7 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
     let ref_calls =
         layout::resolve(&ref_ks.launches, &ref_layout).map_err(|e| format!("reference: {e}"))?;
     let cand_layout = match Layout::new(&problem.tensors, &job.candidate.scratch) {
-        Ok(l) => l,
+        Ok(l) => l.with_slots_within(REP_SLOT_BYTES),
         Err(e) => return Ok(early(Verdict::InvalidLaunch, e)),
     };
     let cand_calls = match layout::resolve(&job.candidate.launches, &cand_layout) {
@@ -111,6 +121,7 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
         reference,
         candidate,
         run_timeout,
+        rep: 0,
     };
     let mut session = Session::new(problem, job.plan, target);
     match ready {
@@ -161,28 +172,28 @@ impl HostTarget<'_> {
         }
     }
 
-    /// Writes inputs, poisons outputs and zeroes scratch of a runner.
-    fn prepare(runner: &mut Runner, inputs: &Inputs) {
-        for (name, bytes, _) in inputs {
-            runner.bytes_mut(name).copy_from_slice(bytes);
+    /// Writes inputs, poisons outputs and zeroes scratch of a runner's `slot`.
+    fn prepare(runner: &mut Runner, slot: usize, inputs: &Inputs) {
+        for (name, bytes) in inputs {
+            runner.bytes_in_mut(slot, name).copy_from_slice(bytes);
         }
         let buffers = runner.layout.buffers.clone();
         for b in buffers {
             match b.kind {
-                Kind::Output => data::poison(runner.bytes_mut(&b.name), b.dtype),
-                Kind::Scratch => runner.bytes_mut(&b.name).fill(0),
+                Kind::Output => data::poison(runner.bytes_in_mut(slot, &b.name), b.dtype),
+                Kind::Scratch => runner.bytes_in_mut(slot, &b.name).fill(0),
                 Kind::Input => {}
             }
         }
     }
 
-    fn read_outputs(runner: &Runner) -> Outputs {
+    fn read_outputs(runner: &Runner, slot: usize) -> Outputs {
         runner
             .layout
             .buffers
             .iter()
             .filter(|b| b.kind == Kind::Output)
-            .map(|b| (b.name.clone(), runner.bytes(&b.name).to_vec()))
+            .map(|b| (b.name.clone(), runner.bytes_in(slot, &b.name).to_vec()))
             .collect()
     }
 
@@ -193,7 +204,7 @@ impl HostTarget<'_> {
     /// Runs the reference on `inputs`, copies its outputs into this process and poisons
     /// them again in the reference's runner.
     fn reference_outputs(&mut self, inputs: &Inputs) -> Result<Outputs, String> {
-        Self::prepare(&mut self.reference, inputs);
+        Self::prepare(&mut self.reference, 0, inputs);
 
         let end = self
             .reference
@@ -201,7 +212,7 @@ impl HostTarget<'_> {
         if !matches!(end, RunEnd::Done(_)) {
             return Err(format!("did not finish: {end:?}"));
         }
-        let out = Self::read_outputs(&self.reference);
+        let out = Self::read_outputs(&self.reference, 0);
         // Check before scrubbing: the contract refuses a reference that left holes.
         let holes: Vec<String> = out
             .iter()
@@ -222,8 +233,21 @@ impl HostTarget<'_> {
     }
 
     fn go(&mut self, inputs: &Inputs) -> Result<f64, RunFailure> {
-        Self::prepare(&mut self.candidate, inputs);
-        match self.candidate.run(b'G', self.run_timeout) {
+        self.rep = 0;
+        Self::prepare(&mut self.candidate, 0, inputs);
+        self.timed(b'G', 1)
+    }
+
+    /// Runs `cmd` (`G`: slot 0; `T`: slots `0..n`) and takes its time, µs. The run timeout
+    /// applies to each run.
+    fn timed(&mut self, cmd: u8, n: usize) -> Result<f64, RunFailure> {
+        let end = if cmd == b'T' {
+            let limit = self.run_timeout.saturating_mul(n.max(1) as u32);
+            self.candidate.run_slots(n, limit)
+        } else {
+            self.candidate.run(cmd, self.run_timeout)
+        };
+        match end {
             RunEnd::Done(d) => Ok(d.as_secs_f64() * 1e6),
             end => Err(self.failure(end)),
         }
@@ -248,23 +272,22 @@ impl Target for HostTarget<'_> {
         index: u64,
         variant: InputVariant,
     ) -> Result<Inputs, String> {
-        let mut rng = data::rng_for(seed, purpose, index);
-        Ok(self
-            .problem
+        self.problem
             .tensors
             .iter()
             .filter(|t| t.role == Role::Input)
             .map(|t| {
                 let mut bytes = vec![0u8; t.bytes() as usize];
-                data::fill(&mut bytes, t.dtype, variant.init(t), &mut rng);
-                let hash = blake3::hash(&bytes);
-                (t.name.clone(), bytes, hash)
+                let s = data::tensor_seed(seed, purpose, index, &t.name);
+                data::fill(&mut bytes, t.dtype, variant.init(t), s)
+                    .map_err(|e| format!("input {}: {e}", t.name))?;
+                Ok((t.name.clone(), bytes))
             })
-            .collect())
+            .collect()
     }
 
     fn keep(&mut self, _slot: usize) -> Result<(Outputs, Vec<Unwritten>), RunFailure> {
-        let out = Self::read_outputs(&self.candidate);
+        let out = Self::read_outputs(&self.candidate, self.rep);
         let unwritten = out
             .iter()
             .filter_map(|(name, bytes)| {
@@ -316,24 +339,56 @@ impl Target for HostTarget<'_> {
         self.go(inputs)
     }
 
-    fn sample(&mut self, inputs: &Inputs) -> Result<f64, RunFailure> {
-        self.go(inputs)
+    fn sample(&mut self, sets: &[Inputs]) -> Result<f64, RunFailure> {
+        if sets.len() <= 1 {
+            return match sets.first() {
+                Some(inputs) => self.go(inputs),
+                None => Err(RunFailure::Fault(
+                    "internal: a sample with no inputs".into(),
+                )),
+            };
+        }
+        if sets.len() > self.reps_max() {
+            return Err(RunFailure::Fault(format!(
+                "internal: {} runs in one sample, the runner has {} slots",
+                sets.len(),
+                self.reps_max()
+            )));
+        }
+        for (slot, inputs) in sets.iter().enumerate() {
+            Self::prepare(&mut self.candidate, slot, inputs);
+        }
+        self.rep = 0;
+        self.timed(b'T', sets.len())
+    }
+
+    fn reps_max(&self) -> usize {
+        self.candidate.layout.slots as usize
+    }
+
+    fn select_rep(&mut self, rep: usize) {
+        self.rep = rep.min(self.reps_max().saturating_sub(1));
+    }
+
+    fn resolution_us(&self) -> f64 {
+        crate::jail::sys::monotonic_resolution()
+            .map_or(1e-3, |d| d.as_secs_f64() * 1e6)
+            .max(1e-3)
     }
 
     /// The host timing has no cache flush to leave out: a plain sample is the same timed
     /// round trip, without rewriting the (current) inputs or poisoning the outputs first.
     fn plain_sample(&mut self, _inputs: &Inputs) -> Result<f64, RunFailure> {
-        match self.candidate.run(b'G', self.run_timeout) {
-            RunEnd::Done(d) => Ok(d.as_secs_f64() * 1e6),
-            end => Err(self.failure(end)),
-        }
+        self.rep = 0;
+        self.timed(b'G', 1)
     }
 
+    /// Compared with the drawn bytes themselves (cheaper than hashing both).
     fn tampered(&mut self, inputs: &Inputs) -> Result<Vec<String>, RunFailure> {
         Ok(inputs
             .iter()
-            .filter(|(name, _, hash)| blake3::hash(self.candidate.bytes(name)) != *hash)
-            .map(|(name, _, _)| name.clone())
+            .filter(|(name, bytes)| self.candidate.bytes_in(self.rep, name) != bytes.as_slice())
+            .map(|(name, _)| name.clone())
             .collect())
     }
 

@@ -5,6 +5,12 @@
 //! makes inaccessible before loading candidate code, so writing past the end of a buffer
 //! faults instead of silently landing in the next one.
 //!
+//! A candidate's layout may hold several **slots**: complete copies of every buffer, slot
+//! `j` at `j × slot_bytes`, so that one timed sample can run the launch list on several
+//! fresh input sets (each run with its own inputs, outputs and scratch) between one start
+//! and one stop of the timer. Calls are resolved against slot 0; the runner rebases their
+//! pointers for the other slots.
+//!
 //! # Calling convention (host backend)
 //!
 //! Each launch calls a C function returning `void`. Arguments are of two classes:
@@ -74,11 +80,19 @@ impl Buffer {
 /// All buffers of one runner.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Layout {
-    /// Buffers in declaration order: the problem's tensors, then scratch.
+    /// Buffers of slot 0 in declaration order: the problem's tensors, then scratch.
     pub buffers: Vec<Buffer>,
+    /// Bytes of one slot: every buffer with its guard page.
+    pub slot_bytes: u64,
+    /// Copies of every buffer (at least 1).
+    pub slots: u32,
     /// Total bytes of the memfd.
     pub total: u64,
 }
+
+/// Most slots a layout gets ([`Layout::with_slots_within`]); the runner's `T` command
+/// counts them in one byte.
+pub const MAX_SLOTS: u32 = 255;
 
 /// Dtypes the host backend can generate, poison and compare.
 pub fn dtype_supported(d: Dtype) -> bool {
@@ -137,22 +151,46 @@ impl Layout {
         }
         Ok(Layout {
             buffers,
+            slot_bytes: offset,
+            slots: 1,
             total: offset,
         })
     }
 
-    /// A buffer by name.
+    /// The same layout with as many slots as fit in `budget` bytes of slots beyond the
+    /// first, at most [`MAX_SLOTS`] (so small problems can repeat runs within a sample and
+    /// large ones, whose runs are long anyway, cost no memory).
+    pub fn with_slots_within(mut self, budget: u64) -> Layout {
+        let extra = budget / self.slot_bytes.max(1);
+        self.slots = extra.saturating_add(1).min(u64::from(MAX_SLOTS)) as u32;
+        self.total = self.slot_bytes * u64::from(self.slots);
+        self
+    }
+
+    /// A buffer by name (slot 0).
     pub fn get(&self, name: &str) -> Option<&Buffer> {
         self.buffers.iter().find(|b| b.name == name)
     }
 
-    /// Byte ranges of the guard pages (one after each buffer).
+    /// Byte range of buffer `name` in `slot`, if both exist.
+    pub fn range_in(&self, slot: usize, name: &str) -> Option<std::ops::Range<usize>> {
+        if slot >= self.slots as usize {
+            return None;
+        }
+        let shift = slot * self.slot_bytes as usize;
+        self.get(name)
+            .map(|b| b.range())
+            .map(|r| r.start + shift..r.end + shift)
+    }
+
+    /// Byte ranges of the guard pages (one after each buffer, in every slot).
     pub fn guards(&self) -> Vec<std::ops::Range<usize>> {
-        self.buffers
-            .iter()
-            .map(|b| {
-                let end = b.offset + round_up(b.bytes().max(1));
-                end as usize..(end + PAGE) as usize
+        (0..u64::from(self.slots))
+            .flat_map(|slot| {
+                self.buffers.iter().map(move |b| {
+                    let end = slot * self.slot_bytes + b.offset + round_up(b.bytes().max(1));
+                    end as usize..(end + PAGE) as usize
+                })
             })
             .collect()
     }
@@ -252,5 +290,39 @@ mod tests {
         let mut bad = launch;
         bad.args[0] = Arg::Buffer("nope".into());
         assert!(resolve(&[bad], &l).expect_err("unknown").contains("nope"));
+    }
+
+    #[test]
+    fn slots_copy_every_buffer_with_its_guards() {
+        let t: Vec<TensorSpec> = serde_json::from_str(
+            r#"[{"name":"x","dtype":"f32","shape":[10],"role":"input"},
+                {"name":"y","dtype":"f32","shape":[1025],"role":"output"}]"#,
+        )
+        .expect("tensors");
+        let one = Layout::new(&t, &[]).expect("layout");
+        let slot = one.slot_bytes;
+        assert_eq!((one.slots, one.total), (1, slot));
+        // Room for two more slots.
+        let three = one.clone().with_slots_within(2 * slot + slot / 2);
+        assert_eq!((three.slots, three.total), (3, 3 * slot));
+        assert_eq!(three.range_in(0, "y"), one.get("y").map(|b| b.range()));
+        let y2 = three.range_in(2, "y").expect("slot 2");
+        assert_eq!(y2.start, (2 * slot + 2 * PAGE) as usize);
+        assert_eq!(three.range_in(3, "y"), None);
+        assert_eq!(three.guards().len(), 6);
+        assert_eq!(three.guards()[5].start, y2.start + 2 * PAGE as usize);
+        // Every guard page lies inside the memfd and outside every buffer.
+        for g in three.guards() {
+            assert!(g.end <= three.total as usize);
+            for s in 0..3 {
+                for n in ["x", "y"] {
+                    let r = three.range_in(s, n).expect("range");
+                    assert!(g.end <= r.start || g.start >= r.end);
+                }
+            }
+        }
+        // No budget, one slot; a huge budget, the cap.
+        assert_eq!(one.clone().with_slots_within(0).slots, 1);
+        assert_eq!(one.with_slots_within(u64::MAX).slots, MAX_SLOTS);
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! 0 /dev/null   1, 2 capture pipe (capped by the worker)
-//! 3 go   (worker -> runner): one setup frame, then command bytes G (run), E (empty), Q (quit)
+//! 3 go   (worker -> runner): one setup frame, then commands: G (run slot 0), T n (run
+//!        slots 0..n in order, n one byte), E (empty), Q (quit)
 //! 4 done (runner -> worker): one ready frame, then a D per command
 //! 5 fault (runner -> worker): "sys N" from the SIGSYS handler
 //! 6 memfd with all buffers (tensors and scratch), mapped shared
@@ -40,8 +41,12 @@ pub struct Setup {
     pub map_len: u64,
     /// Byte ranges (page aligned) to make inaccessible.
     pub guards: Vec<(u64, u64)>,
-    /// The calls of one run, in order.
+    /// The calls of one run, in order, against slot 0.
     pub calls: Vec<Call>,
+    /// Slots: copies of every buffer, slot `j` at `j × slot_bytes` (see `layout`).
+    pub slots: u32,
+    /// Bytes of one slot.
+    pub slot_bytes: u64,
     /// RLIMIT_AS, bytes.
     pub as_bytes: u64,
     /// RLIMIT_CPU, seconds.
@@ -131,7 +136,7 @@ fn write_ready(r: &Ready) -> std::io::Result<()> {
 }
 
 /// Everything up to the strict seccomp stage.
-fn load(setup: &Setup) -> Result<(Vec<Prepared>, Ready), String> {
+fn load(setup: &Setup) -> Result<(Vec<Vec<Prepared>>, Ready), String> {
     for (res, name, v) in [
         (libc::RLIMIT_AS, "RLIMIT_AS", setup.as_bytes),
         (libc::RLIMIT_CPU, "RLIMIT_CPU", setup.cpu_s),
@@ -201,8 +206,43 @@ fn load(setup: &Setup) -> Result<(Vec<Prepared>, Ready), String> {
         }
         calls.push(p);
     }
+    // The same calls for every slot, their pointers moved into the slot (a runner with
+    // missing symbols is never asked to run).
+    let n = if ready.missing.is_empty() {
+        setup.slots.max(1)
+    } else {
+        1
+    };
+    let mut slots = Vec::with_capacity(n as usize);
+    for slot in 0..u64::from(n) {
+        let shift = slot * setup.slot_bytes;
+        let rebased: Vec<Prepared> = calls
+            .iter()
+            .zip(&setup.calls)
+            .map(|(p, call)| {
+                let mut q = Prepared {
+                    entry: p.entry,
+                    ints: p.ints,
+                    floats: p.floats,
+                };
+                let mut ni = 0;
+                for a in &call.args {
+                    match a {
+                        CallArg::Ptr(_) => {
+                            q.ints[ni] = q.ints[ni].wrapping_add(shift);
+                            ni += 1;
+                        }
+                        CallArg::Int(_) => ni += 1,
+                        CallArg::Float(_) => {}
+                    }
+                }
+                q
+            })
+            .collect();
+        slots.push(rebased);
+    }
     seccomp::apply(Stage::Runner).map_err(|e| format!("runner seccomp: {e}"))?;
-    Ok((calls, ready))
+    Ok((slots, ready))
 }
 
 fn dlerror() -> String {
@@ -217,7 +257,23 @@ fn dlerror() -> String {
         .into_owned()
 }
 
-fn command_loop(calls: &[Prepared]) -> i32 {
+/// Runs one slot's calls, in order.
+fn run_calls(calls: &[Prepared]) {
+    for c in calls {
+        let (i, f) = (&c.ints, &c.floats);
+        // SAFETY: this is where candidate code runs; see `load` for the calling
+        // convention. Whatever it does is contained by seccomp, rlimits and the
+        // worker's checks; memory safety of this process is not relied on.
+        unsafe {
+            (c.entry)(
+                i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], i[9], i[10], i[11], i[12],
+                i[13], i[14], i[15], f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7],
+            )
+        };
+    }
+}
+
+fn command_loop(slots: &[Vec<Prepared>]) -> i32 {
     let mut cmd = [0u8; 1];
     loop {
         match sys::read(fds::GO, &mut cmd) {
@@ -225,19 +281,15 @@ fn command_loop(calls: &[Prepared]) -> i32 {
             _ => return 0,
         }
         match cmd[0] {
-            b'G' => {
-                for c in calls {
-                    let (i, f) = (&c.ints, &c.floats);
-                    // SAFETY: this is where candidate code runs; see `load` for the calling
-                    // convention. Whatever it does is contained by seccomp, rlimits and the
-                    // worker's checks; memory safety of this process is not relied on.
-                    unsafe {
-                        (c.entry)(
-                            i[0], i[1], i[2], i[3], i[4], i[5], i[6], i[7], i[8], i[9], i[10],
-                            i[11], i[12], i[13], i[14], i[15], f[0], f[1], f[2], f[3], f[4], f[5],
-                            f[6], f[7],
-                        )
-                    };
+            b'G' => run_calls(&slots[0]),
+            b'T' => {
+                let mut n = [0u8; 1];
+                match sys::read(fds::GO, &mut n) {
+                    Ok(1) => {}
+                    _ => return 0,
+                }
+                for calls in slots.iter().take(usize::from(n[0])) {
+                    run_calls(calls);
                 }
             }
             b'E' => {}

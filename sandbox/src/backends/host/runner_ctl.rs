@@ -166,6 +166,8 @@ impl Runner {
                 .map(|r| (r.start as u64, r.end as u64))
                 .collect(),
             calls,
+            slots: runner.layout.slots,
+            slot_bytes: runner.layout.slot_bytes,
             as_bytes: cfg.as_bytes.saturating_add(runner.layout.total),
             cpu_s: cfg.cpu_s,
         };
@@ -270,9 +272,20 @@ impl Runner {
         }
     }
 
-    /// Runs one command: `b'G'` (the launch list) or `b'E'` (empty, for the timer's
-    /// overhead). The runner is stopped again before this returns.
+    /// Runs one command: `b'G'` (the launch list on slot 0) or `b'E'` (empty, for the
+    /// timer's overhead). The runner is stopped again before this returns.
     pub fn run(&mut self, cmd: u8, timeout: Duration) -> RunEnd {
+        self.command(&[cmd], timeout)
+    }
+
+    /// Runs the launch list on slots `0..n`, in order, as one command (one timed sample of
+    /// `n` runs); `n` is at most the layout's slots.
+    pub fn run_slots(&mut self, n: usize, timeout: Duration) -> RunEnd {
+        let n = n.clamp(1, self.layout.slots as usize).min(255);
+        self.command(&[b'T', n as u8], timeout)
+    }
+
+    fn command(&mut self, cmd: &[u8], timeout: Duration) -> RunEnd {
         if !self.alive {
             return RunEnd::Died("runner already gone".into());
         }
@@ -284,7 +297,7 @@ impl Runner {
         let mut stale = [0u8; 256];
         while matches!(sys::read(self.done.as_raw_fd(), &mut stale), Ok(n) if n > 0) {}
         let start = Instant::now();
-        if sys::write_all(self.go.as_raw_fd(), &[cmd]).is_err() {
+        if sys::write_all(self.go.as_raw_fd(), cmd).is_err() {
             return self.reap_died();
         }
         let mut buf = Vec::new();
@@ -386,17 +399,27 @@ impl Runner {
         ))
     }
 
-    /// Bytes of a buffer (read only while the runner is stopped).
+    /// Bytes of a buffer in slot 0 (read only while the runner is stopped).
     pub fn bytes(&self, name: &str) -> &[u8] {
-        match self.layout.get(name) {
-            Some(b) => self.map.bytes(b.range()),
+        self.bytes_in(0, name)
+    }
+
+    /// Mutable bytes of a buffer in slot 0 (written only while the runner is stopped).
+    pub fn bytes_mut(&mut self, name: &str) -> &mut [u8] {
+        self.bytes_in_mut(0, name)
+    }
+
+    /// Bytes of a buffer in `slot` (empty if either does not exist).
+    pub fn bytes_in(&self, slot: usize, name: &str) -> &[u8] {
+        match self.layout.range_in(slot, name) {
+            Some(r) => self.map.bytes(r),
             None => &[],
         }
     }
 
-    /// Mutable bytes of a buffer (written only while the runner is stopped).
-    pub fn bytes_mut(&mut self, name: &str) -> &mut [u8] {
-        match self.layout.get(name).map(|b| b.range()) {
+    /// Mutable bytes of a buffer in `slot` (empty if either does not exist).
+    pub fn bytes_in_mut(&mut self, slot: usize, name: &str) -> &mut [u8] {
+        match self.layout.range_in(slot, name) {
             Some(r) => self.map.bytes_mut(r),
             None => &mut [],
         }

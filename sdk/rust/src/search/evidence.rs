@@ -41,6 +41,33 @@ pub fn problem(spec: &ProblemSpec, backend: &str) -> String {
     s
 }
 
+/// What a model must know to write a candidate in `c`'s language, for the user message:
+/// the fence to answer in and, for Triton, what kiln accepts and how its launches read.
+pub fn language(c: &Candidate) -> String {
+    match c.language {
+        kiln_types::Language::C => {
+            "Language: C (host backend). Answer with the source in a ```c block.\n".into()
+        }
+        kiln_types::Language::Cuda => {
+            "Language: CUDA C (cuda backend, compiled by NVRTC). Answer with the source in a \
+             ```cuda block.\n"
+                .into()
+        }
+        kiln_types::Language::Triton => "Language: Triton (Python with @triton.jit functions, \
+             compiled ahead of time by Triton for the GPU). At module level only imports of \
+             triton, triton.language and its submodules (libdevice), @triton.jit functions and \
+             NAME = tl.constexpr(<literal>) constants are accepted: kiln launches the kernels \
+             itself, so no host code, no torch, no @triton.autotune or @triton.heuristics (the \
+             launch plan is the config). Inside kernels use triton.language (tl.*), the \
+             parameters, locals, other jit functions and constexpr constants. Each launch gives \
+             `kernel` (a jit function), `grid`, `args` (its non-constexpr parameters in order: \
+             tensor names or typed scalars like {\"i32\": 4096}), `constexprs` (by name), \
+             `num_warps` and `num_stages`; no `block` or `shared_bytes` (they come from Triton's \
+             compile). Answer with the source in a ```python block.\n"
+            .into(),
+    }
+}
+
 /// A candidate's launch plan as JSON (what the model may change).
 pub fn launch_plan(c: &Candidate) -> String {
     serde_json::to_string_pretty(&serde_json::json!({
@@ -102,4 +129,22 @@ pub fn evaluation(e: &Evaluation) -> String {
         let _ = writeln!(s, "Precision tier: {}", word(t));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_language_guide_names_the_fence() {
+        let c: Candidate = serde_json::from_str(
+            r#"{"problem":"p","language":"triton","source":"x","launches":[{"kernel":"k"}]}"#,
+        )
+        .expect("candidate");
+        let g = language(&c);
+        assert!(g.contains("```python") && g.contains("num_warps"), "{g}");
+        let mut cuda = c.clone();
+        cuda.language = kiln_types::Language::Cuda;
+        assert!(language(&cuda).contains("```cuda"));
+    }
 }

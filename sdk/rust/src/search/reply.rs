@@ -2,7 +2,7 @@
 //! JSON launch plan, and a one-line note; errors say what was wrong in words a model can
 //! act on (send them back with the next request).
 
-use kiln_types::{Candidate, Launch, ScratchBuffer};
+use kiln_types::{Candidate, Language, Launch, ScratchBuffer};
 
 use crate::CandidateBuilder;
 
@@ -61,6 +61,16 @@ pub struct Parsed {
 
 const C_LANGS: &[&str] = &["c", "h", "cpp", "c++", "cc"];
 const CUDA_LANGS: &[&str] = &["cuda", "cu", "cpp", "c++", "c"];
+const PYTHON_LANGS: &[&str] = &["python", "py", "triton", "python3"];
+
+/// The code blocks accepted for `language`, and the fence a model is asked for.
+fn fences(language: Language) -> (&'static [&'static str], &'static str) {
+    match language {
+        Language::C => (C_LANGS, "```c"),
+        Language::Cuda => (CUDA_LANGS, "```cuda"),
+        Language::Triton => (PYTHON_LANGS, "```python"),
+    }
+}
 
 /// The first `IDEA:` / `CHANGE:` / `NOTE:` line of `text` (case-insensitive), trimmed.
 pub fn note_line(text: &str) -> Option<String> {
@@ -77,16 +87,14 @@ pub fn note_line(text: &str) -> Option<String> {
 }
 
 /// Reads a candidate for the same problem as `parent` from a model's reply: the first
-/// fenced code block in the parent's language (```c for the host backend, ```cuda for
-/// the cuda backend; an unlabelled block also counts), and, if there is a ```json
+/// fenced code block in the parent's language (```c for C, ```cuda for CUDA, ```python
+/// for Triton; an unlabelled block also counts), and, if there is a ```json
 /// block, the launch plan from it (`{"launches": [...], "flags": [...], "scratch":
 /// [...]}` or just the array of launches); otherwise the parent's plan, flags and
 /// scratch are kept.
 pub fn candidate(text: &str, parent: &Candidate) -> Result<Parsed, String> {
     let bs = blocks(text);
-    let cuda = parent.language.backend() == "cuda";
-    let langs = if cuda { CUDA_LANGS } else { C_LANGS };
-    let want = if cuda { "```cuda" } else { "```c" };
+    let (langs, want) = fences(parent.language);
     let code = bs
         .iter()
         .find(|b| langs.contains(&b.lang.as_str()))
@@ -201,5 +209,21 @@ mod tests {
             candidate("```c\nvoid k(){}\n", &parent()).is_err(),
             "unclosed"
         );
+    }
+
+    #[test]
+    fn triton_replies_come_in_python_blocks() {
+        let parent: Candidate = serde_json::from_str(
+            r#"{"problem":"p","language":"triton","source":"import triton\n",
+                "launches":[{"kernel":"k","grid":[4,1,1],"args":["x"],"num_warps":4}]}"#,
+        )
+        .expect("parent");
+        let r = "IDEA: wider blocks\n```python\nimport triton\n@triton.jit\ndef k(x):\n    pass\n```\n\
+                 ```json\n{\"launches\": [{\"kernel\": \"k\", \"grid\": [2,1,1], \"args\": [\"x\"], \"num_warps\": 8, \"constexprs\": {\"B\": 64}}]}\n```\n";
+        let p = candidate(r, &parent).expect("parses");
+        assert_eq!(p.candidate.language, Language::Triton);
+        assert_eq!(p.candidate.launches[0].num_warps, Some(8));
+        let e = candidate("```cuda\n__global__ void k() {}\n```", &parent).expect_err("cuda");
+        assert!(e.contains("```python"), "{e}");
     }
 }

@@ -25,11 +25,13 @@ pub struct Setup {
 }
 
 /// Picks the backend (the one asked for, else cuda when usable, else host), the problem
-/// (the one asked for, else this benchmark's default for the backend) and its seed.
+/// (the one asked for, else this benchmark's default for the backend) and its seed (the
+/// backend's, or the seed in `language` — `triton` runs on cuda).
 pub async fn setup(
     client: &Client,
     problem: Option<&str>,
     backend: Option<&str>,
+    language: Option<&str>,
     default_problem: fn(&str) -> &'static str,
 ) -> Result<Setup> {
     let info = client.get("/v1/info").await?;
@@ -40,11 +42,19 @@ pub async fn setup(
         .filter(|b| b["usable"].as_bool() == Some(true))
         .filter_map(|b| b["name"].as_str().map(str::to_string))
         .collect();
-    let backend = match backend {
-        Some(b) => b.to_string(),
-        None if usable.iter().any(|b| b == "cuda") => "cuda".into(),
-        None => "host".into(),
+    let backend = match (backend, language) {
+        (Some(b), _) => b.to_string(),
+        (None, Some("triton" | "cuda")) => "cuda".into(),
+        (None, Some("c")) => "host".into(),
+        (None, _) if usable.iter().any(|b| b == "cuda") => "cuda".into(),
+        (None, _) => "host".into(),
     };
+    if language == Some("triton") && info["triton"]["usable"].as_bool() != Some(true) {
+        bail!(
+            "this kilnd cannot compile triton candidates: {}",
+            text_of(&info["triton"]["detail"])
+        );
+    }
     if !usable.contains(&backend) {
         bail!(
             "the {backend} backend is not usable on this kilnd (usable: {}); see `kiln doctor`",
@@ -66,9 +76,20 @@ pub async fn setup(
         })?;
     let spec: ProblemSpec = serde_json::from_value(shown["spec"].clone())
         .context("kilnd sent a problem spec this kiln cannot read")?;
-    let seed = spec.seed_candidate(&backend).with_context(|| {
-        format!("problem {problem} has no seed kernel for the {backend} backend")
-    })?;
+    let key = match language {
+        Some("triton") => "triton",
+        _ => backend.as_str(),
+    };
+    let seed = spec
+        .seed_candidate(key)
+        .with_context(|| format!("problem {problem} has no seed kernel for {key}"))?;
+    if seed.language.backend() != backend {
+        bail!(
+            "{} candidates run on the {} backend, not {backend}",
+            seed.language.as_str(),
+            seed.language.backend()
+        );
+    }
     Ok(Setup {
         problem,
         backend,
@@ -101,18 +122,31 @@ pub fn variant(seed: &Candidate, tag: &str, i: usize, how: Variants) -> Candidat
         Variants::Knob => with_first_knob(&seed.source, i),
         Variants::Comment => seed.source.clone(),
     };
-    c.source = format!("/* kiln bench {tag} #{i} */\n{body}");
+    c.source = match seed.language {
+        kiln_types::Language::Triton => format!("# kiln bench {tag} #{i}\n{body}"),
+        _ => format!("/* kiln bench {tag} #{i} */\n{body}"),
+    };
     c.note = Some(format!("kiln bench {tag} #{i}"));
     c.parent = None;
     c
 }
 
-/// The source with its first knob (`// @knob NAME V1|V2|…` + `#define NAME V`) set to
-/// value `i mod count`; unchanged when it has none.
+/// `"x"` for a JSON string, else its text.
+fn text_of(v: &Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_string)
+}
+
+/// The source with its first knob (`// @knob NAME V1|V2|…` + `#define NAME V`, or in
+/// Python `# @knob …` + `NAME = tl.constexpr(V)`) set to value `i mod count`; unchanged
+/// when it has none.
 fn with_first_knob(source: &str, i: usize) -> String {
     let lines: Vec<&str> = source.lines().collect();
     for (at, line) in lines.iter().enumerate() {
-        let Some(rest) = line.trim().strip_prefix("// @knob ") else {
+        let t = line.trim();
+        let Some(rest) = t
+            .strip_prefix("// @knob ")
+            .or_else(|| t.strip_prefix("# @knob "))
+        else {
             continue;
         };
         let mut parts = rest.split_whitespace();
@@ -123,11 +157,25 @@ fn with_first_knob(source: &str, i: usize) -> String {
         let Some(next) = lines.get(at + 1) else {
             continue;
         };
-        if values.is_empty() || !next.trim().starts_with(&format!("#define {name} ")) {
+        if values.is_empty() {
             continue;
         }
+        let value = values[i % values.len()];
+        let replaced = if next.trim().starts_with(&format!("#define {name} ")) {
+            format!("#define {name} {value}")
+        } else if let Some(callee) = next
+            .trim()
+            .strip_prefix(&format!("{name} = "))
+            .and_then(|r| r.split_once('('))
+            .map(|(c, _)| c.trim())
+            .filter(|c| c.ends_with("constexpr"))
+        {
+            format!("{name} = {callee}({value})")
+        } else {
+            continue;
+        };
         let mut out: Vec<String> = lines.iter().map(|l| (*l).to_string()).collect();
-        out[at + 1] = format!("#define {name} {}", values[i % values.len()]);
+        out[at + 1] = replaced;
         return out.join("\n") + "\n";
     }
     source.to_string()
@@ -231,10 +279,17 @@ pub struct Finished {
     pub raced_out: bool,
     /// Whether it was a plain timing.
     pub plain: bool,
+    /// An `ok` verdict whose time is no time: a median of 0, or a sample (all its runs)
+    /// at or below the timer overhead kiln subtracted. kiln never reports one; a
+    /// benchmark counts them to show it.
+    pub ok_without_a_time: bool,
     /// Whether the compile came from the cache.
     pub compile_cached: Option<bool>,
     /// Per-stage latencies, ms (absent where the job never reached the stage).
     pub stages: BTreeMap<&'static str, f64>,
+    /// GPU: how the samples were timed and every figure of them (`timing.timer`).
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub timer: Value,
 }
 
 /// Reads a finished job (as `GET /v1/jobs/{id}` sends it), with the client-side time
@@ -284,8 +339,14 @@ pub fn finished(candidate: &str, job: &Value, end_to_end_ms: f64) -> Finished {
         median_us: f(&t["median_us"]),
         raced_out: t["raced_out"].as_bool() == Some(true),
         plain: t["plain"].as_bool() == Some(true),
+        ok_without_a_time: e["verdict"] == "ok" && {
+            let median = f(&t["median_us"]).unwrap_or(0.0);
+            let reps = f(&t["reps"]).unwrap_or(1.0);
+            median <= 0.0 || median * reps <= f(&t["overhead_us"]).unwrap_or(0.0)
+        },
         compile_cached: e["compile"]["cached"].as_bool(),
         stages,
+        timer: t["timer"].clone(),
     }
 }
 
@@ -536,6 +597,22 @@ mod tests {
         assert_ne!(
             variant(&seed, "t", 0, Variants::Comment).content_hash(),
             variant(&seed, "t", 3, Variants::Comment).content_hash()
+        );
+    }
+
+    #[test]
+    fn triton_variants_stay_python() {
+        let src = "import triton\n# @knob BLOCK 1024|2048\nBLOCK = tl.constexpr(1024)\n";
+        let seed: Candidate = serde_json::from_value(json!({
+            "problem": "p", "language": "triton", "source": src, "launches": [{"kernel": "f"}]
+        }))
+        .expect("candidate");
+        let v = variant(&seed, "t", 1, Variants::Knob);
+        assert!(v.source.starts_with("# kiln bench t #1\n"), "{}", v.source);
+        assert!(
+            v.source.contains("BLOCK = tl.constexpr(2048)\n"),
+            "{}",
+            v.source
         );
     }
 

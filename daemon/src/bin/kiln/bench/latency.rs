@@ -51,6 +51,7 @@ pub async fn run(client: &Client, out: Output, a: LatencyArgs) -> Result<std::pr
         client,
         a.problem.as_deref(),
         a.backend.as_deref(),
+        None,
         default_problem,
     )
     .await?;

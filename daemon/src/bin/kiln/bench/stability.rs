@@ -1,7 +1,8 @@
 //! `kiln bench stability`: one kernel evaluated N times, interleaved with other
-//! candidates; the coefficient of variation of its medians. In the same run the same
-//! kernel is also timed by a plain loop (events around one launch, a fixed number of
-//! samples, no L2 flush — what KernelBench did), for comparison.
+//! candidates; the coefficient of variation of its medians, judged against `--max-cv`
+//! (a `PASS`/`FAIL` line; exit status 1 on `FAIL`, except with `--smoke`). In the same run
+//! the same kernel is also timed by a plain loop (events around one launch, a fixed number
+//! of samples, no L2 flush — what KernelBench did), for comparison.
 
 use std::time::Duration;
 
@@ -42,6 +43,9 @@ pub struct StabilityArgs {
     /// Give up on one evaluation after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout: u64,
+    /// The CV of the medians that passes (0.005 = 0.5 %).
+    #[arg(long, default_value_t = 0.005)]
+    max_cv: f64,
     /// A short run that checks the benchmark works (CI), not how fast.
     #[arg(long)]
     smoke: bool,
@@ -89,6 +93,7 @@ pub async fn run(client: &Client, out: Output, a: StabilityArgs) -> Result<std::
         client,
         a.problem.as_deref(),
         a.backend.as_deref(),
+        None,
         default_problem,
     )
     .await?;
@@ -161,6 +166,12 @@ pub async fn run(client: &Client, out: Output, a: StabilityArgs) -> Result<std::
     report["candidate"] = json!(id);
     report["other_candidates"] = json!(other);
     report["contract"] = spread(&contract_done);
+    report["figure"] = first.timer["figure"].clone();
+    report["timer_source"] = first.timer["source"].clone();
+    let cv = report["contract"]["cv"].as_f64().unwrap_or(f64::INFINITY);
+    let pass = contract_done.len() >= 2 && cv <= a.max_cv;
+    report["max_cv"] = json!(a.max_cv);
+    report["pass"] = json!(pass);
     if !a.no_plain {
         report["plain"] = spread(&plain_done);
         let c = report["contract"]["mean_us"].as_f64().unwrap_or(0.0);
@@ -172,7 +183,11 @@ pub async fn run(client: &Client, out: Output, a: StabilityArgs) -> Result<std::
     } else {
         print_table(&report);
     }
-    Ok(std::process::ExitCode::SUCCESS)
+    Ok(if pass || a.smoke {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    })
 }
 
 fn print_table(r: &Value) {
@@ -207,6 +222,20 @@ fn print_table(r: &Value) {
     if let Some(ratio) = r["plain_over_contract"].as_f64() {
         println!("plain / contract mean median: {ratio:.3}");
     }
+    println!(
+        "{} stability {}: CV of {} medians {:.3}% (limit {:.3}%; timed by {} from {})",
+        if r["pass"].as_bool() == Some(true) {
+            "PASS"
+        } else {
+            "FAIL"
+        },
+        text(&r["problem"]),
+        text(&r["contract"]["n"]),
+        r["contract"]["cv"].as_f64().unwrap_or(f64::NAN) * 100.0,
+        r["max_cv"].as_f64().unwrap_or(0.0) * 100.0,
+        text(&r["figure"]),
+        text(&r["timer_source"])
+    );
     if r["contract"]["mean_us"].as_f64().unwrap_or(0.0) < 100.0 {
         println!(
             "note: the kernel runs under 100 µs; the CV target is stated for ≥ 100 µs kernels"

@@ -25,6 +25,10 @@ pub struct ThroughputArgs {
     /// Backend: host or cuda (default: cuda when usable, else host).
     #[arg(long)]
     backend: Option<String>,
+    /// Candidates in this language (c, cuda, triton): the problem's seed for it (triton
+    /// runs on cuda; every Triton candidate compiles in the jail with Triton's compiler).
+    #[arg(long, value_parser = ["c", "cuda", "triton"])]
+    language: Option<String>,
     /// Distinct candidates per pass (default 60; 4 with --smoke).
     #[arg(long)]
     count: Option<usize>,
@@ -70,6 +74,7 @@ pub async fn run(
         client,
         a.problem.as_deref(),
         a.backend.as_deref(),
+        a.language.as_deref(),
         default_problem,
     )
     .await?;
@@ -91,11 +96,13 @@ pub async fn run(
     report["settings"] = json!({
         "count": count, "in_flight": in_flight, "race": a.race, "race_margin": a.race_margin,
         "variants": a.variants, "timeout_s": a.timeout, "tag": tag,
+        "language": setup.seed.language,
     });
     if out == Output::Text {
         eprintln!(
-            "throughput: {} on {}, {count} candidates per pass, {in_flight} in flight, racing {}",
+            "throughput: {} ({}) on {}, {count} candidates per pass, {in_flight} in flight, racing {}",
             setup.problem,
+            setup.seed.language.as_str(),
             setup.backend,
             if a.race { "on" } else { "off" }
         );
@@ -130,11 +137,22 @@ pub async fn run(
                 .0,
         );
     }
+    let untimed: u64 = passes
+        .iter()
+        .filter_map(|p| p["ok_without_a_time"].as_u64())
+        .sum();
     report["passes"] = Value::Array(passes);
     if out == Output::Json {
         print_json(&report);
     } else {
         print_table(&report);
+    }
+    if untimed > 0 {
+        eprintln!(
+            "FAIL: {untimed} `ok` verdicts carry a median of 0 or a sample at or below the \
+             timer's overhead: kiln must never rank such a time"
+        );
+        return Ok(std::process::ExitCode::from(2));
     }
     Ok(std::process::ExitCode::SUCCESS)
 }
@@ -173,6 +191,7 @@ async fn pass(
         "busy_fraction": busy_mean,
         "verdicts": common::verdict_counts(&done),
         "raced_out": done.iter().filter(|d| d.raced_out).count(),
+        "ok_without_a_time": done.iter().filter(|d| d.ok_without_a_time).count(),
         "compile_cached": cached,
         "latency_ms": common::stage_summaries(&done),
     });

@@ -8,7 +8,12 @@
 //! - `exit`: call `std::process::exit(3)`;
 //! - `host-calls`: exercise every import once and report what it saw;
 //! - `spam-stderr`: write 1 MiB to stderr, then return ok;
-//! - `wait-forever`: ask the host to wait for the seed for an hour, repeatedly.
+//! - `wait-forever`: ask the host to wait for the seed for an hour, repeatedly;
+//! - `flood-log`: write 20,000 log lines of 1 KiB, then return ok;
+//! - `checkpoint-limits`: a checkpoint of exactly 16 MiB (restored and compared), then
+//!   16 MiB + 1 byte and 40 MiB, and report what each got;
+//! - `checkpoint-huge`: an 80 MiB checkpoint, past what wasmtime copies into the host;
+//! - `huge-prompt`: a 5 MiB LLM prompt, then a small one, and report both errors.
 
 use std::hint::black_box;
 use std::io::Write;
@@ -133,6 +138,49 @@ impl Proposer for Abuse {
                 }
             }
             "host-calls" => host_calls(),
+            "flood-log" => {
+                let filler = "x".repeat(1000);
+                for i in 0..20_000 {
+                    kiln_sdk::info!("flood line {i} {filler}");
+                }
+                Ok(Summary::new(None, "flooded"))
+            }
+            "checkpoint-limits" => {
+                let at_limit = vec![7u8; 16 << 20];
+                let saved = kiln_sdk::checkpoint(&at_limit);
+                let restored = kiln_sdk::restore().as_deref() == Some(&at_limit[..]);
+                let over = kiln_sdk::checkpoint(&vec![1u8; (16 << 20) + 1]);
+                let big = kiln_sdk::checkpoint(&vec![2u8; 40 << 20]);
+                let still = kiln_sdk::restore().as_deref() == Some(&at_limit[..]);
+                Ok(Summary::new(
+                    None,
+                    serde_json_like(&[
+                        ("at_limit", format!("{saved:?}")),
+                        ("restored", format!("{restored}")),
+                        ("over", format!("{over:?}")),
+                        ("big", format!("{big:?}")),
+                        ("kept", format!("{still}")),
+                    ]),
+                ))
+            }
+            "checkpoint-huge" => {
+                let r = kiln_sdk::checkpoint(&vec![3u8; 80 << 20]);
+                Err(format!("the 80 MiB checkpoint returned {r:?}"))
+            }
+            "huge-prompt" => {
+                let huge = chat(
+                    &[Message::user("y".repeat(5 << 20))],
+                    &ChatOptions::default(),
+                );
+                let small = chat(&[Message::user("hi")], &ChatOptions::default());
+                Ok(Summary::new(
+                    None,
+                    serde_json_like(&[
+                        ("huge", format!("{:?}", huge.err())),
+                        ("small", format!("{:?}", small.err())),
+                    ]),
+                ))
+            }
             other => Err(format!("unknown config {other:?}")),
         }
     }
