@@ -752,6 +752,32 @@ async fn llm_calls_are_recorded_per_search(store: &Store) {
     );
 }
 
+async fn log_usage_counts_a_searchs_lines_and_bytes(store: &Store) {
+    store.put_problem(&spec("p")).await.expect("problem");
+    let hash = store.put_plugin("t", b"wasm").await.expect("plugin");
+    let s = store
+        .create_search(&new_search(&hash, "", 1.0))
+        .await
+        .expect("search");
+    let other = store
+        .create_search(&new_search(&hash, "", 1.0))
+        .await
+        .expect("search");
+    assert_eq!(store.search_log_usage(&s).await.expect("usage"), (0, 0));
+    store.search_log(&s, "info", "abc").await.expect("log");
+    // Bytes, not characters: "é" is two bytes in UTF-8.
+    store.search_log(&s, "warn", "é").await.expect("log");
+    store
+        .search_log(&other, "info", "0123456789")
+        .await
+        .expect("log");
+    assert_eq!(store.search_log_usage(&s).await.expect("usage"), (2, 5));
+    assert_eq!(
+        store.search_log_usage(&other).await.expect("usage"),
+        (1, 10)
+    );
+}
+
 const CASES: &[(&str, Case)] = &[
     ("problems", |s| {
         Box::pin(problems_register_idempotently_and_conflict_on_change(s))
@@ -785,6 +811,9 @@ const CASES: &[(&str, Case)] = &[
     }),
     ("llm calls", |s| {
         Box::pin(llm_calls_are_recorded_per_search(s))
+    }),
+    ("log usage", |s| {
+        Box::pin(log_usage_counts_a_searchs_lines_and_bytes(s))
     }),
 ];
 
