@@ -129,6 +129,16 @@ fn cluster_burst_survives_a_killed_node_and_a_database_restart() {
     let rt = runtime();
     let t0 = Instant::now();
     rt.block_on(async {
+        // Each node has a lane (a node without a usable backend would leave the burst
+        // queued until the deadline).
+        for d in &nodes {
+            let c = d.client().get("/v1/cluster").await.expect("cluster");
+            assert!(
+                c["this_node"]["classes"].as_array().is_some_and(|a| !a.is_empty()),
+                "a node without lanes: {c}\n{}",
+                d.log()
+            );
+        }
         let problems = nodes[0].dir.path().join("problems");
         register(&nodes[0].client(), &write_double_problem(&problems, "double")).await;
         // Submitters, each spreading its candidates over the nodes.
@@ -154,7 +164,7 @@ fn cluster_burst_survives_a_killed_node_and_a_database_restart() {
             let deadline = Instant::now() + Duration::from_secs(600);
             while done(db) < n {
                 if Instant::now() > deadline {
-                    let states = db.psql("kiln", "SELECT state || ' ' || coalesce(node, '-') || ' ' || count(*) FROM jobs GROUP BY 1").unwrap_or_default();
+                    let states = db.psql("kiln", "SELECT state || ' ' || coalesce(node, '-') || ' ' || count(*) FROM jobs GROUP BY state, node").unwrap_or_default();
                     let logs: Vec<String> = nodes.iter().map(|d| {
                         let l = d.log();
                         l[l.len().saturating_sub(4000)..].to_string()
