@@ -4,9 +4,14 @@
 #   gpu-bundle/gpu_probe      release build of sandbox/gpu/examples/gpu_probe.rs, stripped
 #   gpu-bundle/kiln-worker, kilnd, kiln, kiln-plugin-host   release builds, stripped
 #   gpu-bundle/gpu-tests/gpu  the GPU test binary (sandbox/tests/gpu.rs), release, stripped
+#   gpu-bundle/gpu-tests/cuda_compile, cxx   the NVRTC tests (sandbox/tests/cuda_compile.rs,
+#                             sandbox/gpu/tests/cxx.rs): headers, C++ names, compile times
 #   gpu-bundle/problems/      a copy of problems/
+#   gpu-bundle/examples/cxx/  the C++ example candidates of docs/examples/cxx
 #   gpu-bundle/proposers/     the proposers (scripts/build-plugins.sh)
 #   gpu-bundle/gpu-check.sh   the runner (a copy of scripts/gpu-check.sh)
+#   gpu-bundle/gpu-check-multi.sh  the multi-GPU checks (scripts/gpu-check-multi.sh)
+#   gpu-bundle/gpu-libs.sh    what both source to find the CUDA libraries
 #   gpu-bundle/BUILD-INFO     commit, rustc, glibc symbols the binary needs
 # The binary loads libcuda/libnvrtc/libnvidia-ml at run time (dlopen), so it builds on a
 # machine without CUDA. The bundle must stay under 64 MiB (the device tool's limit).
@@ -20,32 +25,44 @@ cd "$top"
 
 cargo build --release -p kiln-gpu --example gpu_probe
 cargo build --release -p kiln-sandbox -p kiln-daemon -p kiln-plugin-host --bins
-# The GPU test binary: its path comes from cargo's JSON messages.
-gpu_test=$(cargo test --release -p kiln-sandbox --test gpu --no-run --message-format=json |
-    python3 -c 'import json,sys
+# A test binary (PACKAGE TEST): its path comes from cargo's JSON messages.
+test_binary() {
+    cargo test --release -p "$1" --test "$2" --no-run --message-format=json |
+        python3 -c 'import json,sys
 for line in sys.stdin:
     try: m = json.loads(line)
     except ValueError: continue
-    if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == "gpu" and m.get("executable"):
-        print(m["executable"])')
-[ -n "$gpu_test" ] || { echo "build-gpu-bundle: no GPU test binary found" >&2; exit 1; }
+    if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == sys.argv[1] and m.get("executable"):
+        print(m["executable"])' "$2"
+}
+gpu_test=$(test_binary kiln-sandbox gpu)
+compile_test=$(test_binary kiln-sandbox cuda_compile)
+cxx_test=$(test_binary kiln-gpu cxx)
+for t in "$gpu_test" "$compile_test" "$cxx_test"; do
+    [ -n "$t" ] || { echo "build-gpu-bundle: a GPU test binary was not found" >&2; exit 1; }
+done
 rm -rf "$out"
 mkdir -p "$out/gpu-tests"
 cp target/release/examples/gpu_probe "$out/gpu_probe"
 for b in kiln-worker kilnd kiln kiln-plugin-host; do cp "target/release/$b" "$out/$b"; done
 cp "$gpu_test" "$out/gpu-tests/gpu"
-for f in "$out/gpu_probe" "$out/kiln-worker" "$out/kilnd" "$out/kiln" "$out/kiln-plugin-host" "$out/gpu-tests/gpu"; do
+cp "$compile_test" "$out/gpu-tests/cuda_compile"
+cp "$cxx_test" "$out/gpu-tests/cxx"
+for f in "$out/gpu_probe" "$out/kiln-worker" "$out/kilnd" "$out/kiln" "$out/kiln-plugin-host" "$out"/gpu-tests/*; do
     strip "$f" 2>/dev/null || true
 done
 cp -r problems "$out/problems"
+# The C++ example candidates (template, namespace, cooperative, cluster, headers).
+mkdir -p "$out/examples"
+cp -r docs/examples/cxx "$out/examples/cxx"
 # The proposers (wasm components) for the search step.
 scripts/build-plugins.sh >/dev/null
 mkdir -p "$out/proposers"
 cp target/proposers/*.wasm "$out/proposers/"
-cp scripts/gpu-check.sh "$out/gpu-check.sh"
-# The torch-eager baseline helper, found beside kiln-worker.
-cp scripts/kiln_torch_baseline.py "$out/kiln_torch_baseline.py"
-chmod +x "$out/gpu_probe" "$out/gpu-check.sh" "$out/kiln-worker" "$out/kilnd" "$out/kiln" "$out/kiln-plugin-host" "$out/gpu-tests/gpu"
+cp scripts/gpu-check.sh scripts/gpu-check-multi.sh scripts/gpu-libs.sh "$out/"
+# The trusted torch helper (torch baselines), found beside kiln-worker.
+cp scripts/kiln_torch.py "$out/kiln_torch.py"
+chmod +x "$out/gpu_probe" "$out/gpu-check.sh" "$out/gpu-check-multi.sh" "$out/kiln-worker" "$out/kilnd" "$out/kiln" "$out/kiln-plugin-host" "$out"/gpu-tests/*
 
 {
     echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m)"

@@ -14,13 +14,16 @@ Checked, per problem:
   - reference per backend (host|cuda), seed per backend or language (host|cuda|triton):
     the file is a plain name in the folder, exists,
     is at most 1 MiB; scratch buffers (identifiers, not tensor names, 1..2^30 elements);
-    flags are strings; launches: kernel identifier, grid/block of three positive integers
-    (cuda: at most 1024 threads, block.z <= 64, grid.y/z <= 65535, shared_bytes <= 227 KiB),
-    every arg a declared tensor or scratch name or a typed scalar {i32|i64|u32|u64|f32|f64}
-    in range;
-  - the kernel (cuda: `extern "C" __global__`) or C function a launch names is defined in
-    the file, takes as many parameters as the launch passes, pointers where the launch
-    passes buffers and matching scalar types where it passes scalars;
+    flags are strings; launches: kernel name (host: an identifier; cuda: a C++ name
+    expression such as `k`, `ns::k` or `k<256, float>`), grid/block of three positive
+    integers (cuda: at most 1024 threads, block.z <= 64, grid.y/z <= 65535, shared_bytes
+    <= 227 KiB), the launch kind (cuda only: `cooperative` a boolean, `cluster` three
+    positive integers of at most 8 blocks dividing the grid, not both), every arg a
+    declared tensor or scratch name or a typed scalar {i32|i64|u32|u64|f32|f64} in range;
+  - the kernel (cuda: a `__global__` function, found by its unqualified name) or C function
+    a launch names is defined in the file, takes as many parameters as the launch passes,
+    pointers where the launch passes buffers and matching scalar types where it passes
+    scalars (not checked for a template's own type parameters);
   - triton seeds: the source parses as Python and holds only what kiln's compile driver
     accepts at module level (imports of triton and triton.language, @triton.jit
     functions, NAME = tl.constexpr(<literal>), a docstring); each launch names a
@@ -35,9 +38,10 @@ Checked, per problem:
     `num_stages` has the launch's value as its default;
     stricter than the SDK on one point: a seed's default value must be one of the knob's
     listed values (so a proposer can always return to it);
-  - cuda sources: no #include (kiln's NVRTC has no include path and, in 13.0, no header
-    of its own to offer: see NVRTC_HEADERS), no printf, no host code markers (__host__),
-    no dynamic parallelism (<<<).
+  - cuda sources: #include only kiln's own stand-in headers (sandbox/gpu/src/cxx/standins:
+    <cstdint>, <cfloat>, <cmath>, ...), which every kiln has, not the CUDA toolkit's, which
+    a machine may lack; no printf, no host code markers (__host__), no kernel launches
+    (<<<).
 
 Usage: scripts/check-problems.py [PROBLEMS_DIR ...]   (default: <repo>/problems)
 Exit status 0 when every problem passes, 1 otherwise. The last line is
@@ -68,11 +72,27 @@ MAX_ARGS = 64
 MAX_SCRATCH = 16
 MAX_FLAGS = 32
 MAX_SHARED = 227 * 1024
-# Headers kiln's NVRTC can open. kiln compiles with --no-source-include and no include path,
-# and NVRTC 13.0 then opens none: cuda_fp16.h, cuda_bf16.h, cuda_fp8.h, mma.h and
-# cuda/std/cstdint all fail with "could not open source file ... (no directories in search
-# list)" (measured on an H200, 2026-11). Convert fp16 with PTX cvt instead.
-NVRTC_HEADERS: set[str] = set()
+# Headers a problem's CUDA source may include: kiln's stand-ins, served by every kiln (the
+# toolkit's own headers are there only where kilnd found them; see docs/api.md).
+STANDINS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sandbox", "gpu",
+                            "src", "cxx", "standins")
+
+
+def standin_headers() -> set[str]:
+    """kiln's stand-ins that need nothing from the toolkit (not those built on libcu++)."""
+    out = set()
+    for root, _, files in os.walk(STANDINS_DIR):
+        for f in files:
+            path = os.path.join(root, f)
+            with open(path, encoding="utf-8") as fh:
+                if "#include <cuda/" in fh.read():
+                    continue
+            out.add(os.path.relpath(path, STANDINS_DIR).replace(os.sep, "/"))
+    return out
+
+
+NVRTC_HEADERS: set[str] = standin_headers()
+MAX_CLUSTER_BLOCKS = 8
 
 TOP_KEYS = {"name", "summary", "tensor", "tolerance", "required_tier", "roofline", "reference", "seed", "baseline"}
 # [baseline.LIBRARY]: op -> (tensor parameters, other parameters); the full check (shapes,
@@ -83,14 +103,16 @@ BASELINE_OPS = {
     "softmax": ({"x", "y"}, set()),
     "layer_norm": ({"x", "w", "b", "y"}, {"dims", "eps"}),
     "sdpa": ({"q", "k", "v", "out"}, {"causal"}),
+    "module": (set(), set()),
 }
+TORCH_REF_KEYS = {"file", "source", "init_inputs", "forward", "state", "outputs", "bool_tensors", "precision"}
 BASELINE_LIBRARIES = {"cublas": {"matmul"}, "cudnn": {"conv2d"}, "torch": set(BASELINE_OPS)}
 
 TENSOR_KEYS = {"name", "dtype", "shape", "role", "init", "shifted_trial"}
 INIT_KEYS = {"normal": ({"dist", "mean", "std"}, set()), "uniform": ({"dist", "low", "high"}, {"low", "high"}),
              "randint": ({"dist", "low", "high"}, {"low", "high"})}
 KS_KEYS = {"file", "source", "launches", "scratch", "flags"}
-LAUNCH_KEYS = {"kernel", "grid", "block", "shared_bytes", "args"}
+LAUNCH_KEYS = {"kernel", "grid", "block", "shared_bytes", "args", "cooperative", "cluster"}
 TRITON_LAUNCH_KEYS = {"kernel", "grid", "args", "constexprs", "num_warps", "num_stages", "num_ctas"}
 SCRATCH_KEYS = {"name", "dtype", "elems"}
 SCALARS = {"i32": (-(1 << 31), (1 << 31) - 1), "i64": (-(1 << 63), (1 << 63) - 1),
@@ -160,6 +182,74 @@ def split_params(text: str) -> list[str]:
     return parts
 
 
+def is_kernel_name(s: str) -> bool:
+    """The C++ name expressions kiln_types::is_kernel_name accepts."""
+    if not s or len(s) > 256 or "/*" in s or "//" in s:
+        return False
+    if not re.fullmatch(r"[A-Za-z0-9_:<>,()*&+\-.|^~!=? ]+", s):
+        return False
+    head, _, _ = s.partition("<")
+    head = head.strip()
+    if head.startswith("::"):
+        head = head[2:]
+    if not head or not all(IDENT.match(p) for p in head.split("::")):
+        return False
+    tail = s[len(s.split("<", 1)[0]):].rstrip()
+    if not tail:
+        return True
+    if not tail.endswith(">"):
+        return False
+    angle = paren = 0
+    for c in tail:
+        if c == "(":
+            paren += 1
+        elif c == ")":
+            paren -= 1
+        elif c == "<" and paren == 0:
+            angle += 1
+        elif c == ">" and paren == 0:
+            angle -= 1
+        if angle < 0 or paren < 0:
+            return False
+    return angle == 0 and paren == 0
+
+
+def base_name(kernel: str) -> str:
+    """`ns::k<256, float>` -> `k`: the name the function is defined under."""
+    return kernel.split("<", 1)[0].strip().split("::")[-1]
+
+
+def is_template_param(code: str, name: str, ptype: str) -> bool:
+    """True if `ptype` is a type parameter of a template `name` is declared with."""
+    for m in re.finditer(r"template\s*<([^>]*)>\s*__global__[^(]*\b" + re.escape(name) + r"\s*\(", code):
+        params = [p.split()[-1] for p in m.group(1).split(",") if p.split()]
+        if ptype in params:
+            return True
+    return False
+
+
+def check_launch_kind(launch: dict, backend: str, grid: list[int], lw: str, errs: list[str]) -> None:
+    coop = launch.get("cooperative", False)
+    cluster = launch.get("cluster")
+    if not isinstance(coop, bool):
+        errs.append(f"{lw}: cooperative must be true or false")
+    if backend != "cuda" and (coop is True or cluster is not None):
+        errs.append(f"{lw}: cooperative and cluster launches are for CUDA kernels only")
+        return
+    if cluster is None:
+        return
+    if coop is True:
+        errs.append(f"{lw}: a launch is either cooperative or a cluster launch, not both")
+    if not (isinstance(cluster, list) and len(cluster) == 3 and all(is_int(x) and x >= 1 for x in cluster)):
+        errs.append(f"{lw}: cluster must be three integers >= 1")
+        return
+    if cluster[0] * cluster[1] * cluster[2] > MAX_CLUSTER_BLOCKS:
+        errs.append(f"{lw}: cluster {cluster} has more than {MAX_CLUSTER_BLOCKS} blocks")
+    for axis, g, c in zip("xyz", grid, cluster):
+        if g % c:
+            errs.append(f"{lw}: grid.{axis} = {g} is not a multiple of cluster.{axis} = {c}")
+
+
 def find_function(code: str, name: str, cuda: bool) -> tuple[list[str] | None, str]:
     """Returns the parameter list of the definition of `name` (None if absent) and a note."""
     for m in re.finditer(r"\b" + re.escape(name) + r"\s*\(", code):
@@ -179,8 +269,8 @@ def find_function(code: str, name: str, cuda: bool) -> tuple[list[str] | None, s
         head_start = code.rfind(";", 0, m.start())
         head_start = max(head_start, code.rfind("}", 0, m.start()))
         head = code[head_start + 1:m.start()]
-        if cuda and not ("__global__" in head and re.search(r'extern\s+"C"|extern\s+""', head)):
-            return None, 'defined, but not as extern "C" __global__'
+        if cuda and "__global__" not in head:
+            return None, "defined, but not as a __global__ kernel"
         return split_params(code[m.end():j]), ""
     return None, "not defined in the file"
 
@@ -400,8 +490,8 @@ def check_cuda_source(src: str, where: str, errs: list[str]) -> None:
             target = m.group(2).strip()
             inner = target[1:-1] if len(target) >= 2 and target[0] in "<\"" else target
             if inner not in NVRTC_HEADERS:
-                errs.append(f"{where}:{i + 1}: #{m.group(1)} {target}: kiln's NVRTC (no include path) "
-                            "cannot open it")
+                errs.append(f"{where}:{i + 1}: #{m.group(1)} {target}: not one of kiln's stand-in headers "
+                            "(a problem's kernels must compile where the toolkit's headers are missing)")
     code = strip_comments(src)
     if re.search(r"\bprintf\s*\(", code):
         errs.append(f"{where}: calls printf")
@@ -491,7 +581,11 @@ def check_kernel_source(spec: dict, problem_dir: str, role: str, backend: str, k
             if key not in allowed:
                 errs.append(f"{lw}: unknown key {key!r}")
         kernel = launch.get("kernel")
-        if not isinstance(kernel, str) or not IDENT.match(kernel) or len(kernel) > 128:
+        if backend == "cuda":
+            if not isinstance(kernel, str) or not is_kernel_name(kernel):
+                errs.append(f"{lw}: kernel {kernel!r} is not a kernel name (k, ns::k or k<256, float>)")
+                continue
+        elif not isinstance(kernel, str) or not IDENT.match(kernel) or len(kernel) > 128:
             errs.append(f"{lw}: kernel {kernel!r} is not an identifier")
             continue
         lw = f"{where} launches[{li}] ({kernel})"
@@ -502,6 +596,7 @@ def check_kernel_source(spec: dict, problem_dir: str, role: str, backend: str, k
                 errs.append(f"{lw}: {dim} must be three integers >= 1")
                 v = [1, 1, 1]
             dims[dim] = v
+        check_launch_kind(launch, backend, dims["grid"], lw, errs)
         sh = launch.get("shared_bytes", 0)
         if not is_int(sh) or sh < 0 or sh >= (1 << 32):
             errs.append(f"{lw}: shared_bytes must be a non-negative 32-bit integer")
@@ -546,7 +641,7 @@ def check_kernel_source(spec: dict, problem_dir: str, role: str, backend: str, k
             continue
         if code is None:
             continue
-        params, note = find_function(code, kernel, backend == "cuda")
+        params, note = find_function(code, base_name(kernel), backend == "cuda")
         if params is None:
             errs.append(f"{lw}: {kernel} is {note} ({file})")
             continue
@@ -559,7 +654,8 @@ def check_kernel_source(spec: dict, problem_dir: str, role: str, backend: str, k
                 errs.append(f"{lw}: arg {pi} is buffer {what!r} but parameter {param!r} is not a pointer")
             elif kind == "scalar" and pk == "ptr":
                 errs.append(f"{lw}: arg {pi} is a scalar but parameter {param!r} is a pointer")
-            elif kind == "scalar" and what is not None and ptype not in SCALAR_CTYPES[what]:
+            elif (kind == "scalar" and what is not None and ptype not in SCALAR_CTYPES[what]
+                  and not is_template_param(code, base_name(kernel), ptype)):
                 errs.append(f"{lw}: arg {pi} is {what} but parameter {param!r} has type {ptype!r}")
 
 
@@ -681,13 +777,48 @@ def check_problem(problem_dir: str) -> list[str]:
         if role == "reference" and not table:
             errs.append("no reference kernel")
         for backend, ks in table.items():
+            if role == "reference" and backend == "torch":
+                check_torch_reference(problem_dir, ks, tensors, errs)
+                continue
             allowed = SEED_BACKENDS if role == "seed" else BACKENDS
             if backend not in allowed:
                 errs.append(f"[{role}.{backend}]: unknown backend ({', '.join(sorted(allowed))})")
                 continue
             check_kernel_source(spec, problem_dir, role, backend, ks, tensors, errs)
     check_baselines(spec.get("baseline", {}), tensors, errs)
+    module = (spec.get("baseline", {}).get("torch") or {}).get("op") == "module"
+    if module and "torch" not in spec.get("reference", {}):
+        errs.append("[baseline.torch]: op module needs a [reference.torch]")
     return errs
+
+
+def check_torch_reference(problem_dir: str, ref, tensors: dict, errs: list[str]) -> None:
+    """[reference.torch]: a KernelBench-format file in the folder; every tensor named once."""
+    where = "[reference.torch]"
+    if not isinstance(ref, dict):
+        errs.append(f"{where} must be a table")
+        return
+    for key in ref:
+        if key not in TORCH_REF_KEYS:
+            errs.append(f"{where}: unknown key {key!r}")
+    f = ref.get("file", "")
+    if not isinstance(f, str) or not f or "/" in f or f.startswith("."):
+        errs.append(f"{where}: file must be a plain file name in the folder")
+    elif not os.path.isfile(os.path.join(problem_dir, f)):
+        errs.append(f"{where}: {f} does not exist")
+    else:
+        with open(os.path.join(problem_dir, f), encoding="utf-8") as fh:
+            src = fh.read()
+        for needle in ("class Model", "def forward"):
+            if needle not in src:
+                errs.append(f"{where}: {f} has no {needle!r} (KernelBench's format)")
+    named = list(ref.get("forward", [])) + list((ref.get("state") or {}).values()) + list(ref.get("outputs", []))
+    for n in named:
+        if n not in tensors:
+            errs.append(f"{where}: names no tensor {n!r}")
+    for n in tensors:
+        if named.count(n) != 1:
+            errs.append(f"{where}: tensor {n!r} must be named exactly once (forward, state or outputs)")
 
 
 def check_baselines(table, tensors: dict, errs: list[str]) -> None:

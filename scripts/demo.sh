@@ -9,9 +9,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The proposers are wasm32-wasip2 components: make sure the target is there before the long
+# build, installing it with rustup when rustup manages this toolchain. Without it the demo
+# still runs, evaluating the seed kernels instead of searching.
+plugins=yes
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
+  if command -v rustup >/dev/null 2>&1; then
+    echo "== installing the wasm32-wasip2 target (rustup target add wasm32-wasip2)"
+    if ! rustup target add wasm32-wasip2; then
+      echo "demo: could not install wasm32-wasip2; continuing without proposers" >&2
+      plugins=no
+    fi
+  else
+    echo "demo: no rustup here and no wasm32-wasip2 target: the proposers are not built;" \
+         "the demo evaluates the seed kernels instead" >&2
+    plugins=no
+  fi
+fi
+
 echo "== building (release)"
 cargo build --release --workspace --locked
-if [ -x scripts/build-plugins.sh ]; then
+if [ "$plugins" = yes ] && [ -x scripts/build-plugins.sh ]; then
   scripts/build-plugins.sh
 fi
 bin="$PWD/target/release"

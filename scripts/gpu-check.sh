@@ -8,13 +8,18 @@
 #      flush and blocking kernel vs plain, NVML telemetry, faults in child processes,
 #      invalid launches); its checks also go to $OUT/gpu-probe.json;
 #   3. GPU tests, when the bundle has any (gpu-tests/*: test binaries, one test at a time,
-#      with KILN_WORKER pointing at the bundled kiln-worker and KILN_PROBLEMS at problems/);
+#      with KILN_WORKER pointing at the bundled kiln-worker and KILN_PROBLEMS at problems/):
+#      gpu (the contract on the GPU; cxx_gpu_* for toolkit headers, C++ names, cooperative
+#      and cluster launches), cuda_compile and cxx (NVRTC with the toolkit headers: every
+#      header of issue #18, the suite's kernels, compile times per header);
 #   4. the bundled kilnd with a temporary socket and state directory (clock policy: the
-#      default, observe): problems/ registered, the vecadd-cuda-1m seed submitted and
-#      waited for, then `kiln doctor`.
+#      default, observe): problems/ registered, `kiln doctor` (with the CUDA headers it
+#      found), three seeds and the C++ examples (examples/cxx: template, namespace,
+#      cooperative, cluster, headers) submitted and waited for.
 #
 #   5. (step `searches`) each proposer, offline, on the softmax and LayerNorm seed problems;
-#   6. (step `bench`) `kiln bench throughput|latency|stability` on the cuda backend;
+#   6. (step `bench`) `kiln bench throughput|latency|stability` on the cuda backend (and
+#      throughput on kb-softmax-4096x65536, its torch reference, with KILN_PYTHON);
 #   7. (step `agreement`, where the host has Nsight Compute) `kiln bench agreement`: kiln's
 #      medians of the seed kernels against ncu's gpu__time_duration, one PASS/FAIL line each;
 #   8. (step `triton`, where a python has triton: $KILN_TRITON_PYTHON, else
@@ -22,9 +27,13 @@
 #      softmax-4096x65536 through kilnd, `kiln bench throughput --language triton` (compile
 #      times cold and cached, candidates a minute), and a hill-climb search from the Triton
 #      softmax seed. The GPU tests of Triton candidates are in step 3 (`triton::`).
+#   9. (step `reports`) a short hill-climb search on softmax-4096x65536, its report and its
+#      best candidate's report written to $OUT (report-cuda.html, candidate-cuda.html) and
+#      checked: baseline and roofline-floor lines, the samples histogram and the NVML
+#      telemetry plot (SM clock, power) present, nothing fetched from outside the page.
 #
 # Steps run: $GPU_CHECK_STEPS (default "probe tests kilnd baselines searches bench
-# agreement triton"); the GPU tests
+# agreement triton reports"); the GPU tests
 # run are filtered by $GPU_TEST_FILTER (a libtest filter; default: all).
 # Everything printed also goes to $OUT/gpu-check.log when $OUT is set.
 # Usage: gpu-check.sh [BUNDLE_DIR]   (default: the directory of this script if it holds
@@ -52,7 +61,7 @@ fi
 
 status=0
 section() { printf '\n=== %s === (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
-steps=" ${GPU_CHECK_STEPS:-probe tests kilnd baselines searches bench agreement triton} "
+steps=" ${GPU_CHECK_STEPS:-probe tests kilnd baselines searches bench agreement triton reports} "
 want() { case "$steps" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 section "host"
@@ -78,50 +87,8 @@ else
 fi
 
 section "libraries"
-# cudarc dlopens libcuda.so.1 and libnvrtc.so.13 by name, nvml-wrapper libnvidia-ml.so.1.
-# When one is not on the loader path (the toolkit's lib64 is often unknown to ldconfig),
-# add the usual places, then the pip wheel that PyTorch images carry (nvidia-cuda-nvrtc).
-found() { # found LIBNAME: true if the loader would find it
-    ldconfig -p 2>/dev/null | grep -q "$1" && return 0
-    local IFS=: d
-    for d in ${LD_LIBRARY_PATH:-}; do
-        [ -n "$d" ] && [ -e "$d/$1" ] && return 0
-    done
-    return 1
-}
-add_dir() { export LD_LIBRARY_PATH="$1${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; }
-for lib in libcuda.so.1 libnvidia-ml.so.1 libnvrtc.so.13; do
-    found "$lib" && continue
-    for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu \
-        /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-        /usr/local/cuda-13*/lib64 /usr/local/cuda-13*/targets/x86_64-linux/lib; do
-        if [ -e "$d/$lib" ]; then
-            add_dir "$d"
-            break
-        fi
-    done
-done
-if ! found libnvrtc.so.13 && command -v python3 >/dev/null 2>&1; then
-    d=$(python3 - <<'PY' 2>/dev/null
-import glob, os, site
-dirs = site.getsitepackages() + [site.getusersitepackages()]
-for base in dirs:
-    for hit in glob.glob(os.path.join(base, "nvidia", "**", "libnvrtc.so.13"), recursive=True):
-        print(os.path.dirname(hit))
-        raise SystemExit
-PY
-    )
-    [ -n "$d" ] && add_dir "$d"
-fi
-echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
-py=$(command -v python3 || true)
-echo "python3: ${py:-not found}"
-[ -n "$py" ] && "$py" -c 'import torch, sys; print("  torch", torch.__version__, "at", torch.__file__, "for", sys.executable)' 2>&1 | head -2
-for lib in libcuda.so.1 libnvidia-ml.so.1 libnvrtc.so.13 libcupti.so.13; do
-    if found "$lib"; then echo "  $lib: found"; else echo "  $lib: NOT FOUND"; fi
-done
-# libcupti (kernel times from CUPTI activity records) is optional: without it kiln times
-# with CUDA events, and every GPU evaluation's timing.timer says so.
+# shellcheck source=gpu-libs.sh
+. "$here/gpu-libs.sh"
 
 if want probe; then
 section "gpu_probe"
@@ -141,6 +108,17 @@ fi
 [ $rc -ne 0 ] && status=1
 fi
 
+# The seed's five problems in KernelBench format, imported like any other (the GPU tests
+# and the baselines step use problems/kb-*). Needs a python with torch: $KILN_PYTHON. The
+# GPU tests' `torch_twins::` cases then run each hand-written seed kernel, renamed to the
+# imported tensors, against the torch reference on the GPU and compare verdict and tier
+# with its twin problem (GPU_TEST_FILTER=torch_twins runs only those).
+if [ -x "$bundle/kiln" ] && [ -d "$bundle/problems/kernelbench-format/seed" ]; then
+    section "import: the seed's problems in KernelBench format"
+    "$bundle/kiln" problems import kernelbench "$bundle/problems/kernelbench-format/seed" \
+        --out "$bundle/problems" --python "${KILN_PYTHON:-python3}" --helper "$bundle/kiln_torch.py" || status=1
+fi
+
 if want tests && [ -d "$bundle/gpu-tests" ]; then
     section "gpu tests"
     for t in "$bundle"/gpu-tests/*; do
@@ -153,7 +131,7 @@ fi
 
 triton_py=${KILN_TRITON_PYTHON:-}
 [ -z "$triton_py" ] && [ -x /opt/torch/.venv/bin/python3 ] && triton_py=/opt/torch/.venv/bin/python3
-if { want kilnd || want baselines || want searches || want bench || want agreement || want triton; } && [ -x "$bundle/kilnd" ] && [ -x "$bundle/kiln" ]; then
+if { want kilnd || want baselines || want searches || want bench || want agreement || want triton || want reports; } && [ -x "$bundle/kilnd" ] && [ -x "$bundle/kiln" ]; then
     section "kilnd end to end"
     tmp=$(mktemp -d /tmp/kiln-gpu-check.XXXXXX)
     export KILN_SOCKET="$tmp/kiln.sock"
@@ -162,6 +140,8 @@ if { want kilnd || want baselines || want searches || want bench || want agreeme
 [search]
 proposers_dir = "$bundle/proposers"
 queue_cap = 32
+[gpu]
+python = "${KILN_PYTHON:-python3}"
 TOML
     if [ -n "$triton_py" ]; then
         printf '[triton]\npython = "%s"\n' "$triton_py" >>"$tmp/kiln.toml"
@@ -177,9 +157,17 @@ TOML
             for p in vecadd-cuda-1m softmax-4096x65536 layernorm-16x64x256x256; do
                 "$bundle/kiln" submit --problem "$p" --seed --backend cuda --wait || status=1
             done
+            # C++ kernels as people write them (issue #18): each must come out ok.
+            for f in "$bundle"/examples/cxx/*.json; do
+                [ -f "$f" ] || continue
+                section "C++ candidate through kilnd: $(basename "$f")"
+                "$bundle/kiln" submit "$f" --wait || status=1
+            done
         fi
         if want baselines; then
-            for p in softmax-4096x65536 layernorm-16x64x256x256 matmul-fp32-4096 conv2d-3to96-k11s4p2 conv2d-relu-maxpool; do
+            # kb-*: the seed's problems imported from KernelBench format (torch reference):
+            # torch eager and torch.compile of their own module.
+            for p in softmax-4096x65536 layernorm-16x64x256x256 matmul-fp32-4096 conv2d-3to96-k11s4p2 conv2d-relu-maxpool kb-softmax-4096x65536 kb-layernorm-16x64x256x256; do
                 section "baselines through kilnd: $p"
                 "$bundle/kiln" problems baseline "$p" || status=1
                 "$bundle/kiln" problems show "$p" || status=1
@@ -205,8 +193,19 @@ TOML
             "$bundle/kiln" bench latency --problem vecadd-cuda-1m --backend cuda -o json >"$bench_out/bench-latency.json" || status=1
             "$bundle/kiln" bench throughput --problem softmax-4096x65536 --backend cuda -o json >"$bench_out/bench-throughput.json" || status=1
             "$bundle/kiln" bench throughput --problem softmax-4096x65536 --backend cuda --race --no-cached -o json >"$bench_out/bench-throughput-raced.json" || status=1
+            # Compiles that parse the toolkit headers (cuda_fp16, cooperative_groups, cub):
+            # compile latency cold (first pass) and from the compile cache (second pass).
+            "$bundle/kiln" bench throughput --problem softmax-4096x65536 --backend cuda --variants headers --count 30 -o json >"$bench_out/bench-throughput-headers.json" || status=1
             "$bundle/kiln" bench stability --problem layernorm-16x64x256x256 --backend cuda --rounds 20 --interleave 1 -o json >"$bench_out/bench-stability.json" || status=1
-            for f in latency throughput throughput-raced stability; do
+            # The torch-reference softmax (issue #17): the same seed, written against the
+            # imported tensors (bench takes the twin's seed), beside bench-throughput.json's
+            # uncached pass; every check asks the lane's torch runner (1 GiB each way).
+            kb=""
+            if [ -n "${KILN_PYTHON:-}" ] && "$bundle/kiln" problems show kb-softmax-4096x65536 >/dev/null 2>&1; then
+                "$bundle/kiln" bench throughput --problem kb-softmax-4096x65536 --backend cuda --count 30 --no-cached -o json >"$bench_out/bench-throughput-kb.json" || status=1
+                kb=throughput-kb
+            fi
+            for f in latency throughput throughput-raced throughput-headers stability $kb; do
                 echo "--- bench $f"; cat "$bench_out/bench-$f.json"
             done
         fi
@@ -240,6 +239,41 @@ TOML
                 "$bundle/kiln" search start --problem softmax-4096x65536 --proposer hill-climb \
                     --config '{"language": "triton"}' --budget "${SEARCH_BUDGET:-24}" --time-limit 10m \
                     --seed 1 --wait || status=1
+            fi
+        fi
+        if want reports; then
+            section "reports: a short search on softmax-4096x65536 and its best candidate"
+            rep_out=${out:-$tmp}
+            "$bundle/kiln" search start --problem softmax-4096x65536 --proposer hill-climb \
+                --budget 8 --time-limit 5m --seed 3 --wait >/dev/null || status=1
+            id=$("$bundle/kiln" search list -o json | python3 -c 'import json,sys; s=json.load(sys.stdin)["searches"]; print(s[0]["id"] if s else "")' 2>/dev/null)
+            best=$("$bundle/kiln" search show "$id" -o json | python3 -c 'import json,sys; s=json.load(sys.stdin)["search"]; print((s.get("summary") or {}).get("best") or (s.get("best") or [""])[0])' 2>/dev/null)
+            if [ -n "$id" ] && [ -n "$best" ]; then
+                "$bundle/kiln" search report "$id" --out "$rep_out/report-cuda.html" || status=1
+                "$bundle/kiln" show "$best" --report --out "$rep_out/candidate-cuda.html" || status=1
+                python3 - "$rep_out/report-cuda.html" "$rep_out/candidate-cuda.html" <<'PY' || status=1
+import re, sys
+search, cand = (open(p, encoding="utf-8").read() for p in sys.argv[1:3])
+ok = True
+def check(name, cond, detail=""):
+    global ok
+    print(("PASS " if cond else "FAIL ") + name + (": " + detail if detail else ""))
+    ok = ok and cond
+for name, page in (("search", search), ("candidate", cand)):
+    bad = [p for p in ("://", "<script", "<link", "<img", "<iframe", "@import", "url(") if p in page.lower()]
+    check(name + " page is self-contained", not bad, ", ".join(bad))
+lines = re.findall(r">\n([^<\n]+ [0-9.]+ (?:µs|ms|s))\n</text>", search)
+check("search page draws reference lines", any("roofline floor" in l for l in lines), "; ".join(sorted(set(lines))))
+check("search page draws baselines", any(l.startswith(("reference", "cublas", "cudnn", "torch")) for l in lines))
+check("candidate page has the samples histogram and the telemetry plot", cand.count("<svg") == 2, "%d plots" % cand.count("<svg"))
+check("candidate page shows SM clock and power", "SM clock (MHz)" in cand and "board power (W)" in cand)
+m = re.search(r"(\d+) NVML readings over the timing window", cand)
+check("telemetry readings kept", bool(m) and int(m.group(1)) > 1, m.group(0) if m else "none")
+sys.exit(0 if ok else 1)
+PY
+            else
+                echo "FAIL no search or best candidate for the report check"
+                status=1
             fi
         fi
     else

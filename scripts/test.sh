@@ -18,7 +18,14 @@ scripts/check-kubernetes.sh
 echo "== problem suite (problem.toml, launch plans, knob grammar)"
 python3 scripts/check-problems.py
 
-echo "== torch baseline helper (no torch needed)"
+# The torch-reference and KernelBench-import tests need a python with torch (.ci/run
+# installs one); without it they print SKIP.
+if [ -z "${KILN_PYTHON:-}" ] && [ -x /opt/kiln-torch/bin/python ]; then
+  export KILN_PYTHON=/opt/kiln-torch/bin/python
+fi
+echo "== torch for the torch-reference tests: ${KILN_PYTHON:-none (those tests skip)}"
+
+echo "== torch helper (its torch-free tests; with KILN_PYTHON, one with torch too)"
 python3 -m unittest discover -s scripts/tests -t scripts/tests
 
 echo "== cargo clippy"
@@ -27,6 +34,30 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test (triton: ${KILN_TRITON_PYTHON:-none, its tests skip})"
 cargo build --workspace --locked
 cargo test --workspace --locked
+
+# The NVRTC-backed tests (kernels by C++ name, the toolkit headers inside the compile jail,
+# macro and template bombs) need libnvrtc, which the workspace run above lacks (its tests
+# of a machine without NVRTC run there instead). torch's CUDA 13 wheels ship it
+# (nvidia/cu13/lib, headers in nvidia/cu13/include; .ci/run adds the nvidia-cuda-crt wheel
+# mma.h needs): with KILN_PYTHON's, they run once more against it, as an operator would
+# point kilnd at it (LD_LIBRARY_PATH; the headers are found beside it).
+nvrtc_root=""
+if [ -n "${KILN_PYTHON:-}" ]; then
+  nvrtc_root=$("$KILN_PYTHON" -c 'import nvidia, os
+print(next((os.path.join(p, "cu13") for p in nvidia.__path__
+            if os.path.isfile(os.path.join(p, "cu13", "lib", "libnvrtc.so.13"))), ""))' 2>/dev/null || true)
+fi
+if [ -n "$nvrtc_root" ]; then
+  echo "== NVRTC tests (NVRTC and headers from $nvrtc_root)"
+  started=$SECONDS
+  LD_LIBRARY_PATH="$nvrtc_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CUDA_HOME="$nvrtc_root" \
+    cargo test --locked -p kiln-gpu --lib --test cxx
+  LD_LIBRARY_PATH="$nvrtc_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CUDA_HOME="$nvrtc_root" \
+    cargo test --locked -p kiln-sandbox --test cuda_compile
+  echo "NVRTC tests took $((SECONDS - started)) s"
+else
+  echo "== NVRTC tests: skipped (no libnvrtc.so.13 in KILN_PYTHON's nvidia wheels)"
+fi
 
 if [ -d sdk/python/tests ]; then
   echo "== python client tests"

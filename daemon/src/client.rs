@@ -132,7 +132,7 @@ impl Client {
         Ok(Self::json_response(resp).await?.1)
     }
 
-    /// `GET path`, text back (for `/metrics`).
+    /// `GET path`, text back (for `/metrics` and the HTML reports).
     pub async fn get_text(&self, path: &str) -> Result<String, ClientError> {
         let resp = self.send(Method::GET, path, None).await?;
         let status = resp.status();
@@ -143,10 +143,15 @@ impl Client {
             .map_err(|e| ClientError::Http(e.to_string()))?
             .to_bytes();
         if !status.is_success() {
+            // Errors are kilnd's JSON error body, as for every other route.
+            let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             return Err(ClientError::Api {
                 status: status.as_u16(),
-                code: "unknown".into(),
-                message: String::from_utf8_lossy(&bytes).into_owned(),
+                code: v["error"]["code"].as_str().unwrap_or("unknown").to_string(),
+                message: v["error"]["message"].as_str().map_or_else(
+                    || String::from_utf8_lossy(&bytes).into_owned(),
+                    str::to_string,
+                ),
             });
         }
         Ok(String::from_utf8_lossy(&bytes).into_owned())

@@ -52,6 +52,8 @@ pub struct Config {
     pub jail: JailConfig,
     /// GPUs and clock policy.
     pub gpu: GpuConfig,
+    /// CUDA compiles: the toolkit's headers.
+    pub cuda: CudaConfig,
     /// Triton candidates: the python whose triton compiles them.
     pub triton: TritonConfig,
     /// Searches and their proposer plugins.
@@ -368,7 +370,8 @@ pub struct GpuConfig {
     pub clock_policy: String,
     /// With `lock`: the SM clock to lock at, MHz; 0 = the GPU's base clock.
     pub lock_mhz: u32,
-    /// GPUs to use, by UUID or index (as `kiln devices` lists them); empty = all found.
+    /// GPUs to use, by UUID or index (as `kiln devices` lists them); empty = all found. A
+    /// name that matches no GPU stops kilnd at start (`crate::gpu::selection`).
     pub devices: Vec<String>,
     /// A GPU lane's warm worker is replaced after this many evaluations (and after any
     /// fault or timeout).
@@ -379,7 +382,7 @@ pub struct GpuConfig {
     /// Also look for cuDNN/cuBLAS inside python's `nvidia` wheels (torch ships cuDNN
     /// there), by asking `python` once at start.
     pub discover_python_libraries: bool,
-    /// The python that runs the torch-eager baseline helper; empty = no torch baseline.
+    /// The python that runs the torch helper (torch baselines); empty = none.
     pub python: String,
     /// Wall-clock limit of the torch helper, seconds.
     pub torch_timeout_secs: u64,
@@ -404,6 +407,15 @@ impl Default for GpuConfig {
             cupti: "auto".into(),
         }
     }
+}
+
+/// `[cuda]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct CudaConfig {
+    /// The toolkit's include folders (absolute); empty = discovered (see
+    /// `kiln_sandbox::backends::cuda::toolkit`).
+    pub include_dirs: Vec<String>,
 }
 
 /// `[triton]`
@@ -544,6 +556,9 @@ impl Config {
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return bad("log.format must be \"text\" or \"json\"");
+        }
+        if self.cuda.include_dirs.iter().any(|d| !d.starts_with('/')) {
+            return bad("cuda.include_dirs must be absolute paths");
         }
         Ok(())
     }

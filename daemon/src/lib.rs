@@ -10,6 +10,7 @@
 //! - [`backends`]: the evaluation backends (host, cuda) behind the trait the scheduler
 //!   uses, built at start;
 //! - [`api`]: HTTP/1.1 + JSON on the Unix socket, SSE, metrics;
+//! - [`report`]: the HTML reports of searches and candidates (plots as inline SVG);
 //! - [`client`]: the HTTP-over-Unix-socket client the CLI uses;
 //! - [`gpu`], [`systemd`], [`logging`], [`events`], [`metrics`]: the rest of the service.
 
@@ -23,6 +24,7 @@ pub mod gpu;
 pub mod llm;
 pub mod logging;
 pub mod metrics;
+pub mod report;
 pub mod sched;
 pub mod search;
 pub mod store;

@@ -105,6 +105,14 @@ pub fn add_lane_busy(backend: &str, lane: usize, secs: f64) {
     *map.entry((backend.to_string(), lane)).or_default() += secs;
 }
 
+/// Seconds lane `lane` of `backend` has spent evaluating so far.
+pub fn lane_busy_seconds(backend: &str, lane: usize) -> f64 {
+    let map = LANE_BUSY.lock().unwrap_or_else(|p| p.into_inner());
+    map.get(&(backend.to_string(), lane))
+        .copied()
+        .unwrap_or(0.0)
+}
+
 /// In-memory counters.
 #[derive(Default)]
 pub struct Metrics {

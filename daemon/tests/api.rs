@@ -195,6 +195,82 @@ async fn a_duplicate_candidate_returns_the_stored_record() {
 }
 
 #[tokio::test]
+async fn lanes_are_listed_and_a_job_can_be_pinned_to_one() {
+    let d = Daemon::start("");
+    let c = d.client();
+    register(&c, &write_double_problem(d.dir.path(), "pin")).await;
+    let info = c.get("/v1/info").await.expect("info");
+    let host: Vec<&serde_json::Value> = info["lanes"]
+        .as_array()
+        .expect("lanes")
+        .iter()
+        .filter(|l| l["backend"] == "host")
+        .collect();
+    assert_eq!(host.len(), 1, "{info:#}");
+    assert_eq!(
+        (host[0]["lane"].as_u64(), host[0]["label"].as_str()),
+        (Some(0), Some("cpu"))
+    );
+    assert!(info["gpu_devices"].is_array(), "{info:#}");
+
+    // The host has lane 0 only: lane 1 is refused before anything is stored or queued.
+    // The kernel repeats its pass so that its time is well above the host timer's
+    // overhead (one pass would be `unmeasurable_time` on a loaded machine).
+    let cand = double_candidate(
+        "pin",
+        "for (int r = 0; r < 400; r++) for (int i = 0; i < n; i++) y[i] = x[i] * 2.0f + (float)(r - r);",
+    );
+    let code = |e: ClientError| match e {
+        ClientError::Api {
+            status,
+            code,
+            message,
+            ..
+        } => (status, code, message),
+        other => panic!("expected an API error, got {other}"),
+    };
+    let (status, code_name, message) = code(
+        c.post("/v1/candidates?lane=1", &cand)
+            .await
+            .expect_err("no lane 1"),
+    );
+    assert_eq!((status, code_name.as_str()), (400, "invalid_field"));
+    assert!(
+        message.contains("lane") && message.contains("1 lane(s)"),
+        "{message}"
+    );
+    let listed = c.get("/v1/candidates?problem=pin").await.expect("list");
+    assert_eq!(listed["candidates"].as_array().map(Vec::len), Some(0));
+
+    // Lane 0: evaluated there, and the lane's busy time grows.
+    let (status, sub) = c
+        .post("/v1/candidates?lane=0", &cand)
+        .await
+        .expect("pinned");
+    assert_eq!(status, 202);
+    let id = sub["id"].as_str().expect("id");
+    let rec = c
+        .get(&format!("/v1/candidates/{id}?wait=120"))
+        .await
+        .expect("wait");
+    assert_eq!(rec["evaluation"]["verdict"], "ok", "{rec:#}");
+    assert_eq!(rec["job"]["options"]["lane"], 0, "{rec:#}");
+    let again = c
+        .post(&format!("/v1/candidates/{id}/jobs"), &json!({"lane": 4}))
+        .await
+        .expect_err("no lane 4");
+    assert_eq!(code(again).0, 400);
+    let info = c.get("/v1/info").await.expect("info");
+    let busy = info["lanes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|l| l["backend"] == "host")
+        .and_then(|l| l["busy_s"].as_f64());
+    assert!(busy.is_some_and(|b| b > 0.0), "{info:#}");
+}
+
+#[tokio::test]
 async fn sse_client_sees_a_state_change() {
     let d = Daemon::start("");
     let c = d.client();

@@ -81,6 +81,11 @@ fn throughput_smoke_reports_both_passes() {
     assert_eq!(r["smoke"], true);
     let count = r["settings"]["count"].as_u64().expect("count");
     assert!(count >= 2);
+    // The host backend has one lane; the CPUs that compile are counted beside it.
+    assert_eq!(r["lanes"], 1, "{r}");
+    let cpus = r["cpus"].as_u64().expect("cpus");
+    assert!(cpus >= 1);
+    assert_eq!(r["cpus_per_lane"].as_f64(), Some(cpus as f64));
     let passes = r["passes"].as_array().expect("passes");
     assert_eq!(passes.len(), 2);
     assert_eq!(
@@ -105,6 +110,11 @@ fn throughput_smoke_reports_both_passes() {
             .as_f64()
             .expect("busy fraction from /metrics");
         assert!(busy > 0.0 && busy <= 1.0, "{p}");
+        assert_eq!(
+            p["lane_busy_fraction"]["0"].as_f64(),
+            Some(busy),
+            "one lane: its fraction is the mean: {p}"
+        );
         for stage in [
             "queue",
             "compile",
@@ -324,4 +334,56 @@ fn cluster_smoke_reports_each_node_count() {
             "queue wait",
         );
     }
+}
+
+#[test]
+fn lanes_smoke_times_the_kernel_on_every_lane() {
+    let d = daemon_with_problem("bench-lanes");
+    let r = kiln(
+        &d,
+        &[
+            "bench",
+            "lanes",
+            "--problem",
+            "bench-lanes",
+            "--backend",
+            "host",
+            "--smoke",
+            "--isolation",
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(r["benchmark"], "lanes");
+    assert_eq!(r["lanes"], 1, "the host has one lane: {r}");
+    let rounds = r["settings"]["rounds"].as_u64().expect("rounds");
+    let lane = &r["per_lane"][0];
+    assert_eq!(
+        (lane["lane"].as_u64(), lane["label"].as_str()),
+        (Some(0), Some("cpu"))
+    );
+    assert_eq!(lane["n"], rounds, "{lane}");
+    assert_eq!(lane["verdicts"]["ok"], rounds, "{lane}");
+    assert_eq!(
+        lane["devices_seen"],
+        serde_json::json!([]),
+        "no GPU on the host: {lane}"
+    );
+    let m = lane["median_us"].as_f64().expect("median");
+    assert!(
+        m > 0.0 && m >= lane["min_us"].as_f64().unwrap_or(f64::NAN),
+        "{lane}"
+    );
+    assert_eq!(r["comparison"]["factor_vs_lane0"]["0"], 1.0);
+    assert_eq!(
+        r["comparison"]["within_1pct"], false,
+        "one lane: nothing compared"
+    );
+    // Isolation needs the cuda backend (its red-team kernels are CUDA): skipped, and it
+    // says why.
+    let why = r["isolation"]["skipped"].as_str().expect("skipped");
+    assert!(
+        why.contains("needs the cuda backend") && why.contains("host"),
+        "{why}"
+    );
 }

@@ -221,3 +221,41 @@ fn doctor_runs_a_known_kernel_end_to_end() {
     assert!(text.contains("clock locking:"), "{text}");
     assert!(!text.contains("known kernels"), "{text}");
 }
+
+#[test]
+fn doctor_says_which_cuda_headers_cuda_compiles_get() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let inc = t.path().join("include");
+    std::fs::create_dir_all(inc.join("cccl")).expect("mkdir");
+    std::fs::write(inc.join("cuda_runtime.h"), "").expect("write");
+    std::fs::write(inc.join("cuda.h"), "#define CUDA_VERSION 13000\n").expect("write");
+    let d = Daemon::start(&format!(
+        "[cuda]\ninclude_dirs = [{:?}]\n",
+        inc.to_str().expect("utf8")
+    ));
+    let out = kiln(&d, &["doctor", "--no-run", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor -o json");
+    let h = &v["cuda_headers"];
+    assert_eq!(h["found"], true, "{h:#}");
+    assert_eq!(h["version"], "13.0", "{h:#}");
+    let want = std::fs::canonicalize(&inc).expect("canonical");
+    assert_eq!(h["dirs"][0], want.to_str().expect("utf8"), "{h:#}");
+    let out = kiln(&d, &["doctor", "--no-run"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("CUDA 13.0 headers at"), "{text}");
+    assert!(text.contains("NVRTC "), "{text}");
+
+    // A folder that is not there: kiln says clearly that the headers are unavailable.
+    let d = Daemon::start("[cuda]\ninclude_dirs = [\"/nonexistent-kiln-cuda/include\"]\n");
+    let out = kiln(&d, &["doctor", "--no-run", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor -o json");
+    let h = &v["cuda_headers"];
+    assert_eq!(h["found"], false, "{h:#}");
+    assert!(
+        h["detail"]
+            .as_str()
+            .is_some_and(|s| s.contains("cuda_fp16.h") && s.contains("unavailable")),
+        "{h:#}"
+    );
+    assert_eq!(h["searched"][0]["note"], "not a directory", "{h:#}");
+}

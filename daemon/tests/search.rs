@@ -14,7 +14,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, Once};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -23,38 +23,19 @@ use kiln_daemon::client::Client;
 use serde_json::{Value, json};
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    common::repo_root()
 }
 
 /// Builds the proposers, the abuse plugins, the plugin host and the jail helper
 /// (kiln-worker), once.
 fn build() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let root = repo();
-        let st = std::process::Command::new(root.join("scripts/build-plugins.sh"))
-            .current_dir(&root)
-            .args([
-                "kiln-hill-climb",
-                "kiln-idea-branch",
-                "kiln-map-elites",
-                "kiln-test-plugin-abuse",
-                "kiln-test-plugin-snoop-fs",
-            ])
-            .status()
-            .expect("run scripts/build-plugins.sh");
-        assert!(st.success(), "scripts/build-plugins.sh failed");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = std::process::Command::new(cargo)
-            .current_dir(&root)
-            .args(["build", "-p", "kiln-plugin-host", "-p", "kiln-sandbox"])
-            .status()
-            .expect("run cargo build");
-        assert!(
-            st.success(),
-            "building kiln-plugin-host and kiln-worker failed"
-        );
-    });
+    common::build_search_tools(&[
+        "kiln-hill-climb",
+        "kiln-idea-branch",
+        "kiln-map-elites",
+        "kiln-test-plugin-abuse",
+        "kiln-test-plugin-snoop-fs",
+    ]);
 }
 
 /// One test at a time: each starts its own kilnd, and parallel timing would be noise.
@@ -72,26 +53,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// Timing with enough samples for the interval test, and the installed proposers.
 fn config(extra: &str) -> String {
-    format!(
-        r#"
-[evaluation]
-trials = 2
-run_timeout_ms = 5000
-compile_timeout_secs = 30
-[evaluation.timing]
-warmup = 1
-min_samples = 12
-min_time_ms = 20.0
-max_rse = 0.02
-max_samples = 80
-wall_cap_ms = 1500.0
-recheck_fraction = 0.1
-[search]
-proposers_dir = "{}"
-{extra}
-"#,
-        repo().join("target/debug/proposers").display()
-    )
+    common::search_config(extra)
 }
 
 async fn start_search(c: &Client, body: Value) -> String {

@@ -752,6 +752,48 @@ async fn llm_calls_are_recorded_per_search(store: &Store) {
     );
 }
 
+async fn a_searchs_timeline_lists_submissions_in_order(store: &Store) {
+    store.put_problem(&spec("p")).await.expect("problem");
+    let hash = store.put_plugin("t", b"wasm").await.expect("plugin");
+    let id = store
+        .create_search(&new_search(&hash, "", 1.0))
+        .await
+        .expect("search");
+    let a = store
+        .submit(&cand("p", "void f(){ /* 0 */ }"), Some(&id))
+        .await
+        .expect("a");
+    let mut child = cand("p", "void f(){ /* 1 */ }");
+    child.parent = Some(a.id.clone());
+    child.note = Some("step 1".into());
+    let b = store.submit(&child, Some(&id)).await.expect("b");
+    let mut e = ok(5.0, 5.5, false, false);
+    e.timing.as_mut().expect("timing").samples_us = vec![5.0, 5.5];
+    assert_eq!(claim_and_finish(store, &e).await, a.job_id);
+    let t = store.search_timeline(&id).await.expect("timeline");
+    assert_eq!(t.len(), 2);
+    assert_eq!((t[0].seq, t[1].seq), (1, 2));
+    assert_eq!(t[0].candidate_id, a.id);
+    assert_eq!(t[0].evaluation.as_ref(), Some(&e), "samples read back");
+    assert!(t[0].evaluated_at.is_some_and(|at| at >= t[0].submitted_at));
+    assert_eq!(t[0].job_state.as_deref(), Some("done"));
+    assert_eq!(t[0].job_finished_at, t[0].evaluated_at);
+    assert_eq!(t[1].candidate_id, b.id);
+    assert_eq!(t[1].parent.as_deref(), Some(a.id.as_str()));
+    assert_eq!(t[1].note.as_deref(), Some("step 1"));
+    assert_eq!(
+        (t[1].job_state.as_deref(), &t[1].evaluation),
+        (Some("queued"), &None)
+    );
+    assert!(
+        store
+            .search_timeline("s-missing")
+            .await
+            .expect("empty")
+            .is_empty()
+    );
+}
+
 async fn log_usage_counts_a_searchs_lines_and_bytes(store: &Store) {
     store.put_problem(&spec("p")).await.expect("problem");
     let hash = store.put_plugin("t", b"wasm").await.expect("plugin");
@@ -814,6 +856,9 @@ const CASES: &[(&str, Case)] = &[
     }),
     ("log usage", |s| {
         Box::pin(log_usage_counts_a_searchs_lines_and_bytes(s))
+    }),
+    ("timeline", |s| {
+        Box::pin(a_searchs_timeline_lists_submissions_in_order(s))
     }),
 ];
 

@@ -22,6 +22,7 @@ use crate::jailed_worker::{
     protocol_error, with_layers,
 };
 use crate::protocol::{self, PROTOCOL_VERSION, Request, Response};
+use crate::reference_runner::ReferenceRunner;
 use crate::warm_worker::WarmWorker;
 
 /// The result of [`compile`].
@@ -83,6 +84,10 @@ fn compile_failure(
     e
 }
 
+/// What a cuda compile that ran out of time most likely was, for its message.
+const RUNAWAY_HINT: &str = ": preprocessing or template instantiation that does not end \
+                            (a macro or template bomb?)";
+
 /// Compiles a candidate for `problem` inside a jailed worker (compile role): `cc` for C,
 /// NVRTC for CUDA (for [`SandboxConfig::cuda_arch`]), Triton's compiler in
 /// [`SandboxConfig::triton`]'s python for Triton (the problem gives the types of the
@@ -98,6 +103,7 @@ pub fn compile(
     candidate: &Candidate,
 ) -> Result<CompileOutcome, SandboxError> {
     let language = candidate.language;
+    let cuda = language == Language::Cuda;
     let backend = language.backend();
     let refused = |verdict: Verdict, message: String| CompileOutcome {
         artifact: None,
@@ -116,8 +122,16 @@ pub fn compile(
     let mut triton = None;
     match language {
         Language::Cuda => {
-            if let Err(e) = kiln_gpu::nvrtc::check_flags(&candidate.flags) {
+            let flags = kiln_gpu::nvrtc::check_flags(&candidate.flags)
+                .and_then(|_| kiln_gpu::nvrtc::target_arch(&cfg.cuda_arch, &candidate.flags));
+            if let Err(e) = flags {
                 return Ok(refused(Verdict::CompileError, e.to_string()));
+            }
+            // Host code and unsafe directives are refused before any jail starts.
+            let screened = kiln_gpu::cxx::screen::host_code(&candidate.source)
+                .map_or_else(|| kiln_gpu::cxx::screen::directives(&candidate.source), Err);
+            if let Err(message) = screened {
+                return Ok(refused(Verdict::CompileError, message));
             }
             if kiln_gpu::facts::nvrtc_version().is_none() {
                 return Err(SandboxError::BackendUnavailable(
@@ -164,28 +178,30 @@ pub fn compile(
             Language::Triton => cfg.memory_limit_bytes.max(16 << 30),
         }),
     };
-    let mut spec = jail_spec(
-        cfg,
-        Role::Compile,
-        language == Language::Cuda,
-        &job,
-        limits,
-        "serve",
-    )?;
+    let cpu_s = limits.cpu_s;
+    let mut spec = jail_spec(cfg, Role::Compile, cuda, &job, limits, "serve")?;
     if let Some((setup, _)) = &triton {
         spec.ro_paths.extend(setup.ro_paths.iter().cloned());
     }
-    let cc = which(&cfg.cc.to_string_lossy()).unwrap_or_else(|| cfg.cc.clone());
-    let cc = std::fs::canonicalize(&cc).unwrap_or(cc);
+    let cc = crate::config::which_cc(&cfg.cc);
     let deadline = cfg.compile_timeout + Duration::from_secs(10);
     let mut child = jail::spawn(&cfg.worker_exe, &spec, deadline)?;
     let layers = child.report.layers.clone();
+    // The header folders are at their fixed paths when the private root came up, and at
+    // their host paths when it did not (the jail's layers say which).
+    let private_root = layers.iter().any(|l| l.name == "private-root" && l.active);
+    let include_dirs = match (cuda, private_root) {
+        (false, _) => Vec::new(),
+        (true, true) => cfg.cuda_headers.inside_paths(),
+        (true, false) => cfg.cuda_headers.dirs.clone(),
+    };
     let request = Request::Compile {
         version: PROTOCOL_VERSION,
         candidate: candidate.clone(),
         cc,
         timeout_ms: cfg.compile_timeout.as_millis() as u64,
         arch: (language != Language::C).then(|| cfg.cuda_arch.clone()),
+        include_dirs,
         triton: triton.map(|(setup, plan)| TritonJob {
             python: setup.python.clone(),
             version: setup.version.clone(),
@@ -201,7 +217,14 @@ pub fn compile(
         .and_then(|()| protocol::read_message::<Response>(&mut child.stdout));
     if child.timed_out() {
         child.finish();
-        let msg = format!("compile timed out after {:.1} s", deadline.as_secs_f64());
+        let mut msg = format!(
+            "compile timed out after {:.1} s (compile timeout {:.0} s)",
+            deadline.as_secs_f64(),
+            cfg.compile_timeout.as_secs_f64()
+        );
+        if cuda {
+            msg.push_str(RUNAWAY_HINT);
+        }
         return Ok(CompileOutcome {
             artifact: None,
             info: CompileInfo::default(),
@@ -225,7 +248,16 @@ pub fn compile(
                 .filter(|&c| c > 128)
                 .and_then(|c| crate::backends::limits::signal_limit(c - 128));
             if let Some(limit) = limit {
-                let msg = format!("the compiling worker died: {limit}");
+                let msg = if limit.contains("RLIMIT_CPU") {
+                    format!(
+                        "the compile used up its CPU-time limit of {cpu_s} s (compile timeout \
+                         {:.0} s){}",
+                        cfg.compile_timeout.as_secs_f64(),
+                        if cuda { RUNAWAY_HINT } else { "" }
+                    )
+                } else {
+                    format!("the compiling worker died: {limit}")
+                };
                 return Ok(CompileOutcome {
                     artifact: None,
                     info: CompileInfo::default(),
@@ -284,9 +316,24 @@ pub fn evaluate(
     artifact: &[u8],
     plan: &EvalPlan,
 ) -> Result<Evaluation, SandboxError> {
+    evaluate_with(cfg, problem, reference, candidate, artifact, plan, None)
+}
+
+/// [`evaluate`], with the lane's warm torch reference runner for a problem whose
+/// reference is PyTorch (host: a CPU runner; cuda: a runner on the lane's GPU): the worker asks for the reference's outputs
+/// between candidate runs, and `runner` answers.
+pub fn evaluate_with(
+    cfg: &SandboxConfig,
+    problem: &ProblemSpec,
+    reference: &[u8],
+    candidate: &Candidate,
+    artifact: &[u8],
+    plan: &EvalPlan,
+    mut runner: Option<&mut ReferenceRunner>,
+) -> Result<Evaluation, SandboxError> {
     if candidate.language.backend() == "cuda" {
         let mut worker = WarmWorker::new(cfg.clone(), 1);
-        return worker.evaluate(problem, reference, candidate, artifact, plan);
+        return worker.evaluate_with(problem, reference, candidate, artifact, plan, runner);
     }
     if let Some(e) = precheck(problem, candidate)? {
         return Ok(e);
@@ -309,7 +356,23 @@ pub fn evaluate(
         .as_mut()
         .ok_or_else(|| protocol::ProtocolError::Io(std::io::ErrorKind::BrokenPipe.into()))
         .and_then(|w| protocol::write_message(w, &request, &[reference, artifact]))
-        .and_then(|()| protocol::read_message::<Response>(&mut child.stdout));
+        .and_then(|()| {
+            loop {
+                let (response, blobs) = protocol::read_message_within::<Response>(
+                    &mut child.stdout,
+                    protocol::reference_bound(problem, kiln_types::Role::Input),
+                )?;
+                if !matches!(response, Response::Reference) {
+                    break Ok((response, blobs));
+                }
+                let (answer, outputs) = reference_answer(problem, runner.as_deref_mut(), &blobs);
+                let outputs: Vec<&[u8]> = outputs.iter().map(Vec::as_slice).collect();
+                let stdin = child.stdin.as_mut().ok_or_else(|| {
+                    protocol::ProtocolError::Io(std::io::ErrorKind::BrokenPipe.into())
+                })?;
+                protocol::write_message(stdin, &answer, &outputs)?;
+            }
+        });
     if child.timed_out() {
         child.finish();
         return Ok(budget_timeout("host", budget, &layers));
@@ -323,6 +386,36 @@ pub fn evaluate(
             message: format!("unexpected response to evaluate: {other:?}"),
             source: None,
         }),
+    }
+}
+
+/// The answer to a worker's `Response::Reference`: the runner's outputs, or why not.
+pub(crate) fn reference_answer(
+    problem: &ProblemSpec,
+    runner: Option<&mut ReferenceRunner>,
+    inputs: &[Vec<u8>],
+) -> (Request, Vec<Vec<u8>>) {
+    let result = match runner {
+        Some(r) => r.run(problem, inputs),
+        None => Err("this lane has no torch reference runner ([gpu] python, kiln_torch.py)".into()),
+    };
+    match result {
+        Ok(o) => (
+            Request::ReferenceOutputs {
+                version: PROTOCOL_VERSION,
+                precision: o.precision,
+                error: None,
+            },
+            o.outputs,
+        ),
+        Err(e) => (
+            Request::ReferenceOutputs {
+                version: PROTOCOL_VERSION,
+                precision: String::new(),
+                error: Some(e),
+            },
+            Vec::new(),
+        ),
     }
 }
 

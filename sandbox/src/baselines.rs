@@ -1,132 +1,63 @@
-//! [`measure_baselines`]: the problem's baselines timed on the GPU in a fresh jailed
-//! `kiln-worker` (the reference, cuBLAS, cuDNN: see [`crate::backends::cuda::baseline`]), blocking
-//! (call it from `spawn_blocking`, on the GPU's lane so no candidate is timed meanwhile).
+//! Baselines: [`measure_baselines`], the one path every baseline kind is measured
+//! through (the kinds are registered once, in [`kiln_types::baseline::BaselineKind`]).
 //!
-//! torch eager is not timed here: it runs in the trusted helper of
-//! [`crate::torch_baseline`].
+//! - [`worker`]: the GPU worker's kinds (the reference, cuBLAS, cuDNN) in a fresh jailed
+//!   `kiln-worker` on the lane's GPU;
+//! - [`torch`]: the torch helper's kinds (torch eager, `torch.compile`);
+//! - [`driver`]: the one timing driver (warm-up, fresh inputs, the stop rule, statistics)
+//!   both use.
+//!
+//! Blocking: call it from `spawn_blocking`, on the GPU's lane, so no candidate is timed
+//! meanwhile.
 
-use std::time::Duration;
+pub mod driver;
+pub mod torch;
+pub mod worker;
 
+use kiln_types::baseline::{BaselineKind, BaselineRunner, BaselineStatus};
 use kiln_types::{BaselineResult, EvalPlan, ProblemSpec};
 
 use crate::config::SandboxConfig;
 use crate::error::SandboxError;
-use crate::jail::{self, Limits, Role};
-use crate::jailed_worker::{JobDir, jail_spec, protocol_error};
-use crate::protocol::{self, PROTOCOL_VERSION, Request, Response};
+use crate::torch_helper::TorchHelper;
 
-/// Libraries the GPU worker times itself.
-pub const WORKER_LIBRARIES: &[&str] = &["cublas", "cudnn"];
-
-/// Wall budget of one baselines request: the reference and up to two variants per
-/// library, each under the stop rule's wall cap, plus cuDNN's algorithm search and start.
-pub fn baselines_budget(plan: &EvalPlan, libraries: usize) -> Duration {
-    let timed = 1 + 2 * libraries as u32;
-    Duration::from_secs(120)
-        + Duration::from_secs_f64(plan.timing.wall_cap_ms.max(0.0) / 1e3) * timed
-        + Duration::from_millis(plan.run_timeout_ms.saturating_mul(20))
+/// Where the torch helper's kinds come from: the helper, or why there is none.
+#[derive(Debug, Clone)]
+pub enum TorchSource<'a> {
+    /// Run them with this helper.
+    Helper(&'a TorchHelper),
+    /// They are not measured here, for this reason (reported as `unavailable`).
+    Off(String),
 }
 
-/// Times the reference (compiled: `reference`) and the problem's `[baseline.cublas]` /
-/// `[baseline.cudnn]` ops named in `libraries` on the sandbox's GPU, under `plan`'s seed
-/// and stop rule. Each result says whether it was measured; `Err` is kiln's failure (no
-/// GPU, the jail, the worker).
+/// Every baseline the problem asks for ([`BaselineKind::asked_by`]) on the sandbox's GPU
+/// (`cfg.gpu_uuid`), under `plan`'s seed and stop rule: the GPU worker's kinds with the
+/// compiled cuda `reference` (when the problem has a cuda kernel), then the torch
+/// helper's. `Err` is kiln's failure (no GPU,
+/// the jail, the worker); a kind that could not run is a result saying why.
 pub fn measure_baselines(
     cfg: &SandboxConfig,
     problem: &ProblemSpec,
     reference: &[u8],
     plan: &EvalPlan,
-    libraries: &[String],
+    torch: TorchSource,
 ) -> Result<Vec<BaselineResult>, SandboxError> {
-    if let Err(e) = kiln_gpu::available() {
-        return Err(SandboxError::BackendUnavailable("cuda".into(), e.reason));
-    }
-    if !problem.reference.contains_key("cuda") {
-        return Err(SandboxError::Problem(
-            problem.name.clone(),
-            "no cuda reference".into(),
-        ));
-    }
-    let libraries: Vec<String> = libraries
-        .iter()
-        .filter(|l| WORKER_LIBRARIES.contains(&l.as_str()) && problem.baseline.contains_key(*l))
-        .cloned()
+    // A problem whose reference is PyTorch only has no kernel for the worker to time.
+    let mut results = if problem.reference.kernel("cuda").is_some() {
+        worker::measure(cfg, problem, reference, plan)?
+    } else {
+        Vec::new()
+    };
+    let kinds: Vec<BaselineKind> = BaselineKind::asked_by(problem)
+        .into_iter()
+        .filter(|k| k.runner() == BaselineRunner::TorchHelper)
         .collect();
-    let budget = baselines_budget(plan, libraries.len());
-    let job = JobDir::new(cfg)?;
-    // As for a GPU evaluation: no RLIMIT_AS (the driver reserves address space), room for
-    // the driver's and the libraries' threads.
-    let limits = Limits {
-        cpu_s: budget.as_secs() + 1,
-        nofile: 512,
-        nproc: 256,
-        fsize_bytes: 1 << 30,
-        as_bytes: None,
-    };
-    let spec = jail_spec(cfg, Role::GpuWorker, true, &job, limits, "serve")?;
-    let mut child = jail::spawn(&cfg.worker_exe, &spec, budget)?;
-    let request = Request::Baselines {
-        version: PROTOCOL_VERSION,
-        problem: Box::new(problem.clone()),
-        plan: plan.clone(),
-        libraries,
-    };
-    let reply = child
-        .stdin
-        .as_mut()
-        .ok_or_else(|| protocol::ProtocolError::Io(std::io::ErrorKind::BrokenPipe.into()))
-        .and_then(|w| protocol::write_message(w, &request, &[reference]))
-        .and_then(|()| protocol::read_message::<Response>(&mut child.stdout));
-    if child.timed_out() {
-        child.finish();
-        return Err(SandboxError::Worker(format!(
-            "timing the baselines exceeded the wall budget of {:.0} s; the jail was killed",
-            budget.as_secs_f64()
-        )));
-    }
-    let (response, _) = reply.map_err(|e| protocol_error(e, &mut child))?;
-    child.finish();
-    match response {
-        Response::Baselines { results } => Ok(results),
-        Response::Failed { message } => Err(SandboxError::Worker(message)),
-        other => Err(SandboxError::Protocol {
-            message: format!("unexpected response to baselines: {other:?}"),
-            source: None,
-        }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_request_round_trips_with_its_blob() {
-        let req = Request::Baselines {
-            version: PROTOCOL_VERSION,
-            problem: Box::new(
-                ProblemSpec::load_dir(
-                    &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                        .join("../problems/matmul-fp32-4096"),
-                )
-                .expect("problem"),
-            ),
-            plan: EvalPlan::default(),
-            libraries: vec!["cublas".into()],
-        };
-        let mut buf = Vec::new();
-        protocol::write_message(&mut buf, &req, &[b"cubin"]).expect("write");
-        let (got, blobs): (Request, _) = protocol::read_message(&mut buf.as_slice()).expect("read");
-        assert!(matches!(got, Request::Baselines { libraries, .. } if libraries == ["cublas"]));
-        assert_eq!(blobs, vec![b"cubin".to_vec()]);
-    }
-
-    #[test]
-    fn budget_grows_with_the_wall_cap_and_libraries() {
-        let plan = EvalPlan::default();
-        assert!(baselines_budget(&plan, 1) > baselines_budget(&plan, 0));
-        let mut slow = plan.clone();
-        slow.timing.wall_cap_ms *= 2.0;
-        assert!(baselines_budget(&slow, 1) > baselines_budget(&plan, 1));
-    }
+    results.extend(match torch {
+        TorchSource::Helper(h) => torch::measure(cfg.gpu_uuid.as_deref(), h, problem, plan, &kinds),
+        TorchSource::Off(why) => kinds
+            .iter()
+            .map(|k| k.not_measured("", BaselineStatus::Unavailable, why.clone()))
+            .collect(),
+    });
+    Ok(results)
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backends::cuda::toolkit::{self, ToolkitHeaders};
+
 /// How the sandbox runs jobs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SandboxConfig {
@@ -47,6 +49,10 @@ pub struct SandboxConfig {
     /// is shown read-only in their jails).
     #[serde(default)]
     pub cupti: kiln_gpu::cupti::CuptiSetting,
+    /// The CUDA toolkit headers cuda compiles get (bound read-only into the compile jail);
+    /// see [`crate::backends::cuda::toolkit`]. [`SandboxConfig::new`] discovers them.
+    #[serde(default)]
+    pub cuda_headers: ToolkitHeaders,
     /// The python with triton that compiles Triton candidates (found by kilnd at start,
     /// see [`crate::backends::triton::setup`]); `None`: Triton candidates cannot be
     /// compiled here.
@@ -60,10 +66,14 @@ fn default_arch() -> String {
 
 impl SandboxConfig {
     /// Defaults: worker next to the current executable, `cc` from PATH, 30 s compile
-    /// timeout, 2 GiB memory, 1 MiB of candidate output, namespaces on, no cgroup, no
-    /// Triton.
+    /// timeout, 2 GiB memory, 1 MiB of candidate output, namespaces on, no cgroup, the
+    /// toolkit headers found by [`SandboxConfig::find_cuda_headers`] with nothing configured,
+    /// no Triton.
     pub fn new(scratch_root: impl Into<PathBuf>) -> Self {
-        SandboxConfig {
+        let library_path = std::env::var("LD_LIBRARY_PATH")
+            .ok()
+            .filter(|v| !v.is_empty());
+        let mut cfg = SandboxConfig {
             worker_exe: default_worker_exe(),
             scratch_root: scratch_root.into(),
             hidden_paths: Vec::new(),
@@ -76,12 +86,34 @@ impl SandboxConfig {
             cuda_arch: default_arch(),
             gpu_uuid: None,
             gpu_minor: None,
-            library_path: std::env::var("LD_LIBRARY_PATH")
-                .ok()
-                .filter(|v| !v.is_empty()),
+            library_path,
             cupti: kiln_gpu::cupti::CuptiSetting::Auto,
+            cuda_headers: ToolkitHeaders::default(),
             triton: None,
-        }
+        };
+        cfg.find_cuda_headers(&[]);
+        cfg
+    }
+
+    /// Looks for the CUDA toolkit headers: `configured` (`[cuda] include_dirs`) when not
+    /// empty, else `$CUDA_HOME`, `/usr/local/cuda` and the python wheels beside the
+    /// library path's folders (see [`toolkit::discover`]).
+    pub fn find_cuda_headers(&mut self, configured: &[PathBuf]) {
+        let cuda_home = std::env::var_os("CUDA_HOME").map(PathBuf::from);
+        let lib_dirs: Vec<PathBuf> = self
+            .library_path
+            .as_deref()
+            .unwrap_or("")
+            .split(':')
+            .filter(|d| d.starts_with('/'))
+            .map(PathBuf::from)
+            .collect();
+        self.cuda_headers = toolkit::discover(
+            configured,
+            cuda_home.as_deref(),
+            Path::new("/usr/local/cuda"),
+            &toolkit::wheel_roots(&lib_dirs),
+        );
     }
 
     /// Points GPU workers at the first GPU `kiln_gpu::available()` finds; false if none.
@@ -117,6 +149,12 @@ pub fn default_worker_exe() -> PathBuf {
         }
     }
     which(NAME).unwrap_or_else(|| PathBuf::from(NAME))
+}
+
+/// The C compiler `cc` names, found on PATH and resolved (as compiles run it).
+pub fn which_cc(cc: &Path) -> PathBuf {
+    let found = which(&cc.to_string_lossy()).unwrap_or_else(|| cc.to_path_buf());
+    std::fs::canonicalize(&found).unwrap_or(found)
 }
 
 /// `name` on PATH (a name with a `/` is taken as it is).

@@ -96,6 +96,10 @@ pub struct JailSpec {
     pub root_dir: PathBuf,
     /// Host paths made visible read-only at the same path inside the private root.
     pub ro_paths: Vec<PathBuf>,
+    /// Host paths made visible read-only at another, fixed path inside the private root:
+    /// (host path, path inside). The compile role's CUDA toolkit headers.
+    #[serde(default)]
+    pub ro_binds: Vec<(PathBuf, PathBuf)>,
     /// Host paths hidden behind an empty read-only tmpfs (or /dev/null for files).
     pub hidden_paths: Vec<PathBuf>,
     /// Device nodes bound at the same path inside the private root (GPU workers: their
@@ -154,6 +158,19 @@ impl JailSpec {
         }
         for p in &self.hidden_paths {
             abs("hidden_paths", p)?;
+        }
+        for (host, inside) in &self.ro_binds {
+            abs("ro_binds", host)?;
+            abs("ro_binds", inside)?;
+            if inside
+                .components()
+                .any(|c| c == std::path::Component::ParentDir)
+            {
+                return Err(SpecError::NotAbsolute {
+                    field: "ro_binds",
+                    path: inside.clone(),
+                });
+            }
         }
         for p in self.devices.iter().chain(&self.optional_ro_paths) {
             abs("devices", p)?;

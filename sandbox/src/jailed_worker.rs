@@ -102,6 +102,12 @@ pub(crate) fn jail_spec(
             optional_ro_paths = setup::OPTIONAL_RO.iter().map(PathBuf::from).collect();
         }
     }
+    // A cuda compile sees the toolkit's include folders at fixed paths (toolkit.rs).
+    let ro_binds = if cuda && role == Role::Compile {
+        cfg.cuda_headers.binds()
+    } else {
+        Vec::new()
+    };
     Ok(JailSpec {
         role,
         program,
@@ -110,6 +116,7 @@ pub(crate) fn jail_spec(
         scratch: abs(&job.base.join("work")),
         root_dir: abs(&job.base.join("root")),
         ro_paths,
+        ro_binds,
         hidden_paths: cfg.hidden_paths.iter().map(|p| abs(p)).collect(),
         devices,
         optional_ro_paths,
@@ -169,7 +176,7 @@ pub(crate) fn precheck(
     if cuda && let Err(e) = kiln_gpu::facts::libraries_present() {
         return Err(SandboxError::BackendUnavailable("cuda".into(), e.reason));
     }
-    if !problem.reference.contains_key(backend) {
+    if !problem.reference.has(backend) {
         return Err(SandboxError::Problem(
             problem.name.clone(),
             format!("no {backend} reference"),

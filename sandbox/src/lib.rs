@@ -10,8 +10,9 @@
 //!   and replaced after a fault, a timeout or a number of evaluations. What it shares with
 //!   the one-shot calls (job directory, jail spec, request, wall budget) is in
 //!   `jailed_worker`.
-//! - [`measure_baselines`] (the reference, cuBLAS, cuDNN in a jailed GPU worker) and
-//!   [`torch_baseline`] (torch eager in kiln's trusted helper): library baselines.
+//! - [`measure_baselines`]: every baseline kind through one path ([`baselines`]): the
+//!   reference, cuBLAS, cuDNN in a jailed GPU worker, torch eager and `torch.compile` in
+//!   kiln's trusted torch helper ([`torch_helper`]).
 //! - [`jail`]: start a command isolated from the host (namespaces, private root, rlimits,
 //!   cgroup, `no_new_privs`, seccomp, parent-death signal, tree kill on a deadline).
 //! - [`protocol`]: the framed messages between caller and worker.
@@ -56,16 +57,26 @@ pub mod jail;
 mod jailed_worker;
 pub mod plugin_host;
 pub mod protocol;
-pub mod torch_baseline;
+pub mod reference_runner;
+pub mod torch_helper;
 mod warm_worker;
 pub mod worker;
 
-pub use api::{BackendStatus, CompileOutcome, backend_status, compile, evaluate, probe_layers};
-pub use baselines::measure_baselines;
-pub use config::{SandboxConfig, default_worker_exe};
+pub use api::{
+    BackendStatus, CompileOutcome, backend_status, compile, evaluate, evaluate_with, probe_layers,
+};
+pub use baselines::{TorchSource, measure_baselines};
+pub use config::{SandboxConfig, default_worker_exe, which_cc};
 pub use error::SandboxError;
 pub use jail::{JailReport, LayerStatus};
 /// The GPU mechanics crate, for callers that need its types (clock policy, facts).
 pub use kiln_gpu;
-pub use torch_baseline::{TorchHelper, torch_baseline};
+pub use reference_runner::ReferenceRunner;
+pub use torch_helper::TorchHelper;
+
+/// A content hash of this build's compile path (the backends' compile code, kiln-gpu's
+/// NVRTC recipe, stand-in headers and artifact format), computed by `build.rs`: part of
+/// the compile cache's key, so a cached artifact is never served to a kiln whose compile
+/// path differs.
+pub const COMPILE_BUILD: &str = env!("KILN_COMPILE_BUILD");
 pub use warm_worker::{WarmWorker, WarmWorkerStats};

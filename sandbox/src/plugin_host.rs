@@ -227,6 +227,7 @@ fn jail_spec(
         scratch: canonical("the job's scratch", &dir.base.join("work"))?,
         root_dir: canonical("the job's root", &dir.base.join("root"))?,
         ro_paths,
+        ro_binds: Vec::new(),
         hidden_paths,
         devices: Vec::new(),
         optional_ro_paths: Vec::new(),

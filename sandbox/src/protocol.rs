@@ -9,7 +9,11 @@
 //!
 //! A **message** is one JSON frame holding an [`Envelope`] (`{"blobs": N, "body": …}`),
 //! followed by exactly `N` raw frames (artifacts: shared objects, CUBIN/PTX images). Raw bytes
-//! never go through JSON.
+//! never go through JSON. A blob longer than a frame (a torch reference's 1 GiB tensor)
+//! travels as consecutive frames of at most [`MAX_FRAME`] bytes each: the envelope then
+//! says how many frames each blob spans (`"frames": [k₀, k₁, …]`, at most
+//! [`MAX_FRAMES_PER_BLOB`] each), and the reader joins them. Without `frames` every blob is
+//! one frame.
 //!
 //! The conversation on a jailed worker's stdin (requests) and stdout (responses):
 //!
@@ -19,6 +23,9 @@
 //! worker       -> caller : Response::Compiled  (1 blob: the artifact, when ok; else 0)
 //!   or
 //! caller       -> worker : Request::Evaluate   (2 blobs: reference artifact, candidate artifact)
+//!   zero or more times, for a torch reference (host and cuda), between candidate runs:
+//!   worker     -> caller : Response::Reference         (blobs: one input set)
+//!   caller     -> worker : Request::ReferenceOutputs   (blobs: the reference's outputs)
 //! worker       -> caller : Response::Evaluated (0 blobs)
 //!   or
 //! caller       -> worker : Request::Baselines  (1 blob: reference artifact)
@@ -55,8 +62,16 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Largest frame accepted, in bytes (512 MiB: the largest artifact plus headroom).
 pub const MAX_FRAME: u32 = 512 << 20;
 
-/// Most raw frames after one JSON frame.
+/// Most blobs after one JSON frame.
 pub const MAX_BLOBS: u32 = 8;
+
+/// Most frames one blob may span (a blob of up to 256 GiB: more than a GPU holds).
+pub const MAX_FRAMES_PER_BLOB: u32 = 512;
+
+/// Most blob bytes [`read_message`] accepts in one message: what [`MAX_BLOBS`] one-frame
+/// blobs hold. A reader expecting more (a torch reference's tensors) says how much with
+/// [`read_message_within`].
+pub const MAX_MESSAGE_BYTES: u64 = MAX_BLOBS as u64 * MAX_FRAME as u64;
 
 /// Why a frame or message could not be read or written.
 #[derive(Debug, Error)]
@@ -70,6 +85,14 @@ pub enum ProtocolError {
     /// More raw frames announced than allowed.
     #[error("{0} blobs announced; at most {MAX_BLOBS} are allowed")]
     TooManyBlobs(u32),
+    /// A message whose blobs hold more bytes than its reader accepts.
+    #[error("message of more than {0} bytes of blobs; the reader accepts at most {0}")]
+    MessageTooLarge(u64),
+    /// An envelope's `frames` that does not describe its blobs.
+    #[error(
+        "bad frame counts {0:?} for the blobs (one count per blob, each 1 to {MAX_FRAMES_PER_BLOB})"
+    )]
+    BadFrameCounts(Vec<u32>),
     /// The JSON did not parse as the expected message.
     #[error("malformed message: {0}")]
     Json(#[from] serde_json::Error),
@@ -79,10 +102,19 @@ pub enum ProtocolError {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Envelope<T> {
-    /// Raw frames that follow.
+    /// Blobs that follow.
     pub blobs: u32,
+    /// How many consecutive frames each blob spans; empty: one frame each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frames: Vec<u32>,
     /// The message itself.
     pub body: T,
+}
+
+/// How many frames a blob of `len` bytes spans when written (at least one).
+fn frames_of(len: usize) -> u32 {
+    let per = MAX_FRAME as usize;
+    u32::try_from(len.div_ceil(per).max(1)).unwrap_or(u32::MAX)
 }
 
 /// Writes one frame.
@@ -120,30 +152,94 @@ pub fn write_message<T: Serialize>(
     body: &T,
     blobs: &[&[u8]],
 ) -> Result<(), ProtocolError> {
+    let frames: Vec<u32> = blobs.iter().map(|b| frames_of(b.len())).collect();
+    if let Some(&n) = frames.iter().find(|&&n| n > MAX_FRAMES_PER_BLOB) {
+        return Err(ProtocolError::FrameTooLarge(
+            u64::from(n).saturating_mul(u64::from(MAX_FRAME)),
+        ));
+    }
     let env = Envelope {
         blobs: u32::try_from(blobs.len()).unwrap_or(u32::MAX),
+        frames: if frames.iter().all(|&n| n == 1) {
+            Vec::new()
+        } else {
+            frames
+        },
         body,
     };
     write_frame(w, &serde_json::to_vec(&env)?)?;
     for b in blobs {
-        write_frame(w, b)?;
+        if b.is_empty() {
+            write_frame(w, b)?;
+        }
+        for piece in b.chunks(MAX_FRAME as usize) {
+            write_frame(w, piece)?;
+        }
     }
     w.flush()?;
     Ok(())
 }
 
-/// Reads a message and its blobs.
+/// The most blob bytes a message of the torch reference exchange of `problem` may carry:
+/// its tensors of `role` (inputs: the worker's `Response::Reference`; outputs: the
+/// answer), and never less than [`MAX_MESSAGE_BYTES`].
+pub fn reference_bound(problem: &ProblemSpec, role: kiln_types::Role) -> u64 {
+    let tensors: u64 = problem
+        .tensors
+        .iter()
+        .filter(|t| t.role == role)
+        .map(|t| t.bytes())
+        .sum();
+    tensors.max(MAX_MESSAGE_BYTES)
+}
+
+/// Reads a message and its blobs (at most [`MAX_MESSAGE_BYTES`] of them).
 pub fn read_message<T: DeserializeOwned>(
     r: &mut impl Read,
+) -> Result<(T, Vec<Vec<u8>>), ProtocolError> {
+    read_message_within(r, MAX_MESSAGE_BYTES)
+}
+
+/// Reads a message and its blobs, refusing it once its blobs pass `max_bytes` in all
+/// (checked frame by frame, before each frame is read).
+pub fn read_message_within<T: DeserializeOwned>(
+    r: &mut impl Read,
+    max_bytes: u64,
 ) -> Result<(T, Vec<Vec<u8>>), ProtocolError> {
     let head = read_frame(r, 64 << 20)?;
     let env: Envelope<T> = serde_json::from_slice(&head)?;
     if env.blobs > MAX_BLOBS {
         return Err(ProtocolError::TooManyBlobs(env.blobs));
     }
+    let frames = if env.frames.is_empty() {
+        vec![1; env.blobs as usize]
+    } else {
+        env.frames
+    };
+    if frames.len() != env.blobs as usize
+        || frames.iter().any(|&n| n == 0 || n > MAX_FRAMES_PER_BLOB)
+    {
+        return Err(ProtocolError::BadFrameCounts(frames));
+    }
     let mut blobs = Vec::with_capacity(env.blobs as usize);
-    for _ in 0..env.blobs {
-        blobs.push(read_frame(r, MAX_FRAME)?);
+    let mut total = 0u64;
+    let mut frame = |r: &mut _| -> Result<Vec<u8>, ProtocolError> {
+        let left = max_bytes.saturating_sub(total);
+        let f = read_frame(r, u32::try_from(left).unwrap_or(u32::MAX)).map_err(|e| match e {
+            ProtocolError::FrameTooLarge(_) if left < u64::from(MAX_FRAME) => {
+                ProtocolError::MessageTooLarge(max_bytes)
+            }
+            e => e,
+        })?;
+        total += f.len() as u64;
+        Ok(f)
+    };
+    for n in frames {
+        let mut blob = frame(r)?;
+        for _ in 1..n {
+            blob.extend_from_slice(&frame(r)?);
+        }
+        blobs.push(blob);
     }
     Ok((env.body, blobs))
 }
@@ -177,6 +273,9 @@ pub enum Request {
         /// GPU architecture for cuda compiles (`sm_90`); ignored by the host backend.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         arch: Option<String>,
+        /// The CUDA toolkit's include folders as the worker sees them (cuda only).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        include_dirs: Vec<PathBuf>,
         /// For a Triton candidate: the python, Triton version and compile plan.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         triton: Option<crate::backends::triton::compile::TritonJob>,
@@ -203,8 +302,20 @@ pub enum Request {
         problem: Box<ProblemSpec>,
         /// Seed, run timeout and the stop rule (the candidates' own).
         plan: EvalPlan,
-        /// Libraries to time besides the reference (`cublas`, `cudnn`).
-        libraries: Vec<String>,
+        /// Kinds to time besides the reference (those the GPU worker runs).
+        kinds: Vec<kiln_types::baseline::BaselineKind>,
+    },
+    /// The answer to `Response::Reference`: blobs are the torch reference's output
+    /// tensors (problem order), or none with `error` set.
+    ReferenceOutputs {
+        /// Protocol version the caller speaks.
+        version: u32,
+        /// How the reference computed (`float64`, or the declared dtypes and why).
+        #[serde(default)]
+        precision: String,
+        /// Why there are no outputs (kiln's failure, not the candidate's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
 }
 
@@ -239,6 +350,10 @@ pub enum Response {
         /// What went wrong.
         message: String,
     },
+    /// Mid-evaluation, between candidate runs: the worker asks its caller for the torch
+    /// reference's outputs on the input set in the blobs (problem input order); the caller
+    /// answers `Request::ReferenceOutputs`.
+    Reference,
     /// The baselines were timed (each says whether it was measured).
     Baselines {
         /// One entry per baseline, the reference first.
@@ -260,6 +375,47 @@ mod tests {
         let (got, blobs): (Response, _) = read_message(&mut buf.as_slice()).expect("read");
         assert!(matches!(got, Response::Failed { message } if message == "x"));
         assert_eq!(blobs, vec![b"abc".to_vec(), Vec::new()]);
+    }
+
+    /// A blob longer than a frame travels as several frames and comes back whole, beside
+    /// one-frame blobs in the same message.
+    #[test]
+    fn blob_over_a_frame_spans_frames_and_joins() {
+        let big: Vec<u8> = (0..MAX_FRAME as usize + 3)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let mut buf = Vec::new();
+        write_message(&mut buf, &Response::Reference, &[b"ab", &big, b""]).expect("write");
+        let bytes = big.len() as u64 + 2;
+        let err = read_message_within::<Response>(&mut buf.as_slice(), bytes - 1)
+            .expect_err("one byte over");
+        assert!(matches!(err, ProtocolError::MessageTooLarge(_)), "{err}");
+        let (got, blobs): (Response, _) =
+            read_message_within(&mut buf.as_slice(), bytes).expect("read");
+        assert!(matches!(got, Response::Reference));
+        assert_eq!(blobs.len(), 3);
+        assert_eq!(blobs[0], b"ab");
+        assert!(blobs[1] == big, "the long blob joins back byte for byte");
+        assert!(blobs[2].is_empty());
+    }
+
+    /// An envelope whose frame counts do not describe its blobs is refused.
+    #[test]
+    fn bad_frame_counts_are_refused() {
+        for frames in [vec![1], vec![1, 0], vec![1, MAX_FRAMES_PER_BLOB + 1]] {
+            let env = Envelope {
+                blobs: 2,
+                frames: frames.clone(),
+                body: Response::Reference,
+            };
+            let mut buf = Vec::new();
+            write_frame(&mut buf, &serde_json::to_vec(&env).expect("json")).expect("write");
+            let err = read_message::<Response>(&mut buf.as_slice()).expect_err("refused");
+            assert!(
+                matches!(&err, ProtocolError::BadFrameCounts(f) if *f == frames),
+                "{err}"
+            );
+        }
     }
 
     #[test]

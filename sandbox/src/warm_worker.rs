@@ -26,6 +26,7 @@ use crate::jailed_worker::{
     protocol_error, with_layers,
 };
 use crate::protocol::{self, ProtocolError, Response};
+use crate::reference_runner::ReferenceRunner;
 
 /// How long a warm worker may sit idle before its jail's watchdog ends it.
 const IDLE: Duration = Duration::from_secs(3600);
@@ -125,6 +126,21 @@ impl WarmWorker {
         artifact: &[u8],
         plan: &EvalPlan,
     ) -> Result<Evaluation, SandboxError> {
+        self.evaluate_with(problem, reference, candidate, artifact, plan, None)
+    }
+
+    /// [`WarmWorker::evaluate`], with the lane's torch reference runner for a problem whose
+    /// only reference is PyTorch: the worker asks for the reference's outputs between
+    /// candidate runs (`Response::Reference`) and `runner` answers.
+    pub fn evaluate_with(
+        &mut self,
+        problem: &ProblemSpec,
+        reference: &[u8],
+        candidate: &Candidate,
+        artifact: &[u8],
+        plan: &EvalPlan,
+        mut runner: Option<&mut ReferenceRunner>,
+    ) -> Result<Evaluation, SandboxError> {
         if let Some(e) = precheck(problem, candidate)? {
             return Ok(e);
         }
@@ -155,7 +171,28 @@ impl WarmWorker {
                 }
                 return Err(protocol_error(e, &mut dead.child));
             }
-            let reply = protocol::read_message::<Response>(&mut w.child.stdout);
+            let reply = loop {
+                let got = protocol::read_message_within::<Response>(
+                    &mut w.child.stdout,
+                    protocol::reference_bound(problem, kiln_types::Role::Input),
+                );
+                if !matches!(got, Ok((Response::Reference, _))) {
+                    break got;
+                }
+                let blobs = got.map(|(_, b)| b).unwrap_or_default();
+                let (answer, outputs) =
+                    crate::api::reference_answer(problem, runner.as_deref_mut(), &blobs);
+                let outputs: Vec<&[u8]> = outputs.iter().map(Vec::as_slice).collect();
+                let sent = w
+                    .child
+                    .stdin
+                    .as_mut()
+                    .ok_or_else(|| ProtocolError::Io(std::io::ErrorKind::BrokenPipe.into()))
+                    .and_then(|s| protocol::write_message(s, &answer, &outputs));
+                if let Err(e) = sent {
+                    break Err(e);
+                }
+            };
             if w.child.timed_out() {
                 let layers = w.layers.clone();
                 self.retire();

@@ -19,9 +19,38 @@ use kiln_types::Language;
 use crate::backends::{cuda, host, triton};
 use crate::protocol::{self, PROTOCOL_VERSION, ProtocolError, Request, Response};
 
+/// The exit status of a worker that reached its CPU-time limit: 128 + SIGXCPU, as a shell
+/// reports death by that signal (what the compile's caller reads it as).
+pub const CPU_LIMIT_EXIT: i32 = 128 + libc::SIGXCPU;
+
+extern "C" fn on_sigxcpu(_: libc::c_int) {
+    // SAFETY: _exit is async-signal-safe; nothing else runs here.
+    unsafe { libc::_exit(CPU_LIMIT_EXIT) }
+}
+
+/// A jailed worker is PID 1 of its PID namespace, where the kernel drops signals that have
+/// no handler: SIGXCPU at the soft CPU-time limit would be lost and the hard limit's
+/// SIGKILL would end the worker (e.g. NVRTC expanding a macro bomb) without saying why.
+/// With this handler it exits with [`CPU_LIMIT_EXIT`] instead.
+fn exit_on_cpu_limit() {
+    // SAFETY: a zeroed sigaction is valid; the handler only calls _exit.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigxcpu as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(libc::SIGXCPU, &sa, std::ptr::null_mut()) != 0 {
+            tracing::warn!(
+                "kiln-worker: no SIGXCPU handler: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
 /// Serves requests on stdin/stdout until stdin closes or the GPU context is poisoned;
 /// returns the exit status.
 pub fn serve(tag: &str) -> i32 {
+    exit_on_cpu_limit();
     let mut input = std::io::stdin().lock();
     // A GPU worker's fd 1 receives device printf: the protocol moves to a duplicate.
     let mut output: Box<dyn Write> = if std::env::var_os(CAPTURE_ENV).is_some() {
@@ -84,12 +113,17 @@ fn serve_on(
             }
             .map(|()| Next::More)
         }
+        // Only ever an answer to the worker's own `Response::Reference`.
+        Request::ReferenceOutputs { .. } => {
+            let r = failed("reference outputs arrived with no evaluation asking for them".into());
+            protocol::write_message(output, &r, &[]).map(|()| Next::More)
+        }
         // Baselines: one request, then the worker exits (see cuda::baseline).
         Request::Baselines {
             version,
             problem,
             plan,
-            libraries,
+            kinds,
         } => {
             let r = match blobs.as_slice() {
                 _ if version != PROTOCOL_VERSION => failed(format!(
@@ -98,7 +132,7 @@ fn serve_on(
                 [reference] => cuda::baseline::run(cuda::baseline::Job {
                     problem: &problem,
                     plan: &plan,
-                    libraries: &libraries,
+                    kinds: &kinds,
                     reference_artifact: reference,
                 })
                 .map_or_else(failed, |results| Response::Baselines { results }),
@@ -111,6 +145,7 @@ fn serve_on(
             cc,
             timeout_ms,
             arch,
+            include_dirs,
             triton,
             ..
         } => {
@@ -122,7 +157,7 @@ fn serve_on(
                 }
                 Language::Cuda => {
                     let arch = arch.unwrap_or_else(|| cuda::setup::DEFAULT_ARCH.to_string());
-                    cuda::compile::compile(&candidate, &arch)
+                    cuda::compile::compile(&candidate, &arch, &include_dirs)
                         .map(|c| (c.artifact, c.info, c.message, None))
                 }
                 Language::Triton => match &triton {
@@ -163,6 +198,22 @@ fn serve_on(
                 let r = failed(format!("evaluate needs 2 blobs, got {}", blobs.len()));
                 return protocol::write_message(output, &r, &[]).map(|()| Next::More);
             };
+            // A torch reference is computed by the caller's trusted runner, asked between
+            // candidate runs.
+            let answer_bytes = protocol::reference_bound(&problem, kiln_types::Role::Output);
+            let mut ask = |inputs: &host::evaluate::Inputs| {
+                ask_reference(&mut *input, &mut *output, inputs, answer_bytes)
+            };
+            let torch_only = problem
+                .reference
+                .kernel(candidate.language.backend())
+                .is_none()
+                && problem.reference.torch.is_some();
+            let torch = if torch_only {
+                Some(&mut ask as &mut host::evaluate::TorchAsk)
+            } else {
+                None
+            };
             let r = match candidate.language {
                 Language::C => {
                     let exe = std::env::args_os()
@@ -178,6 +229,7 @@ fn serve_on(
                         candidate_artifact: artifact,
                         exe: &exe,
                         tag,
+                        torch,
                     };
                     match host::evaluate::evaluate(job) {
                         Ok(evaluation) => Response::Evaluated {
@@ -195,6 +247,7 @@ fn serve_on(
                         reference_artifact: reference,
                         candidate_code: cuda::target::Code::Artifact(artifact),
                         output_limit_bytes: limits.output_limit_bytes,
+                        torch,
                     };
                     on_gpu(context, job, &mut retire)
                 }
@@ -210,6 +263,7 @@ fn serve_on(
                                 reference_artifact: reference,
                                 candidate_code: cuda::target::Code::Parts(&l.parts),
                                 output_limit_bytes: limits.output_limit_bytes,
+                                torch,
                             };
                             on_gpu(context, job, &mut retire)
                         }
@@ -226,6 +280,32 @@ fn serve_on(
             protocol::write_message(output, &r, &[])?;
             Ok(if retire { Next::Exit } else { Next::More })
         }
+    }
+}
+
+/// Sends an input set to the caller (`Response::Reference`) and reads the torch
+/// reference's outputs back (`Request::ReferenceOutputs`).
+fn ask_reference(
+    input: &mut impl Read,
+    output: &mut impl Write,
+    inputs: &host::evaluate::Inputs,
+    max_bytes: u64,
+) -> Result<(Vec<Vec<u8>>, String), String> {
+    let blobs: Vec<&[u8]> = inputs.iter().map(|(_, b)| b.as_slice()).collect();
+    protocol::write_message(output, &Response::Reference, &blobs)
+        .map_err(|e| format!("asking for the torch reference: {e}"))?;
+    let (req, outputs): (Request, _) = protocol::read_message_within(input, max_bytes)
+        .map_err(|e| format!("reading the torch reference's outputs: {e}"))?;
+    match req {
+        Request::ReferenceOutputs {
+            error: None,
+            precision,
+            ..
+        } => Ok((outputs, precision)),
+        Request::ReferenceOutputs { error: Some(e), .. } => Err(e),
+        other => Err(format!(
+            "expected the torch reference's outputs, got {other:?}"
+        )),
     }
 }
 

@@ -155,6 +155,7 @@ fn shell_spec(
         scratch: job.join("work"),
         root_dir: job.join("root"),
         ro_paths,
+        ro_binds: Vec::new(),
         hidden_paths: hidden,
         devices: Vec::new(),
         optional_ro_paths: Vec::new(),
@@ -172,6 +173,15 @@ fn shell_spec(
 
 fn helper() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_kiln-worker"))
+}
+
+/// Runs `spec` (which must get a private root) to the end: its stdout and how it ended.
+fn run_with_private_root(spec: &JailSpec) -> (String, String) {
+    let mut child = jail::spawn(&helper(), spec, Duration::from_secs(10)).expect("spawn");
+    assert!(child.report.is_active("private-root"), "{:?}", child.report);
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout, &mut out).expect("read");
+    (out, format!("{:?}", child.finish()))
 }
 
 #[test]
@@ -203,11 +213,7 @@ fn jail_private_root_keeps_writes_in_scratch_and_hides_paths() {
         vec![visible.clone()],
         vec![visible.join("state")],
     );
-    let mut child = jail::spawn(&helper(), &spec, Duration::from_secs(10)).expect("spawn");
-    assert!(child.report.is_active("private-root"), "{:?}", child.report);
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut child.stdout, &mut out).expect("read");
-    let ended = child.finish();
+    let (out, ended) = run_with_private_root(&spec);
     assert!(
         out.contains("public") && out.contains("done"),
         "{out:?} {ended:?}"
@@ -227,6 +233,46 @@ fn jail_private_root_keeps_writes_in_scratch_and_hides_paths() {
         0,
         "mount point stays empty on the host"
     );
+}
+
+#[test]
+fn jail_binds_header_folders_read_only_at_fixed_paths() {
+    if !is_root() {
+        return; // needs the mount namespace
+    }
+    let (dir, _cfg) = common::setup();
+    let headers = dir.path().join("toolkit/include");
+    std::fs::create_dir_all(headers.join("cccl")).expect("dirs");
+    std::fs::write(headers.join("cuda_fp16.h"), "half").expect("write");
+    let script = format!(
+        "cat /kiln/include/0/cuda_fp16.h; echo; ls /kiln/include/0; \
+         (echo x > /kiln/include/0/evil.h) 2>/dev/null && echo WROTE_HEADERS; \
+         ls {host} 2>/dev/null && echo HOST_PATH_VISIBLE; echo done",
+        host = headers.display()
+    );
+    let mut spec = shell_spec(
+        dir.path(),
+        &script,
+        "kiln-jail-test-binds",
+        true,
+        vec![],
+        vec![],
+    );
+    spec.ro_binds = vec![(headers.clone(), PathBuf::from("/kiln/include/0"))];
+    let (out, ended) = run_with_private_root(&spec);
+    assert!(
+        out.starts_with("half\n") && out.contains("cccl") && out.contains("done"),
+        "{out:?} {ended:?}"
+    );
+    assert!(!out.contains("WROTE_HEADERS"), "{out:?}");
+    assert!(
+        !out.contains("HOST_PATH_VISIBLE"),
+        "only the fixed path shows it: {out:?}"
+    );
+    assert!(!headers.join("evil.h").exists());
+    // A bind whose inside path climbs out is refused before anything runs.
+    spec.ro_binds = vec![(headers, PathBuf::from("/kiln/../etc"))];
+    assert!(spec.validate().is_err());
 }
 
 fn deadline_kills_tree(namespaces: bool) {

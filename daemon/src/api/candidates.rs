@@ -25,6 +25,30 @@ fn checked(options: JobOptions) -> Result<Option<JobOptions>, ApiError> {
     Ok((!options.is_empty()).then_some(options))
 }
 
+/// `400 invalid_field` when the options pin the job to a lane the backend does not have
+/// here (a backend that is not usable here is not judged: its job waits in the queue).
+fn check_lane(s: &AppState, backend: &str, options: Option<&JobOptions>) -> Result<(), ApiError> {
+    let Some(lane) = options.and_then(|o| o.lane) else {
+        return Ok(());
+    };
+    let lanes = s
+        .sched
+        .backends
+        .get(backend)
+        .filter(|b| b.status().usable)
+        .map(|b| b.lanes());
+    match lanes {
+        Some(n) if lane as usize >= n => Err(ApiError::bad_request(
+            "invalid_field",
+            format!(
+                "field `lane`: the {backend} backend has {n} lane(s) here (0 to {}); `GET /v1/info` lists them",
+                n - 1
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Refuses a Triton candidate when no python with triton was found at start (it could
 /// only fail at compile): `503 triton_unavailable` with the reason.
 pub(super) fn language_available(s: &AppState, candidate: &Candidate) -> Result<(), ApiError> {
@@ -61,9 +85,9 @@ fn announce_queued(s: &AppState, job_id: i64, candidate_id: &str, problem: &str)
     s.sched.wake();
 }
 
-/// `POST /v1/candidates[?plain=N&race=best|UPPER_US&race_margin=M]`: stores the candidate
-/// and queues it with the options. 202 with the id and job when new; 200 with the stored
-/// record when the same candidate was submitted before (nothing is queued).
+/// `POST /v1/candidates[?plain=N&race=best|UPPER_US&race_margin=M&lane=L]`: stores the
+/// candidate and queues it with the options. 202 with the id and job when new; 200 with
+/// the stored record when the same candidate was submitted before (nothing is queued).
 pub async fn submit(
     State(s): State<AppState>,
     QueryArgs(options): QueryArgs<JobOptions>,
@@ -82,7 +106,7 @@ pub async fn submit(
         .ok_or_else(|| {
             ApiError::not_found(format!("problem {:?} is not registered", candidate.problem))
         })?;
-    if !problem.reference.contains_key(backend) {
+    if !problem.reference.has(backend) {
         return Err(ApiError::bad_request(
             "invalid_candidate",
             format!(
@@ -92,6 +116,7 @@ pub async fn submit(
             ),
         ));
     }
+    check_lane(&s, backend, options.as_ref())?;
     let class = s.sched.class_of(backend).unwrap_or_default();
     let submitted = s
         .store
@@ -176,23 +201,21 @@ pub async fn show(
     }
 }
 
-/// The record as JSON, with `speedups` against this GPU's cached baselines when it was
-/// timed on the cuda backend.
+/// The record as JSON, with `speedups` against the cached baselines of the GPU model it
+/// was timed on, when it was timed on the cuda backend.
 async fn with_speedups(
     s: &AppState,
     record: &crate::store::CandidateRecord,
 ) -> Result<serde_json::Value, ApiError> {
     let mut v = serde_json::to_value(record).map_err(ApiError::internal)?;
-    let median = record
+    let timed = record
         .evaluation
         .as_ref()
-        .filter(|e| e.backend == "cuda")
-        .and_then(|e| e.timing.as_ref())
-        .map(|t| t.median_us);
-    if let (Some(m), Some(obj)) = (median, v.as_object_mut()) {
+        .filter(|e| e.backend == "cuda" && e.timing.is_some());
+    if let (Some(e), Some(obj)) = (timed, v.as_object_mut()) {
         obj.insert(
             "speedups".into(),
-            super::baselines::speedups(s, &record.candidate.problem, m).await,
+            super::baselines::speedups(&s.store, &s.facts.gpu, &record.candidate.problem, e).await,
         );
     }
     Ok(v)
@@ -249,6 +272,7 @@ pub async fn requeue(
         .get_candidate(&id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("candidate {id:?} not found")))?;
+    check_lane(&s, rec.candidate.language.backend(), options.as_ref())?;
     let class = s.sched.class_of(&rec.backend).unwrap_or_default();
     let job_id = s.store.queue_job(&id, options.as_ref(), class).await?;
     tracing::info!(candidate = %id, job = job_id, "candidate queued again");

@@ -13,6 +13,7 @@ mod error;
 mod events;
 pub mod plugin;
 mod problems;
+mod reports;
 mod searches;
 mod system;
 
@@ -136,11 +137,13 @@ pub fn router(state: AppState) -> Router {
             get(candidates::list).post(candidates::submit),
         )
         .route("/v1/candidates/{id}", get(candidates::show))
+        .route("/v1/candidates/{id}/report", get(reports::candidate))
         .route("/v1/candidates/{id}/jobs", post(candidates::requeue))
         .route("/v1/jobs/{id}", get(candidates::job))
         .route("/v1/events", get(events::stream))
         .route("/v1/searches", get(searches::list).post(searches::start))
         .route("/v1/searches/{id}", get(searches::show))
+        .route("/v1/searches/{id}/report", get(reports::search))
         .route(
             "/v1/searches/{id}/log",
             get(searches::log).post(plugin::post_log),

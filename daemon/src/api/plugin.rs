@@ -83,7 +83,7 @@ pub async fn search_route(s: &AppState, problem: &ProblemSpec) -> Option<(&'stat
         None => Vec::new(),
     };
     for b in ["cuda", "host"] {
-        if !problem.reference.contains_key(b) {
+        if !problem.reference.has(b) {
             continue;
         }
         if let Some(class) = s.sched.class_of(b) {
@@ -102,9 +102,19 @@ pub fn class_backend(class: &str) -> Option<&'static str> {
     ["cuda", "host"].into_iter().find(|b| *b == prefix)
 }
 
+/// The device a search's proposer is told about: for cuda, lane 0's GPU (a GPU left out
+/// of `[gpu] devices` runs nothing, so NVML's first GPU may be the wrong one).
 fn device_for(s: &AppState, backend: &str) -> Device {
+    let lane0 = s.sched.backends.get("cuda").map(|b| b.lane_label(0));
+    let gpu = s
+        .facts
+        .gpu
+        .gpus
+        .iter()
+        .find(|g| g.uuid.is_some() && g.uuid == lane0)
+        .or_else(|| s.facts.gpu.gpus.first());
     if backend == "cuda"
-        && let Some(g) = s.facts.gpu.gpus.first()
+        && let Some(g) = gpu
     {
         return Device {
             backend: backend.into(),
@@ -195,7 +205,7 @@ pub async fn submit(
         .get_problem(&search.problem)
         .await?
         .ok_or_else(|| ApiError::not_found("the search's problem is gone"))?;
-    if !problem.reference.contains_key(candidate.language.backend()) {
+    if !problem.reference.has(candidate.language.backend()) {
         return Err(ApiError::bad_request(
             "invalid_candidate",
             format!(

@@ -21,7 +21,18 @@ pub async fn register(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     spec.validate()
         .map_err(|e| ApiError::bad_request("invalid_problem", e.to_string()))?;
-    for (backend, ks) in spec.reference.iter() {
+    if let Some(t) = &spec.reference.torch
+        && t.source.trim().is_empty()
+    {
+        return Err(ApiError::bad_request(
+            "invalid_problem",
+            format!(
+                "reference.torch.source is empty: inline the source of {}",
+                t.file
+            ),
+        ));
+    }
+    for (backend, ks) in spec.reference.kernels() {
         if ks.source.trim().is_empty() {
             return Err(ApiError::bad_request(
                 "invalid_problem",

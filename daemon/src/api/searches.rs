@@ -70,7 +70,7 @@ pub async fn start(
                     format!("field `gpu_class`: {class:?} does not start with cuda/ or host/"),
                 )
             })?;
-            if !problem.reference.contains_key(backend) {
+            if !problem.reference.has(backend) {
                 return Err(ApiError::bad_request(
                     "no_backend",
                     format!(

@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, AppState};
+use crate::backends::lanes::LaneInfo;
 use crate::gpu::GpuInventory;
 use kiln_sandbox::BackendStatus;
 
@@ -20,6 +21,8 @@ pub struct Facts {
     pub gpu: GpuInventory,
     /// Jail layers and whether each is active here.
     pub jail: Value,
+    /// The CUDA toolkit headers cuda compiles get (`backends::start::cuda_headers`).
+    pub cuda_headers: Value,
     /// Whether Triton candidates can be compiled here (`backends::start::triton_status`).
     pub triton: Value,
     /// The socket served.
@@ -45,7 +48,8 @@ pub async fn health(State(s): State<AppState>) -> Result<Json<Value>, ApiError> 
     })))
 }
 
-/// `GET /v1/info`: version, backends, GPUs, jail layers, CPU and memory.
+/// `GET /v1/info`: version, backends, GPUs (each with its lane), the lanes (with their
+/// workers' counters and busy time), jail layers, CPU and memory.
 pub async fn info(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
     let host = tokio::task::spawn_blocking(host_facts)
         .await
@@ -56,17 +60,22 @@ pub async fn info(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
         "permitted": permitted,
         "detail": detail,
     });
+    let backends: Vec<_> = s.sched.backends.values().cloned().collect();
+    let lanes = crate::backends::lanes::lane_table(&backends, &s.facts.gpu);
     let mut info = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "api": "v1",
         "backends": s.facts.backends,
-        "gpus": s.facts.gpu.gpus,
+        "gpus": gpus_with_lanes(&s.facts.gpu, &lanes),
+        "gpu_devices": s.config.gpu.devices,
+        "lanes": lanes,
         "gpu_error": s.facts.gpu.error,
         "driver_version": s.facts.gpu.driver_version,
         "cuda_driver_version": s.facts.gpu.cuda_driver_version,
         "clock_policy": s.config.gpu.clock_policy,
         "clock_lock": clock_lock,
         "jail": s.facts.jail,
+        "cuda_headers": s.facts.cuda_headers,
         "triton": s.facts.triton,
         "searches": {"usable": s.supervisor.status().0, "detail": s.supervisor.status().1},
         "llm": {"provider": s.llm.provider_name(), "usable": s.llm.status().0, "detail": s.llm.status().1},
@@ -78,6 +87,27 @@ pub async fn info(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
     info["baseline_libraries"] = baseline_libraries(&s.config);
     info["kernel_timer"] = kernel_timer(&s.config);
     Ok(Json(info))
+}
+
+/// NVML's GPUs, each with the index of its cuda lane (`null`: kiln does not use it).
+fn gpus_with_lanes(inventory: &GpuInventory, lanes: &[LaneInfo]) -> Value {
+    let lane_of = |g: &crate::gpu::GpuInfo| {
+        lanes
+            .iter()
+            .find(|l| l.backend == "cuda" && Some(l.label.as_str()) == g.uuid.as_deref())
+            .map(|l| l.lane)
+    };
+    Value::Array(
+        inventory
+            .gpus
+            .iter()
+            .map(|g| {
+                let mut v = serde_json::to_value(g).unwrap_or_default();
+                v["lane"] = json!(lane_of(g));
+                v
+            })
+            .collect(),
+    )
 }
 
 /// The GPU workers' directories for libraries: `[gpu] library_dirs` (with python's wheels),

@@ -1,7 +1,10 @@
 //! The host backend: C candidates compiled by the system compiler and run on the CPU, each
-//! evaluation in a fresh jailed `kiln-worker` (`kiln_sandbox::evaluate`). One lane.
+//! evaluation in a fresh jailed `kiln-worker` (`kiln_sandbox::evaluate_with`). One lane,
+//! with its warm torch reference runner (CPU) for problems whose reference is PyTorch.
 
-use kiln_sandbox::{BackendStatus, CompileOutcome, SandboxConfig};
+use std::sync::Mutex;
+
+use kiln_sandbox::{BackendStatus, CompileOutcome, ReferenceRunner, SandboxConfig};
 use kiln_types::{Candidate, EvalPlan, Evaluation, ProblemSpec};
 
 use super::{Backend, BackendError, compile_in_jail};
@@ -12,6 +15,10 @@ pub struct HostBackend {
     pub(super) status: BackendStatus,
     /// `evaluation.host_peak_bytes_per_s` and `evaluation.host_peak_flops`.
     pub(super) peaks: (f64, f64),
+    /// The lane's torch reference runner, or why there is none.
+    pub(super) torch: Result<Mutex<ReferenceRunner>, String>,
+    /// The C compiler's identity (see [`super::compile_identity`]).
+    pub(super) identity: String,
 }
 
 impl Backend for HostBackend {
@@ -25,6 +32,10 @@ impl Backend for HostBackend {
 
     fn status(&self) -> BackendStatus {
         self.status.clone()
+    }
+
+    fn compile_identity(&self, _language: kiln_types::Language) -> String {
+        self.identity.clone()
     }
 
     fn compile(
@@ -44,7 +55,28 @@ impl Backend for HostBackend {
         artifact: &[u8],
         plan: &EvalPlan,
     ) -> Result<Evaluation, BackendError> {
-        kiln_sandbox::evaluate(&self.cfg, problem, reference, candidate, artifact, plan)
-            .map_err(|e| BackendError(e.to_string()))
+        if problem.reference.kernel("host").is_some() {
+            return kiln_sandbox::evaluate(
+                &self.cfg, problem, reference, candidate, artifact, plan,
+            )
+            .map_err(|e| BackendError(e.to_string()));
+        }
+        let runner = self.torch.as_ref().map_err(|why| {
+            BackendError(format!(
+                "problem {} has a torch reference and this lane has no runner: {why}",
+                problem.name
+            ))
+        })?;
+        let mut runner = runner.lock().unwrap_or_else(|p| p.into_inner());
+        kiln_sandbox::evaluate_with(
+            &self.cfg,
+            problem,
+            reference,
+            candidate,
+            artifact,
+            plan,
+            Some(&mut runner),
+        )
+        .map_err(|e| BackendError(e.to_string()))
     }
 }

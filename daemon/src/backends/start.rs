@@ -3,20 +3,21 @@
 //! Both backends are `kiln-sandbox`: C candidates ([`HostBackend`]) and CUDA candidates
 //! ([`CudaBackend`]) compiled and run in jailed `kiln-worker` children. The cuda backend
 //! is registered when `kiln_gpu::available()` finds a GPU at start, with one
-//! [`GpuLane`] per GPU (all found, or those `[gpu] devices` names): each lane keeps a warm
-//! jailed worker ([`kiln_sandbox::WarmWorker`]) that sees only its GPU, and runs each
-//! evaluation inside the clock policy's window ([`crate::gpu::clocks`]). The jail's layers
-//! are probed once at start (this forks, so it runs before the async runtime) and shown by
-//! `/v1/info` and `kiln doctor`. So is the python whose triton compiles Triton candidates
-//! (`[triton] python`, else `[gpu] python`), asked once for its version; the cuda backend
-//! compiles Triton candidates with it.
+//! [`GpuLane`] per GPU: all found, or those `[gpu] devices` names, in NVML's order
+//! ([`crate::gpu::selection`]; a name that matches no GPU stops the start). Each lane
+//! keeps a warm jailed worker ([`kiln_sandbox::WarmWorker`]) that sees only its GPU, and
+//! runs each evaluation inside the clock policy's window ([`crate::gpu::clocks`]). The
+//! jail's layers are probed once at start (this forks, so it runs before the async
+//! runtime) and shown by `/v1/info` and `kiln doctor`; the GPU inventory is read after.
+//! So is the python whose triton compiles Triton candidates (`[triton] python`, else
+//! `[gpu] python`), asked once for its version; the cuda backend compiles Triton
+//! candidates with it.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kiln_sandbox::backends::triton::setup::TritonSetup;
-use kiln_sandbox::kiln_gpu::DeviceFacts;
 use kiln_sandbox::{BackendStatus, SandboxConfig, WarmWorker};
 use serde_json::{Value, json};
 
@@ -25,10 +26,11 @@ use super::cuda::{CudaBackend, GpuLane, NoControl, nvml_control};
 use super::host::HostBackend;
 use crate::config::Config;
 use crate::gpu::clocks::{self, LaneClocks};
-use crate::gpu::libs;
+use crate::gpu::selection::{self, SelectionError};
+use crate::gpu::{self, GpuInventory, libs};
 use crate::store::SqliteStore;
 
-/// The backends built at start, their status and the jail's layers.
+/// The backends built at start, their status, the jail's layers and the GPUs.
 pub struct Built {
     /// Backends that take jobs (the scheduler asks each whether it is usable).
     pub backends: Vec<Arc<dyn Backend>>,
@@ -36,23 +38,39 @@ pub struct Built {
     pub status: Vec<BackendStatus>,
     /// The jail's layers as probed at start.
     pub jail: Value,
+    /// The GPUs as NVML lists them (read after the jail probe, which forks).
+    pub gpu: GpuInventory,
     /// Whether Triton candidates can be compiled: `{usable, detail, version, python}`.
     pub triton: Value,
+    /// The CUDA toolkit headers cuda compiles get, and NVRTC's version beside theirs.
+    pub cuda_headers: Value,
 }
 
-/// The GPUs the config selects among those found: by UUID or index; all when empty.
-fn selected<'a>(devices: &'a [DeviceFacts], wanted: &[String]) -> Vec<&'a DeviceFacts> {
-    devices
-        .iter()
-        .enumerate()
-        .filter(|(i, d)| {
-            wanted.is_empty()
-                || wanted
-                    .iter()
-                    .any(|w| w == &d.uuid || w == &i.to_string() || w == &d.ordinal.to_string())
-        })
-        .map(|(_, d)| d)
-        .collect()
+/// What `/v1/info` and `kiln doctor` show about the toolkit headers: where kiln looked,
+/// what it uses, the headers' CUDA version next to NVRTC's, and a warning when they differ
+/// or the headers lack a part of the toolkit
+/// ([`kiln_sandbox::backends::cuda::toolkit::ToolkitHeaders::gaps`]).
+pub fn cuda_headers(cfg: &SandboxConfig) -> Value {
+    let h = &cfg.cuda_headers;
+    let nvrtc = kiln_sandbox::kiln_gpu::facts::nvrtc_version().map(|(a, b)| format!("{a}.{b}"));
+    let mut warnings = match (&h.version, &nvrtc) {
+        (Some(hv), Some(nv)) if hv != nv => vec![format!(
+            "the headers are CUDA {hv} but NVRTC is {nv}: compiles may fail or differ; point \
+             [cuda] include_dirs at the toolkit NVRTC comes from"
+        )],
+        _ => Vec::new(),
+    };
+    warnings.extend(h.gaps());
+    let warning = (!warnings.is_empty()).then(|| warnings.join("; "));
+    json!({
+        "found": h.found(),
+        "version": h.version,
+        "nvrtc_version": nvrtc,
+        "dirs": h.dirs,
+        "searched": h.searched,
+        "detail": h.describe(),
+        "warning": warning,
+    })
 }
 
 /// The sandbox settings derived from the config: scratch under the state directory, the
@@ -70,12 +88,40 @@ pub fn sandbox_config(config: &Config, state_dir: &Path) -> SandboxConfig {
     // Checked by Config::validate; an unreadable value means the default.
     cfg.cupti =
         kiln_sandbox::kiln_gpu::cupti::CuptiSetting::parse(&config.gpu.cupti).unwrap_or_default();
+    // The toolkit headers: [cuda] include_dirs, or discovered (also beside the python
+    // wheels now on the library path).
+    let configured: Vec<std::path::PathBuf> =
+        config.cuda.include_dirs.iter().map(Into::into).collect();
+    cfg.find_cuda_headers(&configured);
     cfg
 }
 
+/// The torch helper `[gpu] python` runs, or why there is none.
+pub fn torch_helper(config: &Config) -> Result<kiln_sandbox::TorchHelper, String> {
+    if config.gpu.python.is_empty() {
+        return Err("[gpu] python is empty: the torch helper is off".into());
+    }
+    kiln_sandbox::TorchHelper::find(
+        &kiln_sandbox::default_worker_exe(),
+        &config.gpu.python,
+        Duration::from_secs(config.gpu.torch_timeout_secs.max(1)),
+    )
+    .ok_or_else(|| {
+        format!(
+            "{} not found beside kiln-worker (see daemon/packaging)",
+            kiln_sandbox::torch_helper::HELPER_NAME
+        )
+    })
+}
+
 /// Builds the backends. Runs before the async runtime starts (the jail probe forks).
-/// Under the `lock` clock policy, first resets clocks a crashed daemon left locked.
-pub fn build(config: &Config, state_dir: &Path, store: &Arc<SqliteStore>) -> Built {
+/// Under the `lock` clock policy, first resets clocks a crashed daemon left locked. Fails
+/// only when `[gpu] devices` names a GPU this host does not have (or names one twice).
+pub fn build(
+    config: &Config,
+    state_dir: &Path,
+    store: &Arc<SqliteStore>,
+) -> Result<Built, SelectionError> {
     let mut cfg = sandbox_config(config, state_dir);
     let triton = find_triton(config);
     cfg.triton = triton.as_ref().ok().cloned();
@@ -88,6 +134,7 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<SqliteStore>) -> Bui
         }
     }
     let payload_ok = layers.iter().any(|l| l.name == "payload" && l.active);
+    let gpu = gpu::inventory();
     let mut status: Vec<BackendStatus> = kiln_sandbox::backend_status();
     let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
     if let Some(host) = status.iter_mut().find(|b| b.name == "host") {
@@ -99,12 +146,14 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<SqliteStore>) -> Bui
             );
         }
         backends.push(Arc::new(HostBackend {
+            identity: super::compile_identity(&cfg, false),
             cfg: cfg.clone(),
             status: host.clone(),
             peaks: (
                 config.evaluation.host_peak_bytes_per_s,
                 config.evaluation.host_peak_flops,
             ),
+            torch: torch_helper(config).map(|h| Mutex::new(kiln_sandbox::ReferenceRunner::cpu(h))),
         }));
     }
     if let Some(cuda) = status.iter_mut().find(|b| b.name == "cuda")
@@ -120,9 +169,10 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<SqliteStore>) -> Bui
         let found = kiln_sandbox::kiln_gpu::available()
             .map(|f| f.devices)
             .unwrap_or_default();
-        let chosen = selected(&found, &config.gpu.devices);
+        let chosen = selection::select(&found, &gpu, &config.gpu.devices)?;
         let mut compile_cfg = cfg.clone();
         let mut lanes = Vec::new();
+        let torch = torch_helper(config);
         for d in &chosen {
             let mut gpu_cfg = cfg.clone();
             gpu_cfg.use_gpu(d);
@@ -134,28 +184,24 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<SqliteStore>) -> Bui
             };
             let ctl: clocks::SharedControl =
                 Arc::new(Mutex::new(control.unwrap_or_else(|| Box::new(NoControl))));
-            lanes.push(GpuLane {
-                uuid: d.uuid.clone(),
-                worker: Mutex::new(WarmWorker::new(gpu_cfg, config.gpu.worker_max_evals)),
-                clocks: LaneClocks::new(policy, &d.uuid, ctl, store.clone()),
+            let worker = WarmWorker::new(gpu_cfg, config.gpu.worker_max_evals);
+            tracing::info!(lane = lanes.len(), gpu = %d.uuid, name = %d.name, arch = %d.arch, "cuda lane");
+            // The lane's torch reference runner sees only the lane's GPU.
+            let runner = torch.clone().map(|h| {
+                let uuid = (d.uuid.starts_with("GPU-") || d.uuid.starts_with("MIG-"))
+                    .then_some(d.uuid.as_str());
+                Mutex::new(kiln_sandbox::ReferenceRunner::gpu(h, uuid))
             });
-            tracing::info!(gpu = %d.uuid, name = %d.name, arch = %d.arch, "cuda lane");
+            lanes.push(GpuLane::new(
+                &d.uuid,
+                Box::new(worker),
+                LaneClocks::new(policy, &d.uuid, ctl, store.clone()),
+                runner,
+            ));
         }
         if lanes.is_empty() {
             cuda.usable = false;
-            cuda.detail = if found.is_empty() {
-                "no GPU facts could be read".into()
-            } else {
-                format!(
-                    "[gpu] devices = {:?} matches none of the GPUs found ({})",
-                    config.gpu.devices,
-                    found
-                        .iter()
-                        .map(|d| d.uuid.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            };
+            cuda.detail = "no GPU facts could be read".into();
         } else {
             cuda.detail = format!("{} ({} lane(s), warm workers)", cuda.detail, lanes.len());
         }
@@ -166,18 +212,23 @@ pub fn build(config: &Config, state_dir: &Path, store: &Arc<SqliteStore>) -> Bui
                 cfg.worker_exe.display()
             );
         }
-        backends.push(Arc::new(CudaBackend {
-            cfg: compile_cfg,
+        let identity = super::compile_identity(&compile_cfg, true);
+        backends.push(Arc::new(CudaBackend::new(
+            compile_cfg,
             lanes,
-            status: cuda.clone(),
-        }));
+            cuda.clone(),
+            torch,
+            identity,
+        )));
     }
-    Built {
+    Ok(Built {
         backends,
         status,
         jail: json!({"layers": layers}),
+        gpu,
+        cuda_headers: cuda_headers(&cfg),
         triton: triton_status(&triton),
-    }
+    })
 }
 
 /// The python with triton of `[triton] python` (else `[gpu] python`), asked once.

@@ -1,18 +1,16 @@
-//! Baselines on the GPU lane: [`Scheduler::baselines`] answers from the store's cache for
-//! this GPU model and driver, or measures — the reference compiled (cached like any
-//! compile), a GPU lane held exactly as a job holds it (so no candidate is timed at the
-//! same time), the reference, cuBLAS and cuDNN timed in a jailed worker, torch eager in
-//! the trusted helper — and stores the result.
+//! Baselines on a GPU lane: [`Scheduler::baselines`] answers from the store's cache for
+//! a GPU model and driver (the model of the GPU asked for, else of lane 0's GPU), or
+//! measures — the reference compiled (cached like any compile), a lane of a GPU of that
+//! model held exactly as a job holds it (so no candidate is timed on it at the same
+//! time), every kind the problem asks for timed by the backend on that lane
+//! ([`crate::backends::Backend::baselines`]) — and stores the result under that model.
 
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
-use kiln_sandbox::TorchHelper;
-use kiln_types::baseline::{BaselineResult, BaselineStatus};
 use kiln_types::{Candidate, ProblemSpec};
 use thiserror::Error;
 
-use super::Scheduler;
+use super::{Lanes, Scheduler};
 use crate::backends::compile_key;
 use crate::gpu::GpuInventory;
 use crate::store::{Artifact, BaselineSet, GpuKey};
@@ -31,17 +29,26 @@ pub enum BaselineError {
     Failed(String),
 }
 
-/// The GPU key of the GPU with this UUID (or the first GPU), from NVML's inventory.
+/// The GPU key of the GPU with this UUID. Without a UUID, the key every GPU of the
+/// inventory shares; none when they are of different models (which one would be a guess).
 pub fn gpu_key(inv: &GpuInventory, uuid: Option<&str>) -> Option<GpuKey> {
-    let gpu = inv
-        .gpus
-        .iter()
-        .find(|g| uuid.is_some() && g.uuid.as_deref() == uuid)
-        .or_else(|| inv.gpus.first())?;
-    Some(GpuKey {
-        model: gpu.name.clone(),
-        driver: inv.driver_version.clone()?,
-    })
+    let driver = inv.driver_version.clone()?;
+    let model = match uuid {
+        Some(u) => inv
+            .gpus
+            .iter()
+            .find(|g| g.uuid.as_deref() == Some(u))?
+            .name
+            .clone(),
+        None => {
+            let first = inv.gpus.first()?;
+            if inv.gpus.iter().any(|g| g.name != first.name) {
+                return None;
+            }
+            first.name.clone()
+        }
+    };
+    Some(GpuKey { model, driver })
 }
 
 /// One measurement at a time (two requests for the same problem measure once).
@@ -86,13 +93,15 @@ impl Scheduler {
         }
     }
 
-    /// The baselines of `problem` on this machine's GPU: from the cache unless
-    /// `remeasure`, else measured on a GPU lane and stored.
+    /// The baselines of `problem` on the model of GPU `gpu` (an NVML index or UUID; lane
+    /// 0's GPU when `None`): from the cache unless `remeasure`, else measured on a lane of
+    /// that model and stored.
     pub async fn baselines(
         self: &Arc<Self>,
         problem: &str,
         inventory: &GpuInventory,
         remeasure: bool,
+        gpu: Option<&str>,
     ) -> Result<BaselineSet, BaselineError> {
         let failed = |e: &dyn std::fmt::Display| BaselineError::Failed(e.to_string());
         let spec = self
@@ -101,7 +110,26 @@ impl Scheduler {
             .await
             .map_err(|e| failed(&e))?
             .ok_or_else(|| BaselineError::NotFound(format!("problem {problem:?} not found")))?;
-        let key = gpu_key(inventory, None).ok_or_else(|| {
+        let backend = self
+            .backends
+            .get("cuda")
+            .filter(|b| b.status().usable)
+            .cloned();
+        let uuid = match gpu {
+            Some(name) => Some(
+                inventory
+                    .find(name)
+                    .and_then(|g| g.uuid.clone())
+                    .ok_or_else(|| {
+                        BaselineError::NotFound(format!(
+                            "no GPU {name:?} here (GPUs by index and UUID: {})",
+                            inventory.describe()
+                        ))
+                    })?,
+            ),
+            None => backend.as_ref().map(|b| b.lane_label(0)),
+        };
+        let key = gpu_key(inventory, uuid.as_deref()).ok_or_else(|| {
             BaselineError::Unavailable(format!(
                 "no GPU facts from NVML ({}): baselines are per GPU model and driver",
                 inventory.error.as_deref().unwrap_or("no GPU found")
@@ -127,69 +155,47 @@ impl Scheduler {
         {
             return Ok(set);
         }
-        let backend = self
-            .backends
-            .get("cuda")
-            .filter(|b| b.status().usable)
-            .cloned()
-            .ok_or_else(|| {
-                BaselineError::Unavailable("the cuda backend is not usable here".into())
-            })?;
-        let ref_candidate = spec.reference_candidate("cuda").ok_or_else(|| {
-            BaselineError::Unavailable(format!("problem {problem:?} has no cuda reference"))
+        let backend = backend.ok_or_else(|| {
+            BaselineError::Unavailable("the cuda backend is not usable here".into())
         })?;
-        let art = self
-            .reference_artifact(&backend, &spec, &ref_candidate)
-            .await?;
+        // The lanes whose GPU is of this model (on a host with mixed GPUs, not all).
+        let lanes: Vec<usize> = (0..backend.lanes())
+            .filter(|l| gpu_key(inventory, Some(&backend.lane_label(*l))).as_ref() == Some(&key))
+            .collect();
+        if lanes.is_empty() {
+            return Err(BaselineError::Unavailable(format!(
+                "no lane of the cuda backend runs on a {} (see `[gpu] devices`)",
+                key.model
+            )));
+        }
+        if !spec.reference.has("cuda") {
+            return Err(BaselineError::Unavailable(format!(
+                "problem {problem:?} has no cuda or torch reference"
+            )));
+        }
+        // A torch-only reference has no kernel to compile: its baselines are torch's.
+        let art = match spec.reference_candidate("cuda") {
+            Some(c) => self.reference_artifact(&backend, &spec, &c).await?.bytes,
+            None => Vec::new(),
+        };
         let slots = self
             .lane_slots
             .get("cuda")
             .cloned()
             .ok_or_else(|| BaselineError::Unavailable("no cuda lane".into()))?;
-        // The lane, held as a job holds it: no candidate is timed while baselines are.
+        // A lane, held as a job holds it: no candidate is timed on it while baselines are.
         let lane = slots
-            .acquire()
+            .acquire(Lanes::Only(lanes))
             .await
-            .ok_or_else(|| BaselineError::Failed("the cuda lane is closed".into()))?;
+            .ok_or_else(|| BaselineError::Failed("the cuda lanes are gone".into()))?;
         let lane_index = lane.index;
         let uuid = backend.lane_label(lane_index);
-        let key = gpu_key(inventory, Some(&uuid)).unwrap_or(key);
         let plan = self.plan_for(backend.as_ref());
-        let torch = (!self.config.gpu.python.is_empty())
-            .then(|| {
-                TorchHelper::find(
-                    &kiln_sandbox::default_worker_exe(),
-                    &self.config.gpu.python,
-                    Duration::from_secs(self.config.gpu.torch_timeout_secs.max(1)),
-                )
-            })
-            .flatten();
-        let python_set = !self.config.gpu.python.is_empty();
         tracing::info!(problem, gpu = %uuid, remeasure, "measuring baselines");
         let results = tokio::task::spawn_blocking(move || {
-            let mut results = backend
-                .baselines(lane_index, &spec, &art.bytes, &plan)
-                .map_err(|e| e.to_string())?;
-            if spec.baseline.contains_key("torch") {
-                results.extend(match &torch {
-                    Some(helper) => kiln_sandbox::torch_baseline(Some(&uuid), helper, &spec, &plan),
-                    None => vec![BaselineResult::not_measured(
-                        "torch-eager",
-                        "torch",
-                        "",
-                        BaselineStatus::Unavailable,
-                        if python_set {
-                            format!(
-                                "{} not found beside kiln-worker (see daemon/packaging)",
-                                kiln_sandbox::torch_baseline::HELPER_NAME
-                            )
-                        } else {
-                            "[gpu] python is empty: the torch baseline is off".into()
-                        },
-                    )],
-                });
-            }
-            Ok::<_, String>(results)
+            backend
+                .baselines(lane_index, &spec, &art, &plan)
+                .map_err(|e| e.to_string())
         })
         .await
         .map_err(|e| failed(&e))?
@@ -205,38 +211,32 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::fake_inventory;
 
     #[test]
-    fn gpu_key_needs_a_driver_and_prefers_the_lane_gpu() {
-        let mut inv = GpuInventory {
-            gpus: Vec::new(),
-            driver_version: Some("580.159.04".into()),
-            cuda_driver_version: None,
-            error: None,
-        };
-        assert_eq!(gpu_key(&inv, None), None);
-        let gpu = |name: &str, uuid: &str| crate::gpu::GpuInfo {
-            index: 0,
-            name: name.into(),
-            uuid: Some(uuid.into()),
-            pci_bus_id: None,
-            memory_total_bytes: None,
-            compute_capability: None,
-            sm_clock_mhz: None,
-            sm_clock_max_mhz: None,
-            mem_clock_mhz: None,
-            mem_clock_max_mhz: None,
-        };
-        inv.gpus = vec![gpu("NVIDIA H100", "GPU-a"), gpu("NVIDIA H200", "GPU-b")];
+    fn gpu_key_is_the_lane_gpus_model_and_never_a_guess() {
+        let mut inv = fake_inventory(&["NVIDIA H100", "NVIDIA H200"]);
         assert_eq!(
-            gpu_key(&inv, Some("GPU-b")).map(|k| k.model),
+            gpu_key(&inv, Some("GPU-fake-1")).map(|k| k.model),
             Some("NVIDIA H200".into())
         );
         assert_eq!(
-            gpu_key(&inv, None).map(|k| k.model),
+            gpu_key(&inv, Some("GPU-fake-0")).map(|k| k.model),
             Some("NVIDIA H100".into())
         );
+        assert_eq!(gpu_key(&inv, Some("GPU-elsewhere")), None);
+        // Mixed models and no GPU named: no key (the first GPU's would be a guess).
+        assert_eq!(gpu_key(&inv, None), None);
+        let same = fake_inventory(&["NVIDIA H200", "NVIDIA H200"]);
+        assert_eq!(
+            gpu_key(&same, None),
+            Some(GpuKey {
+                model: "NVIDIA H200".into(),
+                driver: "580.159.04".into()
+            })
+        );
         inv.driver_version = None;
-        assert_eq!(gpu_key(&inv, Some("GPU-b")), None);
+        assert_eq!(gpu_key(&inv, Some("GPU-fake-1")), None);
+        assert_eq!(gpu_key(&fake_inventory(&[]), None), None);
     }
 }

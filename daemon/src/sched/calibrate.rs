@@ -70,7 +70,7 @@ impl Scheduler {
             .cloned()
             .ok_or_else(|| format!("no lanes for {backend}"))?;
         let lane = slots
-            .acquire()
+            .acquire(super::Lanes::Any)
             .await
             .ok_or_else(|| "the lanes are closed".to_string())?;
         let plan = self.plan_for(be.as_ref());

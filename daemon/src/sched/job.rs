@@ -1,5 +1,6 @@
-//! One job's path: compile (cached) → `compiled`, waiting for a lane → `running` on the
-//! lane (the attempt counted) → job options → evaluate → store → event.
+//! One job's path: compile (cached) → `compiled`, waiting for a lane (any free one, or
+//! the one the job is pinned to) → `running` on the lane (the attempt counted) → job
+//! options → evaluate → store → event.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,7 +10,7 @@ use rand::RngCore;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
-use super::Scheduler;
+use super::{Lanes, Scheduler};
 use crate::backends::{Backend, BackendError, compile_key};
 use crate::events::Event;
 use crate::store::{Artifact, JobRecord, JobState, StoreError};
@@ -46,7 +47,8 @@ struct Ready {
     problem: ProblemSpec,
     candidate: Candidate,
     backend: Arc<dyn Backend>,
-    reference: Artifact,
+    /// The compiled reference (empty for a torch reference: the backend runs it).
+    reference: Vec<u8>,
     artifact: Artifact,
     compile_ms: f64,
 }
@@ -229,12 +231,25 @@ impl Scheduler {
         let Some(slots) = self.lane_slots.get(ready.backend.name()).cloned() else {
             return (Outcome::Failed("no lane for backend".into()), None);
         };
+        let pinned = job.options.as_ref().and_then(|o| o.lane);
+        let lanes = match pinned {
+            Some(l) => Lanes::Only(vec![l as usize]),
+            None => Lanes::Any,
+        };
         let lane = tokio::select! {
-            l = slots.acquire() => l,
+            l = slots.acquire(lanes) => l,
             _ = self.shutdown.cancelled() => return (Outcome::Requeued, None),
         };
         let Some(lane) = lane else {
-            return (Outcome::Failed("lane closed".into()), None);
+            let why = match pinned {
+                Some(l) => format!(
+                    "the job asks for lane {l} but the {} backend has {} lane(s) here",
+                    ready.backend.name(),
+                    slots.count()
+                ),
+                None => "lane closed".into(),
+            };
+            return (Outcome::Failed(why), None);
         };
         let index = u32::try_from(lane.index).unwrap_or(u32::MAX);
         match self
@@ -293,7 +308,7 @@ impl Scheduler {
             })?;
 
         let t0 = Instant::now();
-        let Some(ref_candidate) = problem.reference_candidate(backend.name()) else {
+        if !problem.reference.has(backend.name()) {
             let eval = Evaluation::early(
                 kiln_types::Verdict::InvalidLaunch,
                 backend.name(),
@@ -304,18 +319,20 @@ impl Scheduler {
                 ),
             );
             return Ok(Compiled::Early(Box::new(eval), 0.0));
-        };
-        let reference = match self
-            .compile_cached(&backend, &problem, &ref_candidate)
-            .await?
-        {
-            Ok(a) => a,
-            Err(failure) => {
-                return Err(JobFailure::Infra(format!(
-                    "the problem's reference does not compile: {}",
-                    failure.message
-                )));
-            }
+        }
+        // A torch reference (no kernel for this backend) is run by the backend's reference
+        // runner: nothing to compile, an empty artifact.
+        let reference = match problem.reference_candidate(backend.name()) {
+            Some(c) => match self.compile_cached(&backend, &problem, &c).await? {
+                Ok(a) => a.bytes,
+                Err(failure) => {
+                    return Err(JobFailure::Infra(format!(
+                        "the problem's reference does not compile: {}",
+                        failure.message
+                    )));
+                }
+            },
+            None => Vec::new(),
         };
         let artifact = self
             .compile_cached(&backend, &problem, &rec.candidate)
@@ -370,7 +387,7 @@ impl Scheduler {
             be.evaluate(
                 lane_index,
                 &problem,
-                &reference.bytes,
+                &reference,
                 &candidate,
                 &artifact.bytes,
                 &plan,

@@ -49,7 +49,7 @@ pub async fn apply_job_options(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{LaneClass, NewSearch, open_temp, sample_spec};
+    use crate::store::{LaneClass, open_temp, sample_search, sample_spec};
     use kiln_types::{Candidate, Evaluation, JobOptions, TimingStats, Verdict};
 
     fn cand(src: &str) -> Candidate {
@@ -80,21 +80,7 @@ mod tests {
         }];
         let (_d, store) = open_temp();
         store.put_problem(&sample_spec("p")).await.expect("problem");
-        let search = store
-            .create_search(&NewSearch {
-                problem: "p".into(),
-                proposer: "t".into(),
-                plugin_hash: store.put_plugin("t", b"wasm").await.expect("plugin"),
-                config: serde_json::Value::Null,
-                seed: 1,
-                budget_candidates: 10,
-                time_limit_ms: 1000,
-                llm_tokens: 0,
-                gpu_class: String::new(),
-                weight: 1.0,
-            })
-            .await
-            .expect("search");
+        let search = sample_search(&store, "p").await;
         // The search's first candidate: nothing to race yet.
         let first = store
             .submit(&cand("void f(){}"), Some(&search))

@@ -5,7 +5,8 @@
 //! `lanes × (1 + queue.lane_prefetch)` jobs at once, so jobs beyond that stay visibly
 //! `queued` in the store and the claim order (fair across searches) is the order lanes
 //! serve them. A claimed job is `compiling`; once compiled it is `compiled` and waits for
-//! a lane of its backend (one per GPU for cuda, [`LaneSlots`]) — one evaluation at a time
+//! a lane of its backend (one per GPU for cuda, [`LaneSlots`]: any free lane, or the one
+//! its `lane` option pins it to) — one evaluation at a time
 //! per lane, so timings never overlap. Only when its evaluation starts on a lane is it
 //! `running` and its attempt counted; it gets its options applied to the evaluation plan
 //! ([`job_options`]) and ends with its evaluation stored and the job `done`, or `failed`
@@ -18,8 +19,10 @@ mod calibrate;
 mod job;
 pub mod job_options;
 mod lane_slots;
+#[cfg(test)]
+mod tests;
 
-pub use lane_slots::{LaneSlot, LaneSlots};
+pub use lane_slots::{LaneSlot, LaneSlots, Lanes};
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -164,3 +164,22 @@ impl SqliteStore {
         Ok(out)
     }
 }
+
+/// A `reference` baseline measured at `us` µs, for tests.
+#[cfg(test)]
+pub(crate) fn measured_reference(us: f64) -> BaselineResult {
+    use kiln_types::TimingStats;
+    use kiln_types::baseline::{BaselineStatus, precision};
+    let mut r = BaselineResult::not_measured(
+        "reference",
+        "kiln",
+        precision::REFERENCE,
+        BaselineStatus::Measured,
+        "",
+    );
+    r.timing = Some(TimingStats {
+        median_us: us,
+        ..TimingStats::default()
+    });
+    r
+}

@@ -35,6 +35,18 @@ pub struct CandidateRecord {
     pub evaluation: Option<Evaluation>,
 }
 
+impl CandidateRecord {
+    /// The median of its latest evaluation when that was timed on the cuda backend (what
+    /// speedups against this GPU's baselines are computed from).
+    pub fn cuda_median_us(&self) -> Option<f64> {
+        self.evaluation
+            .as_ref()
+            .filter(|e| e.backend == "cuda")
+            .and_then(|e| e.timing.as_ref())
+            .map(|t| t.median_us)
+    }
+}
+
 impl SqliteStore {
     /// Stores a candidate and queues a job for it, in one transaction. A candidate already
     /// stored (same content hash) is not queued again. With `search`, the candidate is also

@@ -22,6 +22,7 @@ pub mod postgres;
 mod problems;
 mod searches;
 mod sqlite;
+mod timeline;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ pub use jobs::{JobRecord, JobState, LaneClass, Recovery};
 pub use problems::{ProblemSummary, PutProblem};
 pub use searches::{ArchiveEntry, LlmCallRecord, LogLine, NewSearch, SearchRecord};
 pub use sqlite::SqliteStore;
+pub use timeline::TimelineEntry;
 
 /// Errors from the store.
 #[derive(Debug, Error)]
@@ -217,6 +219,8 @@ shared_ops! {
     fn search_archive(&self, id: &str) -> Vec<ArchiveEntry>;
     /// Unfinished jobs of a search.
     fn search_queued(&self, id: &str) -> u64;
+    /// Every candidate a search submitted, in order, with its times and latest evaluation.
+    fn search_timeline(&self, id: &str) -> Vec<TimelineEntry>;
     /// Records one LLM call.
     fn record_llm_call(&self, c: &LlmCallRecord) -> ();
     /// LLM calls of a search, oldest first.
@@ -284,7 +288,11 @@ impl Store {
 }
 
 #[cfg(test)]
+pub(crate) use baselines::measured_reference;
+#[cfg(test)]
 pub(crate) use problems::sample_spec;
+#[cfg(test)]
+pub(crate) use searches::sample_search;
 
 /// A fresh single-host SQLite store in a temporary directory.
 #[cfg(test)]

@@ -533,3 +533,24 @@ impl SqliteStore {
         Ok(rows)
     }
 }
+
+/// A search of problem `problem` (registered already) with a fake plugin, for tests.
+#[cfg(test)]
+pub(crate) async fn sample_search(store: &super::Store, problem: &str) -> String {
+    let plugin_hash = store.put_plugin("t", b"\0asm").await.expect("plugin");
+    store
+        .create_search(&NewSearch {
+            problem: problem.into(),
+            proposer: "t".into(),
+            plugin_hash,
+            config: Value::Null,
+            seed: 1,
+            budget_candidates: 10,
+            time_limit_ms: 1000,
+            llm_tokens: 0,
+            gpu_class: String::new(),
+            weight: 1.0,
+        })
+        .await
+        .expect("search")
+}

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use kiln_daemon::client::Client;
@@ -220,4 +221,61 @@ pub fn raw_request(socket: &Path, request: &[u8]) -> (u16, String) {
         .unwrap_or(0);
     let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
     (status, body)
+}
+
+/// The repository's root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Builds `plugins` with `scripts/build-plugins.sh` (installed as
+/// `target/debug/proposers/NAME.wasm`), the plugin host and the jail helper (kiln-worker),
+/// once per test binary.
+pub fn build_search_tools(plugins: &[&str]) {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let root = repo_root();
+        let st = Command::new(root.join("scripts/build-plugins.sh"))
+            .current_dir(&root)
+            .args(plugins)
+            .status()
+            .expect("run scripts/build-plugins.sh");
+        assert!(st.success(), "scripts/build-plugins.sh failed");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = Command::new(cargo)
+            .current_dir(&root)
+            .args(["build", "-p", "kiln-plugin-host", "-p", "kiln-sandbox"])
+            .status()
+            .expect("run cargo build");
+        assert!(
+            st.success(),
+            "building kiln-plugin-host and kiln-worker failed"
+        );
+    });
+}
+
+/// Config for search tests: timing with enough samples for 95 % intervals that separate
+/// kernels on a small machine, and the proposers installed by [`build_search_tools`];
+/// `extra` is appended.
+pub fn search_config(extra: &str) -> String {
+    format!(
+        r#"
+[evaluation]
+trials = 2
+run_timeout_ms = 5000
+compile_timeout_secs = 30
+[evaluation.timing]
+warmup = 1
+min_samples = 12
+min_time_ms = 20.0
+max_rse = 0.02
+max_samples = 80
+wall_cap_ms = 1500.0
+recheck_fraction = 0.1
+[search]
+proposers_dir = "{}"
+{extra}
+"#,
+        repo_root().join("target/debug/proposers").display()
+    )
 }

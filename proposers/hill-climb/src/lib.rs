@@ -100,12 +100,12 @@ impl Proposer for HillClimb {
             ledger: &mut ledger,
         };
         step::start(&mut sx, &mut st);
-        search::save(&st);
+        search::save_with_report(&st, &st.report());
         while st.step < cfg.max_steps && !sx.ledger.done() {
             if !step::step(&mut sx, &mut st) {
                 break;
             }
-            search::save(&st);
+            search::save_with_report(&st, &st.report());
         }
         let report = st.report();
         kiln_sdk::info!("{}", report.text);

@@ -100,12 +100,12 @@ impl Proposer for IdeaBranch {
             ledger: &mut ledger,
         };
         round::start(&mut cx, &mut st);
-        search::save(&st);
+        search::save_with_report(&st, &report(&st));
         while st.round < cfg.rounds && !cx.ledger.done() {
             if !round::round(&mut cx, &mut st) {
                 break;
             }
-            search::save(&st);
+            search::save_with_report(&st, &report(&st));
         }
         let report = report(&st);
         kiln_sdk::info!("{}", report.text);

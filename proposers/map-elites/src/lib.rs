@@ -111,12 +111,12 @@ impl Proposer for MapElites {
             ledger: &mut ledger,
         };
         generation::start(&mut cx, &mut st)?;
-        search::save(&st);
+        search::save_with_report(&st, &st.report(&seed));
         while st.generation < cfg.generations && !cx.ledger.done() {
             if !generation::generation(&mut cx, &mut st) {
                 break;
             }
-            search::save(&st);
+            search::save_with_report(&st, &st.report(&seed));
         }
         let report = st.report(&seed);
         kiln_sdk::info!("{}", report.text);

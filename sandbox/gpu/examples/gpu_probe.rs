@@ -956,7 +956,10 @@ fn timing(r: &mut Report, gpu: &Gpu, misc: &Module, vadd_m: &Module) {
             contract.blocker_ns.unwrap_or(0),
             fmt(&v)
         );
-        if s.median > 0.02 && s.median < 20.0 && s.cv < 0.01 {
+        // A sanity bound on single samples (one sample of 20 that is 5 % slow already gives
+        // a CV of 1.5 %, seen on the H200 on 2026-12-01); the medians' stability is judged
+        // by timing_stability below (0.5 %).
+        if s.median > 0.02 && s.median < 20.0 && s.cv < 0.02 {
             Ok(d)
         } else {
             Err(d)

@@ -255,6 +255,7 @@ impl Gpu {
             block: [256, 1, 1],
             shared_bytes: 0,
             raise_dynamic_shared: false,
+            kind: crate::launch::LaunchKind::Plain,
             args: vec![
                 ArgValue::Ptr(got.ptr()),
                 ptr(against.want),

@@ -30,6 +30,7 @@ use cudarc::driver::sys::{self, CUfunction_attribute, CUresult};
 use kiln_types::verdict::KernelResources;
 use serde::{Deserialize, Serialize};
 
+use crate::artifact::{Artifact, KernelEntry};
 use crate::error::{GpuError, Unavailable, classify, error_name};
 use crate::facts::{DeviceFacts, DeviceLimits, MIN_DRIVER_VERSION, device_facts, panic_message};
 use crate::launch::KernelLimits;
@@ -188,9 +189,17 @@ impl Drop for DeviceBuffer {
 /// Resources and limits of one kernel in a loaded module.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelInfo {
-    /// The kernel's name: its symbol (unmangled for `extern "C"` kernels), or the launch
-    /// plan's name for it in a [`Gpu::load_parts`] module.
+    /// The name the launch list uses (a C++ name expression, a Triton jit function's name in
+    /// a [`Gpu::load_parts`] module, or the symbol itself for a kernel found by enumerating
+    /// the module).
     pub name: String,
+    /// The kernel's symbol in the image (unmangled for `extern "C"` kernels).
+    #[serde(default)]
+    pub symbol: String,
+    /// Null pointer parameters the launcher appends after the plan's arguments (see
+    /// [`crate::artifact::KernelEntry`]).
+    #[serde(default)]
+    pub trailing_null_params: u32,
     /// Registers per thread.
     pub registers: u32,
     /// Static shared memory per block, bytes.
@@ -509,7 +518,7 @@ impl Gpu {
         let rest = (|| {
             let trusted_module = |source: &str, names: &[&str]| {
                 let compiled = compile_trusted(source, &facts.arch)?;
-                let module = load(&shared, &facts.limits, &compiled, names)?;
+                let module = load(&shared, &facts.limits, &compiled, &identity_refs(names))?;
                 for name in names {
                     if module.get(name).is_none() {
                         return Err(GpuError::Usage(format!(
@@ -527,9 +536,8 @@ impl Gpu {
                 crate::compare::COMPARE_SOURCE,
                 crate::compare::COMPARE_KERNELS,
             )?;
-            let flush_bytes = usize::try_from(facts.limits.l2_bytes.saturating_mul(2))
-                .unwrap_or(usize::MAX)
-                .max(16 << 20);
+            let flush_bytes = usize::try_from(crate::timing::l2_flush_bytes(facts.limits.l2_bytes))
+                .unwrap_or(usize::MAX);
             let flush = alloc(&shared, flush_bytes)?;
             let hash_out = alloc(&shared, 8)?;
             let compare_out = alloc(&shared, 8 * 16)?;
@@ -689,16 +697,37 @@ impl Gpu {
             .map_err(|e| self.shared.fail("cuMemsetD8Async", e, false))
     }
 
-    /// Loads a compiled module. `kernel_names` are looked up by name (a name missing from the
-    /// module is simply absent, and the launch validator reports it); every other kernel the
-    /// driver can enumerate is added too.
+    /// Loads a compiled module. `kernel_names` are looked up as symbols (a name missing from
+    /// the module is simply absent, and the launch validator reports it); every other kernel
+    /// the driver can enumerate is added too, under its symbol.
     pub fn load_module(
         &self,
         compiled: &CompiledModule,
         kernel_names: &[&str],
     ) -> Result<Module, GpuError> {
+        let refs = identity_refs(kernel_names);
         self.shared.enter()?;
-        load(&self.shared, &self.facts.limits, compiled, kernel_names)
+        load(&self.shared, &self.facts.limits, compiled, &refs)
+    }
+
+    /// Loads an artifact, each of `kernel_names` (the launch list's names) under its own
+    /// name but looked up by the symbol its manifest gives (a C++ kernel's lowered name).
+    pub fn load_artifact(
+        &self,
+        artifact: &Artifact,
+        kernel_names: &[&str],
+    ) -> Result<Module, GpuError> {
+        let refs: Vec<(String, KernelEntry)> = kernel_names
+            .iter()
+            .map(|n| (n.to_string(), artifact.kernel(n)))
+            .collect();
+        self.shared.enter()?;
+        load(
+            &self.shared,
+            &self.facts.limits,
+            &artifact.module(&self.facts.arch),
+            &refs,
+        )
     }
 
     /// Loads several images as one [`Module`] whose kernels are named by the launch plan:
@@ -724,7 +753,8 @@ impl Gpu {
                     )));
                 }
                 if let Some(func) = function(&self.shared, module, symbol)? {
-                    let info = kernel_info(&self.shared, func, name)?;
+                    let mut info = kernel_info(&self.shared, func, name)?;
+                    info.symbol = symbol.clone();
                     m.kernels.insert(name.clone(), Kernel { func, info });
                 }
             }
@@ -787,6 +817,20 @@ fn compile_trusted(source: &str, arch: &str) -> Result<CompiledModule, GpuError>
     }
 }
 
+/// Kernels looked up by their own names as symbols.
+fn identity_refs(names: &[&str]) -> Vec<(String, KernelEntry)> {
+    names
+        .iter()
+        .map(|n| {
+            let entry = KernelEntry {
+                symbol: n.to_string(),
+                ..KernelEntry::default()
+            };
+            (n.to_string(), entry)
+        })
+        .collect()
+}
+
 /// One image of a [`Gpu::load_parts`] module and the kernels taken from it.
 #[derive(Debug, Clone, Copy)]
 pub struct ImagePart<'a> {
@@ -838,7 +882,7 @@ fn load(
     shared: &Arc<GpuShared>,
     limits: &DeviceLimits,
     compiled: &CompiledModule,
-    kernel_names: &[&str],
+    kernels: &[(String, KernelEntry)],
 ) -> Result<Module, GpuError> {
     let module = load_image(shared, compiled)?;
     let mut m = Module {
@@ -847,14 +891,18 @@ fn load(
         limits: limits.clone(),
         kernels: BTreeMap::new(),
     };
-    let mut names: Vec<String> = kernel_names.iter().map(|s| s.to_string()).collect();
-    names.extend(enumerate_kernel_names(module));
-    for name in names {
+    let mut wanted: Vec<(String, KernelEntry)> = kernels.to_vec();
+    let found = enumerate_kernel_names(module);
+    let found: Vec<&str> = found.iter().map(String::as_str).collect();
+    wanted.extend(identity_refs(&found));
+    for (name, entry) in wanted {
         if m.kernels.contains_key(&name) {
             continue;
         }
-        if let Some(func) = function(shared, module, &name)? {
-            let info = kernel_info(shared, func, &name)?;
+        if let Some(func) = function(shared, module, &entry.symbol)? {
+            let mut info = kernel_info(shared, func, &name)?;
+            info.symbol = entry.symbol.clone();
+            info.trailing_null_params = entry.trailing_null_params;
             m.kernels.insert(name, Kernel { func, info });
         }
     }
@@ -904,6 +952,8 @@ fn kernel_info(
     use CUfunction_attribute::*;
     Ok(KernelInfo {
         name: name.to_string(),
+        symbol: name.to_string(),
+        trailing_null_params: 0,
         registers: attr(CU_FUNC_ATTRIBUTE_NUM_REGS)?,
         static_shared_bytes: attr(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
         const_bytes: attr(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES)?,

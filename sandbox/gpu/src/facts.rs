@@ -48,6 +48,13 @@ pub struct DeviceLimits {
     pub l2_bytes: u64,
     /// Largest persisting-L2 carve-out in bytes.
     pub max_persisting_l2_bytes: u64,
+    /// Whether cooperative launches are supported (`CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH`).
+    #[serde(default)]
+    pub cooperative_launch: bool,
+    /// Whether thread-block cluster launches are supported
+    /// (`CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH`, compute capability 9.0+).
+    #[serde(default)]
+    pub cluster_launch: bool,
 }
 
 impl DeviceLimits {
@@ -67,6 +74,8 @@ impl DeviceLimits {
             max_registers_per_block: 65_536,
             l2_bytes: 60 * 1024 * 1024,
             max_persisting_l2_bytes: 0,
+            cooperative_launch: true,
+            cluster_launch: true,
         }
     }
 }
@@ -233,6 +242,9 @@ pub(crate) fn device_facts(ordinal: i32) -> Result<DeviceFacts, String> {
         max_registers_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK)?,
         l2_bytes: u64::from(attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?),
         max_persisting_l2_bytes: u64::from(attr(CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE)?),
+        cooperative_launch: attr(CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)? != 0,
+        // An older driver may not know the attribute: then no clusters.
+        cluster_launch: attr(CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH).unwrap_or(0) != 0,
     };
     let name =
         dr::device::get_name(dev).map_err(|e| format!("cuDeviceGetName: {}", error_name(e)))?;

@@ -429,6 +429,7 @@ impl Gpu {
             shared_bytes: 0,
             raise_dynamic_shared: false,
             args,
+            kind: crate::launch::LaunchKind::Plain,
         }
     }
 
@@ -504,16 +505,67 @@ impl Gpu {
         )
     }
 
+    /// Enqueues filling `len` bytes of `buf` from `offset` (both multiples of 8) with the
+    /// 64-bit word `pattern`, repeated. Does not wait.
+    pub fn pattern_range(
+        &self,
+        buf: &DeviceBuffer,
+        offset: usize,
+        len: usize,
+        pattern: u64,
+    ) -> Result<(), GpuError> {
+        self.check_range(buf, offset, len)?;
+        if !offset.is_multiple_of(8) || !len.is_multiple_of(8) {
+            return Err(GpuError::Usage(format!(
+                "pattern range {offset}..+{len} is not in whole 8-byte words"
+            )));
+        }
+        let words = (len / 8) as u64;
+        let launch = self.trusted_launch(
+            "kiln_pattern",
+            words,
+            vec![
+                ArgValue::Ptr(buf.ptr() + offset as u64),
+                ArgValue::U64(words),
+                ArgValue::I32(8),
+                ArgValue::U64(pattern),
+            ],
+        );
+        self.enqueue_launches(
+            &self.trusted.module,
+            &CheckedLaunches {
+                launches: vec![launch],
+            },
+        )
+    }
+
     /// The keyed 64-bit hash of all of `buf` (see the module docs); waits for the result.
     pub fn hash(&self, buf: &DeviceBuffer, key: u64) -> Result<u64, GpuError> {
-        self.check_range(buf, 0, buf.bytes())?;
+        self.hash_range(buf, 0, buf.bytes(), key)
+    }
+
+    /// The keyed hash of `len` bytes of `buf` from `offset` (a multiple of 8), equal to
+    /// [`host_hash`] of those bytes; waits for the result.
+    pub fn hash_range(
+        &self,
+        buf: &DeviceBuffer,
+        offset: usize,
+        len: usize,
+        key: u64,
+    ) -> Result<u64, GpuError> {
+        self.check_range(buf, offset, len)?;
+        if !offset.is_multiple_of(8) {
+            return Err(GpuError::Usage(format!(
+                "hash offset {offset} is not a multiple of 8"
+            )));
+        }
         self.memset(&self.hash_out, 0)?;
-        let nbytes = buf.bytes() as u64;
+        let nbytes = len as u64;
         let launch = self.trusted_launch(
             "kiln_hash",
             nbytes.div_ceil(8),
             vec![
-                ArgValue::Ptr(buf.ptr()),
+                ArgValue::Ptr(buf.ptr() + offset as u64),
                 ArgValue::U64(nbytes),
                 ArgValue::U64(key),
                 ArgValue::Ptr(self.hash_out.ptr()),
@@ -538,6 +590,7 @@ impl Gpu {
             block: [1, 1, 1],
             shared_bytes: 0,
             raise_dynamic_shared: false,
+            kind: crate::launch::LaunchKind::Plain,
             args: vec![ArgValue::U64(ns)],
         };
         self.enqueue_launches(

@@ -1,4 +1,5 @@
 //! Launch lists: checked in full before anything runs, then enqueued by trusted code.
+//! Each launch has a [`LaunchKind`] (plain, cooperative, cluster; see [`kind`]).
 //!
 //! [`check_launches`] is pure: it takes the device's [`DeviceLimits`], each kernel's
 //! [`KernelLimits`] and the name → buffer map, and either returns a [`CheckedLaunches`] (every
@@ -8,7 +9,10 @@
 //! `__launch_bounds__` lower the latter); grid dimensions within the device's; static plus
 //! dynamic shared memory within the device's opt-in maximum (dynamic shared memory above
 //! the kernel's current limit, 48 KiB by default, is allowed by raising
-//! `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` right before the launch).
+//! `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` right before the launch); the launch
+//! kind the device must support ([`kind::check_kind`]). [`Gpu::check_launches`] then
+//! checks what needs the loaded kernels: a cooperative grid resident at once, a cluster
+//! that fits ([`kind::check_residency`]).
 //!
 //! Argument types: a CUBIN carries no parameter types, so a `float*` passed where the
 //! kernel takes an `int*` cannot be detected. What *can* be checked, where the driver
@@ -28,6 +32,10 @@ use thiserror::Error;
 use crate::device::{Gpu, KernelInfo, Module};
 use crate::error::GpuError;
 use crate::facts::DeviceLimits;
+
+pub mod kind;
+
+pub use kind::LaunchKind;
 
 /// Most parameters probed per kernel.
 pub const MAX_KERNEL_PARAMS: usize = 256;
@@ -55,6 +63,9 @@ pub struct KernelLimits {
     pub max_dynamic_shared_bytes: u32,
     /// Parameter sizes in bytes, where the driver reports them.
     pub param_sizes: Option<Vec<usize>>,
+    /// Null pointer parameters appended after the plan's arguments (see
+    /// [`crate::artifact::KernelEntry`]).
+    pub trailing_null_params: u32,
 }
 
 impl From<&KernelInfo> for KernelLimits {
@@ -64,6 +75,7 @@ impl From<&KernelInfo> for KernelLimits {
             static_shared_bytes: k.static_shared_bytes,
             max_dynamic_shared_bytes: k.max_dynamic_shared_bytes,
             param_sizes: k.param_sizes.clone(),
+            trailing_null_params: k.trailing_null_params,
         }
     }
 }
@@ -158,8 +170,10 @@ pub struct CheckedLaunch {
     pub shared_bytes: u32,
     /// Whether the kernel's dynamic shared memory attribute must be raised first.
     pub raise_dynamic_shared: bool,
-    /// Arguments, in order.
+    /// Arguments, in order (trailing null pointers included).
     pub args: Vec<ArgValue>,
+    /// How the launch is issued.
+    pub kind: LaunchKind,
 }
 
 impl CheckedLaunch {
@@ -252,6 +266,8 @@ pub fn check_launches(
             )));
         }
         let raise_dynamic_shared = l.shared_bytes > k.max_dynamic_shared_bytes;
+        let launch_kind = LaunchKind::of(l);
+        kind::check_kind(launch_kind, l.grid, device).map_err(&bad)?;
         let mut args = Vec::with_capacity(l.args.len());
         for (j, a) in l.args.iter().enumerate() {
             args.push(match a {
@@ -268,8 +284,18 @@ pub fn check_launches(
                 },
             });
         }
+        let given = args.len();
+        args.extend((0..k.trailing_null_params).map(|_| ArgValue::Ptr(0)));
         if let Some(params) = k.param_sizes.as_ref().filter(|p| !p.is_empty()) {
             if params.len() != args.len() {
+                if k.trailing_null_params > 0 {
+                    return Err(bad(format!(
+                        "the kernel takes {} parameters ({} of them added by kiln); the \
+                         launch passes {given}",
+                        params.len(),
+                        k.trailing_null_params
+                    )));
+                }
                 return Err(bad(format!(
                     "the kernel takes {} parameters; the launch passes {}",
                     params.len(),
@@ -292,20 +318,28 @@ pub fn check_launches(
             shared_bytes: l.shared_bytes,
             raise_dynamic_shared,
             args,
+            kind: launch_kind,
         });
     }
     Ok(CheckedLaunches { launches })
 }
 
 impl Gpu {
-    /// [`check_launches`] against this GPU's limits and `module`'s kernels.
+    /// [`check_launches`] against this GPU's limits and `module`'s kernels, then the
+    /// residency of cooperative and cluster launches ([`kind::check_residency`]).
     pub fn check_launches(
         &self,
         module: &Module,
         plan: &[Launch],
         buffers: &BTreeMap<String, BufferArg>,
     ) -> Result<CheckedLaunches, InvalidLaunch> {
-        check_launches(plan, self.limits(), &module.kernel_limits(), buffers)
+        let checked = check_launches(plan, self.limits(), &module.kernel_limits(), buffers)?;
+        kind::check_residency(
+            &checked,
+            self.limits(),
+            &ModuleResidency { gpu: self, module },
+        )?;
+        Ok(checked)
     }
 
     /// Enqueues every launch of a checked launch list on the stream (raising dynamic shared memory
@@ -343,35 +377,84 @@ impl Gpu {
             // the call; `params` holds one pointer per kernel parameter, each pointing into
             // `values`, which outlives the call (the driver copies the values when the launch is
             // enqueued); every pointer argument is a device address of a buffer resolved by
-            // `check_launches`; the launch goes on our own stream.
-            let rc = unsafe {
-                dr::launch_kernel(
-                    func,
-                    (l.grid[0], l.grid[1], l.grid[2]),
-                    (l.block[0], l.block[1], l.block[2]),
-                    l.shared_bytes,
-                    self.shared.stream,
-                    &mut params,
-                )
+            // `check_launches` (or null where the kernel's ABI wants one); the launch goes on
+            // our own stream.
+            let rc = unsafe { kind::launch(func, l, self.shared.stream, &mut params) };
+            let rc = match rc {
+                cudarc::driver::sys::CUresult::CUDA_SUCCESS => Ok(()),
+                other => Err(dr::DriverError(other)),
             };
             if let Err(e) = rc {
                 use cudarc::driver::sys::CUresult::*;
                 return Err(match e.0 {
-                    CUDA_ERROR_INVALID_VALUE | CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES => {
-                        GpuError::InvalidLaunch(InvalidLaunch {
-                            index,
-                            kernel: l.kernel.clone(),
-                            reason: format!(
-                                "the driver refused the launch: {}",
-                                crate::error::error_name(e)
-                            ),
-                        })
-                    }
-                    _ => self.shared.fail("cuLaunchKernel", e, false),
+                    CUDA_ERROR_INVALID_VALUE
+                    | CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+                    | CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE
+                    | CUDA_ERROR_INVALID_CLUSTER_SIZE => GpuError::InvalidLaunch(InvalidLaunch {
+                        index,
+                        kernel: l.kernel.clone(),
+                        reason: format!(
+                            "the driver refused the launch: {}",
+                            crate::error::error_name(e)
+                        ),
+                    }),
+                    _ => self.shared.fail(
+                        match l.kind {
+                            LaunchKind::Plain => "cuLaunchKernel",
+                            _ => "cuLaunchKernelEx",
+                        },
+                        e,
+                        false,
+                    ),
                 });
             }
         }
         Ok(())
+    }
+}
+
+/// The driver's occupancy API over one loaded module, for [`kind::check_residency`].
+struct ModuleResidency<'a> {
+    gpu: &'a Gpu,
+    module: &'a Module,
+}
+
+impl kind::Residency for ModuleResidency<'_> {
+    fn blocks_per_sm(
+        &self,
+        kernel: &str,
+        block_threads: u32,
+        shared_bytes: u32,
+    ) -> Result<u32, String> {
+        self.module
+            .occupancy(kernel, block_threads, shared_bytes)
+            .map(|o| o.blocks_per_sm)
+            .map_err(|e| e.to_string())
+    }
+
+    fn max_active_clusters(&self, launch: &CheckedLaunch) -> Result<u32, String> {
+        let k = self
+            .module
+            .get(&launch.kernel)
+            .ok_or_else(|| format!("no kernel {:?} in the module", launch.kernel))?;
+        self.gpu.shared.enter().map_err(|e| e.to_string())?;
+        if launch.raise_dynamic_shared {
+            self.module
+                .ensure_dynamic_shared(k, launch.shared_bytes)
+                .map_err(|e| e.to_string())?;
+        }
+        let mut attr = kind::attribute(launch.kind);
+        let cfg = kind::config(launch, self.gpu.shared.stream, attr.as_mut());
+        let mut n: std::ffi::c_int = 0;
+        // SAFETY: `k.func` is a live function of the current context; `cfg` points at
+        // `attr`, which outlives the call; `n` is a valid out-pointer.
+        let rc = unsafe { cudarc::driver::sys::cuOccupancyMaxActiveClusters(&mut n, k.func, &cfg) };
+        match rc {
+            cudarc::driver::sys::CUresult::CUDA_SUCCESS => Ok(u32::try_from(n).unwrap_or(0)),
+            // The driver refuses shapes no cluster of which can ever be resident.
+            cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_CLUSTER_SIZE => Ok(0),
+            other => Err(crate::error::error_name(dr::DriverError(other))),
+        }
     }
 }
 
@@ -392,6 +475,7 @@ mod tests {
                 static_shared_bytes: 0,
                 max_dynamic_shared_bytes: 48 * 1024,
                 param_sizes: Some(vec![8, 8, 8, 4]),
+                trailing_null_params: 0,
             },
         );
         m.insert(
@@ -401,6 +485,7 @@ mod tests {
                 static_shared_bytes: 16 * 1024,
                 max_dynamic_shared_bytes: 32 * 1024,
                 param_sizes: None,
+                trailing_null_params: 0,
             },
         );
         m
@@ -501,6 +586,57 @@ mod tests {
         assert!(r.contains("args[0] is an f32"), "{r}");
         // Unknown parameter info: any arguments pass this check.
         check(r#"{"kernel":"heavy","args":["a",{"f64":2.0}]}"#).expect("unchecked");
+    }
+
+    #[test]
+    fn launch_kinds_are_checked_and_carried() {
+        let plan =
+            check(r#"{"kernel":"heavy","grid":[8,1,1],"cluster":[2,1,1]}"#).expect("cluster");
+        assert_eq!(plan.launches[0].kind, LaunchKind::Cluster([2, 1, 1]));
+        let plan = check(r#"{"kernel":"heavy","cooperative":true}"#).expect("coop");
+        assert_eq!(plan.launches[0].kind, LaunchKind::Cooperative);
+        let r = reason(r#"{"kernel":"heavy","grid":[3,1,1],"cluster":[2,1,1]}"#);
+        assert!(r.contains("grid.x = 3"), "{r}");
+    }
+
+    #[test]
+    fn trailing_null_params_are_appended_and_counted() {
+        let mut ks = kernels();
+        ks.insert(
+            "tri".to_string(),
+            KernelLimits {
+                max_threads_per_block: 1024,
+                static_shared_bytes: 0,
+                max_dynamic_shared_bytes: 48 * 1024,
+                param_sizes: Some(vec![8, 4, 8, 8]),
+                trailing_null_params: 2,
+            },
+        );
+        let run = |json: &str| {
+            check_launches(
+                &[launch(json)],
+                &DeviceLimits::sm90_example(),
+                &ks,
+                &buffers(),
+            )
+        };
+        let plan = run(r#"{"kernel":"tri","args":["a",{"i32":4}]}"#).expect("two plus two");
+        assert_eq!(
+            plan.launches[0].args,
+            vec![
+                ArgValue::Ptr(0x7000_0000),
+                ArgValue::I32(4),
+                ArgValue::Ptr(0),
+                ArgValue::Ptr(0)
+            ]
+        );
+        let r = run(r#"{"kernel":"tri","args":["a"]}"#)
+            .expect_err("short")
+            .to_string();
+        assert!(
+            r.contains("2 of them added by kiln") && r.contains("passes 1"),
+            "{r}"
+        );
     }
 
     #[test]

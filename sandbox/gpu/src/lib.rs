@@ -6,8 +6,10 @@
 //! Brief overview:
 //! - [`available`] — can CUDA run here? Facts about each device, or the reason it cannot
 //!   (never a panic, even with no driver installed).
-//! - [`nvrtc`] — compile a candidate to a CUBIN (PTX for virtual archs), flags through an
-//!   allow-list ([`nvrtc::check_flags`]).
+//! - [`nvrtc`] — compile to a CUBIN (PTX for virtual archs), flags through an allow-list
+//!   ([`nvrtc::check_flags`]); [`cxx`] — candidates' CUDA C++ as people write it (toolkit
+//!   headers, kiln's stand-ins and prelude, host code refused, kernels by C++ name);
+//!   [`artifact`] — the compiled image with its kernel manifest, as stored and shipped.
 //! - [`Gpu`] ([`device`]) — one context, one non-default stream, buffers that are scrubbed
 //!   when freed, module loading with per-kernel resources and occupancy, L2 flush.
 //! - [`launch`] — launch lists checked in full ([`launch::check_launches`], pure) before
@@ -50,9 +52,11 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod artifact;
 pub mod baseline;
 pub mod compare;
 pub mod cupti;
+pub mod cxx;
 pub mod device;
 pub mod error;
 pub mod facts;

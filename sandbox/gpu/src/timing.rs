@@ -62,6 +62,12 @@ impl SampleConfig {
     }
 }
 
+/// Bytes of the L2 flush buffer for a GPU with `l2_bytes` of L2: twice the L2, at least
+/// 16 MiB. Every L2 flush kiln takes (its own, and the torch helper's) is this size.
+pub fn l2_flush_bytes(l2_bytes: u64) -> u64 {
+    l2_bytes.saturating_mul(2).max(16 << 20)
+}
+
 /// Spin long enough for the host to queue the start event, `launches` launches and the end
 /// event behind the blocking kernel: 30 µs plus 6 µs per launch (a launch costs the host
 /// about 4 µs on an H200, see the timing probe), capped at 1 ms.

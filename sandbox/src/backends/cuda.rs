@@ -1,8 +1,9 @@
 //! The cuda backend: CUDA C candidates compiled by NVRTC and run on the worker's GPU, under
 //! the same evaluation contract as every backend ([`crate::contract`]).
 //!
-//! - [`compile`]: NVRTC inside the jailed worker's compile role; the artifact is the CUBIN
-//!   (or PTX) image itself;
+//! - [`compile`]: NVRTC inside the jailed worker's compile role (`kiln_gpu::cxx`: toolkit
+//!   headers, stand-ins, kernels by C++ name); the artifact is the image with its kernel
+//!   manifest (`kiln_gpu::artifact`);
 //! - [`context`]: [`context::GpuContext`], the CUDA context and NVML a GPU worker keeps
 //!   between evaluations;
 //! - [`target`]: [`target::GpuTarget`], the contract's mechanics on one GPU: inputs drawn on
@@ -17,7 +18,8 @@
 //! - [`setup`]: what a GPU worker's jail must show (device nodes, driver libraries) and
 //!   whether the backend is usable here;
 //! - [`launcher`]: `kiln-worker launch`, a problem's own seed or reference kernel run on
-//!   its own for an external profiler (`kiln bench agreement` runs it under Nsight Compute).
+//!   its own for an external profiler (`kiln bench agreement` runs it under Nsight Compute);
+//! - [`toolkit`]: where the CUDA toolkit's headers are, bound into the compile jail.
 //!
 //! Per-kernel resources (registers, shared and local memory, max threads, occupancy for
 //! the launch's block) need the module loaded on a GPU, so they are filled at evaluation
@@ -37,3 +39,4 @@ pub mod setup;
 pub mod target;
 pub mod telemetry;
 pub mod timer_log;
+pub mod toolkit;

@@ -21,7 +21,9 @@
 //! A median whose sample is at or below the timer's resolution or overhead is not a time
 //! ([`unmeasurable`]; the contract then says `unmeasurable_time`).
 //!
-//! The target's telemetry (NVML on the GPU) covers exactly the sampling window.
+//! The target's telemetry (NVML on the GPU) covers exactly the sampling window. The samples
+//! the statistics come from are kept with them (`TimingStats::samples_us`, at most
+//! `kiln_types::MAX_KEPT_SAMPLES`), for the histogram of `kiln show ID --report`.
 //!
 //! Two variants, asked for by the plan: racing ([`race`]: with an incumbent's bound, a
 //! candidate clearly slower than it stops early, `raced_out`), and plain timing
@@ -114,6 +116,7 @@ pub fn discard_throttled(stats: TimingStats, samples: &[f64], flagged: &[usize])
     out.warmup_ms = stats.warmup_ms;
     out.raced_out = stats.raced_out;
     out.throttled_discarded = (samples.len() - kept.len()) as u32;
+    out.samples_us = kiln_types::kept_samples(&kept);
     out
 }
 
@@ -275,6 +278,7 @@ fn time_once<T: Target>(
     stats.overhead_us = overhead_us;
     stats.warmup_ms = warmup_ms;
     stats.raced_out = stop_reason == "raced_out";
+    stats.samples_us = kiln_types::kept_samples(&samples);
     Ok((stats, samples))
 }
 
@@ -691,6 +695,8 @@ mod tests {
     fn throttle_policy_report_discard_retry() {
         let report = timed(ThrottlePolicy::Report);
         assert_eq!((report.n, report.throttled_discarded), (10, 0));
+        assert_eq!(report.samples_us.len(), 10, "every sample kept");
+        assert_eq!(report.samples_us[3], 500.0);
         assert!((report.mean_us - 180.0).abs() < 1e-9, "{report:?}");
         // The target's timer evidence covers the samples the statistics kept.
         let n_timer = |t: &TimingStats| t.timer.as_ref().map(|e| e.events.n);
@@ -698,6 +704,7 @@ mod tests {
         let discard = timed(ThrottlePolicy::Discard);
         assert_eq!((discard.n, discard.throttled_discarded), (8, 2));
         assert_eq!(n_timer(&discard), Some(8));
+        assert_eq!(discard.samples_us, vec![100.0; 8], "the kept ones only");
         assert!((discard.mean_us - 100.0).abs() < 1e-9, "{discard:?}");
         assert!(!discard.throttle_retried);
         // 2 of 10 flagged is over a tenth: timed again; the clean second attempt is kept.

@@ -211,6 +211,7 @@ fn child(
             mounts::Extra {
                 devices: &spec.devices,
                 ro: &spec.optional_ro_paths,
+                binds: &spec.ro_binds,
             },
         ) {
             Ok(inside) => {
@@ -218,8 +219,13 @@ fn child(
                 layers.push(LayerStatus::on(
                     "private-root",
                     format!(
-                        "read-only root with {} system paths{}; writable /scratch only{}",
+                        "read-only root with {} system paths{}{}; writable /scratch only{}",
                         spec.ro_paths.len(),
+                        if spec.ro_binds.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", {} header folders", spec.ro_binds.len())
+                        },
                         if extra > 0 {
                             format!(
                                 ", {} device nodes and driver paths",
@@ -318,10 +324,19 @@ fn child(
     }
 }
 
+/// Sets the jail's rlimits. RLIMIT_CPU's hard limit is one second above its soft one: at
+/// the soft limit the kernel sends SIGXCPU, so a process ended by it dies of SIGXCPU and
+/// says which limit it hit (with equal limits the kernel's SIGKILL comes first, which
+/// reads like an out-of-memory kill); the hard limit kills one that ignores SIGXCPU.
 fn apply_limits(spec: &JailSpec) -> Result<(), JailError> {
     let l = &spec.limits;
+    sys::set_rlimits(libc::RLIMIT_CPU, l.cpu_s, l.cpu_s.saturating_add(1)).map_err(|source| {
+        JailError::SetRlimit {
+            resource: "RLIMIT_CPU",
+            source,
+        }
+    })?;
     let mut list: Vec<(libc::__rlimit_resource_t, &'static str, u64)> = vec![
-        (libc::RLIMIT_CPU, "RLIMIT_CPU", l.cpu_s),
         (libc::RLIMIT_NOFILE, "RLIMIT_NOFILE", l.nofile),
         (libc::RLIMIT_NPROC, "RLIMIT_NPROC", l.nproc),
         (libc::RLIMIT_FSIZE, "RLIMIT_FSIZE", l.fsize_bytes),

@@ -7,6 +7,8 @@
 //! ```text
 //! /            tmpfs, remounted read-only after setup
 //! /usr /lib …  read-only binds of the spec's `ro_paths` (symlinks recreated as symlinks)
+//! /kiln/include/N   read-only binds of the spec's `ro_binds` at their fixed paths (a cuda
+//!              compile's toolkit headers)
 //! /dev/null, /dev/zero, /dev/urandom   binds of the host nodes
 //! /kiln/<exe>  read-only bind of the payload binary
 //! /scratch     read-write bind of the job's scratch directory
@@ -31,12 +33,15 @@ pub struct Inside {
     pub skipped: Vec<String>,
 }
 
-/// Optional extra binds: device nodes (writable) and read-only paths.
+/// Extra binds: device nodes (writable) and read-only paths, both best effort, and
+/// read-only binds at fixed paths (required).
 pub struct Extra<'a> {
     /// Device nodes.
     pub devices: &'a [PathBuf],
     /// Read-only paths.
     pub ro: &'a [PathBuf],
+    /// Read-only binds at another path: (host path, path inside).
+    pub binds: &'a [(PathBuf, PathBuf)],
 }
 
 const TMPFS: &CStr = c"tmpfs";
@@ -125,6 +130,12 @@ pub fn enter_private_root(
         let dst = under(root_dir, p);
         if prepare_target(p, &dst).map_err(pre)? {
             bind(p, &dst, true).map_err(pre)?;
+        }
+    }
+    for (src, inside) in extra.binds {
+        let dst = under(root_dir, inside);
+        if prepare_target(src, &dst).map_err(pre)? {
+            bind(src, &dst, true).map_err(pre)?;
         }
     }
     for node in ["/dev/null", "/dev/zero", "/dev/urandom"] {

@@ -110,9 +110,14 @@ pub fn set_no_new_privs() -> io::Result<()> {
 
 /// Sets soft and hard limit of one resource to `value` (fork-safe).
 pub fn set_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
+    set_rlimits(resource, value, value)
+}
+
+/// Sets the soft limit of one resource to `soft` and its hard limit to `hard` (fork-safe).
+pub fn set_rlimits(resource: libc::__rlimit_resource_t, soft: u64, hard: u64) -> io::Result<()> {
     let lim = libc::rlimit {
-        rlim_cur: value,
-        rlim_max: value,
+        rlim_cur: soft,
+        rlim_max: hard,
     };
     // SAFETY: `lim` is a valid rlimit that lives across the call.
     check(unsafe { libc::setrlimit(resource, &lim) }).map(drop)

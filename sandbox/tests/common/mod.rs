@@ -2,6 +2,8 @@
 //! problem loading, cached reference artifacts, and the stray-process check.
 #![allow(dead_code)]
 
+pub mod headers;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
@@ -17,16 +19,21 @@ pub fn setup() -> (tempfile::TempDir, SandboxConfig) {
         .tempdir()
         .expect("temp dir");
     let mut cfg = SandboxConfig::new(dir.path());
-    cfg.worker_exe = PathBuf::from(env!("CARGO_BIN_EXE_kiln-worker"));
+    // KILN_WORKER: the bundled worker on a GPU host (scripts/gpu-check.sh).
+    cfg.worker_exe = std::env::var_os("KILN_WORKER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_kiln-worker")));
     cfg.compile_timeout = Duration::from_secs(8);
     cfg.memory_limit_bytes = 256 << 20;
     cfg.output_limit_bytes = 64 << 10;
     (dir, cfg)
 }
 
-/// The repository's problems folder.
+/// The repository's problems folder (`KILN_PROBLEMS` overrides it, as on a GPU host).
 pub fn problems_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../problems")
+    std::env::var_os("KILN_PROBLEMS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../problems"))
 }
 
 /// A problem from the suite.

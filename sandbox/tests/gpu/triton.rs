@@ -156,7 +156,9 @@ fn redteam_triton_unmasked_store_past_the_end() {
         return;
     };
     println!("unmasked store past the end: {} ({})", e.verdict, e.message);
-    assert_ne!(e.verdict, Verdict::Ok, "{e:#?}");
+    assert_eq!(e.verdict, Verdict::RuntimeFault, "{e:#?}");
+    let fault = e.evidence.fault.clone().unwrap_or_default();
+    assert!(fault.contains("out-of-bounds write"), "{fault}");
 }
 
 #[test]

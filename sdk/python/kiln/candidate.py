@@ -65,7 +65,8 @@ def f64(v: float) -> Dict[str, float]:
 class Launch:
     """One kernel launch: a tensor or scratch name (``str``) or a typed scalar per arg.
 
-    ``grid``, ``block`` and ``shared_bytes`` matter on the cuda backend only.
+    ``grid``, ``block``, ``shared_bytes``, ``cooperative`` and ``cluster`` matter on the cuda
+    backend only, where ``kernel`` may be a C++ name (``ns::k``, ``k<256, float>``).
     """
 
     kernel: str
@@ -73,15 +74,22 @@ class Launch:
     grid: Tuple[int, int, int] = (1, 1, 1)
     block: Tuple[int, int, int] = (1, 1, 1)
     shared_bytes: int = 0
+    cooperative: bool = False
+    cluster: Optional[Tuple[int, int, int]] = None
 
     def to_dict(self) -> Dict[str, Any]:
-        return {
+        d: Dict[str, Any] = {
             "kernel": self.kernel,
             "grid": list(self.grid),
             "block": list(self.block),
             "shared_bytes": self.shared_bytes,
             "args": list(self.args),
         }
+        if self.cooperative:
+            d["cooperative"] = True
+        if self.cluster is not None:
+            d["cluster"] = list(self.cluster)
+        return d
 
 
 @dataclass

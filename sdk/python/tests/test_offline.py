@@ -232,6 +232,14 @@ class Candidates(unittest.TestCase):
         with self.assertRaises(TypeError):
             kiln.candidate.candidate_dict("void k(){}")  # type: ignore[arg-type]
 
+    def test_launch_kinds_are_sent_only_when_asked_for(self) -> None:
+        plain = kiln.Launch("ns::k<256, float>", ["x"]).to_dict()
+        self.assertNotIn("cooperative", plain)
+        self.assertNotIn("cluster", plain)
+        self.assertEqual(plain["kernel"], "ns::k<256, float>")
+        self.assertIs(kiln.Launch("k", cooperative=True).to_dict()["cooperative"], True)
+        self.assertEqual(kiln.Launch("k", grid=(8, 1, 1), cluster=(2, 1, 1)).to_dict()["cluster"], [2, 1, 1])
+
 
 class Tracking(unittest.TestCase):
     def setUp(self) -> None:

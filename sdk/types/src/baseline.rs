@@ -29,8 +29,126 @@ use serde::{Deserialize, Serialize};
 use crate::problem::{Dtype, ProblemSpec, Role};
 use crate::verdict::TimingStats;
 
-/// Libraries a problem may name a baseline for.
-pub const LIBRARIES: &[&str] = &["cublas", "cudnn", "torch"];
+/// Every kind of baseline kiln measures, registered once: its name, its library, the
+/// `[baseline.TABLE]` of `problem.toml` that asks for it, and who runs it. Adding a kind
+/// is one variant here, its row in [`BaselineKind::ALL`], and its measurement in
+/// `kiln_sandbox::baselines` (docs/architecture.md, "Where to add things").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BaselineKind {
+    /// The problem's own trusted reference kernel (always measured).
+    Reference,
+    /// cuBLAS GEMM (`[baseline.cublas]`).
+    Cublas,
+    /// cuDNN convolution (`[baseline.cudnn]`).
+    Cudnn,
+    /// torch eager (`[baseline.torch]`).
+    TorchEager,
+    /// `torch.compile` of the same op or module (`[baseline.torch]`).
+    TorchCompile,
+}
+
+/// Who runs a baseline kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BaselineRunner {
+    /// kiln's jailed GPU worker (`Request::Baselines`).
+    GpuWorker,
+    /// kiln's trusted torch helper (`kiln_torch.py`).
+    TorchHelper,
+}
+
+impl BaselineKind {
+    /// Every kind, in the order they are measured and shown.
+    pub const ALL: [BaselineKind; 5] = [
+        BaselineKind::Reference,
+        BaselineKind::Cublas,
+        BaselineKind::Cudnn,
+        BaselineKind::TorchEager,
+        BaselineKind::TorchCompile,
+    ];
+
+    /// The kind's name, the stem of its results' names (`cublas` → `cublas-fp32`).
+    pub fn name(self) -> &'static str {
+        match self {
+            BaselineKind::Reference => "reference",
+            BaselineKind::Cublas => "cublas",
+            BaselineKind::Cudnn => "cudnn",
+            BaselineKind::TorchEager => "torch-eager",
+            BaselineKind::TorchCompile => "torch-compile",
+        }
+    }
+
+    /// The library it measures (`kiln` for the reference).
+    pub fn library(self) -> &'static str {
+        match self {
+            BaselineKind::Reference => "kiln",
+            BaselineKind::Cublas => "cublas",
+            BaselineKind::Cudnn => "cudnn",
+            BaselineKind::TorchEager | BaselineKind::TorchCompile => "torch",
+        }
+    }
+
+    /// The `[baseline.TABLE]` of `problem.toml` that asks for it (none: always measured).
+    pub fn table(self) -> Option<&'static str> {
+        match self {
+            BaselineKind::Reference => None,
+            BaselineKind::Cublas => Some("cublas"),
+            BaselineKind::Cudnn => Some("cudnn"),
+            BaselineKind::TorchEager | BaselineKind::TorchCompile => Some("torch"),
+        }
+    }
+
+    /// Who runs it.
+    pub fn runner(self) -> BaselineRunner {
+        match self {
+            BaselineKind::Reference | BaselineKind::Cublas | BaselineKind::Cudnn => {
+                BaselineRunner::GpuWorker
+            }
+            BaselineKind::TorchEager | BaselineKind::TorchCompile => BaselineRunner::TorchHelper,
+        }
+    }
+
+    /// The name of one of its results: the kind's name, then the precision variant
+    /// (`cublas-tf32`, `torch-compile-fp32`); the reference has one result, `reference`.
+    pub fn result_name(self, precision: &str) -> String {
+        if self == BaselineKind::Reference || precision.is_empty() {
+            self.name().to_string()
+        } else {
+            format!("{}-{precision}", self.name())
+        }
+    }
+
+    /// The kinds a problem asks for: the reference, then those whose table it has.
+    pub fn asked_by(spec: &ProblemSpec) -> Vec<BaselineKind> {
+        BaselineKind::ALL
+            .into_iter()
+            .filter(|k| k.table().is_none_or(|t| spec.baseline.contains_key(t)))
+            .collect()
+    }
+
+    /// A result of this kind that was not measured, with the reason.
+    pub fn not_measured(
+        self,
+        precision: &str,
+        status: BaselineStatus,
+        detail: impl Into<String>,
+    ) -> BaselineResult {
+        BaselineResult::not_measured(
+            &self.result_name(precision),
+            self.library(),
+            precision,
+            status,
+            detail,
+        )
+    }
+}
+
+/// The `[baseline.TABLE]` names a problem may use, from the registry.
+pub fn tables() -> Vec<&'static str> {
+    let mut t: Vec<&'static str> = BaselineKind::ALL.iter().filter_map(|k| k.table()).collect();
+    t.dedup();
+    t
+}
 
 /// A max-pooling window after a convolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +220,9 @@ pub enum BaselineOp {
         /// Epsilon added to the variance.
         eps: f64,
     },
+    /// The problem's own PyTorch module (`[reference.torch]`) on the problem's tensors;
+    /// torch only.
+    Module {},
     /// Scaled dot-product attention, `softmax(q kᵀ / sqrt(d)) v`, on `[B, H, S, D]`.
     Sdpa {
         /// Queries.
@@ -127,10 +248,12 @@ impl BaselineOp {
             BaselineOp::Softmax { .. } => "softmax",
             BaselineOp::LayerNorm { .. } => "layer_norm",
             BaselineOp::Sdpa { .. } => "sdpa",
+            BaselineOp::Module {} => "module",
         }
     }
 
-    /// Whether `library` offers this op (cuBLAS: matmul; cuDNN: conv2d; torch: all).
+    /// Whether `library` offers this op (cuBLAS: matmul; cuDNN: conv2d; torch: all,
+    /// including the problem's own module).
     pub fn offered_by(&self, library: &str) -> bool {
         match library {
             "cublas" => matches!(self, BaselineOp::Matmul { .. }),
@@ -146,11 +269,9 @@ impl BaselineOp {
 pub fn check(spec: &ProblemSpec) -> Result<(), String> {
     for (library, op) in &spec.baseline {
         let at = |m: String| format!("[baseline.{library}]: {m}");
-        if !LIBRARIES.contains(&library.as_str()) {
-            return Err(at(format!(
-                "unknown library (one of {})",
-                LIBRARIES.join(", ")
-            )));
+        let known = tables();
+        if !known.contains(&library.as_str()) {
+            return Err(at(format!("unknown library (one of {})", known.join(", "))));
         }
         if !op.offered_by(library) {
             return Err(at(format!("{library} has no op {:?}", op.name())));
@@ -204,6 +325,11 @@ fn check_op(spec: &ProblemSpec, library: &str, op: &BaselineOp) -> Result<(), St
         &[Dtype::F32, Dtype::F16]
     };
     match op {
+        BaselineOp::Module {} => {
+            if spec.reference.torch.is_none() {
+                return Err("op \"module\" needs a [reference.torch]".into());
+            }
+        }
         BaselineOp::Matmul { a, b, c } => {
             let (sa, da) = l.get(a, Role::Input)?;
             let (sb, db) = l.get(b, Role::Input)?;
@@ -363,7 +489,8 @@ pub enum BaselineStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BaselineResult {
-    /// Stable name: `reference`, `cublas-fp32`, `cublas-tf32`, `cudnn-fp32`, `torch-eager`, ...
+    /// Stable name: [`BaselineKind::result_name`] (`reference`, `cublas-fp32`,
+    /// `cudnn-tf32`, `torch-eager-fp32`, `torch-compile-fp32`, ...).
     pub name: String,
     /// `kiln`, `cublas`, `cudnn` or `torch`.
     pub library: String,
@@ -582,6 +709,35 @@ c = "C"
                 .expect("parses")
                 .validate()
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn the_registry_names_each_kind_once() {
+        let names: Vec<&str> = BaselineKind::ALL.iter().map(|k| k.name()).collect();
+        let mut unique = names.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+        assert_eq!(tables(), vec!["cublas", "cudnn", "torch"]);
+        assert_eq!(BaselineKind::Cublas.result_name("tf32"), "cublas-tf32");
+        assert_eq!(
+            BaselineKind::Reference.result_name("reference-f64acc"),
+            "reference"
+        );
+        assert_eq!(
+            serde_json::to_value(BaselineKind::TorchCompile).expect("json"),
+            "torch-compile"
+        );
+        let spec = ProblemSpec::from_toml(CONV).expect("parses");
+        assert_eq!(
+            BaselineKind::asked_by(&spec),
+            vec![
+                BaselineKind::Reference,
+                BaselineKind::Cudnn,
+                BaselineKind::TorchEager,
+                BaselineKind::TorchCompile
+            ]
         );
     }
 

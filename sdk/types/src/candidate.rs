@@ -5,6 +5,12 @@
 //! library. For the host backend (`language = "c"`), each launch names a C function that is
 //! called with the args; grid and block are ignored.
 //!
+//! A CUDA launch names its kernel by C++ name expression (`softmax<256, float>`,
+//! `ns::kernel`, or a plain identifier, see [`is_kernel_name`]) and may ask for a launch
+//! kind: `"cooperative": true` (grid-wide synchronisation) or `"cluster": [x, y, z]`
+//! (thread-block clusters). Both fields are left out of the JSON when unset, so older
+//! candidates keep their content hash.
+//!
 //! A Triton candidate (`language = "triton"`) is Python text holding `@triton.jit`
 //! functions; each launch names one, gives its grid, its non-constexpr arguments in order,
 //! its `constexprs` by name and `num_warps` / `num_stages`. Block size and shared memory
@@ -128,11 +134,18 @@ fn default_dim() -> [u32; 3] {
     [1, 1, 1]
 }
 
+/// Longest kernel name expression, in bytes.
+pub const MAX_KERNEL_NAME_BYTES: usize = 256;
+/// Most blocks in one thread-block cluster: the portable limit of the CUDA programming
+/// guide (kiln checks at launch that the device can hold the cluster).
+pub const MAX_CLUSTER_BLOCKS: u32 = 8;
+
 /// One kernel launch in the plan.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Launch {
-    /// The kernel (CUDA) or function (C) to call; an identifier.
+    /// The kernel to launch (CUDA: a C++ name expression, see [`is_kernel_name`]) or the
+    /// function to call (C: an identifier).
     pub kernel: String,
     /// Grid dimensions (CUDA only).
     #[serde(default = "default_dim")]
@@ -146,6 +159,14 @@ pub struct Launch {
     /// Arguments, in order. Triton: the jit function's non-constexpr parameters only.
     #[serde(default)]
     pub args: Vec<Arg>,
+    /// Launch cooperatively (CUDA only: `cooperative_groups::this_grid().sync()` needs it);
+    /// kiln checks first that the whole grid can be resident at once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cooperative: bool,
+    /// Thread-block cluster dimensions (CUDA only, compute capability 9.0+); each grid
+    /// dimension must be a multiple of the cluster's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<[u32; 3]>,
     /// Triton only: the values of the jit function's `tl.constexpr` parameters by name
     /// (those with a default may be left out). Left out of the JSON when empty.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -177,6 +198,8 @@ impl Default for Launch {
             num_warps: None,
             num_stages: None,
             num_ctas: None,
+            cooperative: false,
+            cluster: None,
         }
     }
 }
@@ -260,6 +283,26 @@ pub enum CandidateError {
     /// A zero grid or block dimension.
     #[error("launches[{0}]: grid and block dimensions must be at least 1")]
     ZeroDim(usize),
+    /// A kernel name that is not a C++ name expression kiln accepts.
+    #[error(
+        "launches[{index}].kernel: {name:?} is not a kernel name (an identifier, a qualified \
+         name such as ns::k, or a template instance such as k<256, float>; at most \
+         {MAX_KERNEL_NAME_BYTES} bytes)"
+    )]
+    BadKernelName {
+        /// The launch.
+        index: usize,
+        /// The offending name.
+        name: String,
+    },
+    /// A launch kind the launch cannot have.
+    #[error("launches[{index}]: {reason}")]
+    LaunchKind {
+        /// The launch.
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
     /// Too many scratch buffers or one too large.
     #[error("scratch: {0}")]
     Scratch(String),
@@ -293,6 +336,109 @@ pub fn is_identifier(s: &str) -> bool {
         _ => return false,
     }
     s.len() <= 128 && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// True if and only if `s` is a kernel name kiln resolves with NVRTC's name expressions:
+/// an identifier, optionally qualified (`ns::k`, `::k`), optionally with template
+/// arguments (`k<256, float>`, `ns::k<ns::Op, 4u, true>`, `k<(1 << 4)>`). Only letters,
+/// digits, `_`, `:`, `<`, `>`, `,`, `(`, `)`, `*`, `&`, `+`, `-`, `.`, `|`, `^`, `~`, `!`,
+/// `=`, `?` and spaces may appear; brackets must balance; at most
+/// [`MAX_KERNEL_NAME_BYTES`] bytes. The name is parsed by NVRTC in the candidate's own
+/// compile, so this check keeps it to one expression, not a boundary.
+pub fn is_kernel_name(s: &str) -> bool {
+    if s.is_empty() || s.len() > MAX_KERNEL_NAME_BYTES || s.contains("/*") || s.contains("//") {
+        return false;
+    }
+    let allowed = |c: char| {
+        c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                '_' | ':'
+                    | '<'
+                    | '>'
+                    | ','
+                    | '('
+                    | ')'
+                    | '*'
+                    | '&'
+                    | '+'
+                    | '-'
+                    | '.'
+                    | '|'
+                    | '^'
+                    | '~'
+                    | '!'
+                    | '='
+                    | '?'
+                    | ' '
+            )
+    };
+    if !s.chars().all(allowed) {
+        return false;
+    }
+    // The name proper: an optionally qualified identifier before any template arguments.
+    let head_end = s.find('<').unwrap_or(s.len());
+    let head = s[..head_end].trim();
+    let head = head.strip_prefix("::").unwrap_or(head);
+    if head.is_empty() || !head.split("::").all(is_identifier) {
+        return false;
+    }
+    let tail = s[head_end..].trim_end();
+    if tail.is_empty() {
+        return true;
+    }
+    if !tail.ends_with('>') {
+        return false;
+    }
+    let (mut angle, mut paren) = (0i32, 0i32);
+    for c in tail.chars() {
+        match c {
+            '(' => paren += 1,
+            ')' => paren -= 1,
+            '<' if paren == 0 => angle += 1,
+            '>' if paren == 0 => angle -= 1,
+            _ => {}
+        }
+        if angle < 0 || paren < 0 {
+            return false;
+        }
+    }
+    angle == 0 && paren == 0
+}
+
+/// Checks one launch's kind: cooperative or cluster (not both), for CUDA only, the cluster
+/// positive, at most [`MAX_CLUSTER_BLOCKS`] blocks, dividing the grid.
+fn check_launch_kind(language: Language, index: usize, l: &Launch) -> Result<(), CandidateError> {
+    let bad = |reason: String| CandidateError::LaunchKind { index, reason };
+    if language != Language::Cuda && (l.cooperative || l.cluster.is_some()) {
+        return Err(bad(
+            "cooperative and cluster launches are for CUDA kernels only".into(),
+        ));
+    }
+    if l.cooperative && l.cluster.is_some() {
+        return Err(bad(
+            "a launch is either cooperative or a cluster launch, not both".into(),
+        ));
+    }
+    if let Some(c) = l.cluster {
+        if c.contains(&0) {
+            return Err(bad("cluster dimensions must be at least 1".into()));
+        }
+        let blocks: u64 = c.iter().map(|&d| u64::from(d)).product();
+        if blocks > u64::from(MAX_CLUSTER_BLOCKS) {
+            return Err(bad(format!(
+                "a cluster of {blocks} blocks exceeds the limit of {MAX_CLUSTER_BLOCKS}"
+            )));
+        }
+        for (axis, (&g, &d)) in ["x", "y", "z"].iter().zip(l.grid.iter().zip(c.iter())) {
+            if g % d != 0 {
+                return Err(bad(format!(
+                    "grid.{axis} = {g} is not a multiple of cluster.{axis} = {d}"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Checks one launch's Triton fields: present only in Triton candidates; there, no block or
@@ -378,11 +524,20 @@ impl Candidate {
             return Err(CandidateError::LaunchCount(self.launches.len()));
         }
         for (i, l) in self.launches.iter().enumerate() {
-            if !is_identifier(&l.kernel) {
-                return Err(CandidateError::BadIdentifier {
-                    field: format!("launches[{i}].kernel"),
-                    name: l.kernel.clone(),
-                });
+            match self.language {
+                Language::Cuda if !is_kernel_name(&l.kernel) => {
+                    return Err(CandidateError::BadKernelName {
+                        index: i,
+                        name: l.kernel.clone(),
+                    });
+                }
+                Language::C | Language::Triton if !is_identifier(&l.kernel) => {
+                    return Err(CandidateError::BadIdentifier {
+                        field: format!("launches[{i}].kernel"),
+                        name: l.kernel.clone(),
+                    });
+                }
+                _ => {}
             }
             if l.args.len() > MAX_ARGS {
                 return Err(CandidateError::TooManyArgs(i));
@@ -390,6 +545,7 @@ impl Candidate {
             if l.grid.contains(&0) || l.block.contains(&0) {
                 return Err(CandidateError::ZeroDim(i));
             }
+            check_launch_kind(self.language, i, l)?;
             check_triton_fields(self.language, i, l)?;
             for (j, a) in l.args.iter().enumerate() {
                 if let Arg::Buffer(name) = a
@@ -501,6 +657,103 @@ mod tests {
         let mut c = a.clone();
         c.source = "void f(float*y){}".into();
         assert_ne!(a.content_hash(), c.content_hash());
+    }
+
+    fn cuda(launch: &str) -> Candidate {
+        serde_json::from_str(&format!(
+            r#"{{"problem":"p","language":"cuda","source":"x","launches":[{launch}]}}"#
+        ))
+        .expect("cuda sample parses")
+    }
+
+    #[test]
+    fn kernel_names_are_cxx_name_expressions() {
+        for ok in [
+            "k",
+            "softmax_kernel<256, float>",
+            "ns::inner::k",
+            "::k",
+            "k<ns::Op<float>, 4u, true>",
+            "k<(1 << 4), -1>",
+            "gemm<128,128,32,__nv_bfloat16>",
+        ] {
+            assert!(is_kernel_name(ok), "{ok}");
+        }
+        for bad in [
+            "", "1k", "k<256", "k>", "k<a>>", "k(", "k; int x", "k<\"s\">", "k/*x*/", "ns::",
+            "a::1b", "k{}", "k#",
+        ] {
+            assert!(!is_kernel_name(bad), "{bad}");
+        }
+        assert!(!is_kernel_name(&"k".repeat(MAX_KERNEL_NAME_BYTES + 1)));
+        // CUDA candidates take name expressions; C candidates still take identifiers.
+        assert_eq!(cuda(r#"{"kernel":"k<256, float>"}"#).validate(), Ok(()));
+        let mut c = sample();
+        c.launches[0].kernel = "f<int>".into();
+        assert!(matches!(
+            c.validate(),
+            Err(CandidateError::BadIdentifier { .. })
+        ));
+        assert!(matches!(
+            cuda(r#"{"kernel":"k<"}"#).validate(),
+            Err(CandidateError::BadKernelName { index: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn launch_kinds_are_validated() {
+        assert_eq!(
+            cuda(r#"{"kernel":"k","grid":[8,2,1],"cluster":[2,2,1]}"#).validate(),
+            Ok(())
+        );
+        assert_eq!(
+            cuda(r#"{"kernel":"k","cooperative":true}"#).validate(),
+            Ok(())
+        );
+        for (launch, needle) in [
+            (
+                r#"{"kernel":"k","grid":[3,1,1],"cluster":[2,1,1]}"#,
+                "grid.x = 3",
+            ),
+            (r#"{"kernel":"k","cluster":[0,1,1]}"#, "at least 1"),
+            (
+                r#"{"kernel":"k","grid":[16,1,1],"cluster":[16,1,1]}"#,
+                "limit of 8",
+            ),
+            (
+                r#"{"kernel":"k","grid":[2,1,1],"cluster":[2,1,1],"cooperative":true}"#,
+                "not both",
+            ),
+        ] {
+            let err = cuda(launch).validate().expect_err(launch).to_string();
+            assert!(err.contains(needle), "{launch}: {err}");
+        }
+        let mut c = sample();
+        c.launches[0].cooperative = true;
+        let err = c.validate().expect_err("host").to_string();
+        assert!(err.contains("CUDA kernels only"), "{err}");
+    }
+
+    #[test]
+    fn new_launch_fields_keep_old_hashes_and_round_trip() {
+        let a = cuda(r#"{"kernel":"k"}"#);
+        let json = serde_json::to_string(&a.launches[0]).expect("serialises");
+        assert!(
+            !json.contains("cooperative") && !json.contains("cluster"),
+            "{json}"
+        );
+        let b = cuda(r#"{"kernel":"k","cooperative":false}"#);
+        assert_eq!(a.content_hash(), b.content_hash());
+        let c = cuda(r#"{"kernel":"k","cooperative":true}"#);
+        assert_ne!(a.content_hash(), c.content_hash());
+        let back: Launch = serde_json::from_str(
+            &serde_json::to_string(
+                &cuda(r#"{"kernel":"k","cluster":[2,1,1],"grid":[2,1,1]}"#).launches[0],
+            )
+            .expect("serialises"),
+        )
+        .expect("parses");
+        assert_eq!(back.cluster, Some([2, 1, 1]));
     }
 
     #[test]

@@ -160,6 +160,11 @@ pub struct JobOptions {
     /// Margin for racing (default: the daemon's `search.race_margin`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub race_margin: Option<f64>,
+    /// Evaluate on this lane of the backend only (its index as `GET /v1/info` lists the
+    /// lanes: one per GPU for cuda); any free lane when absent. The daemon checks that the
+    /// lane exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lane: Option<u32>,
 }
 
 /// What a job races, as written by a client.
@@ -184,7 +189,10 @@ pub enum RaceTarget {
 impl JobOptions {
     /// True when nothing is asked for.
     pub fn is_empty(&self) -> bool {
-        self.plain.is_none() && self.race.is_none() && self.race_margin.is_none()
+        self.plain.is_none()
+            && self.race.is_none()
+            && self.race_margin.is_none()
+            && self.lane.is_none()
     }
 
     /// Checks the options; the message names the field at fault.
@@ -269,6 +277,9 @@ mod tests {
         assert_eq!(opts("{}").validate(), Ok(()));
         assert!(opts("{}").is_empty());
         assert_eq!(opts(r#"{"plain": 100}"#).validate(), Ok(()));
+        let pinned = opts(r#"{"lane": 3}"#);
+        assert_eq!((pinned.validate(), pinned.lane), (Ok(()), Some(3)));
+        assert!(!pinned.is_empty());
         assert!(opts(r#"{"plain": 0}"#).validate().is_err());
         assert_eq!(
             opts(r#"{"race": "best"}"#).race_target(),

@@ -7,19 +7,25 @@
 //! - [`problem`]: a problem's spec as read from `problem.toml`, with its sources inlined.
 //! - [`verdict`]: the verdicts of the evaluation contract, their evidence and timing statistics.
 //! - [`baseline`]: library baselines named by a problem, and their measured times.
+//! - [`kernelbench`]: KernelBench-format files, as described by kiln's torch helper,
+//!   written as problem folders.
 //! - [`eval_plan`]: how an evaluation is run (trials, stop rule, secret seed).
 //! - [`names`]: the names people and plugins choose (problems, proposers).
+//! - [`summary`]: the summary document of the bundled search strategies (rounds, grid).
 //!
 //! Every type that is read from untrusted input denies unknown fields, so a typo is a
-//! `400` naming the field rather than a silently ignored setting.
+//! `400` naming the field rather than a silently ignored setting; the exception is the
+//! summary document, which is only displayed and is read leniently.
 #![deny(missing_docs)]
 
 pub mod baseline;
 pub mod candidate;
 pub mod eval_plan;
+pub mod kernelbench;
 pub mod names;
 pub mod plugin;
 pub mod problem;
+pub mod summary;
 pub mod verdict;
 
 pub use baseline::{BaselineOp, BaselineResult, BaselineStatus};
@@ -29,9 +35,10 @@ pub use eval_plan::{
     TimingPlan,
 };
 pub use problem::{
-    Dtype, Init, KernelSource, ProblemError, ProblemSpec, Role, Roofline, TensorSpec, Tolerance,
+    Dtype, Init, KernelSource, ProblemError, ProblemSpec, References, Role, Roofline, TensorSpec,
+    Tolerance, TorchPrecision, TorchReference,
 };
 pub use verdict::{
-    CompileInfo, ErrorMetrics, Evaluation, Evidence, FigureSummary, PrecisionTier, TimerEvidence,
-    TimingStats, Verdict, t95,
+    CompileInfo, ErrorMetrics, Evaluation, Evidence, FigureSummary, MAX_KEPT_SAMPLES,
+    PrecisionTier, TimerEvidence, TimingStats, Verdict, kept_samples, t95,
 };

@@ -183,6 +183,156 @@ pub struct KernelSource {
     pub flags: Vec<String>,
 }
 
+/// The problem's trusted references: a kernel per backend, and/or a PyTorch module
+/// (`[reference.host]`, `[reference.cuda]`, `[reference.torch]`). A backend can evaluate
+/// the problem when it has a kernel of its own or there is a torch reference (run by the
+/// trusted reference runner on that backend's device).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct References {
+    /// CUDA C reference kernel and its launch plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<KernelSource>,
+    /// C reference for the host backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<KernelSource>,
+    /// A PyTorch module in KernelBench's format.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch: Option<TorchReference>,
+}
+
+/// Backends a problem may name a kernel for.
+pub const KERNEL_BACKENDS: &[&str] = &["cuda", "host"];
+
+impl References {
+    /// The reference kernel for `backend` (`host`, `cuda`), if the problem has one.
+    pub fn kernel(&self, backend: &str) -> Option<&KernelSource> {
+        match backend {
+            "cuda" => self.cuda.as_ref(),
+            "host" => self.host.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// True when `backend` can evaluate the problem: a kernel of its own, or the torch
+    /// reference (host and cuda).
+    pub fn has(&self, backend: &str) -> bool {
+        self.kernel(backend).is_some()
+            || (self.torch.is_some() && KERNEL_BACKENDS.contains(&backend))
+    }
+
+    /// The reference kernels, by backend.
+    pub fn kernels(&self) -> impl Iterator<Item = (&str, &KernelSource)> {
+        [("cuda", self.cuda.as_ref()), ("host", self.host.as_ref())]
+            .into_iter()
+            .filter_map(|(b, k)| k.map(|k| (b, k)))
+    }
+
+    /// True when the problem has no reference at all.
+    pub fn is_empty(&self) -> bool {
+        self.cuda.is_none() && self.host.is_none() && self.torch.is_none()
+    }
+}
+
+/// How the torch reference computes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TorchPrecision {
+    /// float64 (module and inputs cast) where every op supports it; otherwise the declared
+    /// dtypes, and the evaluation notes the fallback.
+    #[default]
+    Auto,
+    /// float64 always (an op without f64 support is the reference's failure).
+    F64,
+    /// The declared dtypes.
+    Declared,
+}
+
+/// A PyTorch module in KernelBench's format (`class Model(nn.Module)`, `get_inputs()`,
+/// `get_init_inputs()`) as the problem's trusted reference. Its parameters and buffers are
+/// problem input tensors (drawn per trial like any input) passed to the module with
+/// `torch.func.functional_call`; `get_inputs()` is not called at evaluation time (kiln
+/// draws the inputs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TorchReference {
+    /// The Python file in the problem folder.
+    pub file: String,
+    /// Its text, inlined by [`ProblemSpec::load_dir`].
+    #[serde(default)]
+    pub source: String,
+    /// `get_init_inputs()` as a JSON array, fixed at import (lists are passed as tuples).
+    #[serde(default = "empty_json_list")]
+    pub init_inputs: String,
+    /// The problem's input tensors passed to `forward`, in order.
+    pub forward: Vec<String>,
+    /// The module's parameters and buffers (`conv.weight`) and the problem's input
+    /// tensors holding them.
+    #[serde(default)]
+    pub state: BTreeMap<String, String>,
+    /// The problem's output tensors, in the order `forward` returns them (a 0-d result is
+    /// a tensor of shape `[1]`).
+    pub outputs: Vec<String>,
+    /// Inputs kiln holds as `u8` (0 or 1) that the module takes as `torch.bool`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bool_tensors: Vec<String>,
+    /// How it computes.
+    #[serde(default)]
+    pub precision: TorchPrecision,
+}
+
+fn empty_json_list() -> String {
+    "[]".into()
+}
+
+impl TorchReference {
+    /// Checks that it names the problem's tensors consistently: every input exactly once
+    /// (forward or state), every output once, `init_inputs` a JSON array.
+    fn check(&self, tensors: &[TensorSpec]) -> Result<(), String> {
+        let at = |m: String| format!("[reference.torch]: {m}");
+        let role = |n: &str| tensors.iter().find(|t| t.name == n).map(|t| t.role);
+        let mut seen: Vec<&str> = Vec::new();
+        for n in self.forward.iter().chain(self.state.values()) {
+            match role(n) {
+                Some(Role::Input) => {}
+                Some(Role::Output) => return Err(at(format!("{n:?} is an output, not an input"))),
+                None => return Err(at(format!("no tensor {n:?}"))),
+            }
+            if seen.contains(&n.as_str()) {
+                return Err(at(format!("tensor {n:?} is named twice")));
+            }
+            seen.push(n);
+        }
+        for n in &self.outputs {
+            if role(n) != Some(Role::Output) {
+                return Err(at(format!("{n:?} is not an output tensor")));
+            }
+            if seen.contains(&n.as_str()) {
+                return Err(at(format!("tensor {n:?} is named twice")));
+            }
+            seen.push(n);
+        }
+        if let Some(t) = tensors.iter().find(|t| !seen.contains(&t.name.as_str())) {
+            return Err(at(format!(
+                "tensor {:?} is neither a forward argument, a parameter nor an output",
+                t.name
+            )));
+        }
+        for n in &self.bool_tensors {
+            let u8_input = tensors
+                .iter()
+                .any(|t| &t.name == n && t.role == Role::Input && t.dtype == Dtype::U8);
+            if !u8_input {
+                return Err(at(format!("bool tensor {n:?} must be a u8 input")));
+            }
+        }
+        match serde_json::from_str::<serde_json::Value>(&self.init_inputs) {
+            Ok(serde_json::Value::Array(_)) => Ok(()),
+            _ => Err(at("init_inputs must be a JSON array".into())),
+        }
+    }
+}
+
 /// A problem: fixed shapes and everything needed to judge a candidate for it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -209,8 +359,8 @@ pub struct ProblemSpec {
     /// of the JSON when unset, so specs without it keep their hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing_figure: Option<crate::TimingFigure>,
-    /// Trusted reference per backend (`host`, `cuda`).
-    pub reference: BTreeMap<String, KernelSource>,
+    /// Trusted references: a kernel per backend and/or a PyTorch module.
+    pub reference: References,
     /// Plain correct starting kernel per backend (`host`, `cuda`) or language (`triton`,
     /// evaluated on the cuda backend), carrying knobs.
     #[serde(default)]
@@ -265,17 +415,23 @@ impl ProblemSpec {
         })?;
         let mut spec = Self::from_toml(&text)?;
         let name = spec.name.clone();
-        for ks in spec.reference.values_mut().chain(spec.seed.values_mut()) {
-            if ks.file.contains('/') || ks.file.starts_with('.') || ks.file.is_empty() {
+        let References { cuda, host, torch } = &mut spec.reference;
+        let torch = torch.as_mut().map(|t| (&t.file, &mut t.source));
+        let kernels = [cuda.as_mut(), host.as_mut()]
+            .into_iter()
+            .flatten()
+            .chain(spec.seed.values_mut())
+            .map(|ks| (&ks.file, &mut ks.source));
+        for (file, source) in kernels.chain(torch) {
+            if file.contains('/') || file.starts_with('.') || file.is_empty() {
                 return Err(ProblemError::Invalid {
                     name,
                     message: format!(
-                        "source file {:?} must be a plain file name in the problem folder",
-                        ks.file
+                        "source file {file:?} must be a plain file name in the problem folder"
                     ),
                 });
             }
-            let path = dir.join(&ks.file);
+            let path = dir.join(file);
             let meta = std::fs::metadata(&path).map_err(|source| ProblemError::Read {
                 path: path.display().to_string(),
                 source,
@@ -283,10 +439,10 @@ impl ProblemSpec {
             if meta.len() > MAX_PROBLEM_SOURCE {
                 return Err(ProblemError::Invalid {
                     name,
-                    message: format!("{} is larger than {MAX_PROBLEM_SOURCE} bytes", ks.file),
+                    message: format!("{file} is larger than {MAX_PROBLEM_SOURCE} bytes"),
                 });
             }
-            ks.source = std::fs::read_to_string(&path).map_err(|source| ProblemError::Read {
+            *source = std::fs::read_to_string(&path).map_err(|source| ProblemError::Read {
                 path: path.display().to_string(),
                 source,
             })?;
@@ -340,13 +496,10 @@ impl ProblemSpec {
         if self.reference.is_empty() {
             return Err(bad("no reference kernel".into()));
         }
-        for backend in self.reference.keys() {
-            if !matches!(backend.as_str(), "host" | "cuda") {
-                return Err(bad(format!(
-                    "unknown reference backend {backend:?} (host or cuda)"
-                )));
-            }
+        if let Some(t) = &self.reference.torch {
+            t.check(&self.tensors).map_err(bad)?;
         }
+        // Reference backends are the fields of `References` (unknown ones fail to parse).
         for backend in self.seed.keys() {
             if !matches!(backend.as_str(), "host" | "cuda" | "triton") {
                 return Err(bad(format!(
@@ -354,7 +507,8 @@ impl ProblemSpec {
                 )));
             }
         }
-        for ks in self.reference.values().chain(self.seed.values()) {
+        let references = self.reference.kernels().map(|(_, k)| k);
+        for ks in references.chain(self.seed.values()) {
             for l in &ks.launches {
                 for a in &l.args {
                     if let crate::Arg::Buffer(n) = a
@@ -373,9 +527,14 @@ impl ProblemSpec {
         Ok(())
     }
 
-    /// Backends this problem can be evaluated on (those with a reference).
+    /// Backends this problem can be evaluated on (a kernel reference, or the torch
+    /// reference for both).
     pub fn backends(&self) -> Vec<String> {
-        self.reference.keys().cloned().collect()
+        KERNEL_BACKENDS
+            .iter()
+            .filter(|b| self.reference.has(b))
+            .map(|b| b.to_string())
+            .collect()
     }
 
     /// The seed kernel for a backend (`host`, `cuda`) or for the `triton` language as a
@@ -387,9 +546,9 @@ impl ProblemSpec {
     }
 
     /// The reference kernel for `backend` as a candidate (to compile or profile it like
-    /// one), if the problem has one.
+    /// one), if the problem has one; `None` for a torch-only reference (nothing to compile).
     pub fn reference_candidate(&self, backend: &str) -> Option<crate::Candidate> {
-        Some(self.kernel_candidate(self.reference.get(backend)?, backend))
+        Some(self.kernel_candidate(self.reference.kernel(backend)?, backend))
     }
 
     fn kernel_candidate(&self, ks: &KernelSource, backend: &str) -> crate::Candidate {
@@ -448,6 +607,70 @@ launches = [{ kernel = "ref_add", args = ["a", "y", { i32 = 32 }] }]
         assert_eq!(spec.backends(), vec!["host".to_string()]);
     }
 
+    const TORCH: &str = r#"
+name = "kb-tiny"
+[[tensor]]
+name = "x"
+dtype = "f32"
+shape = [4, 8]
+role = "input"
+[[tensor]]
+name = "w"
+dtype = "f32"
+shape = [8]
+role = "input"
+[[tensor]]
+name = "out"
+dtype = "f32"
+shape = [4, 8]
+role = "output"
+[tolerance]
+atol = 1e-4
+rtol = 1e-4
+[reference.torch]
+file = "reference.py"
+init_inputs = "[8]"
+forward = ["x"]
+outputs = ["out"]
+[reference.torch.state]
+"ln.weight" = "w"
+"#;
+
+    #[test]
+    fn a_torch_reference_serves_both_backends_and_names_every_tensor_once() {
+        let spec = ProblemSpec::from_toml(TORCH).expect("parses");
+        spec.validate().expect("valid");
+        assert_eq!(spec.backends(), ["cuda", "host"]);
+        assert!(
+            spec.reference_candidate("host").is_none(),
+            "nothing to compile"
+        );
+        for (from, to, needle) in [
+            (
+                "forward = [\"x\"]",
+                "forward = [\"x\", \"w\"]",
+                "named twice",
+            ),
+            ("forward = [\"x\"]", "forward = []", "neither"),
+            ("outputs = [\"out\"]", "outputs = [\"x\"]", "not an output"),
+            ("init_inputs = \"[8]\"", "init_inputs = \"8\"", "JSON array"),
+            (
+                "\"ln.weight\" = \"w\"",
+                "\"ln.weight\" = \"nope\"",
+                "no tensor",
+            ),
+        ] {
+            let text = TORCH.replacen(from, to, 1);
+            assert_ne!(text, TORCH, "{from}");
+            let err = ProblemSpec::from_toml(&text)
+                .expect("parses")
+                .validate()
+                .expect_err(needle)
+                .to_string();
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+    }
+
     #[test]
     fn unknown_buffer_is_refused() {
         let text = TOML.replace(r#"args = ["a", "y""#, r#"args = ["a", "zz""#);
@@ -463,7 +686,11 @@ launches = [{ kernel = "ref_add", args = ["a", "y", { i32 = 32 }] }]
         std::fs::write(dir.join("problem.toml"), TOML).expect("write");
         std::fs::write(dir.join("reference.c"), "void ref_add(void){}").expect("write");
         let spec = ProblemSpec::load_dir(&dir).expect("loads");
-        assert!(spec.reference["host"].source.contains("ref_add"));
+        assert!(
+            spec.reference
+                .kernel("host")
+                .is_some_and(|k| k.source.contains("ref_add"))
+        );
         std::fs::write(
             dir.join("problem.toml"),
             TOML.replace("reference.c", "../etc/passwd"),

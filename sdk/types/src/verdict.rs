@@ -279,6 +279,11 @@ pub struct TimingStats {
     /// of the same samples.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timer: Option<TimerEvidence>,
+    /// The samples the statistics were computed from, µs, in the order taken, rounded to
+    /// the nanosecond; at most [`MAX_KEPT_SAMPLES`] of them (evenly spaced through the run
+    /// when there were more). Empty in records written before samples were kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples_us: Vec<f64>,
 }
 
 /// How a GPU timing's samples were measured, and every figure of them.
@@ -359,6 +364,7 @@ impl Default for TimingStats {
             throttled_discarded: 0,
             throttle_retried: false,
             timer: None,
+            samples_us: Vec::new(),
         }
     }
 }
@@ -369,6 +375,23 @@ fn one() -> u32 {
 
 fn is_one(n: &u32) -> bool {
     *n == 1
+}
+
+/// Most timing samples kept with an evaluation ([`TimingStats::samples_us`]).
+pub const MAX_KEPT_SAMPLES: usize = 1000;
+
+/// The samples to keep with an evaluation: all of them when there are at most
+/// [`MAX_KEPT_SAMPLES`], else that many evenly spaced through the run (the first and the
+/// last included); each rounded to the nanosecond.
+pub fn kept_samples(samples: &[f64]) -> Vec<f64> {
+    let round = |v: f64| (v * 1e3).round() / 1e3;
+    let n = samples.len();
+    if n <= MAX_KEPT_SAMPLES {
+        return samples.iter().copied().map(round).collect();
+    }
+    (0..MAX_KEPT_SAMPLES)
+        .map(|i| round(samples[i * (n - 1) / (MAX_KEPT_SAMPLES - 1)]))
+        .collect()
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -491,7 +514,18 @@ mod tests {
             "rse":0,"stop_reason":"converged","wall_ms":1,"fresh_inputs":0,"rechecks":1,"overhead_us":0}"#;
         let t: TimingStats = serde_json::from_str(old).expect("old record");
         assert!(!t.raced_out && !t.plain);
-        assert!(t.timer.is_none());
+        assert!(t.timer.is_none() && t.samples_us.is_empty());
         assert_eq!(t.reps, 1, "a record without reps ran one run per sample");
+    }
+
+    #[test]
+    fn kept_samples_are_all_or_evenly_spaced() {
+        let few = [1.23456, 2.0, 3.0004];
+        assert_eq!(kept_samples(&few), [1.235, 2.0, 3.0]);
+        let many: Vec<f64> = (0..2500).map(f64::from).collect();
+        let kept = kept_samples(&many);
+        assert_eq!(kept.len(), MAX_KEPT_SAMPLES);
+        assert_eq!((kept[0], kept[kept.len() - 1]), (0.0, 2499.0));
+        assert!(kept.windows(2).all(|w| w[1] > w[0]), "in order, no repeats");
     }
 }

@@ -1,11 +1,12 @@
-//! `kiln bench throughput|latency|stability|agreement`: kiln's own benchmarks, run against a
-//! live kilnd on any backend (agreement: cuda, with Nsight Compute on the host); `kiln bench
-//! cluster` starts a cluster of its own on this machine (docs/benchmarks.md describes the method
-//! and each number).
+//! `kiln bench throughput|latency|stability|agreement|lanes`: kiln's own benchmarks, run
+//! against a live kilnd on any backend (agreement: cuda, with Nsight Compute on the host);
+//! `kiln bench cluster` starts a cluster of its own on this machine. docs/benchmarks.md
+//! describes the method and each number.
 
 mod agreement;
 mod cluster;
 mod common;
+mod lanes;
 mod latency;
 mod stability;
 mod throughput;
@@ -30,6 +31,9 @@ pub enum BenchCmd {
     /// Many kilnd nodes on this machine sharing one PostgreSQL: evaluations per minute,
     /// claim latency and the database's cost against the number of nodes.
     Cluster(cluster::ClusterArgs),
+    /// The same kernel on every lane (GPU): medians, their spread, each GPU's factor vs
+    /// lane 0; with --isolation, faults on the other lanes while lane 0 times it.
+    Lanes(lanes::LanesArgs),
 }
 
 /// Runs a benchmark.
@@ -40,5 +44,6 @@ pub async fn run(client: &Client, out: Output, cmd: BenchCmd) -> Result<std::pro
         BenchCmd::Stability(a) => stability::run(client, out, a).await,
         BenchCmd::Agreement(a) => agreement::run(client, out, a).await,
         BenchCmd::Cluster(a) => cluster::run(out, a).await,
+        BenchCmd::Lanes(a) => lanes::run(client, out, a).await,
     }
 }

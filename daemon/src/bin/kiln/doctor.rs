@@ -1,9 +1,11 @@
 //! `kiln doctor`: can this machine evaluate kernels? What kilnd has (backends, Triton, jail
-//! layers, GPUs, driver, clock policy and whether clock locking would be permitted, where
-//! CUPTI is for kernel timing), then one known kernel run end to end on each usable
-//! backend, with how the GPU worker timed it (CUPTI kernel records, or events and why). A
-//! clear report, and a non-zero exit when something essential is missing or the known
-//! kernel does not come out `ok`.
+//! layers, every GPU with its lane, driver, clock policy and whether clock locking would
+//! be permitted, where CUPTI is for kernel timing, the CUDA toolkit headers cuda
+//! candidates compile with next to NVRTC's version), then one known kernel run end to end
+//! on each usable backend — on every lane of the cuda backend, so each GPU is tried —
+//! with how the GPU worker timed it (CUPTI kernel records, or events and why). A clear
+//! report, and a non-zero exit when something essential is missing or a known kernel
+//! does not come out `ok`.
 
 use anyhow::{Context, Result};
 use kiln_daemon::client::Client;
@@ -28,8 +30,15 @@ pub struct DoctorArgs {
 const KNOWN: &[(&str, &str)] = &[("host", "vecadd-4096"), ("cuda", "vecadd-cuda-1m")];
 
 /// Submits the seed of `problem` for `backend` as a fresh candidate (a comment makes it
-/// new, so it really compiles and runs) and waits for its verdict.
-async fn known_kernel(client: &Client, backend: &str, problem: &str, timeout: u64) -> Value {
+/// new, so it really compiles and runs), pinned to `lane` when given, and waits for its
+/// verdict.
+async fn known_kernel(
+    client: &Client,
+    backend: &str,
+    problem: &str,
+    lane: Option<u64>,
+    timeout: u64,
+) -> Value {
     let run = async {
         let mut body = crate::submit::seed_candidate(client, problem, Some(backend)).await?;
         let stamp = std::time::SystemTime::now()
@@ -42,12 +51,16 @@ async fn known_kernel(client: &Client, backend: &str, problem: &str, timeout: u6
         } else {
             "//"
         };
-        body["source"] = Value::String(format!("{source}\n{comment} kiln doctor {stamp}\n"));
+        let on = lane.map_or(String::new(), |l| format!(" lane {l}"));
+        body["source"] = Value::String(format!("{source}\n{comment} kiln doctor {stamp}{on}\n"));
         body["note"] = Value::String("kiln doctor: known kernel".into());
-        let (_, resp) = client.post("/v1/candidates", &body).await?;
+        let query = lane.map_or(String::new(), |l| format!("?lane={l}"));
+        let (_, resp) = client
+            .post(&format!("/v1/candidates{query}"), &body)
+            .await?;
         let id = resp["id"]
             .as_str()
-            .context("kilnd's reply has no id")?
+            .with_context(|| format!("kilnd's reply has no id: {resp}"))?
             .to_string();
         let t0 = std::time::Instant::now();
         let record = crate::show::wait_for(client, &id, timeout).await?;
@@ -58,7 +71,7 @@ async fn known_kernel(client: &Client, backend: &str, problem: &str, timeout: u6
             let e = &record["evaluation"];
             let verdict = e["verdict"].as_str().unwrap_or("failed").to_string();
             json!({
-                "backend": backend, "problem": problem, "candidate": id,
+                "backend": backend, "problem": problem, "lane": lane, "candidate": id,
                 "ok": verdict == "ok", "verdict": verdict,
                 "message": if e.is_null() { record["job"]["error"].clone() } else { e["message"].clone() },
                 "median_us": e["timing"]["median_us"], "wall_s": secs,
@@ -66,7 +79,7 @@ async fn known_kernel(client: &Client, backend: &str, problem: &str, timeout: u6
             })
         }
         Err(e) => json!({
-            "backend": backend, "problem": problem, "ok": false,
+            "backend": backend, "problem": problem, "lane": lane, "ok": false,
             "verdict": "not run", "message": format!("{e:#}"),
         }),
     }
@@ -93,6 +106,111 @@ fn timer_line(t: &Value) -> Option<String> {
             text(&t["fallback"])
         ),
     })
+}
+
+/// The lanes of `backend` kilnd lists (`/v1/info` `lanes`).
+fn lanes_of<'a>(info: &'a Value, backend: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    info["lanes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(move |l| l["backend"].as_str() == Some(backend))
+}
+
+/// One line per GPU NVML lists, with its lane (or why it has none), then the lanes on no
+/// GPU NVML lists; a last line when a GPU is missing a lane though `[gpu] devices` is
+/// empty.
+pub fn gpu_lines(info: &Value) -> Vec<String> {
+    let gpus = info["gpus"].as_array().cloned().unwrap_or_default();
+    if gpus.is_empty() {
+        return vec![format!("gpus: none ({})", text(&info["gpu_error"]))];
+    }
+    let selected = info["gpu_devices"]
+        .as_array()
+        .is_some_and(|d| !d.is_empty());
+    let cuda_usable = info["backends"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|b| b["name"] == "cuda" && b["usable"].as_bool() == Some(true));
+    let mut lines = vec![format!(
+        "gpus: {} ({} with a lane)",
+        gpus.len(),
+        gpus.iter().filter(|g| g["lane"].is_u64()).count()
+    )];
+    let mut unexplained = 0;
+    for g in &gpus {
+        let lane = match g["lane"].as_u64() {
+            Some(l) => {
+                let worker = lanes_of(info, "cuda")
+                    .find(|x| x["lane"].as_u64() == Some(l))
+                    .map_or(String::new(), |x| {
+                        format!(
+                            " (workers started {}, {} evaluations, busy {:.1} s)",
+                            text(&x["workers_started"]),
+                            text(&x["evaluations"]),
+                            x["busy_s"].as_f64().unwrap_or(0.0)
+                        )
+                    });
+                format!("lane {l}{worker}")
+            }
+            None if !cuda_usable => "no lane (the cuda backend is not usable)".into(),
+            None if selected => "no lane (not in [gpu] devices)".into(),
+            None => {
+                unexplained += 1;
+                "no lane (CUDA does not list it)".into()
+            }
+        };
+        lines.push(format!(
+            "  gpu{}  {}  {}  {lane}",
+            text(&g["index"]),
+            text(&g["name"]),
+            text(&g["uuid"]),
+        ));
+    }
+    for l in lanes_of(info, "cuda").filter(|l| l["gpu"].is_null()) {
+        lines.push(format!(
+            "  lane {} on {} (a GPU NVML does not list)",
+            text(&l["lane"]),
+            text(&l["label"])
+        ));
+    }
+    if unexplained > 0 {
+        lines.push(format!(
+            "  note: {unexplained} GPU(s) NVML lists have no lane although [gpu] devices is \
+             empty: is CUDA_VISIBLE_DEVICES set in kilnd's environment?"
+        ));
+    }
+    lines
+}
+
+/// The toolkit headers: what cuda compiles use, NVRTC's version beside theirs, and where
+/// kiln looked (`[cuda] include_dirs` or the default search).
+fn print_cuda_headers(h: &Value) {
+    if h.is_null() {
+        return;
+    }
+    let nvrtc = h["nvrtc_version"]
+        .as_str()
+        .map_or_else(|| "not found".to_string(), str::to_string);
+    let mark = if h["found"].as_bool() == Some(true) {
+        "ok"
+    } else {
+        "--"
+    };
+    println!("cuda headers ([cuda] include_dirs):");
+    println!("  [{mark}] {}; NVRTC {nvrtc}", text(&h["detail"]));
+    if let Some(w) = h["warning"].as_str() {
+        println!("  WARNING: {w}");
+    }
+    for s in h["searched"].as_array().into_iter().flatten() {
+        let used = if s["used"].as_bool() == Some(true) {
+            "used"
+        } else {
+            "    "
+        };
+        println!("    {used} {} ({})", text(&s["path"]), text(&s["note"]));
+    }
 }
 
 /// Asks kilnd what it has, runs the known kernels, and judges it.
@@ -134,7 +252,17 @@ pub async fn doctor(
                 }));
                 continue;
             }
-            runs.push(known_kernel(client, b, problem, args.timeout).await);
+            // cuda: one run per lane, all at once (each GPU is tried); host: one run.
+            let lanes: Vec<Option<u64>> = if b == "cuda" {
+                lanes_of(&info, b).map(|l| l["lane"].as_u64()).collect()
+            } else {
+                vec![None]
+            };
+            let lanes = if lanes.is_empty() { vec![None] } else { lanes };
+            let each = lanes
+                .into_iter()
+                .map(|lane| known_kernel(client, b, problem, lane, args.timeout));
+            runs.extend(futures_util::future::join_all(each).await);
         }
     }
     let runs_ok = runs.iter().all(|r| r["ok"].as_bool() != Some(false));
@@ -149,6 +277,8 @@ pub async fn doctor(
             "backends": backends,
             "jail": info["jail"],
             "gpus": info["gpus"],
+            "gpu_devices": info["gpu_devices"],
+            "lanes": info["lanes"],
             "gpu_error": info["gpu_error"],
             "driver_version": info["driver_version"],
             "cuda_driver_version": info["cuda_driver_version"],
@@ -156,6 +286,7 @@ pub async fn doctor(
             "clock_lock": info["clock_lock"],
             "baseline_libraries": info["baseline_libraries"],
             "kernel_timer": info["kernel_timer"],
+            "cuda_headers": info["cuda_headers"],
             "triton": info["triton"],
             "known_kernels": runs,
             "cluster": cluster,
@@ -201,18 +332,9 @@ pub async fn doctor(
             };
             println!("  [{mark}] {:<12} {}", text(&l["name"]), text(&l["detail"]));
         }
-        let gpus = info["gpus"].as_array().cloned().unwrap_or_default();
-        println!(
-            "gpus: {}",
-            if gpus.is_empty() {
-                format!("none ({})", text(&info["gpu_error"]))
-            } else {
-                gpus.iter()
-                    .map(|g| text(&g["name"]))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
-        );
+        for line in gpu_lines(&info) {
+            println!("{line}");
+        }
         println!(
             "driver: {}  cuda: {}  clock policy: {}",
             text(&info["driver_version"]),
@@ -229,6 +351,7 @@ pub async fn doctor(
             },
             text(&lock["detail"])
         );
+        print_cuda_headers(&info["cuda_headers"]);
         let bl = &info["baseline_libraries"];
         println!("baseline libraries (for GPU workers, [gpu] library_dirs):");
         for l in bl["libraries"].as_array().into_iter().flatten() {
@@ -271,8 +394,11 @@ pub async fn doctor(
             let wall = r["wall_s"]
                 .as_f64()
                 .map_or(String::new(), |s| format!(" {s:.1} s end to end;"));
+            let on = r["lane"]
+                .as_u64()
+                .map_or(String::new(), |l| format!(" on lane {l}"));
             println!(
-                "  [{mark}] {:<5} {}: {}{time}{wall} {}",
+                "  [{mark}] {:<5} {}{on}: {}{time}{wall} {}",
                 text(&r["backend"]),
                 text(&r["problem"]),
                 text(&r["verdict"]),
@@ -330,4 +456,73 @@ pub async fn doctor(
     } else {
         std::process::ExitCode::FAILURE
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `/v1/info` of a host with four GPUs, of which `lanes` (NVML indices) have lanes.
+    fn info(lanes: &[u64], devices: &[&str]) -> Value {
+        let gpus: Vec<Value> = (0..4u64)
+            .map(|i| {
+                let lane = lanes.iter().position(|l| *l == i);
+                json!({"index": i, "name": "NVIDIA H200", "uuid": format!("GPU-{i}"), "lane": lane})
+            })
+            .collect();
+        let lane_list: Vec<Value> = lanes
+            .iter()
+            .enumerate()
+            .map(|(lane, gpu)| {
+                json!({"backend": "cuda", "lane": lane, "label": format!("GPU-{gpu}"),
+                       "gpu": gpu, "workers_started": 1, "evaluations": 3, "busy_s": 1.5})
+            })
+            .collect();
+        json!({
+            "backends": [{"name": "cuda", "usable": true, "detail": ""}],
+            "gpus": gpus, "lanes": lane_list, "gpu_devices": devices,
+        })
+    }
+
+    #[test]
+    fn every_gpu_is_listed_with_its_lane_or_why_it_has_none() {
+        let lines = gpu_lines(&info(&[0, 1, 3], &["0", "1", "GPU-3"]));
+        assert_eq!(lines[0], "gpus: 4 (3 with a lane)");
+        assert_eq!(lines.len(), 5, "{lines:#?}");
+        assert!(
+            lines[1].contains("gpu0")
+                && lines[1].contains("GPU-0")
+                && lines[1].contains("lane 0 ("),
+            "{}",
+            lines[1]
+        );
+        assert!(
+            lines[1].contains("workers started 1, 3 evaluations"),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[3].contains("GPU-2") && lines[3].ends_with("no lane (not in [gpu] devices)"));
+        assert!(
+            lines[4].contains("GPU-3") && lines[4].contains("lane 2 ("),
+            "{}",
+            lines[4]
+        );
+    }
+
+    #[test]
+    fn a_gpu_without_a_lane_though_all_were_asked_for_is_pointed_out() {
+        let lines = gpu_lines(&info(&[0, 1, 2], &[]));
+        assert!(
+            lines[4].ends_with("no lane (CUDA does not list it)"),
+            "{lines:#?}"
+        );
+        assert!(lines[5].contains("CUDA_VISIBLE_DEVICES"), "{lines:#?}");
+        let mut unusable = info(&[], &[]);
+        unusable["backends"][0]["usable"] = json!(false);
+        let lines = gpu_lines(&unusable);
+        assert!(lines[1].ends_with("no lane (the cuda backend is not usable)"));
+        assert_eq!(lines.len(), 5);
+        let none = gpu_lines(&json!({"gpus": [], "gpu_error": "NVML is not available"}));
+        assert_eq!(none, ["gpus: none (NVML is not available)"]);
+    }
 }

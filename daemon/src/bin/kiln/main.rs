@@ -6,6 +6,7 @@ mod cluster;
 mod doctor;
 mod output;
 mod problems;
+mod report;
 mod search;
 mod show;
 mod status;

@@ -1,4 +1,4 @@
-//! `kiln problems add DIR | list | show NAME | baseline NAME [--remeasure]`.
+//! `kiln problems add DIR | list | show NAME | baseline NAME [--remeasure] [--gpu GPU]`.
 
 use std::path::PathBuf;
 
@@ -27,14 +27,52 @@ pub enum ProblemsCmd {
         /// Problem name.
         name: String,
     },
+    /// Write problems of another format as kiln problem folders (nothing is registered:
+    /// `kiln problems add OUT` does that).
+    #[command(subcommand)]
+    Import(ImportCmd),
     /// Time the problem's baselines on this machine's GPU (the reference, cuBLAS/cuDNN,
-    /// torch eager), or show the cached times. The first measurement takes minutes.
+    /// torch eager and torch.compile), or show the cached times. The first measurement
+    /// takes minutes.
     Baseline {
         /// Problem name.
         name: String,
         /// Measure again even when cached.
         #[arg(long)]
         remeasure: bool,
+        /// On a host with GPUs of different models: the GPU whose model to time them on,
+        /// by index or UUID as `kiln devices` lists them (default: lane 0's GPU).
+        #[arg(long)]
+        gpu: Option<String>,
+    },
+}
+
+/// Formats `kiln problems import` takes.
+#[derive(Debug, Subcommand)]
+pub enum ImportCmd {
+    /// KernelBench-format Python files (`class Model`, `get_inputs`, `get_init_inputs`), or
+    /// folders of them (a KernelBench level). Runs the files' Python with torch, here.
+    Kernelbench {
+        /// Files or folders.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Where the problem folders are written (one per problem).
+        #[arg(long, default_value = "problems/kernelbench")]
+        out: PathBuf,
+        /// The python that has torch.
+        #[arg(long, env = "KILN_PYTHON", default_value = "python3")]
+        python: String,
+        /// kiln's torch helper (default: kiln_torch.py beside kiln-worker, in share/kiln or
+        /// scripts/ above it).
+        #[arg(long)]
+        helper: Option<PathBuf>,
+        /// Run a module once on the CPU (to see whether the tolerance accepts an all-zero
+        /// output) only when its tensors take at most this many bytes.
+        #[arg(long, default_value_t = 256 << 20)]
+        run_limit_bytes: u64,
+        /// ... and at most this many flops.
+        #[arg(long, default_value_t = 4_000_000_000)]
+        run_limit_flops: u64,
     },
 }
 
@@ -81,6 +119,17 @@ pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::
                 print_json(&serde_json::Value::Array(results));
             }
         }
+        ProblemsCmd::Import(ImportCmd::Kernelbench {
+            paths,
+            out: dir,
+            python,
+            helper,
+            run_limit_bytes,
+            run_limit_flops,
+        }) => {
+            let limits = (run_limit_bytes, run_limit_flops);
+            return import_kernelbench(out, &paths, &dir, &python, helper, limits);
+        }
         ProblemsCmd::List => {
             let v = client.get("/v1/problems").await?;
             if out == Output::Json {
@@ -113,14 +162,12 @@ pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::
             } else {
                 let spec = &v["spec"];
                 println!("{} — {}", text(&spec["name"]), text(&spec["summary"]));
-                for t in spec["tensor"].as_array().into_iter().flatten() {
-                    println!(
-                        "  {:<7} {:<10} {:<5} {}",
-                        text(&t["role"]),
-                        text(&t["name"]),
-                        text(&t["dtype"]),
-                        t["shape"]
-                    );
+                println!("  tensors, in the order a launch plan names them:");
+                for line in tensor_lines(spec) {
+                    println!("{line}");
+                }
+                for line in torch_lines(&spec["reference"]["torch"]) {
+                    println!("{line}");
                 }
                 println!(
                     "  tolerance  atol {}  rtol {}",
@@ -165,14 +212,18 @@ pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::
                 }
             }
         }
-        ProblemsCmd::Baseline { name, remeasure } => {
+        ProblemsCmd::Baseline {
+            name,
+            remeasure,
+            gpu,
+        } => {
             if out == Output::Text {
                 eprintln!("timing the baselines of {name} on the GPU (minutes the first time)...");
             }
             let (status, v) = client
                 .post(
                     &format!("/v1/problems/{name}/baselines"),
-                    &serde_json::json!({ "remeasure": remeasure }),
+                    &serde_json::json!({ "remeasure": remeasure, "gpu": gpu }),
                 )
                 .await?;
             if out == Output::Json {
@@ -191,4 +242,212 @@ pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::
         }
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `kiln problems import kernelbench`: describe every file, write the ones taken, report
+/// the counts and each refusal's reason.
+fn import_kernelbench(
+    out: Output,
+    paths: &[PathBuf],
+    dir: &std::path::Path,
+    python: &str,
+    helper: Option<PathBuf>,
+    run_limits: (u64, u64),
+) -> Result<std::process::ExitCode> {
+    use kiln_types::kernelbench;
+    let files = python_files(paths)?;
+    anyhow::ensure!(!files.is_empty(), "no .py files in {paths:?}");
+    let script = match helper {
+        Some(h) => h,
+        None => kiln_sandbox::TorchHelper::find(
+            &kiln_sandbox::default_worker_exe(),
+            python,
+            std::time::Duration::from_secs(1),
+        )
+        .map(|h| h.script)
+        .context("kiln_torch.py not found beside kiln-worker: pass --helper PATH")?,
+    };
+    let helper = kiln_sandbox::TorchHelper {
+        python: kiln_sandbox::torch_helper::resolve(python),
+        script,
+        timeout: std::time::Duration::from_secs(3600),
+    };
+    if out == Output::Text {
+        eprintln!(
+            "describing {} file(s) with {} {} ...",
+            files.len(),
+            helper.python.display(),
+            helper.script.display()
+        );
+    }
+    let described = kiln_sandbox::torch_helper::describe(&helper, &files, run_limits)?;
+    let (mut taken, mut refused) = (Vec::new(), Vec::new());
+    for d in &described {
+        match &d.refused {
+            Some(why) => refused.push((d.file.clone(), why.clone())),
+            None => match kernelbench::write(dir, d) {
+                Ok(i) => taken.push(i),
+                Err(e) => refused.push((d.file.clone(), format!("{e:#}"))),
+            },
+        }
+    }
+    if out == Output::Json {
+        print_json(&serde_json::json!({
+            "imported": taken.iter().map(|i| serde_json::json!({
+                "name": i.name, "dir": i.dir, "warnings": i.warnings})).collect::<Vec<_>>(),
+            "refused": refused.iter().map(|(f, why)| serde_json::json!({
+                "file": f, "reason": why})).collect::<Vec<_>>(),
+        }));
+    } else {
+        for i in &taken {
+            println!("imported  {:<48} {}", i.name, i.dir.display());
+            for w in &i.warnings {
+                println!("  warning: {w}");
+            }
+        }
+        for (f, why) in &refused {
+            println!("refused   {f}: {why}");
+        }
+        println!(
+            "{} of {} imported into {}, {} refused",
+            taken.len(),
+            described.len(),
+            dir.display(),
+            refused.len()
+        );
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// One line per tensor (role, name, dtype, shape; the module's parameter it holds, for a
+/// torch reference), in the problem's order.
+fn tensor_lines(spec: &serde_json::Value) -> Vec<String> {
+    let state = &spec["reference"]["torch"]["state"];
+    spec["tensor"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            let name = text(&t["name"]);
+            let param = state
+                .as_object()
+                .and_then(|m| m.iter().find(|(_, v)| v.as_str() == Some(name.as_str())))
+                .map(|(p, _)| format!("  (the module's {p})"))
+                .unwrap_or_default();
+            format!(
+                "  {:<7} {:<22} {:<5} {}{param}",
+                text(&t["role"]),
+                name,
+                text(&t["dtype"]),
+                t["shape"]
+            )
+        })
+        .collect()
+}
+
+/// What a torch reference runs, for `kiln problems show`.
+fn torch_lines(torch: &serde_json::Value) -> Vec<String> {
+    if torch.is_null() {
+        return Vec::new();
+    }
+    let list = |v: &serde_json::Value| -> String {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    vec![
+        format!(
+            "  reference  PyTorch module {} (KernelBench format): Model(*{}).forward({}) -> {}",
+            text(&torch["file"]),
+            text(&torch["init_inputs"]),
+            list(&torch["forward"]),
+            list(&torch["outputs"])
+        ),
+        format!(
+            "             precision {} (float64 where every op supports it, unless declared)",
+            torch["precision"].as_str().unwrap_or("auto")
+        ),
+    ]
+}
+
+/// Files to import: each PATH that is a `.py` file, and the `.py` files of each folder
+/// (numeric prefix order, as KernelBench numbers them).
+fn python_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut in_dir: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("cannot read {}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|e| e == "py") && f.is_file())
+                .collect();
+            in_dir.sort_by_key(|f| {
+                let stem = f.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+                let n: u64 = stem
+                    .split('_')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(u64::MAX);
+                (n, stem.to_string())
+            });
+            out.extend(in_dir);
+        } else if p.is_file() {
+            out.push(p.clone());
+        } else {
+            anyhow::bail!("{} is neither a file nor a folder", p.display());
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folders_list_their_files_in_kernelbench_order() {
+        let dir = tempfile::tempdir().expect("tmp");
+        for f in ["10_b.py", "2_a.py", "1_c.py", "notes.txt"] {
+            std::fs::write(dir.path().join(f), "").expect("write");
+        }
+        let got = python_files(&[dir.path().to_path_buf()]).expect("files");
+        let names: Vec<_> = got
+            .iter()
+            .map(|p| p.file_name().and_then(|n| n.to_str()).unwrap_or(""))
+            .collect();
+        assert_eq!(names, ["1_c.py", "2_a.py", "10_b.py"]);
+        assert!(python_files(&[dir.path().join("nope")]).is_err());
+    }
+
+    #[test]
+    fn show_lists_tensors_in_launch_order_with_the_parameters_they_hold() {
+        let spec = serde_json::json!({
+            "tensor": [
+                {"name": "x", "dtype": "f32", "shape": [4, 16], "role": "input"},
+                {"name": "linear_weight", "dtype": "f32", "shape": [8, 16], "role": "input"},
+                {"name": "out", "dtype": "f32", "shape": [4, 8], "role": "output"}],
+            "reference": {"torch": {"file": "reference.py", "init_inputs": "[16, 8]",
+                "forward": ["x"], "outputs": ["out"], "state": {"linear.weight": "linear_weight"}}}
+        });
+        let lines = tensor_lines(&spec);
+        assert_eq!(lines.len(), 3);
+        assert!(
+            lines[0].contains("x") && lines[0].contains("[4,16]"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].contains("(the module's linear.weight)"),
+            "{lines:?}"
+        );
+        assert!(lines[2].contains("output"), "{lines:?}");
+        let torch = torch_lines(&spec["reference"]["torch"]);
+        assert!(
+            torch[0].contains("Model(*[16, 8]).forward(x) -> out"),
+            "{torch:?}"
+        );
+        assert!(torch_lines(&serde_json::Value::Null).is_empty());
+    }
 }

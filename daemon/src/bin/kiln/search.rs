@@ -32,6 +32,16 @@ pub enum SearchCmd {
         #[arg(long)]
         archive: bool,
     },
+    /// Write a search's report: an HTML page with its plots (best over time, every
+    /// evaluation, the MAP-Elites grid, the lineage, the rounds). Open it in a browser; a
+    /// running search's page reloads itself.
+    Report {
+        /// Search id.
+        id: String,
+        /// Write the page to this file instead of stdout (`-o` is the output format).
+        #[arg(short = 'O', long = "out", value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
     /// Print a search's log.
     Log {
         /// Search id.
@@ -125,11 +135,24 @@ pub async fn run(client: &Client, out: Output, cmd: SearchCmd) -> Result<std::pr
         }
         SearchCmd::Show { id, archive } => {
             let (search, entries) = fetch(client, &id).await?;
+            let speedups = best_speedups(client, &search).await;
             if out == Output::Json {
-                print_json(&json!({"search": search, "archive": entries}));
+                print_json(
+                    &json!({"search": search, "archive": entries, "best_speedups": speedups}),
+                );
             } else {
                 print_search(&search, &entries, archive);
+                print_speedups(&search, &speedups);
             }
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        SearchCmd::Report { id, out: file } => {
+            crate::report::fetch(
+                client,
+                &format!("/v1/searches/{id}/report"),
+                file.as_deref(),
+            )
+            .await?;
             Ok(std::process::ExitCode::SUCCESS)
         }
         SearchCmd::Log { id, follow } => {
@@ -214,10 +237,12 @@ async fn start(client: &Client, out: Output, a: StartArgs) -> Result<std::proces
     }
     follow(client, &id, out == Output::Text).await?;
     let (search, entries) = fetch(client, &id).await?;
+    let speedups = best_speedups(client, &search).await;
     if out == Output::Json {
-        print_json(&json!({"search": search, "archive": entries}));
+        print_json(&json!({"search": search, "archive": entries, "best_speedups": speedups}));
     } else {
         print_search(&search, &entries, false);
+        print_speedups(&search, &speedups);
     }
     Ok(if search["state"] == "done" {
         std::process::ExitCode::SUCCESS
@@ -302,6 +327,81 @@ async fn fetch(client: &Client, id: &str) -> Result<(Value, Vec<Value>)> {
     Ok((search, entries))
 }
 
+/// The id of a search's best: the proposer's own (judged by its statistics) when it named
+/// one, else kilnd's fastest median.
+fn best_id(s: &Value) -> Option<&str> {
+    s["summary"]["best"].as_str().or(s["best"][0].as_str())
+}
+
+/// The best's speedups against this GPU's cached baselines (the reference, the libraries,
+/// torch eager and torch.compile of the problem's module), as `kiln show` has them; null
+/// when there is no best or it was not timed on a GPU.
+async fn best_speedups(client: &Client, s: &Value) -> Value {
+    let Some(id) = best_id(s) else {
+        return Value::Null;
+    };
+    match client.get(&format!("/v1/candidates/{id}")).await {
+        Ok(r) => r["speedups"].clone(),
+        Err(_) => Value::Null,
+    }
+}
+
+/// The best's speedups: one line for PyTorch (eager and torch.compile, the fastest
+/// measured variant of each, as KernelBench reports them), then every baseline.
+fn print_speedups(s: &Value, speedups: &Value) {
+    let Some(list) = speedups.as_array() else {
+        return;
+    };
+    if list.is_empty() {
+        println!(
+            "  speedups  none: no baselines measured on this GPU (`kiln problems baseline {}`)",
+            text(&s["problem"])
+        );
+        return;
+    }
+    println!("  speedups of the best against this GPU's baselines:");
+    println!("  {}", torch_headline(speedups));
+    for line in crate::baselines::speedup_lines(speedups) {
+        println!("  {line}");
+    }
+}
+
+/// `vs PyTorch: eager 1.23x (torch-eager-fp32, 1.05 ms), torch.compile 0.81x (...)`: the
+/// speedup against the fastest measured variant of each torch baseline, or what is not
+/// measured.
+fn torch_headline(speedups: &Value) -> String {
+    let fastest = |prefix: &str| {
+        speedups
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|x| {
+                x["baseline"]
+                    .as_str()
+                    .is_some_and(|b| b == prefix || b.starts_with(&format!("{prefix}-")))
+            })
+            .filter(|x| x["baseline_us"].as_f64().is_some_and(|v| v > 0.0))
+            .min_by(|a, b| {
+                let us = |x: &Value| x["baseline_us"].as_f64().unwrap_or(f64::INFINITY);
+                us(a).total_cmp(&us(b))
+            })
+            .map(|x| {
+                format!(
+                    "{:.2}x ({}, {})",
+                    x["speedup"].as_f64().unwrap_or(0.0),
+                    text(&x["baseline"]),
+                    fmt_us(x["baseline_us"].as_f64().unwrap_or(0.0))
+                )
+            })
+            .unwrap_or_else(|| "not measured".into())
+    };
+    format!(
+        "vs PyTorch: eager {}, torch.compile {}",
+        fastest("torch-eager"),
+        fastest("torch-compile")
+    )
+}
+
 fn median(e: &Value) -> Option<f64> {
     (e["evaluation"]["verdict"] == "ok")
         .then(|| e["evaluation"]["timing"]["median_us"].as_f64())
@@ -384,8 +484,7 @@ fn print_search(s: &Value, entries: &[Value], all: bool) {
     // Lineage of the best: follow parents back through the archive.
     // The proposer's own best (judged by its statistics) when it named one, else
     // kilnd's fastest median.
-    let best_id = s["summary"]["best"].as_str().or(s["best"][0].as_str());
-    if let Some(bid) = best_id {
+    if let Some(bid) = best_id(s) {
         println!("  lineage of the best ({bid}):");
         let mut chain = Vec::new();
         let mut cur = Some(bid.to_string());
@@ -511,6 +610,37 @@ fn print_grid(r: &Value) {
             bins.join(" "),
             c["median_us"].as_f64().map_or("-".into(), fmt_us),
             text(&c["id"])
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The PyTorch line takes the fastest measured variant of each torch baseline and
+    /// says which is missing.
+    #[test]
+    fn torch_headline_picks_the_fastest_variant_of_each() {
+        let sp = json!([
+            {"baseline": "reference", "precision": "reference-f64acc", "baseline_us": 2029.0, "speedup": 1.95},
+            {"baseline": "torch-eager-fp32", "precision": "fp32", "baseline_us": 1053.6, "speedup": 1.01},
+            {"baseline": "torch-eager-tf32", "precision": "tf32", "baseline_us": 900.0, "speedup": 0.86},
+            {"baseline": "torch-compile-fp32", "precision": "fp32", "baseline_us": 779.0, "speedup": 0.75}
+        ]);
+        let h = torch_headline(&sp);
+        assert!(
+            h.starts_with("vs PyTorch: eager 0.86x (torch-eager-tf32, "),
+            "{h}"
+        );
+        assert!(
+            h.contains("torch.compile 0.75x (torch-compile-fp32, "),
+            "{h}"
+        );
+        let only_ref = json!([{"baseline": "reference", "precision": "r", "baseline_us": 1.0, "speedup": 2.0}]);
+        assert_eq!(
+            torch_headline(&only_ref),
+            "vs PyTorch: eager not measured, torch.compile not measured"
         );
     }
 }

@@ -16,10 +16,29 @@ pub struct ShowArgs {
     /// Wait up to this many seconds for the evaluation.
     #[arg(long, default_value_t = 0)]
     wait: u64,
+    /// Write the candidate's report instead: an HTML page with its timing samples as a
+    /// histogram, the GPU's clock and power over the timing window, and its trials.
+    #[arg(long)]
+    report: bool,
+    /// With `--report`: write the page to this file instead of stdout.
+    #[arg(short = 'O', long = "out", value_name = "FILE", requires = "report")]
+    out: Option<std::path::PathBuf>,
 }
 
 /// Shows a candidate.
 pub async fn show(client: &Client, out: Output, a: ShowArgs) -> Result<std::process::ExitCode> {
+    if a.report {
+        if a.wait > 0 {
+            wait_for(client, &a.id, a.wait).await?;
+        }
+        crate::report::fetch(
+            client,
+            &format!("/v1/candidates/{}/report", a.id),
+            a.out.as_deref(),
+        )
+        .await?;
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
     let record = if a.wait > 0 {
         wait_for(client, &a.id, a.wait).await?
     } else {

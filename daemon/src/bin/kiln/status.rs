@@ -55,7 +55,7 @@ pub async fn devices(client: &Client, out: Output) -> Result<std::process::ExitC
     let info = client.get("/v1/info").await?;
     if out == Output::Json {
         print_json(&json!({
-            "gpus": info["gpus"], "gpu_error": info["gpu_error"],
+            "gpus": info["gpus"], "gpu_error": info["gpu_error"], "lanes": info["lanes"],
             "driver_version": info["driver_version"], "cuda_driver_version": info["cuda_driver_version"],
         }));
         return Ok(std::process::ExitCode::SUCCESS);
@@ -74,10 +74,14 @@ pub async fn devices(client: &Client, out: Output) -> Result<std::process::ExitC
         let mem_gib = g["memory_total_bytes"].as_f64().map_or("-".into(), |b| {
             format!("{:.0} GiB", b / (1u64 << 30) as f64)
         });
+        let lane = g["lane"]
+            .as_u64()
+            .map_or_else(|| "no lane".to_string(), |l| format!("lane {l}"));
         println!(
-            "  gpu{}  {}  sm {}  mem {}  sm clock {}/{} MHz  mem clock {}/{} MHz",
+            "  gpu{}  {}  {}  {lane}  sm {}  mem {}  sm clock {}/{} MHz  mem clock {}/{} MHz",
             text(&g["index"]),
             text(&g["name"]),
+            text(&g["uuid"]),
             text(&g["compute_capability"]),
             mem_gib,
             text(&g["sm_clock_mhz"]),

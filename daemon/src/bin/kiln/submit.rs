@@ -43,6 +43,9 @@ pub struct SubmitArgs {
     /// With --race: the margin (default: the daemon's search.race_margin).
     #[arg(long, requires = "race")]
     race_margin: Option<f64>,
+    /// Evaluate on this lane only (one per GPU for cuda, as `kiln doctor` lists them).
+    #[arg(long)]
+    lane: Option<u32>,
 }
 
 /// The job options as a query string (`?plain=…&race=…`), empty when none.
@@ -56,6 +59,9 @@ fn options_query(a: &SubmitArgs) -> String {
     }
     if let Some(m) = a.race_margin {
         q.push(format!("race_margin={m}"));
+    }
+    if let Some(l) = a.lane {
+        q.push(format!("lane={l}"));
     }
     if q.is_empty() {
         String::new()

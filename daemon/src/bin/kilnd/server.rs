@@ -13,7 +13,7 @@ use kiln_daemon::events::EventBus;
 use kiln_daemon::metrics::Metrics;
 use kiln_daemon::sched::Scheduler;
 use kiln_daemon::store::{SqliteStore, Store};
-use kiln_daemon::{backends, gpu, systemd};
+use kiln_daemon::{backends, systemd};
 use nix::fcntl::{Flock, FlockArg};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -78,8 +78,9 @@ pub fn prepare(socket: PathBuf, state_dir: PathBuf, config: Config) -> Result<Pr
     }
 
     // Backends and jail probes fork: do them now, before any thread exists.
-    let built = backends::start::build(&config, &state_dir, &local);
-    let gpu = gpu::inventory();
+    let built = backends::start::build(&config, &state_dir, &local)
+        .context("cannot choose the GPUs to use")?;
+    let gpu = built.gpu.clone();
     if let Some(e) = &gpu.error {
         tracing::info!(reason = %e, "no GPUs listed");
     }
@@ -89,6 +90,7 @@ pub fn prepare(socket: PathBuf, state_dir: PathBuf, config: Config) -> Result<Pr
         backends: built.status.clone(),
         gpu,
         jail: built.jail.clone(),
+        cuda_headers: built.cuda_headers.clone(),
         triton: built.triton.clone(),
         socket: socket.display().to_string(),
         state_dir: state_dir.display().to_string(),

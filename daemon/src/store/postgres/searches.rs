@@ -11,7 +11,8 @@ use tokio_postgres::Row;
 
 use super::{PgStore, col, to_i64, to_u64};
 use crate::store::{
-    ArchiveEntry, LogLine, NewSearch, Result, SearchRecord, StoreError, corrupt, now_ms,
+    ArchiveEntry, LogLine, NewSearch, Result, SearchRecord, StoreError, TimelineEntry, corrupt,
+    now_ms,
 };
 
 const SEARCH_COLUMNS: &str = "id, problem, proposer, plugin_hash, config_json, seed, \
@@ -322,6 +323,50 @@ impl PgStore {
                     parent: col(r, "parent")?,
                     note: col(r, "note")?,
                     state: col(r, "state")?,
+                    evaluation,
+                    candidate_id,
+                })
+            })
+            .collect()
+    }
+
+    /// Every candidate search `id` submitted, in submission order, with its times and its
+    /// latest evaluation. Empty for an unknown search.
+    pub async fn search_timeline(&self, id: &str) -> Result<Vec<TimelineEntry>> {
+        let rows = self
+            .rows(
+                "SELECT sc.seq, sc.candidate_id, c.parent, c.note, sc.created_at AS submitted_at,
+                        j.state, j.error, j.finished_at, e.created_at AS evaluated_at,
+                        e.evaluation_json
+                 FROM search_candidates sc
+                 JOIN candidates c ON c.id = sc.candidate_id
+                 LEFT JOIN jobs j ON j.id =
+                     (SELECT max(j2.id) FROM jobs j2 WHERE j2.candidate_id = sc.candidate_id)
+                 LEFT JOIN evaluations e ON e.id =
+                     (SELECT max(e2.id) FROM evaluations e2 WHERE e2.candidate_id = sc.candidate_id)
+                 WHERE sc.search_id = $1 ORDER BY sc.seq",
+                &[&id],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let candidate_id: String = col(r, "candidate_id")?;
+                let json: Option<String> = col(r, "evaluation_json")?;
+                let evaluation = json
+                    .map(|j| {
+                        serde_json::from_str(&j)
+                            .map_err(|e| corrupt(format!("evaluation of {candidate_id}"), e))
+                    })
+                    .transpose()?;
+                Ok(TimelineEntry {
+                    seq: to_u64(col(r, "seq")?),
+                    parent: col(r, "parent")?,
+                    note: col(r, "note")?,
+                    submitted_at: col(r, "submitted_at")?,
+                    job_state: col(r, "state")?,
+                    job_error: col(r, "error")?,
+                    job_finished_at: col(r, "finished_at")?,
+                    evaluated_at: col(r, "evaluated_at")?,
                     evaluation,
                     candidate_id,
                 })

@@ -1,14 +1,15 @@
-//! The worker's side of `Request::Baselines`: the problem's trusted reference, cuBLAS and
-//! cuDNN timed on this GPU under the candidates' protocol.
+//! The worker's side of `Request::Baselines`: the GPU worker's baseline kinds
+//! ([`BaselineKind::runner`] = `GpuWorker`: the problem's trusted reference, cuBLAS and
+//! cuDNN) timed on this GPU by the baselines' one driver ([`crate::baselines::driver`]).
 //!
 //! Inputs are drawn on the GPU from the plan's seed exactly as for a candidate (`Gpu::fill`
 //! with `tensor_seed(seed, "baseline", SET, TENSOR)`), the reference runs once and its
-//! outputs are kept as the answer every library output is checked against. Then, each
-//! timed with the same stop rule as a candidate (the first run discarded, `warmup` runs,
-//! then L2-cold samples — flush, blocking kernel, events and kernel records, wait with a
-//! deadline, context synchronize — with fresh inputs for every sample, until the rse
-//! target, `max_samples` or the wall cap; the time is the same figure a candidate of the
-//! problem is ranked by, see `super::timer_log`):
+//! outputs are kept as the answer every library output is checked against. Then each is
+//! timed by the baselines' one driver (`crate::baselines::driver`: the first run
+//! discarded, `warmup` runs, fresh inputs for every sample as for a candidate, the stop
+//! rule), its samples L2-cold (`Gpu::time_sample_with`: flush, blocking kernel, events and
+//! kernel records, wait with a deadline, context synchronize); the time is the same figure
+//! a candidate of the problem is ranked by, see `super::timer_log`:
 //!
 //! - `reference`: the problem's cuda reference kernel;
 //! - `cublas-fp32`, `cublas-tf32` (f32 matmul) or `cublas-fp16` (f16 matmul);
@@ -21,19 +22,18 @@
 //! and reported as `failed`.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kiln_gpu::baseline::cublas::{Cublas, GemmMath};
 use kiln_gpu::baseline::cudnn::{self, ConvMath, ConvOp, ConvShape, Cudnn};
 use kiln_gpu::launch::BufferArg;
 use kiln_gpu::timing::{SampleConfig, default_blocker_ns};
 use kiln_gpu::{DeviceBuffer, Gpu, GpuError};
-use kiln_types::baseline::{BaselineOp, BaselineResult, BaselineStatus, precision};
+use kiln_types::baseline::{BaselineKind, BaselineOp, BaselineResult, BaselineStatus, precision};
 use kiln_types::{Dtype, EvalPlan, ProblemSpec, Role, TimingPlan, TimingStats};
 
-use super::compile::module_from_artifact;
 use super::timer_log::TimerLog;
-use crate::contract::timing::{stats, stop_rule};
+use crate::baselines::driver::{self, Sampler};
 use crate::contract::{compare, data};
 
 /// Launches a library call is budgeted for when sizing the blocking kernel.
@@ -49,8 +49,8 @@ pub struct Job<'a> {
     pub problem: &'a ProblemSpec,
     /// Seed, run timeout and stop rule.
     pub plan: &'a EvalPlan,
-    /// Libraries asked for (`cublas`, `cudnn`); others are ignored here.
-    pub libraries: &'a [String],
+    /// Kinds asked for; those the GPU worker does not run are ignored here.
+    pub kinds: &'a [BaselineKind],
     /// The compiled cuda reference.
     pub reference_artifact: &'a [u8],
 }
@@ -78,17 +78,16 @@ struct Bench {
     gpu: Gpu,
 }
 
-/// Runs every baseline the problem names for `libraries`, plus the reference. `Err` only
+/// Runs the reference and every GPU-worker kind in `kinds` the problem names. `Err` only
 /// when nothing could be measured (no GPU, a broken reference).
 pub fn run(job: Job) -> Result<Vec<BaselineResult>, String> {
     let problem = job.problem;
     let ref_ks = problem
         .reference
-        .get("cuda")
+        .kernel("cuda")
         .ok_or_else(|| format!("problem {} has no cuda reference", problem.name))?;
     super::context::start_kernel_tracer();
     let gpu = Gpu::open(0).map_err(|e| format!("cannot open the GPU: {e}"))?;
-    let arch = gpu.facts().arch.clone();
     let mut tensors = Vec::new();
     for t in &problem.tensors {
         let buf = gpu
@@ -131,8 +130,10 @@ pub fn run(job: Job) -> Result<Vec<BaselineResult>, String> {
         scratch.push(buf);
     }
     let names: Vec<&str> = ref_ks.launches.iter().map(|l| l.kernel.as_str()).collect();
+    let artifact = kiln_gpu::artifact::Artifact::decode(job.reference_artifact)
+        .map_err(|e| format!("the reference's artifact: {e}"))?;
     let module = gpu
-        .load_module(&module_from_artifact(job.reference_artifact, &arch), &names)
+        .load_artifact(&artifact, &names)
         .map_err(|e| format!("loading the reference module: {e}"))?;
     let plan = gpu
         .check_launches(&module, &ref_ks.launches, &args)
@@ -165,33 +166,35 @@ pub fn run(job: Job) -> Result<Vec<BaselineResult>, String> {
     });
     results.push(match reference {
         Ok(t) => measured(
-            "reference",
-            "kiln",
+            BaselineKind::Reference,
             precision::REFERENCE,
             t,
             "the problem's cuda reference kernel",
         ),
-        Err(e) => failed("reference", "kiln", precision::REFERENCE, e.to_string()),
+        Err(e) => failed(BaselineKind::Reference, precision::REFERENCE, e.to_string()),
     });
-    for library in job.libraries {
-        let Some(op) = problem.baseline.get(library) else {
+    for &kind in job.kinds {
+        let Some(op) = kind.table().and_then(|t| problem.baseline.get(t)) else {
             continue;
         };
         if bench.gpu.poisoned().is_some() {
             break;
         }
-        let out = catch_unwind(AssertUnwindSafe(|| match (library.as_str(), op) {
-            ("cublas", BaselineOp::Matmul { a, b, c }) => bench.cublas(a, b, c),
-            ("cudnn", BaselineOp::Conv2d { .. }) => bench.cudnn(op),
+        let out = catch_unwind(AssertUnwindSafe(|| match (kind, op) {
+            (BaselineKind::Cublas, BaselineOp::Matmul { a, b, c }) => bench.cublas(a, b, c),
+            (BaselineKind::Cudnn, BaselineOp::Conv2d { .. }) => bench.cudnn(op),
             _ => Vec::new(),
         }));
         match out {
             Ok(mut r) => results.append(&mut r),
             Err(p) => results.push(failed(
-                library,
-                library,
+                kind,
                 "",
-                format!("the {library} bindings panicked: {}", panic_text(&p)),
+                format!(
+                    "the {} bindings panicked: {}",
+                    kind.library(),
+                    panic_text(&p)
+                ),
             )),
         }
     }
@@ -213,16 +216,16 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
-fn measured(name: &str, library: &str, prec: &str, t: TimingStats, detail: &str) -> BaselineResult {
+fn measured(kind: BaselineKind, prec: &str, t: TimingStats, detail: &str) -> BaselineResult {
     BaselineResult {
         timing: Some(t),
         detail: detail.to_string(),
-        ..BaselineResult::not_measured(name, library, prec, BaselineStatus::Measured, "")
+        ..kind.not_measured(prec, BaselineStatus::Measured, "")
     }
 }
 
-fn failed(name: &str, library: &str, prec: &str, detail: String) -> BaselineResult {
-    BaselineResult::not_measured(name, library, prec, BaselineStatus::Failed, detail)
+fn failed(kind: BaselineKind, prec: &str, detail: String) -> BaselineResult {
+    kind.not_measured(prec, BaselineStatus::Failed, detail)
 }
 
 /// A library error's status (`unavailable` for a missing library, else `failed`) and text.
@@ -234,9 +237,9 @@ fn status_of(e: GpuError) -> (BaselineStatus, String) {
 }
 
 /// A library error as a result.
-fn from_error(name: &str, library: &str, prec: &str, e: GpuError) -> BaselineResult {
+fn from_error(kind: BaselineKind, prec: &str, e: GpuError) -> BaselineResult {
     let (status, detail) = status_of(e);
-    BaselineResult::not_measured(name, library, prec, status, detail)
+    kind.not_measured(prec, status, detail)
 }
 
 impl Bench {
@@ -300,44 +303,51 @@ impl Bench {
         Ok((rel, bad))
     }
 
-    /// The stop rule over L2-cold samples of `enqueue` (`launches` launches when known), as
-    /// for a candidate.
+    /// `enqueue` (`launches` launches when known) timed by the baselines' one driver
+    /// ([`crate::baselines::driver`]): L2-cold samples, fresh input sets, the stop rule, the
+    /// figure a candidate is ranked by, as for a candidate.
     fn time(
         &self,
         cfg: SampleConfig,
         launches: Option<usize>,
         enqueue: &mut dyn FnMut() -> Result<(), GpuError>,
     ) -> Result<TimingStats, GpuError> {
-        let mut log = TimerLog::new(
-            self.figure,
-            kiln_gpu::cupti::status(),
-            launches.unwrap_or(0),
-        );
-        let tp = &self.timing;
-        let mut set = 0u64;
-        self.fill(set)?;
-        for _ in 0..=tp.warmup {
-            self.gpu.run_with(self.timeout, enqueue)?;
+        struct On<'b, 'e> {
+            bench: &'b Bench,
+            cfg: SampleConfig,
+            launches: Option<usize>,
+            log: TimerLog,
+            enqueue: &'e mut dyn FnMut() -> Result<(), GpuError>,
         }
-        let mut samples: Vec<f64> = Vec::new();
-        let mut fresh = 0u32;
-        let started = Instant::now();
-        let reason = loop {
-            // Fresh inputs for every sample, as for a candidate.
-            set += 1;
-            self.fill(set)?;
-            fresh += 1;
-            let t = self.gpu.time_sample_with(&cfg, launches, enqueue)?;
-            samples.push(log.record(&t));
-            if let Some(r) = stop_rule(&samples, started.elapsed(), tp) {
-                break r;
+        impl Sampler for On<'_, '_> {
+            type Error = GpuError;
+            fn run(&mut self) -> Result<(), GpuError> {
+                self.bench.gpu.run_with(self.bench.timeout, self.enqueue)
             }
+            fn fresh_inputs(&mut self, set: u64) -> Result<(), GpuError> {
+                self.bench.fill(set)
+            }
+            fn sample(&mut self) -> Result<f64, GpuError> {
+                let t = self
+                    .bench
+                    .gpu
+                    .time_sample_with(&self.cfg, self.launches, self.enqueue)?;
+                Ok(self.log.record(&t))
+            }
+        }
+        let mut on = On {
+            bench: self,
+            cfg,
+            launches,
+            log: TimerLog::new(
+                self.figure,
+                kiln_gpu::cupti::status(),
+                launches.unwrap_or(0),
+            ),
+            enqueue,
         };
-        let mut s = stats(&samples);
-        s.stop_reason = reason.to_string();
-        s.wall_ms = started.elapsed().as_secs_f64() * 1e3;
-        s.fresh_inputs = fresh;
-        s.timer = log.evidence(&[]);
+        let mut s = driver::measure(&self.timing, &mut on)?;
+        s.timer = on.log.evidence(&[]);
         Ok(s)
     }
 
@@ -368,12 +378,13 @@ impl Bench {
     /// cuBLAS: strict fp32 and TF32 for f32 operands, fp16 (fp32 accumulation) for f16.
     fn cublas(&self, a: &str, b: &str, c: &str) -> Vec<BaselineResult> {
         let dtype = self.tensor(a).map(|t| t.dtype).unwrap_or(Dtype::F32);
-        let variants: &[(&str, &str, GemmMath)] = match dtype {
+        const KIND: BaselineKind = BaselineKind::Cublas;
+        let variants: &[(&str, GemmMath)] = match dtype {
             Dtype::F32 => &[
-                ("cublas-fp32", precision::FP32, GemmMath::Fp32),
-                ("cublas-tf32", precision::TF32, GemmMath::Tf32),
+                (precision::FP32, GemmMath::Fp32),
+                (precision::TF32, GemmMath::Tf32),
             ],
-            Dtype::F16 => &[("cublas-fp16", precision::FP16, GemmMath::Fp16)],
+            Dtype::F16 => &[(precision::FP16, GemmMath::Fp16)],
             _ => return Vec::new(),
         };
         let handle = match Cublas::new(&self.gpu) {
@@ -382,9 +393,7 @@ impl Bench {
                 let (status, detail) = status_of(e);
                 return variants
                     .iter()
-                    .map(|(n, p, _)| {
-                        BaselineResult::not_measured(n, "cublas", p, status, detail.clone())
-                    })
+                    .map(|(p, _)| KIND.not_measured(p, status, detail.clone()))
                     .collect();
             }
         };
@@ -395,18 +404,12 @@ impl Bench {
         let dims = (sa[0] as i32, sb[1] as i32, sa[1] as i32);
         let version = handle.version();
         let mut out = Vec::new();
-        for &(name, prec, math) in variants {
+        for &(prec, math) in variants {
             let r = (|| -> Result<BaselineResult, GpuError> {
                 let (ta, tb, tc) = (self.tensor(a)?, self.tensor(b)?, self.tensor(c)?);
                 let mut go = || handle.gemm(&self.gpu, math, dims, &ta.buf, &tb.buf, &tc.buf);
                 let (rel, bad) = self.check(&mut go)?;
-                let mut r = BaselineResult::not_measured(
-                    name,
-                    "cublas",
-                    prec,
-                    BaselineStatus::Measured,
-                    "",
-                );
+                let mut r = KIND.not_measured(prec, BaselineStatus::Measured, "");
                 r.rel_l2 = Some(rel);
                 r.mismatches = Some(bad);
                 if bad > 0 && math == GemmMath::Fp32 {
@@ -427,7 +430,7 @@ impl Bench {
                 );
                 Ok(r)
             })();
-            out.push(r.unwrap_or_else(|e| from_error(name, "cublas", prec, e)));
+            out.push(r.unwrap_or_else(|e| from_error(KIND, prec, e)));
         }
         out
     }
@@ -451,9 +454,10 @@ impl Bench {
         else {
             return Vec::new();
         };
+        const KIND: BaselineKind = BaselineKind::Cudnn;
         let variants = [
-            ("cudnn-fp32", precision::FP32, ConvMath::Fp32),
-            ("cudnn-tf32", precision::TF32, ConvMath::Tf32),
+            (precision::FP32, ConvMath::Fp32),
+            (precision::TF32, ConvMath::Tf32),
         ];
         let dnn = match Cudnn::new(&self.gpu) {
             Ok(h) => h,
@@ -461,9 +465,7 @@ impl Bench {
                 let (status, detail) = status_of(e);
                 return variants
                     .iter()
-                    .map(|(n, p, _)| {
-                        BaselineResult::not_measured(n, "cudnn", p, status, detail.clone())
-                    })
+                    .map(|(p, _)| KIND.not_measured(p, status, detail.clone()))
                     .collect();
             }
         };
@@ -483,7 +485,7 @@ impl Bench {
         let v = dnn.version();
         let version = format!("cuDNN {}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
         let mut out = Vec::new();
-        for (name, prec, math) in variants {
+        for (prec, math) in variants {
             let r = (|| -> Result<BaselineResult, GpuError> {
                 let (tx, tw, ty) = (self.tensor(x)?, self.tensor(w)?, self.tensor(y)?);
                 let tb = match b {
@@ -531,8 +533,7 @@ impl Bench {
                 }
                 let Some((_, algo, rel, bad)) = best else {
                     return Ok(failed(
-                        name,
-                        "cudnn",
+                        KIND,
                         prec,
                         format!(
                             "no algorithm ran correctly ({}); {version}",
@@ -544,8 +545,7 @@ impl Bench {
                 let mut go = || conv.enqueue(&dnn, &self.gpu, &tx.buf, &tw.buf, tb, &ty.buf);
                 let t = self.time(self.library_cfg(), None, &mut go)?;
                 let mut r = measured(
-                    name,
-                    "cudnn",
+                    KIND,
                     prec,
                     t,
                     &format!(
@@ -558,7 +558,7 @@ impl Bench {
                 r.mismatches = Some(bad);
                 Ok(r)
             })();
-            out.push(r.unwrap_or_else(|e| from_error(name, "cudnn", prec, e)));
+            out.push(r.unwrap_or_else(|e| from_error(KIND, prec, e)));
         }
         out
     }

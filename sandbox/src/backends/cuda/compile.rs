@@ -1,29 +1,52 @@
 //! NVRTC compiles in the jailed worker's compile role (design guide §3: flags from the
-//! allow-list, no `-rdc`, no includes outside the toolkit; see `kiln_gpu::nvrtc`).
+//! allow-list, no `-rdc`, no includes outside the toolkit): `kiln_gpu::cxx` compiles the
+//! candidate with the toolkit's include folders (bound into the jail), kiln's stand-in
+//! headers and prelude, and its kernels resolved by C++ name; the artifact is the image
+//! with its kernel manifest (`kiln_gpu::artifact`).
 
-use kiln_gpu::nvrtc::{self, CompileError};
+use std::path::PathBuf;
+
+use kiln_gpu::cxx::{self, CandidateSource};
+use kiln_gpu::nvrtc::CompileError;
 use kiln_types::{Candidate, CompileInfo};
 
 /// What the worker sends back for a cuda compile.
 pub struct Compiled {
-    /// The CUBIN (or PTX) image, when the compile succeeded.
+    /// The encoded artifact (image + manifest), when the compile succeeded.
     pub artifact: Option<Vec<u8>>,
     /// Duration and log.
     pub info: CompileInfo,
-    /// Why it failed, for people (empty when ok).
+    /// Why it failed, for people and models (empty when ok).
     pub message: String,
 }
 
-/// Compiles `candidate` for `arch`. `Err` is an infrastructure failure (NVRTC missing or
-/// broken), never the candidate's fault.
-pub fn compile(candidate: &Candidate, arch: &str) -> Result<Compiled, String> {
+/// Compiles `candidate` for `arch` with the toolkit headers in `include_dirs` (as this
+/// process sees them). `Err` is an infrastructure failure (NVRTC missing or broken), never
+/// the candidate's fault.
+pub fn compile(
+    candidate: &Candidate,
+    arch: &str,
+    include_dirs: &[PathBuf],
+) -> Result<Compiled, String> {
     let started = std::time::Instant::now();
-    match nvrtc::compile(&candidate.source, arch, &candidate.flags) {
+    let kernels: Vec<String> = candidate
+        .launches
+        .iter()
+        .map(|l| l.kernel.clone())
+        .collect();
+    let source = CandidateSource {
+        source: &candidate.source,
+        arch,
+        flags: &candidate.flags,
+        include_dirs,
+        kernels: &kernels,
+    };
+    match cxx::compile_candidate(&source) {
         Ok(m) => Ok(Compiled {
-            artifact: Some(m.image),
+            artifact: Some(m.artifact.encode()),
             info: CompileInfo {
-                duration_ms: m.duration_ms,
-                log: m.log,
+                duration_ms: m.module.duration_ms,
+                log: m.module.log,
                 cached: false,
                 kernels: Vec::new(),
             },
@@ -32,11 +55,16 @@ pub fn compile(candidate: &Candidate, arch: &str) -> Result<Compiled, String> {
         Err(e @ (CompileError::Unavailable(_) | CompileError::Panicked(_))) => Err(e.to_string()),
         Err(e) => {
             let log = match &e {
-                CompileError::Failed { log } | CompileError::Nvrtc { log, .. } => log.clone(),
+                CompileError::Failed { log }
+                | CompileError::Nvrtc { log, .. }
+                | CompileError::NoSuchKernel { log, .. } => log.clone(),
                 _ => String::new(),
             };
             let message = match &e {
-                CompileError::Failed { .. } => "nvrtc: compilation failed (see the log)".into(),
+                CompileError::Failed { log } => format!(
+                    "nvrtc: compilation failed:\n{}",
+                    cxx::compile::error_summary(log)
+                ),
                 CompileError::Nvrtc { code, .. } if code.contains("OUT_OF_MEMORY") => {
                     format!(
                         "nvrtc: {code}: {}",
@@ -51,27 +79,5 @@ pub fn compile(candidate: &Candidate, arch: &str) -> Result<Compiled, String> {
                 message,
             })
         }
-    }
-}
-
-/// Rebuilds the module description the loader needs from an artifact: an ELF image is a
-/// CUBIN, anything else PTX text.
-pub fn module_from_artifact(bytes: &[u8], arch: &str) -> kiln_gpu::CompiledModule {
-    let kind = if bytes.starts_with(b"\x7fELF") {
-        kiln_gpu::ImageKind::Cubin
-    } else {
-        kiln_gpu::ImageKind::Ptx
-    };
-    let mut image = bytes.to_vec();
-    if kind == kiln_gpu::ImageKind::Ptx && image.last() != Some(&0) {
-        image.push(0);
-    }
-    kiln_gpu::CompiledModule {
-        image,
-        kind,
-        arch: arch.to_string(),
-        log: String::new(),
-        options: Vec::new(),
-        duration_ms: 0.0,
     }
 }

@@ -23,8 +23,6 @@ use kiln_gpu::launch::BufferArg;
 use kiln_types::{Candidate, ProblemSpec, Role};
 use serde::{Deserialize, Serialize};
 
-use super::compile::module_from_artifact;
-
 /// Which of the problem's kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -63,11 +61,15 @@ pub struct Args {
     pub runs: u32,
     /// Warm-up runs.
     pub warmup: u32,
+    /// Compile only, and write the artifact here (no GPU is opened).
+    pub compile_to: Option<std::path::PathBuf>,
+    /// Load this artifact (written by `--compile-to`) instead of compiling.
+    pub artifact: Option<std::path::PathBuf>,
 }
 
 /// The usage line.
 pub const USAGE: &str = "kiln-worker launch --spec PROBLEM.json [--kernel seed|reference] \
-                         [--runs N] [--warmup N]";
+                         [--runs N] [--warmup N] [--compile-to FILE | --artifact FILE]";
 
 impl Args {
     /// Parses the arguments after `launch`.
@@ -77,6 +79,8 @@ impl Args {
             which: Which::Seed,
             runs: 10,
             warmup: 1,
+            compile_to: None,
+            artifact: None,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -96,11 +100,16 @@ impl Args {
                 }
                 "--runs" => out.runs = number(&value()?, "--runs", 1..=10_000)?,
                 "--warmup" => out.warmup = number(&value()?, "--warmup", 0..=1_000)?,
+                "--compile-to" => out.compile_to = Some(value()?.into()),
+                "--artifact" => out.artifact = Some(value()?.into()),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
         if out.spec.as_os_str().is_empty() {
             return Err("--spec is required".into());
+        }
+        if out.compile_to.is_some() && out.artifact.is_some() {
+            return Err("--compile-to and --artifact exclude each other".into());
         }
         Ok(out)
     }
@@ -158,9 +167,30 @@ pub fn run(a: &Args) -> Result<Launched, String> {
             "the spec carries no kernel source (give kilnd's JSON, sources inlined)".into(),
         );
     }
-    let artifact = compile_jailed(&problem, &candidate)?;
+    let artifact = match (&a.compile_to, &a.artifact) {
+        (Some(to), _) => {
+            let artifact = compile_jailed(&problem, &candidate)?;
+            std::fs::write(to, &artifact)
+                .map_err(|e| format!("cannot write the artifact to {}: {e}", to.display()))?;
+            return Ok(Launched {
+                problem: problem.name.clone(),
+                which: a.which,
+                kernels: Vec::new(),
+                warmup: 0,
+                runs: 0,
+                device: String::new(),
+            });
+        }
+        // Compiled beforehand (under a profiler, the jailed compile's child would be
+        // injected too, and a process with the profiler's threads cannot enter new
+        // namespaces).
+        (None, Some(path)) => std::fs::read(path)
+            .map_err(|e| format!("cannot read the artifact {}: {e}", path.display()))?,
+        (None, None) => compile_jailed(&problem, &candidate)?,
+    };
     let gpu = Gpu::open(0).map_err(|e| format!("cannot open the GPU: {e}"))?;
-    let compiled = module_from_artifact(&artifact, &gpu.facts().arch);
+    let artifact = kiln_gpu::artifact::Artifact::decode(&artifact)
+        .map_err(|e| format!("the kernel's artifact: {e}"))?;
     let mut buffers: BTreeMap<String, BufferArg> = BTreeMap::new();
     let mut keep = Vec::new();
     for (i, t) in problem.tensors.iter().enumerate() {
@@ -199,7 +229,7 @@ pub fn run(a: &Args) -> Result<Launched, String> {
         .map(|l| l.kernel.as_str())
         .collect();
     let module = gpu
-        .load_module(&compiled, &names)
+        .load_artifact(&artifact, &names)
         .map_err(|e| format!("loading the module: {e}"))?;
     let plan = gpu
         .check_launches(&module, &candidate.launches, &buffers)
@@ -266,12 +296,22 @@ mod tests {
         ])
         .expect("parses");
         assert_eq!((a.which, a.runs, a.warmup), (Which::Reference, 3, 0));
+        assert_eq!(
+            (a.compile_to.as_deref(), a.artifact.as_deref()),
+            (None, None)
+        );
+        let a = args(&["--spec", "p.json", "--artifact", "k.bin"]).expect("parses");
+        assert_eq!(a.artifact.as_deref(), Some(std::path::Path::new("k.bin")));
+        let a = args(&["--spec", "p.json", "--compile-to", "k.bin"]).expect("parses");
+        assert_eq!(a.compile_to.as_deref(), Some(std::path::Path::new("k.bin")));
         for bad in [
             &["--runs", "3"][..],
             &["--spec", "p", "--runs", "0"],
             &["--spec", "p", "--runs"],
             &["--spec", "p", "--kernel", "candidate"],
             &["--spec", "p", "--fast"],
+            &["--spec", "p", "--compile-to", "a", "--artifact", "b"],
+            &["--spec", "p", "--artifact"],
         ] {
             assert!(args(bad).is_err(), "{bad:?}");
         }

@@ -29,17 +29,44 @@ use kiln_types::{
     Tolerance, Verdict,
 };
 
-use super::compile::module_from_artifact;
 use super::telemetry::Telemetry;
 use super::timer_log::TimerLog;
+use crate::backends::host::evaluate::TorchAsk;
 use crate::contract::{CheckError, InputVariant, RunFailure, Session, Target, Unwritten};
 use crate::contract::{compare, data};
+use kiln_gpu::artifact::Artifact;
 
 /// Largest total scratch a candidate may ask for, bytes.
 const MAX_SCRATCH_BYTES: u64 = 16 << 30;
 
+/// Bytes kept after every buffer candidate code can reach (each tensor, each scratch
+/// buffer), filled with a secret word before each candidate run and checked after it: a
+/// write up to this far past a buffer's end (an unmasked store of one block too many, the
+/// usual bounds bug) is a `runtime_fault`, where without it the write would land unseen in
+/// allocator padding or the next buffer.
+pub const GUARD_BYTES: usize = 64 << 10;
+
+/// Where a buffer's data ends and its guard begins (data rounded up to 256 bytes).
+fn guard_offset(data_bytes: u64) -> usize {
+    (data_bytes as usize).next_multiple_of(256)
+}
+
+/// One guard: the buffer it follows, by name, and where in that buffer it starts.
+struct Guard {
+    name: String,
+    of: GuardOf,
+    offset: usize,
+}
+
+/// Which buffer a guard is part of.
+#[derive(Clone, Copy)]
+enum GuardOf {
+    Tensor(usize),
+    Scratch(usize),
+}
+
 /// What the worker hands to [`GpuContext::evaluate`](super::context::GpuContext::evaluate).
-pub struct Job<'a> {
+pub struct Job<'a, 'b> {
     /// The problem.
     pub problem: &'a ProblemSpec,
     /// The candidate.
@@ -52,6 +79,18 @@ pub struct Job<'a> {
     pub candidate_code: Code<'a>,
     /// Bytes device `printf` may print in the whole evaluation before it is a fault.
     pub output_limit_bytes: u64,
+    /// The torch reference, when the problem has no cuda kernel: asked for the outputs of
+    /// each checked input set (only between candidate runs).
+    pub torch: Option<&'a mut TorchAsk<'b>>,
+}
+
+/// Where the reference's outputs come from. Declared before the buffers (drop order).
+enum GpuReference<'t> {
+    /// The problem's cuda kernel: its checked launch plan and its module.
+    Kernel(CheckedLaunches, Module),
+    /// The caller's torch reference runner (a process of its own, another CUDA context),
+    /// given the inputs' bytes; the precision it last reported.
+    Torch(&'t mut TorchAsk<'t>, String),
 }
 
 /// A candidate's compiled code as the GPU target loads it.
@@ -94,9 +133,14 @@ pub struct GpuInputs {
 /// The contract's mechanics on one GPU for one evaluation. Field order is drop order:
 /// plans and modules, then buffers (scrubbed when freed); the GPU outlives it.
 pub struct GpuTarget<'g> {
-    ref_launches: CheckedLaunches,
+    /// The guard after each buffer candidate code can reach, its secret word, the key of
+    /// its hash and the hash it must have.
+    guards: Vec<Guard>,
+    guard_word: u64,
+    guard_key: u64,
+    guard_hash: u64,
+    reference: GpuReference<'g>,
     cand_launches: CheckedLaunches,
-    reference: Module,
     candidate: Module,
     tensors: Vec<Tensor>,
     ref_scratch: Vec<DeviceBuffer>,
@@ -145,14 +189,19 @@ pub(super) fn evaluate_on(
     job: Job,
 ) -> Result<Evaluation, String> {
     let problem = job.problem;
-    let ref_ks = problem
-        .reference
-        .get("cuda")
-        .ok_or_else(|| format!("problem {} has no cuda reference", problem.name))?;
+    let ref_ks = problem.reference.kernel("cuda");
+    if ref_ks.is_none() && (problem.reference.torch.is_none() || job.torch.is_none()) {
+        return Err(format!(
+            "problem {} has no cuda reference (and no torch reference runner)",
+            problem.name
+        ));
+    }
     if let Err(e) = check_scratch(problem, &job.candidate.scratch) {
         return Ok(early(Verdict::InvalidLaunch, e));
     }
-    check_scratch(problem, &ref_ks.scratch).map_err(|e| format!("reference: {e}"))?;
+    let no_scratch = Vec::new();
+    let ref_scratch_spec = ref_ks.map_or(&no_scratch, |k| &k.scratch);
+    check_scratch(problem, ref_scratch_spec).map_err(|e| format!("reference: {e}"))?;
     if let Some(p) = gpu.poisoned() {
         return Err(format!(
             "the GPU context is poisoned ({p}); the worker must be replaced"
@@ -163,7 +212,7 @@ pub(super) fn evaluate_on(
     let mut tensors = Vec::new();
     for t in &problem.tensors {
         let buf = gpu
-            .alloc(t.bytes() as usize)
+            .alloc(guard_offset(t.bytes()) + GUARD_BYTES)
             .map_err(|e| infra(&format!("allocating tensor {}", t.name), e))?;
         tensors.push(Tensor {
             name: t.name.clone(),
@@ -189,7 +238,7 @@ pub(super) fn evaluate_on(
         let mut args = tensor_args.clone();
         let mut bufs = Vec::new();
         for s in list {
-            let buf = gpu.alloc((s.elems * s.dtype.size()) as usize)?;
+            let buf = gpu.alloc(guard_offset(s.elems * s.dtype.size()) + GUARD_BYTES)?;
             let arg = BufferArg {
                 ptr: buf.ptr(),
                 dtype: s.dtype,
@@ -201,7 +250,7 @@ pub(super) fn evaluate_on(
         Ok((args, bufs))
     };
     let (ref_args, ref_scratch) =
-        scratch(&ref_ks.scratch).map_err(|e| infra("reference scratch", e))?;
+        scratch(ref_scratch_spec).map_err(|e| infra("reference scratch", e))?;
     let (cand_args, cand_scratch) = match scratch(&job.candidate.scratch) {
         Ok(x) => x,
         Err(e) => {
@@ -214,21 +263,29 @@ pub(super) fn evaluate_on(
     let names = |ls: &[kiln_types::Launch]| -> Vec<String> {
         ls.iter().map(|l| l.kernel.clone()).collect()
     };
-    let ref_names = names(&ref_ks.launches);
-    let ref_refs: Vec<&str> = ref_names.iter().map(String::as_str).collect();
-    let reference = gpu
-        .load_module(
-            &module_from_artifact(job.reference_artifact, &arch),
-            &ref_refs,
-        )
-        .map_err(|e| infra("loading the reference module", e))?;
-    let ref_launches = gpu
-        .check_launches(&reference, &ref_ks.launches, &ref_args)
-        .map_err(|e| format!("the reference's launch plan: {e}"))?;
+    let reference = match (ref_ks, job.torch) {
+        (Some(ref_ks), _) => {
+            let ref_names = names(&ref_ks.launches);
+            let ref_refs: Vec<&str> = ref_names.iter().map(String::as_str).collect();
+            let ref_artifact = Artifact::decode(job.reference_artifact)
+                .map_err(|e| format!("the reference's artifact: {e}"))?;
+            let module = gpu
+                .load_artifact(&ref_artifact, &ref_refs)
+                .map_err(|e| infra("loading the reference module", e))?;
+            let launches = gpu
+                .check_launches(&module, &ref_ks.launches, &ref_args)
+                .map_err(|e| format!("the reference's launch plan: {e}"))?;
+            GpuReference::Kernel(launches, module)
+        }
+        (None, Some(ask)) => GpuReference::Torch(ask, String::new()),
+        (None, None) => return Err("no reference".into()),
+    };
     let cand_names = names(&job.candidate.launches);
     let cand_refs: Vec<&str> = cand_names.iter().map(String::as_str).collect();
     let loaded = match job.candidate_code {
-        Code::Artifact(bytes) => gpu.load_module(&module_from_artifact(bytes, &arch), &cand_refs),
+        Code::Artifact(bytes) => Artifact::decode(bytes)
+            .map_err(|e| GpuError::Usage(e.to_string()))
+            .and_then(|a| gpu.load_artifact(&a, &cand_refs)),
         Code::Parts(parts) => {
             let parts: Vec<kiln_gpu::ImagePart> = parts
                 .iter()
@@ -264,10 +321,38 @@ pub(super) fn evaluate_on(
         kiln_gpu::cupti::status(),
         cand_launches.launches.len(),
     );
+    let mut guards: Vec<Guard> = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Guard {
+            name: format!("tensor {}", t.name),
+            of: GuardOf::Tensor(i),
+            offset: guard_offset(t.spec.bytes()),
+        })
+        .collect();
+    guards.extend(
+        job.candidate
+            .scratch
+            .iter()
+            .enumerate()
+            .map(|(j, sb)| Guard {
+                name: format!("scratch buffer {}", sb.name),
+                of: GuardOf::Scratch(j),
+                offset: guard_offset(sb.elems * sb.dtype.size()),
+            }),
+    );
+    let guard_key = derive_seed(job.plan.seed, "kiln/guard-hash");
+    let guard_word = derive_seed(job.plan.seed, "kiln/guard-word");
+    let guard_bytes: Vec<u8> = std::iter::repeat_n(guard_word.to_le_bytes(), GUARD_BYTES / 8)
+        .flatten()
+        .collect();
     let target = GpuTarget {
-        ref_launches,
-        cand_launches,
+        guards,
+        guard_word,
+        guard_key,
+        guard_hash: kiln_gpu::inputs::host_hash(&guard_bytes, guard_key),
         reference,
+        cand_launches,
         candidate,
         tensors,
         ref_scratch,
@@ -285,6 +370,13 @@ pub(super) fn evaluate_on(
     };
     let mut session = Session::new(problem, job.plan, target);
     let mut e = session.run()?;
+    if let GpuReference::Torch(_, precision) = &session.target.reference
+        && !precision.is_empty()
+    {
+        e.evidence.notes.push(format!(
+            "reference: the problem's PyTorch module, computed in {precision}"
+        ));
+    }
     let mut tele = serde_json::json!({ "device": device });
     tele["kernels"] = serde_json::to_value(&kernels).unwrap_or_default();
     if let Some(mut gpu_t) = session.telemetry.take() {
@@ -407,13 +499,49 @@ impl GpuTarget<'_> {
         Ok(())
     }
 
-    /// Poisons the outputs and zeroes the candidate's scratch.
+    /// Poisons the outputs, zeroes the candidate's scratch and arms every guard.
     fn prepare_candidate(&self) -> Result<(), GpuError> {
         for t in self.tensors.iter().filter(|t| t.role == Role::Output) {
             self.gpu.poison(&t.buf, t.dtype, t.elems)?;
         }
         for b in &self.cand_scratch {
             self.gpu.memset(b, 0)?;
+        }
+        self.arm_guards()
+    }
+
+    /// Fills every guard with its word (kiln's own scrubs zero whole buffers).
+    fn arm_guards(&self) -> Result<(), GpuError> {
+        for g in &self.guards {
+            self.gpu
+                .pattern_range(self.guarded(g.of), g.offset, GUARD_BYTES, self.guard_word)?;
+        }
+        Ok(())
+    }
+
+    fn guarded(&self, of: GuardOf) -> &DeviceBuffer {
+        match of {
+            GuardOf::Tensor(i) => &self.tensors[i].buf,
+            GuardOf::Scratch(j) => &self.cand_scratch[j],
+        }
+    }
+
+    /// After candidate code ran: every guard still holds its word, or the run wrote past
+    /// the end of a buffer (a fault of the candidate's).
+    fn check_guards(&self) -> Result<(), RunFailure> {
+        for g in &self.guards {
+            let h = self
+                .gpu
+                .hash_range(self.guarded(g.of), g.offset, GUARD_BYTES, self.guard_key)
+                .map_err(|e| self.fail(e))?;
+            if h != self.guard_hash {
+                return Err(RunFailure::Fault(format!(
+                    "out-of-bounds write: candidate code wrote past the end of {} (into the \
+                     {} KiB kiln keeps after every buffer)",
+                    g.name,
+                    GUARD_BYTES >> 10
+                )));
+            }
         }
         Ok(())
     }
@@ -505,6 +633,37 @@ impl GpuTarget<'_> {
         Ok(())
     }
 
+    /// Writes the torch reference's answer (one blob per output, problem order) into the
+    /// output tensors.
+    fn upload_answer(&self, blobs: &[Vec<u8>]) -> Result<(), String> {
+        let outs: Vec<&Tensor> = self
+            .tensors
+            .iter()
+            .filter(|t| t.role == Role::Output)
+            .collect();
+        if blobs.len() != outs.len() {
+            return Err(format!(
+                "the torch reference answered {} outputs; the problem has {}",
+                blobs.len(),
+                outs.len()
+            ));
+        }
+        for (t, blob) in outs.into_iter().zip(blobs) {
+            if blob.len() as u64 != t.spec.bytes() {
+                return Err(format!(
+                    "the torch reference answered {} bytes for {}; it has {}",
+                    blob.len(),
+                    t.name,
+                    t.spec.bytes()
+                ));
+            }
+            self.gpu
+                .upload(&t.buf, 0, blob)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
     /// Runs the reference on `inputs` into the output tensors, checks it wrote them all.
     fn run_reference(&mut self, inputs: &GpuInputs) -> Result<(), String> {
         let wrap = |e: GpuError| e.to_string();
@@ -515,9 +674,37 @@ impl GpuTarget<'_> {
         for b in &self.ref_scratch {
             self.gpu.memset(b, 0).map_err(wrap)?;
         }
+        let (launches, module) = match &mut self.reference {
+            GpuReference::Kernel(launches, module) => (&*launches, &*module),
+            GpuReference::Torch(ask, precision) => {
+                // The torch runner computes from the inputs' bytes in its own process; its
+                // answer is written into the output tensors, as the kernel would have.
+                // Tensors of any size: a blob longer than a frame travels as several
+                // frames (see `protocol`).
+                let mut sent = Vec::new();
+                for t in self.tensors.iter().filter(|t| t.role == Role::Input) {
+                    let bytes = self
+                        .gpu
+                        .download_vec::<u8>(&t.buf, t.spec.bytes() as usize)
+                        .map_err(wrap)?;
+                    sent.push((t.name.clone(), bytes));
+                }
+                let (mut blobs, how) = ask(&sent)?;
+                drop(sent);
+                *precision = how;
+                let uploaded = self.upload_answer(&blobs);
+                // The answer's host copy is wiped before candidate code runs again (a GPU
+                // with HMM can read the worker's pageable memory).
+                for b in &mut blobs {
+                    b.fill(0);
+                    std::hint::black_box(&b);
+                }
+                return uploaded;
+            }
+        };
         let limit = self.run_timeout.max(Duration::from_secs(10)) * 4;
         self.gpu
-            .run_launches(&self.reference, &self.ref_launches, limit)
+            .run_launches(module, launches, limit)
             .map_err(|e| format!("did not finish: {e}"))?;
         for i in self.outputs() {
             let t = &self.tensors[i];
@@ -575,9 +762,10 @@ impl Target for GpuTarget<'_> {
         self.ensure(&inputs)
             .map_err(|e| format!("drawing inputs on the GPU: {e}"))?;
         for &(i, _, _) in &inputs.draws {
+            let t = &self.tensors[i];
             let h = self
                 .gpu
-                .hash(&self.tensors[i].buf, self.hash_key)
+                .hash_range(&t.buf, 0, t.spec.bytes() as usize, self.hash_key)
                 .map_err(|e| format!("hashing inputs on the GPU: {e}"))?;
             inputs.hashes.push((i, h));
         }
@@ -709,6 +897,7 @@ impl Target for GpuTarget<'_> {
             .run_launches(&self.candidate, &self.cand_launches, self.run_timeout)
             .map_err(|e| self.fail(e))?;
         self.check_printed()?;
+        self.check_guards()?;
         Ok(0.0)
     }
 
@@ -730,17 +919,20 @@ impl Target for GpuTarget<'_> {
             .time_sample(&self.candidate, &self.cand_launches, &cfg)
             .map_err(|e| self.fail(e))?;
         self.check_printed()?;
+        self.check_guards()?;
         Ok(self.timer.record(&times))
     }
 
     fn plain_sample(&mut self, inputs: &GpuInputs) -> Result<f64, RunFailure> {
         self.protect_kept().map_err(|e| self.fail(e))?;
         self.ensure(inputs).map_err(|e| self.fail(e))?;
+        self.arm_guards().map_err(|e| self.fail(e))?;
         let ms = self
             .gpu
             .time_plain(&self.candidate, &self.cand_launches, self.run_timeout)
             .map_err(|e| self.fail(e))?;
         self.check_printed()?;
+        self.check_guards()?;
         Ok(ms * 1e3)
     }
 
@@ -750,7 +942,7 @@ impl Target for GpuTarget<'_> {
             let t = &self.tensors[i];
             let got = self
                 .gpu
-                .hash(&t.buf, self.hash_key)
+                .hash_range(&t.buf, 0, t.spec.bytes() as usize, self.hash_key)
                 .map_err(|e| self.fail(e))?;
             if got != want {
                 changed.push(t.name.clone());

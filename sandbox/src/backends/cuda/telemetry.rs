@@ -9,6 +9,10 @@
 //! `contract::timing`) decides whether flagged samples count. The worker never changes
 //! clocks (kilnd's clock policy does, around the whole evaluation).
 //!
+//! The readings themselves go in as `series` (at most [`SERIES_POINTS`], evenly spaced
+//! through the window: time, SM clock, power, temperature, throttled), so the candidate's
+//! report can draw the clocks and power over the timing window.
+//!
 //! NVML missing or refusing inside the jail is not an error: the telemetry then says why
 //! it is absent.
 
@@ -75,6 +79,7 @@ impl Telemetry {
             "available": true,
             "interval_ms": DEFAULT_INTERVAL.as_secs_f64() * 1e3,
             "summary": window.summary,
+            "series": series(&window.samples, SERIES_POINTS),
             "timing_samples": windows.len(),
             "throttled_timing_samples": flagged,
         })
@@ -84,6 +89,33 @@ impl Telemetry {
     pub fn flagged(&self) -> &[usize] {
         &self.flagged
     }
+}
+
+/// Most readings kept in the telemetry's `series`.
+pub const SERIES_POINTS: usize = 128;
+
+/// The readings as columns (`t_ms`, `sm_mhz`, `power_w`, `temp_c`, `throttled`; `null`
+/// where NVML did not answer), at most `max_points` of them, evenly spaced (first and last
+/// included).
+pub fn series(readings: &[TelemetrySample], max_points: usize) -> Value {
+    let n = readings.len();
+    let picked: Vec<&TelemetrySample> = if n <= max_points || max_points < 2 {
+        readings.iter().take(max_points).collect()
+    } else {
+        (0..max_points)
+            .map(|i| &readings[i * (n - 1) / (max_points - 1)])
+            .collect()
+    };
+    let col = |f: &dyn Fn(&TelemetrySample) -> Value| -> Vec<Value> {
+        picked.iter().map(|r| f(r)).collect()
+    };
+    json!({
+        "t_ms": col(&|r| json!((r.t_ms * 10.0).round() / 10.0)),
+        "sm_mhz": col(&|r| json!(r.sm_mhz)),
+        "power_w": col(&|r| json!(r.power_mw.map(|p| f64::from(p) / 1000.0))),
+        "temp_c": col(&|r| json!(r.temp_c)),
+        "throttled": col(&|r| json!(r.reasons.map(|b| b & THROTTLE_MASK != 0))),
+    })
 }
 
 /// Which sample windows overlap (within one interval) a throttled NVML reading.
@@ -130,5 +162,30 @@ mod tests {
         let readings = [reading(0.0, 0), reading(100.0, 0x20), reading(200.0, 0x1)];
         let windows = [(at(0), at(1)), (at(98), at(99)), (at(199), at(201))];
         assert_eq!(throttled_indices(&readings, &windows, t0), vec![1]);
+    }
+
+    #[test]
+    fn series_keeps_columns_evenly_spaced() {
+        let readings: Vec<TelemetrySample> = (0..300)
+            .map(|i| TelemetrySample {
+                t_ms: f64::from(i) * 5.0,
+                sm_mhz: Some(1980 - i),
+                power_mw: (i % 2 == 0).then_some(150_000),
+                reasons: Some(if i == 299 { 0x20 } else { 0 }),
+                ..TelemetrySample::default()
+            })
+            .collect();
+        let s = series(&readings, 128);
+        let t = s["t_ms"].as_array().expect("t_ms");
+        assert_eq!(t.len(), 128);
+        assert_eq!((t[0].as_f64(), t[127].as_f64()), (Some(0.0), Some(1495.0)));
+        assert_eq!(s["sm_mhz"][0], 1980);
+        assert_eq!(s["power_w"][0], 150.0);
+        assert!(s["temp_c"][0].is_null(), "not read: null");
+        assert_eq!(s["throttled"][127], true);
+        assert_eq!(s["throttled"][0], false);
+        let short = series(&readings[..3], 128);
+        assert_eq!(short["t_ms"].as_array().map(Vec::len), Some(3));
+        assert_eq!(series(&[], 128)["t_ms"].as_array().map(Vec::len), Some(0));
     }
 }

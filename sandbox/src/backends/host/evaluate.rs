@@ -5,6 +5,9 @@
 //! The reference and the candidate run in two separate runners with separate memfds: the
 //! reference's outputs are copied into this (trusted) process, compared after the
 //! candidate has been stopped, and poisoned again in the reference's buffers afterwards.
+//! A problem whose reference is PyTorch ([`TorchAsk`]) has no reference runner: between
+//! candidate runs this process asks its caller, whose trusted reference runner computes
+//! the outputs from the same input bytes (`Response::Reference`).
 //!
 //! The candidate's layout has as many slots as fit in [`REP_SLOT_BYTES`] (at most
 //! `layout::MAX_SLOTS`), so a kernel too short to time one run at a time can run several
@@ -29,8 +32,12 @@ pub type Inputs = Vec<(String, Vec<u8>)>;
 /// within one timed sample), bytes.
 pub const REP_SLOT_BYTES: u64 = 16 << 20;
 
+/// Asks the caller for the torch reference's outputs on an input set: each output
+/// tensor's bytes (problem order) and how the reference computed.
+pub type TorchAsk<'a> = dyn FnMut(&Inputs) -> Result<(Vec<Vec<u8>>, String), String> + 'a;
+
 /// What the worker hands to [`evaluate`].
-pub struct Job<'a> {
+pub struct Job<'a, 'b> {
     /// The problem.
     pub problem: &'a ProblemSpec,
     /// The candidate.
@@ -47,14 +54,16 @@ pub struct Job<'a> {
     pub exe: &'a Path,
     /// Tag for the runners' argv.
     pub tag: &'a str,
+    /// The torch reference, when the problem has no host kernel.
+    pub torch: Option<&'a mut TorchAsk<'b>>,
 }
 
 /// The host backend's mechanics: a reference runner and a candidate runner, each with its
 /// own memfd, so the reference's outputs are never in memory the candidate can reach.
-pub struct HostTarget<'a> {
+pub struct HostTarget<'a, 'b> {
     problem: &'a ProblemSpec,
-    /// The reference runner.
-    pub reference: Runner,
+    /// The reference runner (a host kernel), or the caller's torch reference.
+    pub reference: Reference<'a, 'b>,
     /// The candidate runner.
     pub candidate: Runner,
     /// Per-run wall limit.
@@ -63,18 +72,25 @@ pub struct HostTarget<'a> {
     rep: usize,
 }
 
+/// Where the reference's outputs come from.
+pub enum Reference<'a, 'b> {
+    /// The problem's host kernel in its own runner.
+    Kernel(Runner),
+    /// The caller's torch reference runner; the precision it last reported.
+    Torch(&'a mut TorchAsk<'b>, String),
+}
+
 /// Runs the whole contract. `Err` is an infrastructure failure (broken reference, no
 /// scratch space), never the candidate's fault.
 pub fn evaluate(job: Job) -> Result<Evaluation, String> {
     let problem = job.problem;
-    let ref_ks = problem
-        .reference
-        .get("host")
-        .ok_or_else(|| format!("problem {} has no host reference", problem.name))?;
-    let ref_layout =
-        Layout::new(&problem.tensors, &ref_ks.scratch).map_err(|e| format!("reference: {e}"))?;
-    let ref_calls =
-        layout::resolve(&ref_ks.launches, &ref_layout).map_err(|e| format!("reference: {e}"))?;
+    let ref_ks = problem.reference.kernel("host");
+    if ref_ks.is_none() && (problem.reference.torch.is_none() || job.torch.is_none()) {
+        return Err(format!(
+            "problem {} has no host reference (and no torch reference runner)",
+            problem.name
+        ));
+    }
     let cand_layout = match Layout::new(&problem.tensors, &job.candidate.scratch) {
         Ok(l) => l.with_slots_within(REP_SLOT_BYTES),
         Err(e) => return Ok(early(Verdict::InvalidLaunch, e)),
@@ -85,8 +101,6 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
     };
     let dir = std::env::current_dir().map_err(|e| format!("scratch: {e}"))?;
     let (ref_path, cand_path) = (dir.join("reference.so"), dir.join("candidate.so"));
-    std::fs::write(&ref_path, job.reference_artifact)
-        .map_err(|e| format!("write reference artifact: {e}"))?;
     std::fs::write(&cand_path, job.candidate_artifact)
         .map_err(|e| format!("write candidate artifact: {e}"))?;
 
@@ -100,17 +114,30 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
         output_limit: job.limits.output_limit_bytes,
         load_timeout: Duration::from_secs(10).max(run_timeout),
     };
-    let (reference, ready) = Runner::spawn(&base, ref_layout, ref_calls)?;
-    match ready {
-        Ok(r) if r.error.is_none() && r.missing.is_empty() => {}
-        Ok(r) => {
-            return Err(format!(
-                "reference failed to load: {:?} missing {:?}",
-                r.error, r.missing
-            ));
+    let reference = match (ref_ks, job.torch) {
+        (Some(ref_ks), _) => {
+            let ref_layout = Layout::new(&problem.tensors, &ref_ks.scratch)
+                .map_err(|e| format!("reference: {e}"))?;
+            let ref_calls = layout::resolve(&ref_ks.launches, &ref_layout)
+                .map_err(|e| format!("reference: {e}"))?;
+            std::fs::write(&ref_path, job.reference_artifact)
+                .map_err(|e| format!("write reference artifact: {e}"))?;
+            let (reference, ready) = Runner::spawn(&base, ref_layout, ref_calls)?;
+            match ready {
+                Ok(r) if r.error.is_none() && r.missing.is_empty() => {}
+                Ok(r) => {
+                    return Err(format!(
+                        "reference failed to load: {:?} missing {:?}",
+                        r.error, r.missing
+                    ));
+                }
+                Err(end) => return Err(format!("reference failed to load: {end:?}")),
+            }
+            Reference::Kernel(reference)
         }
-        Err(end) => return Err(format!("reference failed to load: {end:?}")),
-    }
+        (None, Some(ask)) => Reference::Torch(ask, String::new()),
+        (None, None) => return Err("no reference".into()),
+    };
     let cand_cfg = RunnerConfig {
         artifact: &cand_path,
         ..base
@@ -149,14 +176,22 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
             return Ok(*session.failure_verdict(f, "loading the artifact"));
         }
     }
-    session.run()
+    let mut e = session.run()?;
+    if let Reference::Torch(_, precision) = &session.target.reference
+        && !precision.is_empty()
+    {
+        e.evidence.notes.push(format!(
+            "reference: the problem's PyTorch module, computed in {precision}"
+        ));
+    }
+    Ok(e)
 }
 
 fn early(v: Verdict, msg: String) -> Evaluation {
     Evaluation::early(v, "host", msg)
 }
 
-impl HostTarget<'_> {
+impl HostTarget<'_, '_> {
     /// The contract's failure for a run that did not answer `D`.
     fn failure(&self, end: RunEnd) -> RunFailure {
         match end {
@@ -202,17 +237,29 @@ impl HostTarget<'_> {
     }
 
     /// Runs the reference on `inputs`, copies its outputs into this process and poisons
-    /// them again in the reference's runner.
+    /// them again in the reference's runner (a torch reference: asks the caller).
     fn reference_outputs(&mut self, inputs: &Inputs) -> Result<Outputs, String> {
-        Self::prepare(&mut self.reference, 0, inputs);
+        let runner = match &mut self.reference {
+            Reference::Kernel(r) => r,
+            Reference::Torch(ask, precision) => {
+                let (blobs, how) = ask(inputs)?;
+                *precision = how;
+                let names = self
+                    .problem
+                    .tensors
+                    .iter()
+                    .filter(|t| t.role == Role::Output)
+                    .map(|t| t.name.clone());
+                return Ok(names.zip(blobs).collect());
+            }
+        };
+        Self::prepare(runner, 0, inputs);
 
-        let end = self
-            .reference
-            .run(b'G', self.run_timeout.max(Duration::from_secs(10)) * 4);
+        let end = runner.run(b'G', self.run_timeout.max(Duration::from_secs(10)) * 4);
         if !matches!(end, RunEnd::Done(_)) {
             return Err(format!("did not finish: {end:?}"));
         }
-        let out = Self::read_outputs(&self.reference, 0);
+        let out = Self::read_outputs(runner, 0);
         // Check before scrubbing: the contract refuses a reference that left holes.
         let holes: Vec<String> = out
             .iter()
@@ -225,9 +272,9 @@ impl HostTarget<'_> {
         if let Some(name) = holes.first() {
             return Err(format!("left {name} partly unwritten"));
         }
-        let buffers = self.reference.layout.buffers.clone();
+        let buffers = runner.layout.buffers.clone();
         for b in buffers.iter().filter(|b| b.kind == Kind::Output) {
-            data::poison(self.reference.bytes_mut(&b.name), b.dtype);
+            data::poison(runner.bytes_mut(&b.name), b.dtype);
         }
         Ok(out)
     }
@@ -257,7 +304,7 @@ impl HostTarget<'_> {
 /// Empty round trips used to measure the timer's overhead.
 const OVERHEAD_ROUNDS: usize = 16;
 
-impl Target for HostTarget<'_> {
+impl Target for HostTarget<'_, '_> {
     type Inputs = Inputs;
     type Kept = Outputs;
 

@@ -69,5 +69,6 @@ pub fn time<T: Target>(
     stats.rechecks = 1;
     stats.overhead_us = overhead_us;
     stats.plain = true;
+    stats.samples_us = kiln_types::kept_samples(&samples);
     Ok(stats)
 }

@@ -246,6 +246,34 @@ async fn ncu_runs(
     let spec_path = dir.path().join("problem.json");
     std::fs::write(&spec_path, serde_json::to_vec(spec)?).context("writing the problem")?;
     let log = dir.path().join("ncu.log");
+    // The kernel is compiled (jailed) before ncu starts: under the profiler the jail's
+    // helper would carry the profiler's injected threads and could not enter its
+    // namespaces.
+    let artifact = dir.path().join("kernel.bin");
+    let mut compile = tokio::process::Command::new(launcher);
+    compile
+        .arg("launch")
+        .arg("--spec")
+        .arg(&spec_path)
+        .arg("--compile-to")
+        .arg(&artifact)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    if let Some(u) = gpu_uuid {
+        compile.env("CUDA_VISIBLE_DEVICES", u);
+    }
+    let compiled = tokio::time::timeout(Duration::from_secs(a.ncu_timeout), compile.output())
+        .await
+        .context("the kernel's compile did not finish in time")?
+        .with_context(|| format!("cannot run {}", launcher.display()))?;
+    if !compiled.status.success() {
+        bail!(
+            "compiling the kernel ({} launch --compile-to) failed with {}: {}",
+            launcher.display(),
+            compiled.status,
+            String::from_utf8_lossy(&compiled.stderr).trim()
+        );
+    }
     let mut names: Vec<String> = kernels.iter().map(|k| regex_escape(k)).collect();
     names.sort();
     names.dedup();
@@ -278,6 +306,8 @@ async fn ncu_runs(
         a.runs.to_string(),
         "--warmup".into(),
         warmup.to_string(),
+        "--artifact".into(),
+        artifact.display().to_string(),
     ];
     let shown = format!("{} {}", ncu.display(), args.join(" "));
     let mut cmd = tokio::process::Command::new(ncu);
@@ -347,12 +377,17 @@ pub async fn run(client: &Client, out: Output, a: AgreementArgs) -> Result<std::
             .iter()
             .map(|l| l.kernel.clone())
             .collect();
-        // kiln: the seed as a fresh candidate, evaluated `evaluations` times.
+        // kiln: the seed as a fresh candidate, evaluated `evaluations` times, on lane 0 (the
+        // GPU ncu profiles below: on a host with several GPUs, the same one).
+        let lane0 = JobOptions {
+            lane: Some(0),
+            ..JobOptions::default()
+        };
         let first = common::stream(
             client,
             vec![Work::Submit(
                 Box::new(common::variant(&setup.seed, &tag, 0, Variants::Comment)),
-                JobOptions::default(),
+                lane0.clone(),
             )],
             1,
             timeout,
@@ -370,7 +405,7 @@ pub async fn run(client: &Client, out: Output, a: AgreementArgs) -> Result<std::
         let mut done = vec![first.clone()];
         if a.evaluations > 1 {
             let again: Vec<Work> = (1..a.evaluations)
-                .map(|_| Work::Again(first.candidate.clone(), JobOptions::default()))
+                .map(|_| Work::Again(first.candidate.clone(), lane0.clone()))
                 .collect();
             done.extend(common::stream(client, again, 1, timeout).await?);
         }
@@ -404,7 +439,12 @@ pub async fn run(client: &Client, out: Output, a: AgreementArgs) -> Result<std::
                     json!("ncu not found (give --ncu PATH): kiln's figures only, nothing compared");
             }
             Some(ncu) => {
-                let gpu_uuid = info["gpus"][0]["uuid"].as_str();
+                // Lane 0's GPU (kilnd's lanes; NVML's first GPU from an older kilnd).
+                let lanes = common::lanes(&info, "cuda");
+                let gpu_uuid = lanes
+                    .first()
+                    .and_then(|l| l["label"].as_str())
+                    .or_else(|| info["gpus"][0]["uuid"].as_str());
                 match ncu_runs(&a, ncu, &launcher, &spec, &kernels, gpu_uuid).await {
                     Ok((runs, command)) => {
                         let ncu_us = median(&runs);

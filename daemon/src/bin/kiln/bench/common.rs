@@ -80,9 +80,11 @@ pub async fn setup(
         Some("triton") => "triton",
         _ => backend.as_str(),
     };
-    let seed = spec
-        .seed_candidate(key)
-        .with_context(|| format!("problem {problem} has no seed kernel for {key}"))?;
+    let seed = match spec.seed_candidate(key) {
+        Some(seed) => seed,
+        // An imported (torch-reference) problem has no seed: its hand-written twin's.
+        None => twin_seed(client, &spec, key).await?,
+    };
     if seed.language.backend() != backend {
         bail!(
             "{} candidates run on the {} backend, not {backend}",
@@ -96,6 +98,87 @@ pub async fn setup(
         seed,
         info,
     })
+}
+
+/// The default problem of the benchmarks that time a kernel of some size: the softmax
+/// seed problem of the backend.
+pub fn softmax_problem(backend: &str) -> &'static str {
+    if backend == "cuda" {
+        "softmax-4096x65536"
+    } else {
+        "softmax-256x4096"
+    }
+}
+
+/// The seed of `spec`'s hand-written twin (the registered problem named as `spec` without
+/// its `kb-` prefix: `kiln problems import kernelbench` names the seed's problems so),
+/// written against `spec`'s tensor names. Only for a problem with a torch reference and
+/// no seed of its own.
+async fn twin_seed(client: &Client, spec: &ProblemSpec, key: &str) -> Result<Candidate> {
+    let problem = &spec.name;
+    let twin = spec
+        .name
+        .strip_prefix("kb-")
+        .filter(|_| spec.reference.torch.is_some())
+        .with_context(|| format!("problem {problem} has no seed kernel for {key}"))?;
+    let shown = client
+        .get(&format!("/v1/problems/{twin}"))
+        .await
+        .with_context(|| {
+            format!(
+                "problem {problem} has no seed kernel for {key}; its hand-written twin {twin} \
+                 lends one once registered (`kiln problems add problems/{twin}`)"
+            )
+        })?;
+    let twin_spec: ProblemSpec = serde_json::from_value(shown["spec"].clone())
+        .context("kilnd sent a problem spec this kiln cannot read")?;
+    let seed = twin_spec
+        .seed_candidate(key)
+        .with_context(|| format!("neither {problem} nor its twin {twin} has a {key} seed"))?;
+    renamed_for(&twin_spec, spec, seed).map_err(anyhow::Error::msg)
+}
+
+/// `c`, a candidate of `from`, written against `to`'s tensor names: the tensors pair up
+/// in order and must agree in shape, dtype and role (an imported problem lists forward
+/// arguments, parameters, then outputs, as its twin does).
+fn renamed_for(
+    from: &ProblemSpec,
+    to: &ProblemSpec,
+    mut c: Candidate,
+) -> Result<Candidate, String> {
+    let sig = |p: &ProblemSpec| -> Vec<_> {
+        p.tensors
+            .iter()
+            .map(|t| (t.shape.clone(), t.dtype, t.role))
+            .collect()
+    };
+    if sig(from) != sig(to) {
+        return Err(format!(
+            "{} and {} do not pair up tensor by tensor (shape, dtype, role): {:?} vs {:?}",
+            from.name,
+            to.name,
+            sig(from),
+            sig(to)
+        ));
+    }
+    let names: BTreeMap<&str, &str> = from
+        .tensors
+        .iter()
+        .zip(&to.tensors)
+        .map(|(a, b)| (a.name.as_str(), b.name.as_str()))
+        .collect();
+    for l in &mut c.launches {
+        for a in &mut l.args {
+            if let kiln_types::Arg::Buffer(n) = a
+                && let Some(m) = names.get(n.as_str())
+            {
+                *n = (*m).to_string();
+            }
+        }
+    }
+    c.problem = to.name.clone();
+    c.note = Some(format!("{}'s seed kernel", from.name));
+    Ok(c)
 }
 
 /// A short random tag, so candidates of one run never collide with an earlier run's.
@@ -112,7 +195,16 @@ pub enum Variants {
     Knob,
     /// Only a unique comment: every candidate is the seed's code.
     Comment,
+    /// As `knob`, with the CUDA toolkit headers generated kernels include on top
+    /// (`cuda_runtime.h`, `cuda_fp16.h`, `cooperative_groups.h`, cub's block reduce,
+    /// `<cstdint>`, `<cfloat>`): measures compiles that parse the toolkit's headers.
+    Headers,
 }
+
+/// What [`Variants::Headers`] puts before each candidate's source.
+pub const HEADER_PREFIX: &str = "#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n\
+#include <cooperative_groups.h>\n#include <cub/block/block_reduce.cuh>\n#include <cstdint>\n\
+#include <cfloat>\n";
 
 /// The `i`-th distinct candidate of run `tag`. The leading comment makes its source,
 /// hence its content hash and its compile-cache key, unique.
@@ -121,6 +213,7 @@ pub fn variant(seed: &Candidate, tag: &str, i: usize, how: Variants) -> Candidat
     let body = match how {
         Variants::Knob => with_first_knob(&seed.source, i),
         Variants::Comment => seed.source.clone(),
+        Variants::Headers => format!("{HEADER_PREFIX}{}", with_first_knob(&seed.source, i)),
     };
     c.source = match seed.language {
         kiln_types::Language::Triton => format!("# kiln bench {tag} #{i}\n{body}"),
@@ -181,7 +274,7 @@ fn with_first_knob(source: &str, i: usize) -> String {
     source.to_string()
 }
 
-/// `?plain=…&race=…&race_margin=…` for `POST /v1/candidates`.
+/// `?plain=…&race=…&race_margin=…&lane=…` for `POST /v1/candidates`.
 fn query(options: &JobOptions) -> String {
     let mut q = Vec::new();
     if let Some(n) = options.plain {
@@ -194,6 +287,9 @@ fn query(options: &JobOptions) -> String {
     }
     if let Some(m) = options.race_margin {
         q.push(format!("race_margin={m}"));
+    }
+    if let Some(l) = options.lane {
+        q.push(format!("lane={l}"));
     }
     if q.is_empty() {
         String::new()
@@ -285,6 +381,8 @@ pub struct Finished {
     pub ok_without_a_time: bool,
     /// Whether the compile came from the cache.
     pub compile_cached: Option<bool>,
+    /// The UUID of the GPU that evaluated it (`telemetry.device.uuid`; cuda only).
+    pub device: Option<String>,
     /// Per-stage latencies, ms (absent where the job never reached the stage).
     pub stages: BTreeMap<&'static str, f64>,
     /// GPU: how the samples were timed and every figure of them (`timing.timer`).
@@ -345,6 +443,9 @@ pub fn finished(candidate: &str, job: &Value, end_to_end_ms: f64) -> Finished {
             median <= 0.0 || median * reps <= f(&t["overhead_us"]).unwrap_or(0.0)
         },
         compile_cached: e["compile"]["cached"].as_bool(),
+        device: e["telemetry"]["device"]["uuid"]
+            .as_str()
+            .map(str::to_string),
         stages,
         timer: t["timer"].clone(),
     }
@@ -496,6 +597,17 @@ fn parse_lane_busy(text: &str, backend: &str) -> BTreeMap<String, f64> {
     out
 }
 
+/// The lanes of `backend` that kilnd lists (`/v1/info` `lanes`), in lane order.
+pub fn lanes(info: &Value, backend: &str) -> Vec<Value> {
+    info["lanes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| l["backend"].as_str() == Some(backend))
+        .cloned()
+        .collect()
+}
+
 /// Busy fraction of each lane over `wall_s`, from two readings of the counter.
 pub fn busy_fractions(
     before: &BTreeMap<String, f64>,
@@ -509,6 +621,62 @@ pub fn busy_fractions(
             (lane.clone(), ((a - b) / wall_s.max(1e-9)).clamp(0.0, 1.0))
         })
         .collect()
+}
+
+/// Spread of a set of evaluations' medians: n, the medians, their mean, median, standard
+/// deviation, CV (stdev / mean), min and max, and the verdicts.
+pub fn spread(done: &[&Finished]) -> Value {
+    let medians: Vec<f64> = done.iter().filter_map(|d| d.median_us).collect();
+    let n = medians.len();
+    let mean = if n > 0 {
+        medians.iter().sum::<f64>() / n as f64
+    } else {
+        0.0
+    };
+    let stdev = if n > 1 {
+        (medians.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+    } else {
+        0.0
+    };
+    let min = medians.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = medians.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    json!({
+        "n": n,
+        "medians_us": medians,
+        "mean_us": mean,
+        "median_us": summary(&medians).p50,
+        "stdev_us": stdev,
+        "cv": if mean > 0.0 { stdev / mean } else { 0.0 },
+        "min_us": if n > 0 { min } else { 0.0 },
+        "max_us": if n > 0 { max } else { 0.0 },
+        "verdicts": verdict_counts(&done.iter().map(|d| (*d).clone()).collect::<Vec<_>>()),
+    })
+}
+
+/// The evaluation of `work` (queued and waited for), which must be `ok`: a benchmark's
+/// kernel evaluated once first (compile, warm-up), and proven correct.
+pub async fn first_ok(
+    client: &Client,
+    setup: &Setup,
+    work: Work,
+    timeout: Duration,
+) -> Result<Finished> {
+    let Some(first) = stream(client, vec![work], 1, timeout)
+        .await?
+        .into_iter()
+        .next()
+    else {
+        bail!("the kernel's first evaluation returned nothing");
+    };
+    if first.verdict.as_deref() != Some("ok") {
+        bail!(
+            "the kernel ({} seed) is not `ok` on {}: {}",
+            setup.problem,
+            setup.backend,
+            first.verdict.as_deref().unwrap_or("its job failed")
+        );
+    }
+    Ok(first)
 }
 
 /// Counts of each verdict (`failed` for jobs without one).
@@ -565,6 +733,33 @@ pub fn header(bench: &str, s: &Setup, smoke: bool) -> Value {
 mod tests {
     use super::*;
 
+    /// A twin's seed, written against an imported problem's names: every buffer argument
+    /// renamed, scalars kept; a problem whose tensors do not pair up is refused.
+    #[test]
+    fn twin_seed_is_renamed_to_the_imported_tensors() {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../problems/softmax-4096x65536"
+        );
+        let hand = ProblemSpec::load_dir(std::path::Path::new(dir)).expect("problem");
+        let mut kb = hand.clone();
+        kb.name = "kb-softmax-4096x65536".into();
+        kb.tensors[0].name = "input0".into();
+        kb.tensors[1].name = "output0".into();
+        let seed = hand.seed_candidate("cuda").expect("seed");
+        let c = renamed_for(&hand, &kb, seed.clone()).expect("pairs up");
+        assert_eq!(c.problem, "kb-softmax-4096x65536");
+        let args = serde_json::to_value(&c.launches[0].args).expect("json");
+        assert_eq!(
+            args,
+            json!(["input0", "output0", {"i32": 4096}, {"i32": 65536}])
+        );
+        assert_eq!(c.source, seed.source);
+        kb.tensors[1].shape = vec![4096, 65535];
+        let err = renamed_for(&hand, &kb, seed).expect_err("shapes differ");
+        assert!(err.contains("do not pair up"), "{err}");
+    }
+
     #[test]
     fn percentiles_are_nearest_rank_and_ordered() {
         let v: Vec<f64> = (1..=100).map(f64::from).collect();
@@ -594,6 +789,8 @@ mod tests {
         );
         let c = variant(&seed, "t", 1, Variants::Comment);
         assert!(c.source.ends_with(src));
+        let h = variant(&seed, "t", 1, Variants::Headers);
+        assert!(h.source.contains(HEADER_PREFIX) && h.source.contains("#define A 2\n"));
         assert_ne!(
             variant(&seed, "t", 0, Variants::Comment).content_hash(),
             variant(&seed, "t", 3, Variants::Comment).content_hash()

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use clap::Args;
 use kiln_daemon::client::Client;
 use kiln_types::JobOptions;
@@ -51,42 +51,6 @@ pub struct StabilityArgs {
     smoke: bool,
 }
 
-fn default_problem(backend: &str) -> &'static str {
-    if backend == "cuda" {
-        "softmax-4096x65536"
-    } else {
-        "softmax-256x4096"
-    }
-}
-
-/// Spread of a set of medians.
-fn spread(done: &[&Finished]) -> Value {
-    let medians: Vec<f64> = done.iter().filter_map(|d| d.median_us).collect();
-    let n = medians.len();
-    let mean = if n > 0 {
-        medians.iter().sum::<f64>() / n as f64
-    } else {
-        0.0
-    };
-    let stdev = if n > 1 {
-        (medians.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
-    } else {
-        0.0
-    };
-    let min = medians.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = medians.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    json!({
-        "n": n,
-        "medians_us": medians,
-        "mean_us": mean,
-        "stdev_us": stdev,
-        "cv": if mean > 0.0 { stdev / mean } else { 0.0 },
-        "min_us": if n > 0 { min } else { 0.0 },
-        "max_us": if n > 0 { max } else { 0.0 },
-        "verdicts": common::verdict_counts(&done.iter().map(|d| (*d).clone()).collect::<Vec<_>>()),
-    })
-}
-
 /// Runs the benchmark and prints its report.
 pub async fn run(client: &Client, out: Output, a: StabilityArgs) -> Result<std::process::ExitCode> {
     let setup = common::setup(
@@ -94,7 +58,7 @@ pub async fn run(client: &Client, out: Output, a: StabilityArgs) -> Result<std::
         a.problem.as_deref(),
         a.backend.as_deref(),
         None,
-        default_problem,
+        common::softmax_problem,
     )
     .await?;
     let rounds = a.rounds.unwrap_or(if a.smoke { 3 } else { 10 }).max(2);
@@ -111,24 +75,13 @@ pub async fn run(client: &Client, out: Output, a: StabilityArgs) -> Result<std::
     let mut kernel = setup.seed.clone();
     kernel.source = format!("/* kiln bench {tag} stability kernel */\n{}", kernel.source);
     kernel.note = Some(format!("kiln bench {tag} stability kernel"));
-    let first = common::stream(
+    let first = common::first_ok(
         client,
-        vec![Work::Submit(Box::new(kernel), JobOptions::default())],
-        1,
+        &setup,
+        Work::Submit(Box::new(kernel), JobOptions::default()),
         timeout,
     )
     .await?;
-    let Some(first) = first.into_iter().next() else {
-        bail!("the kernel's first evaluation returned nothing");
-    };
-    if first.verdict.as_deref() != Some("ok") {
-        bail!(
-            "the kernel ({} seed) is not `ok` on {}: {}",
-            setup.problem,
-            setup.backend,
-            first.verdict.as_deref().unwrap_or("its job failed")
-        );
-    }
     let id = first.candidate.clone();
 
     // Each round: other candidates and the kernel (stop rule, then plain) in one batch,
@@ -165,7 +118,7 @@ pub async fn run(client: &Client, out: Output, a: StabilityArgs) -> Result<std::
     });
     report["candidate"] = json!(id);
     report["other_candidates"] = json!(other);
-    report["contract"] = spread(&contract_done);
+    report["contract"] = common::spread(&contract_done);
     report["figure"] = first.timer["figure"].clone();
     report["timer_source"] = first.timer["source"].clone();
     let cv = report["contract"]["cv"].as_f64().unwrap_or(f64::INFINITY);
@@ -173,7 +126,7 @@ pub async fn run(client: &Client, out: Output, a: StabilityArgs) -> Result<std::
     report["max_cv"] = json!(a.max_cv);
     report["pass"] = json!(pass);
     if !a.no_plain {
-        report["plain"] = spread(&plain_done);
+        report["plain"] = common::spread(&plain_done);
         let c = report["contract"]["mean_us"].as_f64().unwrap_or(0.0);
         let p = report["plain"]["mean_us"].as_f64().unwrap_or(0.0);
         report["plain_over_contract"] = json!(if c > 0.0 { p / c } else { 0.0 });

@@ -1,7 +1,8 @@
 //! `kiln bench throughput`: a stream of distinct candidates through the daemon, end to
 //! end: candidates per minute (per lane), each lane's busy fraction, per-stage latency
-//! percentiles; once with every compile fresh, then again with the same sources as new
-//! evaluations whose artifacts are cached.
+//! percentiles, with the lane count and the CPU count (compiles run on the CPUs: with too
+//! few per lane they starve the lanes); once with every compile fresh, then again with the
+//! same sources as new evaluations whose artifacts are cached.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -56,14 +57,6 @@ pub struct ThroughputArgs {
     smoke: bool,
 }
 
-fn default_problem(backend: &str) -> &'static str {
-    if backend == "cuda" {
-        "softmax-4096x65536"
-    } else {
-        "softmax-256x4096"
-    }
-}
-
 /// Runs the benchmark and prints its report.
 pub async fn run(
     client: &Client,
@@ -75,7 +68,7 @@ pub async fn run(
         a.problem.as_deref(),
         a.backend.as_deref(),
         a.language.as_deref(),
-        default_problem,
+        common::softmax_problem,
     )
     .await?;
     let count = a.count.unwrap_or(if a.smoke { 4 } else { 60 }).max(1);
@@ -93,6 +86,11 @@ pub async fn run(
     options.validate().map_err(anyhow::Error::msg)?;
     let tag = common::run_tag();
     let mut report = common::header("throughput", &setup, a.smoke);
+    let lanes = common::lanes(&setup.info, &setup.backend).len().max(1);
+    let cpus = setup.info["host"]["cpus"].as_u64();
+    report["lanes"] = json!(lanes);
+    report["cpus"] = json!(cpus);
+    report["cpus_per_lane"] = json!(cpus.map(|c| c as f64 / lanes as f64));
     report["settings"] = json!({
         "count": count, "in_flight": in_flight, "race": a.race, "race_margin": a.race_margin,
         "variants": a.variants, "timeout_s": a.timeout, "tag": tag,
@@ -213,6 +211,14 @@ fn print_table(r: &Value) {
         }
     );
     println!(
+        "{} lane(s), {} CPUs ({} per lane)",
+        text(&r["lanes"]),
+        text(&r["cpus"]),
+        r["cpus_per_lane"]
+            .as_f64()
+            .map_or("-".into(), |c| format!("{c:.1}"))
+    );
+    println!(
         "{:<9} {:>6} {:>8} {:>8} {:>9} {:>6} {:>5} {:>6} {:>7}",
         "pass", "cands", "wall s", "per min", "min/lane", "busy", "ok", "raced", "other"
     );
@@ -236,6 +242,17 @@ fn print_table(r: &Value) {
             text(&p["raced_out"]),
             other
         );
+    }
+    println!();
+    println!("lane busy fraction, per pass:");
+    for p in &passes {
+        let per_lane: Vec<String> = p["lane_busy_fraction"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(lane, b)| format!("lane {lane} {:.1}%", b.as_f64().unwrap_or(0.0) * 100.0))
+            .collect();
+        println!("  {:<9} {}", text(&p["name"]), per_lane.join(", "));
     }
     println!();
     common::print_stage_table(&passes);

@@ -1,0 +1,137 @@
+//! A fake backend for tests: `n` lanes labelled `GPU-fake-0`.. (as
+//! `crate::gpu::fake_inventory` names its GPUs), which records what ran on which lane. Its
+//! first `n` evaluations wait until all `n` lanes are busy at once (at most [`PATIENCE`]),
+//! so a test sees whether the scheduler fills every lane; the rest answer at once.
+
+use std::sync::Arc;
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+use kiln_sandbox::{BackendStatus, CompileOutcome};
+use kiln_types::{
+    BaselineResult, Candidate, CompileInfo, EvalPlan, Evaluation, ProblemSpec, TimingStats, Verdict,
+};
+
+use super::{Backend, BackendError};
+
+/// How long a test waits for the scheduler before it fails (never reached when it works).
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// What the fake saw.
+#[derive(Default)]
+pub struct Seen {
+    /// Lanes evaluating right now.
+    pub busy: Vec<bool>,
+    /// Evaluations that found their lane already busy.
+    pub overlaps: usize,
+    /// Most lanes busy at one moment.
+    pub most_busy: usize,
+    /// (candidate note, lane) per evaluation.
+    pub evaluated: Vec<(String, usize)>,
+    /// Lanes baselines were measured on.
+    pub baselines_on: Vec<usize>,
+}
+
+/// The fake backend (see the module docs).
+pub struct FakeLanes {
+    name: &'static str,
+    n: usize,
+    seen: Mutex<Seen>,
+    changed: Condvar,
+}
+
+impl FakeLanes {
+    pub fn new(name: &'static str, n: usize) -> Arc<FakeLanes> {
+        Arc::new(FakeLanes {
+            name,
+            n,
+            seen: Mutex::new(Seen {
+                busy: vec![false; n],
+                ..Seen::default()
+            }),
+            changed: Condvar::new(),
+        })
+    }
+
+    pub fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Backend for FakeLanes {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn status(&self) -> BackendStatus {
+        BackendStatus {
+            name: self.name.into(),
+            usable: true,
+            detail: format!("fake, {} lanes", self.n),
+        }
+    }
+
+    fn compile(&self, _: &ProblemSpec, _: &Candidate) -> Result<CompileOutcome, BackendError> {
+        Ok(CompileOutcome {
+            artifact: Some(b"fake artifact".to_vec()),
+            info: CompileInfo::default(),
+            failure: None,
+            layers: Vec::new(),
+        })
+    }
+
+    fn lanes(&self) -> usize {
+        self.n
+    }
+
+    fn lane_label(&self, lane: usize) -> String {
+        format!("GPU-fake-{lane}")
+    }
+
+    fn evaluate(
+        &self,
+        lane: usize,
+        _problem: &ProblemSpec,
+        _reference: &[u8],
+        candidate: &Candidate,
+        _artifact: &[u8],
+        _plan: &EvalPlan,
+    ) -> Result<Evaluation, BackendError> {
+        let mut seen = self.seen();
+        if seen.busy[lane] {
+            seen.overlaps += 1;
+        }
+        seen.busy[lane] = true;
+        let busy = seen.busy.iter().filter(|b| **b).count();
+        seen.most_busy = seen.most_busy.max(busy);
+        let first_wave = seen.evaluated.len() < self.n;
+        seen.evaluated
+            .push((candidate.note.clone().unwrap_or_default(), lane));
+        self.changed.notify_all();
+        if first_wave {
+            let (s, _) = self
+                .changed
+                .wait_timeout_while(seen, PATIENCE, |s| s.most_busy < self.n)
+                .unwrap_or_else(|p| p.into_inner());
+            seen = s;
+        }
+        seen.busy[lane] = false;
+        let mut e = Evaluation::early(Verdict::Ok, self.name, "ok");
+        e.timing = Some(TimingStats {
+            median_us: 10.0,
+            ..TimingStats::default()
+        });
+        Ok(e)
+    }
+
+    fn baselines(
+        &self,
+        lane: usize,
+        _problem: &ProblemSpec,
+        _reference: &[u8],
+        _plan: &EvalPlan,
+    ) -> Result<Vec<BaselineResult>, BackendError> {
+        self.seen().baselines_on.push(lane);
+        Ok(vec![crate::store::measured_reference(100.0 + lane as f64)])
+    }
+}

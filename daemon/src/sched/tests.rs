@@ -1,0 +1,256 @@
+//! The scheduler over a fake backend with N lanes (no jail, no GPU): jobs reach every
+//! free lane, a lane never runs two evaluations at once, a search's candidates spread
+//! over all lanes, a pinned job runs on its lane, and baselines are measured on a lane of
+//! the GPU model asked for and cached under that model.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kiln_types::{Candidate, JobOptions};
+
+use super::Scheduler;
+use super::baseline::BaselineError;
+use crate::backends::Backend;
+use crate::backends::fake::{FakeLanes, PATIENCE};
+use crate::config::Config;
+use crate::events::{Event, EventBus};
+use crate::gpu::fake_inventory;
+use crate::store::{GpuKey, LaneClass, Store, open_temp, sample_search, sample_spec};
+
+fn candidate(note: &str) -> Candidate {
+    serde_json::from_value(serde_json::json!({
+        "problem": "p", "language": "c",
+        "source": format!("void k(const float*x,float*y){{ /* {note} */ }}"),
+        "launches": [{"kernel": "k", "args": ["x", "y"]}],
+        "note": note,
+    }))
+    .expect("candidate")
+}
+
+/// A scheduler over `backend` on a fresh store with problem `p` (host and cuda
+/// references), running in the background.
+async fn start(
+    backend: Arc<FakeLanes>,
+) -> (tempfile::TempDir, Arc<Store>, Arc<Scheduler>, EventBus) {
+    let (dir, store) = open_temp();
+    let mut spec = sample_spec("p");
+    spec.reference.cuda = spec.reference.host.clone();
+    store.put_problem(&spec).await.expect("problem");
+    let store = Arc::new(store);
+    let events = EventBus::new(1024);
+    let mut config = Config::default();
+    config.queue.compile_workers = 4;
+    config.gpu.python = String::new();
+    let classes = vec![LaneClass {
+        backend: backend.name().into(),
+        class: format!("{}/test", backend.name()),
+    }];
+    let sched = Scheduler::new(
+        store.clone(),
+        events.clone(),
+        vec![backend],
+        classes,
+        config,
+    );
+    tokio::spawn(sched.clone().run(Duration::from_secs(1)));
+    (dir, store, sched, events)
+}
+
+/// Waits until `n` jobs have ended (done or failed); their final states by job id.
+async fn ended(
+    rx: &mut tokio::sync::broadcast::Receiver<Event>,
+    n: usize,
+) -> BTreeMap<i64, (String, Option<String>)> {
+    let mut out = BTreeMap::new();
+    let wait = async {
+        while out.len() < n {
+            match rx.recv().await {
+                Ok(Event::Job {
+                    job_id,
+                    state,
+                    error,
+                    ..
+                }) if state == "done" || state == "failed" => {
+                    out.insert(job_id, (state, error));
+                }
+                Ok(_) => {}
+                Err(e) => panic!("event bus: {e}"),
+            }
+        }
+    };
+    tokio::time::timeout(PATIENCE, wait)
+        .await
+        .expect("the jobs did not end");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_lane_is_used_and_none_runs_two_evaluations_at_once() {
+    let fake = FakeLanes::new("host", 4);
+    let (_d, store, sched, events) = start(fake.clone()).await;
+    let mut rx = events.subscribe();
+    for i in 0..16 {
+        store
+            .submit(&candidate(&format!("c{i}")), None)
+            .await
+            .expect("submit");
+    }
+    sched.wake();
+    let states = ended(&mut rx, 16).await;
+    assert!(states.values().all(|(s, _)| s == "done"), "{states:?}");
+    let seen = fake.seen();
+    assert_eq!(
+        seen.most_busy, 4,
+        "all four lanes evaluated at the same moment"
+    );
+    assert_eq!(seen.overlaps, 0, "a lane ran two evaluations at once");
+    let mut per_lane = [0usize; 4];
+    for (_, lane) in &seen.evaluated {
+        per_lane[*lane] += 1;
+    }
+    assert!(per_lane.iter().all(|n| *n > 0), "{per_lane:?}");
+    assert_eq!(per_lane.iter().sum::<usize>(), 16);
+    sched.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_searchs_candidates_spread_over_all_lanes() {
+    let fake = FakeLanes::new("host", 3);
+    let (_d, store, sched, events) = start(fake.clone()).await;
+    let search = sample_search(&store, "p").await;
+    let mut rx = events.subscribe();
+    // A search keeps its queue filled: a round of candidates at once.
+    for i in 0..9 {
+        store
+            .submit(&candidate(&format!("s{i}")), Some(&search))
+            .await
+            .expect("submit");
+    }
+    sched.wake();
+    ended(&mut rx, 9).await;
+    let seen = fake.seen();
+    let mut lanes: Vec<usize> = seen
+        .evaluated
+        .iter()
+        .filter(|(note, _)| note.starts_with('s'))
+        .map(|(_, l)| *l)
+        .collect();
+    lanes.sort_unstable();
+    lanes.dedup();
+    assert_eq!(
+        lanes,
+        [0, 1, 2],
+        "the search's candidates ran on every lane"
+    );
+    assert_eq!(seen.overlaps, 0);
+    sched.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pinned_job_runs_on_its_lane_and_a_missing_lane_fails_clearly() {
+    let fake = FakeLanes::new("host", 2);
+    let (_d, store, sched, events) = start(fake.clone()).await;
+    let mut rx = events.subscribe();
+    // Fill both lanes first (the first wave waits for both), then the pinned ones.
+    for i in 0..2 {
+        store
+            .submit(&candidate(&format!("w{i}")), None)
+            .await
+            .expect("submit");
+    }
+    let pinned = |lane: u32| JobOptions {
+        lane: Some(lane),
+        ..JobOptions::default()
+    };
+    for i in 0..4 {
+        store
+            .submit_with(&candidate(&format!("p{i}")), None, Some(&pinned(1)), "")
+            .await
+            .expect("submit");
+    }
+    let missing = store
+        .submit_with(&candidate("nowhere"), None, Some(&pinned(5)), "")
+        .await
+        .expect("submit");
+    sched.wake();
+    let states = ended(&mut rx, 7).await;
+    let (state, error) = &states[&missing.job_id];
+    assert_eq!(state, "failed");
+    let error = error.clone().unwrap_or_default();
+    assert!(
+        error.contains("lane 5") && error.contains("2 lane(s)"),
+        "{error}"
+    );
+    let seen = fake.seen();
+    let on: Vec<usize> = seen
+        .evaluated
+        .iter()
+        .filter(|(note, _)| note.starts_with('p'))
+        .map(|(_, l)| *l)
+        .collect();
+    assert_eq!(on, [1, 1, 1, 1]);
+    assert_eq!(seen.overlaps, 0);
+    sched.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baselines_are_measured_and_cached_per_lane_gpu_model() {
+    // Lane i runs on GPU-fake-i: an H100, then two H200s.
+    let fake = FakeLanes::new("cuda", 3);
+    let (_d, store, sched, _events) = start(fake.clone()).await;
+    let inv = fake_inventory(&["NVIDIA H100", "NVIDIA H200", "NVIDIA H200"]);
+    let key = |model: &str| GpuKey {
+        model: model.into(),
+        driver: "580.159.04".into(),
+    };
+
+    // Asked for GPU 2 (an H200): measured on an H200 lane, stored under the H200.
+    let set = sched
+        .baselines("p", &inv, false, Some("2"))
+        .await
+        .expect("h200 baselines");
+    assert_eq!(set.gpu_model, "NVIDIA H200");
+    let on = fake.seen().baselines_on.clone();
+    assert!(matches!(on.as_slice(), [1] | [2]), "measured on {on:?}");
+    assert!(
+        store
+            .get_baselines(&key("NVIDIA H200"), "p")
+            .await
+            .expect("get")
+            .is_some()
+    );
+    assert!(
+        store
+            .get_baselines(&key("NVIDIA H100"), "p")
+            .await
+            .expect("get")
+            .is_none()
+    );
+
+    // The other H200, by UUID: the cached set, nothing measured.
+    let again = sched
+        .baselines("p", &inv, false, Some("GPU-fake-1"))
+        .await
+        .expect("cached");
+    assert_eq!(again, set);
+    assert_eq!(fake.seen().baselines_on.len(), 1);
+
+    // No GPU named: lane 0's GPU, the H100, measured on lane 0 alone.
+    let h100 = sched.baselines("p", &inv, false, None).await.expect("h100");
+    assert_eq!(h100.gpu_model, "NVIDIA H100");
+    assert_eq!(fake.seen().baselines_on[1], 0);
+    assert_eq!(h100.results[0].median_us(), Some(100.0));
+
+    // A GPU this host does not have: not found, and nothing measured.
+    let err = sched
+        .baselines("p", &inv, true, Some("7"))
+        .await
+        .expect_err("no GPU 7");
+    assert!(
+        matches!(&err, BaselineError::NotFound(m) if m.contains("GPU-fake-2")),
+        "{err}"
+    );
+    assert_eq!(fake.seen().baselines_on.len(), 2);
+    sched.stop();
+}

@@ -1,0 +1,23 @@
+# The seed's "LayerNorm" problem in KernelBench's format: nn.LayerNorm((64, 256, 256)) on a
+# (16, 64, 256, 256) randn batch; written for kiln.
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """LayerNorm over the last three dimensions, with its affine weight and bias."""
+
+    def __init__(self, normalized_shape):
+        super().__init__()
+        self.ln = nn.LayerNorm(normalized_shape=normalized_shape)
+
+    def forward(self, x):
+        return self.ln(x)
+
+
+def get_inputs():
+    return [torch.randn(16, 64, 256, 256)]
+
+
+def get_init_inputs():
+    return [(64, 256, 256)]

@@ -1,0 +1,353 @@
+//! [`compile_candidate`]: a candidate's CUDA C++ to an artifact, the way nvcc users expect
+//! it to compile.
+//!
+//! The recipe (interop.md §5 and its 2026-12-01 addendum, re-measured with NVRTC 13.0):
+//! 1. the source is screened ([`super::screen`]): host code and unsafe directives refused;
+//! 2. options: the target architecture (kiln's, or its arch-specific variant when the
+//!    candidate asks with `-arch=sm_90a`), `-default-device` (unannotated helpers are
+//!    device code), `--pre-include=kiln_prelude.h`, `--diag-suppress=47` (libcu++ redefines
+//!    `INFINITY`/`NAN` after the prelude), `-I` for each toolkit include folder and its
+//!    `cccl/` sub-folder (CUDA 13 keeps CCCL there), then the candidate's checked flags;
+//! 3. kiln's stand-in headers in memory ([`super::standins`]);
+//! 4. the program is named [`SOURCE_NAME`], in a directory that does not exist: NVRTC
+//!    searches the source's own directory for quoted includes, and that search must find
+//!    nothing (`--no-source-include` would also stop the toolkit's headers from finding
+//!    their quoted siblings, e.g. `mma.h` → `mma.hpp`);
+//! 5. every kernel the launch list names is registered as a name expression, which also
+//!    instantiates templates that only host code used to instantiate; its lowered name
+//!    goes into the artifact's manifest. A name NVRTC cannot resolve, or one that is not a
+//!    kernel, is a compile error naming the kernels the module does contain.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use super::{names, screen, standins};
+use crate::artifact::{Artifact, KernelEntry};
+use crate::nvrtc::{
+    self, CompileError, CompiledModule, ImageKind, Program, check_flags, compile_program,
+    is_valid_arch, target_arch,
+};
+
+/// The name NVRTC knows a candidate's source by. Its directory never exists, in the jail
+/// or outside it.
+pub const SOURCE_NAME: &str = "/kiln/no-such-dir/candidate.cu";
+
+/// The name a candidate's source goes by in logs and messages.
+const SHOWN_NAME: &str = "candidate.cu";
+
+/// Options every candidate compile gets, after the architecture.
+const CANDIDATE_OPTIONS: &[&str] = &["-default-device", "--diag-suppress=47"];
+
+/// Most error lines quoted in a compile error's message (the whole log is kept beside it).
+const MESSAGE_ERROR_LINES: usize = 6;
+
+/// What [`compile_candidate`] compiles.
+#[derive(Debug, Clone, Copy)]
+pub struct CandidateSource<'a> {
+    /// The candidate's source.
+    pub source: &'a str,
+    /// kiln's target architecture (`sm_90`).
+    pub arch: &'a str,
+    /// The candidate's flags (checked here).
+    pub flags: &'a [String],
+    /// The toolkit's include folders, as NVRTC sees them (inside the jail: fixed paths);
+    /// empty when no toolkit headers were found.
+    pub include_dirs: &'a [PathBuf],
+    /// The kernel names the launch list uses (C++ name expressions), in any order.
+    pub kernels: &'a [String],
+}
+
+/// A compiled candidate.
+#[derive(Debug, Clone)]
+pub struct CandidateModule {
+    /// The module as compiled (log, options, duration).
+    pub module: CompiledModule,
+    /// What is stored and shipped: the image and the kernel manifest.
+    pub artifact: Artifact,
+}
+
+/// Compiles a candidate (see the module docs). `Err(CompileError::Failed | Source | Flag |
+/// NoSuchKernel)` is the candidate's `compile_error`; `Unavailable`/`Panicked`/`Nvrtc` are
+/// kiln's.
+pub fn compile_candidate(c: &CandidateSource) -> Result<CandidateModule, CompileError> {
+    let started = Instant::now();
+    let arch = target_arch(c.arch, c.flags)?;
+    if !is_valid_arch(&arch) {
+        return Err(CompileError::Arch(arch));
+    }
+    let flags = check_flags(c.flags)?;
+    if let Some(message) = screen::host_code(c.source) {
+        return Err(CompileError::Source(message));
+    }
+    screen::directives(c.source).map_err(CompileError::Source)?;
+    let options = options(&arch, c.include_dirs, flags);
+    let headers = standins::headers(!c.include_dirs.is_empty());
+    let mut kernels: Vec<String> = Vec::new();
+    for k in c.kernels {
+        if !kernels.contains(k) {
+            kernels.push(k.clone());
+        }
+    }
+    let program = Program {
+        source: c.source,
+        name: SOURCE_NAME,
+        options: &options,
+        headers: &headers,
+        names: &kernels,
+        real_arch: arch.starts_with("sm_"),
+    };
+    let mut out = match compile_program(&program) {
+        Ok(out) => out,
+        Err(CompileError::Failed { log }) => {
+            let log = shown(log);
+            let unresolved = names::unresolved_in_log(&log);
+            if !unresolved.is_empty() {
+                return Err(no_such_kernel(&program, &unresolved, log));
+            }
+            return Err(CompileError::Failed {
+                log: with_hints(log, c.include_dirs.is_empty()),
+            });
+        }
+        Err(CompileError::Nvrtc { call, code, log }) => {
+            return Err(CompileError::Nvrtc {
+                call,
+                code,
+                log: shown(log),
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    let in_image = names::kernels_in(&out.image);
+    let mut entries = BTreeMap::new();
+    let mut missing = Vec::new();
+    for (name, lowered) in kernels.iter().zip(&out.lowered) {
+        match lowered {
+            Some(symbol)
+                if out.kind != ImageKind::Cubin
+                    || in_image.is_empty()
+                    || in_image.iter().any(|k| &k.symbol == symbol) =>
+            {
+                entries.insert(
+                    name.clone(),
+                    KernelEntry {
+                        symbol: symbol.clone(),
+                        ..KernelEntry::default()
+                    },
+                );
+            }
+            _ => missing.push(name.clone()),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(CompileError::NoSuchKernel {
+            names: missing,
+            found: names::listing(&in_image),
+            log: shown(out.log),
+        });
+    }
+    let log = shown(std::mem::take(&mut out.log));
+    let module = nvrtc::Output { log, ..out }.into_module(&arch, options, started);
+    let artifact = Artifact::new(&module, entries);
+    Ok(CandidateModule { module, artifact })
+}
+
+/// The options of a candidate compile, in order (see the module docs).
+fn options(arch: &str, include_dirs: &[PathBuf], flags: Vec<String>) -> Vec<String> {
+    let mut options = vec![format!("--gpu-architecture={arch}")];
+    options.extend(CANDIDATE_OPTIONS.iter().map(|s| s.to_string()));
+    options.push(format!("--pre-include={}", standins::PRELUDE));
+    for d in include_dirs {
+        options.push(format!("-I{}", d.display()));
+        let cccl = d.join("cccl");
+        if cccl.is_dir() {
+            options.push(format!("-I{}", cccl.display()));
+        }
+    }
+    options.extend(flags);
+    options
+}
+
+/// The log as people see it: the source's name shortened, the length bounded.
+fn shown(log: String) -> String {
+    nvrtc::truncate_log(log.replace(SOURCE_NAME, SHOWN_NAME))
+}
+
+/// The compile error for launch names NVRTC could not resolve: it names them and the
+/// kernels the source does define (from a second compile without those names).
+fn no_such_kernel(program: &Program, unresolved: &[String], log: String) -> CompileError {
+    let rest: Vec<String> = program
+        .names
+        .iter()
+        .filter(|n| !unresolved.contains(&n.trim().to_string()))
+        .cloned()
+        .collect();
+    let found = match compile_program(&Program {
+        names: &rest,
+        ..*program
+    }) {
+        Ok(out) => names::listing(&names::kernels_in(&out.image)),
+        Err(_) => "unknown (the source does not compile without those names either)".into(),
+    };
+    CompileError::NoSuchKernel {
+        names: unresolved.to_vec(),
+        found,
+        log,
+    }
+}
+
+/// `log` with a line of advice for each header NVRTC could not open.
+fn with_hints(mut log: String, no_toolkit: bool) -> String {
+    let mut hints = Vec::new();
+    for line in log.lines() {
+        // "cannot open source file" with an include path, "could not open" without.
+        const MARK: &str = "open source file \"";
+        let Some(at) = line.find(MARK) else {
+            continue;
+        };
+        let rest = &line[at + MARK.len()..];
+        let Some(name) = rest.split('"').next() else {
+            continue;
+        };
+        let hint = header_hint(name, no_toolkit);
+        if !hints.contains(&hint) {
+            hints.push(hint);
+        }
+    }
+    if !hints.is_empty() {
+        log.push_str("\nkiln: ");
+        log.push_str(&hints.join("\nkiln: "));
+    }
+    log
+}
+
+/// Why `name` cannot be included here, in a sentence.
+pub fn header_hint(name: &str, no_toolkit: bool) -> String {
+    if name.starts_with("cutlass/") || name.starts_with("cute/") {
+        return format!("<{name}>: CUTLASS/CuTe headers are not available to candidates");
+    }
+    if no_toolkit {
+        return format!(
+            "<{name}> is unavailable: no CUDA toolkit headers were found on this machine \
+             (`kiln doctor` shows where kiln looked; set [cuda] include_dirs); without them \
+             only kiln's stand-ins for the C/C++ headers are available"
+        );
+    }
+    if name.starts_with("crt/") {
+        return format!(
+            "<{name}> belongs to the CUDA toolkit but is missing from the headers found here: \
+             they lack crt/ (CUDA 13's pip wheels ship it separately, in nvidia-cuda-crt); \
+             `kiln doctor` shows which headers kiln uses"
+        );
+    }
+    format!(
+        "<{name}> is neither a CUDA toolkit header nor one of kiln's stand-ins for the host \
+         C/C++ headers (host-only headers are not available to device code)"
+    )
+}
+
+/// The first error lines of a failed compile's log, for its message.
+pub fn error_summary(log: &str) -> String {
+    let mut lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("error") || l.starts_with("kiln: "))
+        .take(MESSAGE_ERROR_LINES)
+        .collect();
+    if lines.is_empty() {
+        lines = log.lines().take(MESSAGE_ERROR_LINES).collect();
+    }
+    let mut s = lines.join("\n");
+    if s.len() > 2048 {
+        let mut cut = 2048;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_put_the_toolkit_and_its_cccl_folder_on_the_path() {
+        let dir = tempdir();
+        std::fs::create_dir_all(dir.join("cccl")).expect("cccl");
+        let opts = options(
+            "sm_90a",
+            &[dir.clone(), PathBuf::from("/nowhere")],
+            vec!["-DX".into()],
+        );
+        assert_eq!(
+            opts,
+            vec![
+                "--gpu-architecture=sm_90a".to_string(),
+                "-default-device".into(),
+                "--diag-suppress=47".into(),
+                "--pre-include=kiln_prelude.h".into(),
+                format!("-I{}", dir.display()),
+                format!("-I{}/cccl", dir.display()),
+                "-I/nowhere".into(),
+                "-DX".into(),
+            ]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn tempdir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "kiln-cxx-test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&d).expect("tempdir");
+        d
+    }
+
+    #[test]
+    fn refusals_come_before_nvrtc_is_needed() {
+        let kernels = vec!["k".to_string()];
+        let src = |s: &'static str| CandidateSource {
+            source: s,
+            arch: "sm_90",
+            flags: &[],
+            include_dirs: &[],
+            kernels: &kernels,
+        };
+        let err = compile_candidate(&src("#include <torch/extension.h>\n__global__ void k(){}"))
+            .expect_err("host code");
+        assert!(
+            err.to_string().contains("host code is not accepted"),
+            "{err}"
+        );
+        let err = compile_candidate(&src("#include \"/dev/zero\"\n")).expect_err("include");
+        assert!(err.to_string().contains("absolute"), "{err}");
+        let flags = vec!["-arch=sm_80".to_string()];
+        let err = compile_candidate(&CandidateSource {
+            flags: &flags,
+            ..src("__global__ void k(){}")
+        })
+        .expect_err("arch");
+        assert!(matches!(err, CompileError::Flag(_)), "{err}");
+    }
+
+    #[test]
+    fn hints_and_summaries_are_short_and_say_why() {
+        let log = "candidate.cu(1): catastrophic error: could not open source file \"cuda_fp16.h\" \
+                   (no directories in search list)\n1 catastrophic error detected";
+        let with = with_hints(log.to_string(), true);
+        assert!(with.contains("kiln: <cuda_fp16.h> is unavailable: no CUDA toolkit headers"));
+        let with = with_hints(log.to_string(), false);
+        assert!(with.contains("neither a CUDA toolkit header"));
+        assert!(header_hint("cutlass/gemm.h", false).contains("CUTLASS"));
+        assert!(header_hint("crt/mma.h", false).contains("nvidia-cuda-crt"));
+        let summary = error_summary(&with);
+        assert!(summary.starts_with("candidate.cu(1): catastrophic error"));
+        assert!(summary.contains("kiln: <cuda_fp16.h>"));
+        let long = "error: x\n".repeat(1000);
+        assert!(error_summary(&long).lines().count() <= MESSAGE_ERROR_LINES);
+    }
+}

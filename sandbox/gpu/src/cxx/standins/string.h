@@ -1,0 +1,3 @@
+// kiln stand-in for <string.h>: memcpy and memset are NVRTC built-ins in device code.
+#pragma once
+#include <stddef.h>

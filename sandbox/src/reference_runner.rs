@@ -1,0 +1,131 @@
+//! [`ReferenceRunner`]: the warm trusted runner of a problem's torch reference
+//! (`[reference.torch]`), one per lane, started on first use and kept.
+//!
+//! It is kiln's torch helper (`kiln_torch.py serve`, see [`crate::torch_helper`]) in a
+//! process of its own, outside the jail and out of reach of candidate code: candidates run
+//! in jailed workers (host: in runner processes stopped between runs), and the worker asks
+//! its caller — this side — for the reference's outputs only between candidate runs
+//! (`Response::Reference`, answered by `Request::ReferenceOutputs`). The module is built
+//! once per problem in the runner, then called with `torch.func.functional_call` on kiln's
+//! own input tensors (forward arguments, parameters and buffers), in float64 where every op
+//! supports it. The host backend's runner computes on the CPU; the cuda backend's runs on
+//! the lane's GPU ([`ReferenceRunner::gpu`]) in a CUDA context of its own (another
+//! process: candidate code in the worker's context cannot address its memory), and scrubs
+//! torch's caching allocator after every call. On both the tensors travel as bytes over
+//! the worker's pipes (the GPU worker downloads the inputs and uploads the answer into its
+//! output tensors): a host round trip per checked input set, not yet exported memory
+//! handles.
+
+use std::time::Duration;
+
+use kiln_types::{ProblemSpec, Role};
+use serde_json::json;
+
+use crate::torch_helper::{HelperProcess, TorchHelper};
+
+/// The warm reference runner of one lane.
+pub struct ReferenceRunner {
+    helper: TorchHelper,
+    device: &'static str,
+    /// `CUDA_VISIBLE_DEVICES` for the runner: `Some("")` hides every GPU (the CPU runner),
+    /// `Some(uuid)` shows the lane's GPU, `None` leaves the variable unset.
+    gpu: Option<String>,
+    process: Option<HelperProcess>,
+    started: u32,
+}
+
+/// What one reference call gave: the output tensors' bytes (problem order) and how they
+/// were computed (`float64`, or the declared dtypes and why).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReferenceOutputs {
+    /// Bytes of each output tensor, in the problem's order.
+    pub outputs: Vec<Vec<u8>>,
+    /// How the module computed.
+    pub precision: String,
+}
+
+impl ReferenceRunner {
+    /// A runner on the CPU (the host backend's lane); nothing starts until the first call.
+    pub fn cpu(helper: TorchHelper) -> ReferenceRunner {
+        ReferenceRunner {
+            helper,
+            device: "cpu",
+            gpu: Some(String::new()),
+            process: None,
+            started: 0,
+        }
+    }
+
+    /// A runner on a GPU lane: the GPU with `uuid` (`None`: the default GPU); nothing
+    /// starts until the first call.
+    pub fn gpu(helper: TorchHelper, uuid: Option<&str>) -> ReferenceRunner {
+        ReferenceRunner {
+            helper,
+            device: "cuda",
+            gpu: uuid.map(str::to_string),
+            process: None,
+            started: 0,
+        }
+    }
+
+    /// How many times the runner's process was started (1 while it stays warm).
+    pub fn starts(&self) -> u32 {
+        self.started
+    }
+
+    /// The reference's outputs on `inputs` (bytes of each input tensor, problem order).
+    /// `Err` is kiln's failure (no torch, the module failed), with the reason.
+    pub fn run(
+        &mut self,
+        problem: &ProblemSpec,
+        inputs: &[Vec<u8>],
+    ) -> Result<ReferenceOutputs, String> {
+        if problem.reference.torch.is_none() {
+            return Err(format!("problem {} has no torch reference", problem.name));
+        }
+        let timeout = self.helper.timeout;
+        let process = self.ensure(timeout)?;
+        let blobs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+        let body = json!({"cmd": "reference", "problem": problem});
+        let result = process.call(&body, &blobs, timeout);
+        if process.is_dead() {
+            self.process = None;
+        }
+        let (answer, outputs) = result.map_err(|e| format!("the torch reference: {e}"))?;
+        let want = problem
+            .tensors
+            .iter()
+            .filter(|t| t.role == Role::Output)
+            .map(|t| t.bytes() as usize)
+            .collect::<Vec<_>>();
+        let got: Vec<usize> = outputs.iter().map(Vec::len).collect();
+        if got != want {
+            return Err(format!(
+                "the torch reference answered outputs of {got:?} bytes; the problem's are {want:?}"
+            ));
+        }
+        Ok(ReferenceOutputs {
+            outputs,
+            precision: answer["precision"].as_str().unwrap_or("").to_string(),
+        })
+    }
+
+    fn ensure(&mut self, timeout: Duration) -> Result<&mut HelperProcess, String> {
+        if self.process.is_none() {
+            // The host lane's runner sees no GPU at all; a GPU lane's only its own.
+            let mut p = HelperProcess::start(&self.helper, self.gpu.as_deref())
+                .map_err(|e| e.to_string())?;
+            p.call(
+                &json!({"cmd": "hello", "device": self.device}),
+                &[],
+                timeout,
+            )
+            .map_err(|e| format!("the torch reference runner: {e}"))?;
+            self.started += 1;
+            self.process = Some(p);
+        }
+        self.process
+            .as_mut()
+            .ok_or_else(|| "the torch reference runner did not start".to_string())
+    }
+}

@@ -1,0 +1,325 @@
+//! The torch reference on the host backend: problems imported (as `kiln problems import
+//! kernelbench` does: the helper's describe, then `kiln_types::kernelbench::write`) from
+//! kiln's own KernelBench-format files in `problems/kernelbench-format/tiny`, judged
+//! against their PyTorch module, run by the lane's warm reference runner on kiln's own
+//! inputs (parameters included).
+//!
+//! Needs a python with torch: `KILN_PYTHON` (CI sets it), else `python3`; skipped with the
+//! reason when that python cannot import torch.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use kiln_sandbox::{ReferenceRunner, SandboxConfig, TorchHelper};
+use kiln_types::{Candidate, Evaluation, Language, ProblemSpec, Verdict};
+
+fn python() -> Option<PathBuf> {
+    let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = std::process::Command::new(&python)
+        .args(["-c", "import torch"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIP: {python} cannot import torch (set KILN_PYTHON to a python with torch)");
+        return None;
+    }
+    Some(PathBuf::from(python))
+}
+
+fn helper() -> Option<TorchHelper> {
+    Some(TorchHelper {
+        python: python()?,
+        script: Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kiln_torch.py"),
+        timeout: Duration::from_secs(120),
+    })
+}
+
+fn runner() -> Option<ReferenceRunner> {
+    Some(ReferenceRunner::cpu(helper()?))
+}
+
+/// The tiny fixtures imported once per test binary, under cargo's test scratch folder.
+fn imported() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("kernelbench-tiny-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../problems/kernelbench-format/tiny");
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&src)
+            .expect("fixtures")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "py"))
+            .collect();
+        files.sort();
+        let helper = helper().expect("a python with torch");
+        let described = kiln_sandbox::torch_helper::describe(&helper, &files, (256 << 20, 1 << 32))
+            .expect("described");
+        for d in &described {
+            if d.refused.is_none() {
+                kiln_types::kernelbench::write(&dir, d).expect("written");
+            }
+        }
+        dir
+    })
+}
+
+fn fixture(name: &str) -> ProblemSpec {
+    ProblemSpec::load_dir(&imported().join(name)).expect("fixture loads")
+}
+
+fn candidate(p: &ProblemSpec, source: &str, kernel: &str, args: &str) -> Candidate {
+    serde_json::from_value(serde_json::json!({
+        "problem": p.name,
+        "language": "c",
+        "source": source,
+        "launches": [{"kernel": kernel, "args": serde_json::from_str::<serde_json::Value>(args).expect("args")}],
+    }))
+    .expect("candidate")
+}
+
+fn evaluate(
+    cfg: &SandboxConfig,
+    p: &ProblemSpec,
+    c: &Candidate,
+    runner: &mut ReferenceRunner,
+) -> Evaluation {
+    assert_eq!(c.language, Language::C);
+    let out = kiln_sandbox::compile(cfg, p, c).expect("compile runs");
+    let art = out.artifact.expect("compiles");
+    let e = kiln_sandbox::evaluate_with(cfg, p, &[], c, &art, &common::plan(), Some(runner))
+        .expect("evaluate runs");
+    eprintln!("{}: {} ({}) {:?}", p.name, e.verdict, e.message, e.tier);
+    e
+}
+
+const SOFTMAX: &str = r#"
+#include <math.h>
+void softmax(const float *x, float *y, int rows, int cols) {
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + r * cols; float *yr = y + r * cols;
+        double m = -INFINITY, s = 0;
+        for (int c = 0; c < cols; c++) if (xr[c] > m) m = xr[c];
+        for (int c = 0; c < cols; c++) s += exp(xr[c] - m);
+        for (int c = 0; c < cols; c++) yr[c] = (float)(exp(xr[c] - m) / s);
+    }
+}
+"#;
+
+#[test]
+fn softmax_honest_naive_and_caching_candidates_against_the_module() {
+    let Some(mut runner) = runner() else {
+        return;
+    };
+    let (_d, cfg) = common::setup();
+    let p = fixture("kb-softmax-8x64");
+    let args = r#"["x", "out", {"i32": 8}, {"i32": 64}]"#;
+
+    let e = evaluate(
+        &cfg,
+        &p,
+        &candidate(&p, SOFTMAX, "softmax", args),
+        &mut runner,
+    );
+    assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+    assert_eq!(
+        e.tier,
+        Some(kiln_types::PrecisionTier::Fp32Faithful),
+        "{e:#?}"
+    );
+    assert!(
+        e.evidence
+            .notes
+            .iter()
+            .any(|n| n.contains("PyTorch module, computed in float64")),
+        "{:?}",
+        e.evidence.notes
+    );
+
+    let naive = SOFTMAX.replace("if (xr[c] > m) m = xr[c];", "m = 0;");
+    let e = evaluate(
+        &cfg,
+        &p,
+        &candidate(&p, &naive, "softmax", args),
+        &mut runner,
+    );
+    assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
+    assert!(
+        e.evidence
+            .deciding_trial
+            .as_deref()
+            .is_some_and(|t| t.contains("shifted")),
+        "no max subtraction fails the shifted trial: {e:#?}"
+    );
+
+    let caching = format!(
+        "{}\nstatic float kept[512]; static int have;\n\
+         void cached(const float *x, float *y, int rows, int cols) {{\n\
+           if (!have) {{ softmax(x, kept, rows, cols); have = 1; }}\n\
+           for (int i = 0; i < rows * cols; i++) y[i] = kept[i];\n\
+         }}\n",
+        SOFTMAX
+    );
+    let e = evaluate(
+        &cfg,
+        &p,
+        &candidate(&p, &caching, "cached", args),
+        &mut runner,
+    );
+    assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
+    assert_eq!(
+        e.evidence.deciding_trial.as_deref(),
+        Some("trial 2"),
+        "outputs cached from the first input set fail on the next: {e:#?}"
+    );
+    assert_eq!(
+        runner.starts(),
+        1,
+        "one warm runner served every evaluation"
+    );
+}
+
+#[test]
+fn parameters_are_inputs_the_candidate_must_use() {
+    let Some(mut runner) = runner() else {
+        return;
+    };
+    let (_d, cfg) = common::setup();
+    let p = fixture("kb-linear-relu-4x16x8");
+    let src = r#"
+void linear_relu(const float *x, const float *w, const float *b, float *y, int n, int k, int m) {
+    for (int i = 0; i < n; i++) for (int o = 0; o < m; o++) {
+        double s = b[o];
+        for (int j = 0; j < k; j++) s += (double)x[i * k + j] * w[o * k + j];
+        y[i * m + o] = s > 0 ? (float)s : 0.0f;
+    }
+}
+"#;
+    let args =
+        r#"["x", "linear_weight", "linear_bias", "out", {"i32": 4}, {"i32": 16}, {"i32": 8}]"#;
+    let e = evaluate(
+        &cfg,
+        &p,
+        &candidate(&p, src, "linear_relu", args),
+        &mut runner,
+    );
+    assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+    let no_bias = src.replace("double s = b[o];", "double s = 0;");
+    let e = evaluate(
+        &cfg,
+        &p,
+        &candidate(&p, &no_bias, "linear_relu", args),
+        &mut runner,
+    );
+    assert_eq!(
+        e.verdict,
+        Verdict::WrongAnswer,
+        "the bias is drawn per trial: {e:#?}"
+    );
+}
+
+#[test]
+fn layernorm_affine_terms_are_drawn_so_ignoring_them_fails() {
+    let Some(mut runner) = runner() else {
+        return;
+    };
+    let (_d, cfg) = common::setup();
+    let p = fixture("kb-layernorm-4x8x16");
+    let src = r#"
+#include <math.h>
+void ln(const float *x, const float *w, const float *b, float *y, int n, int d) {
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + i * d; double m = 0, v = 0;
+        for (int j = 0; j < d; j++) m += xi[j];
+        m /= d;
+        for (int j = 0; j < d; j++) v += (xi[j] - m) * (xi[j] - m);
+        v /= d;
+        for (int j = 0; j < d; j++) y[i * d + j] = (float)((xi[j] - m) / sqrt(v + 1e-5) * w[j] + b[j]);
+    }
+}
+"#;
+    let args = r#"["x", "ln_weight", "ln_bias", "out", {"i32": 4}, {"i32": 128}]"#;
+    let e = evaluate(&cfg, &p, &candidate(&p, src, "ln", args), &mut runner);
+    assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+    let plain = src.replace("* w[j] + b[j]", "");
+    let e = evaluate(&cfg, &p, &candidate(&p, &plain, "ln", args), &mut runner);
+    assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
+}
+
+#[test]
+fn integer_and_bool_inputs_keep_their_dtype_and_range() {
+    let Some(mut runner) = runner() else {
+        return;
+    };
+    let (_d, cfg) = common::setup();
+    let p = fixture("kb-cross-entropy-16x10");
+    let targets = p.tensor("targets").expect("targets");
+    assert_eq!(targets.dtype, kiln_types::Dtype::I64);
+    assert_eq!(targets.init, kiln_types::Init::Randint { low: 0, high: 10 });
+    let src = r#"
+#include <math.h>
+void ce(const float *p, const long long *t, float *out, int n, int c) {
+    double total = 0;
+    for (int i = 0; i < n; i++) {
+        const float *r = p + i * c; double m = -INFINITY, s = 0;
+        for (int j = 0; j < c; j++) if (r[j] > m) m = r[j];
+        for (int j = 0; j < c; j++) s += exp(r[j] - m);
+        total += m + log(s) - r[t[i]];
+    }
+    out[0] = (float)(total / n);
+}
+"#;
+    let args = r#"["predictions", "targets", "out", {"i32": 16}, {"i32": 10}]"#;
+    let e = evaluate(&cfg, &p, &candidate(&p, src, "ce", args), &mut runner);
+    assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+
+    let p = fixture("kb-masked-cumsum-4x32");
+    assert_eq!(
+        p.reference.torch.as_ref().map(|t| t.bool_tensors.clone()),
+        Some(vec!["mask".to_string()])
+    );
+    let src = r#"
+void mcs(const float *x, const unsigned char *mask, float *y, int n, int d) {
+    for (int i = 0; i < n; i++) {
+        float acc = 0;
+        for (int j = 0; j < d; j++) { acc += mask[i * d + j] ? x[i * d + j] : 0.0f; y[i * d + j] = acc; }
+    }
+}
+"#;
+    let args = r#"["x", "mask", "out", {"i32": 4}, {"i32": 32}]"#;
+    let e = evaluate(&cfg, &p, &candidate(&p, src, "mcs", args), &mut runner);
+    assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+    let unmasked = src.replace("mask[i * d + j] ? x[i * d + j] : 0.0f", "x[i * d + j]");
+    let e = evaluate(
+        &cfg,
+        &p,
+        &candidate(&p, &unmasked, "mcs", args),
+        &mut runner,
+    );
+    assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
+}
+
+#[test]
+fn without_a_runner_a_torch_problem_is_kilns_failure_not_a_verdict() {
+    if python().is_none() {
+        return;
+    }
+    let (_d, cfg) = common::setup();
+    let p = fixture("kb-softmax-8x64");
+    let c = candidate(
+        &p,
+        SOFTMAX,
+        "softmax",
+        r#"["x", "out", {"i32": 8}, {"i32": 64}]"#,
+    );
+    let art = kiln_sandbox::compile(&cfg, &p, &c)
+        .expect("compile runs")
+        .artifact
+        .expect("compiles");
+    let err = kiln_sandbox::evaluate(&cfg, &p, &[], &c, &art, &common::plan())
+        .expect_err("no runner: an infrastructure error");
+    assert!(err.to_string().contains("torch reference"), "{err}");
+}

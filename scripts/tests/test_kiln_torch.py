@@ -1,0 +1,167 @@
+"""Tests of scripts/kiln_torch.py that need no torch and no GPU (stdlib only)."""
+
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+import unittest
+from unittest import mock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "kiln_torch.py")
+spec = importlib.util.spec_from_file_location("kiln_torch", SCRIPT)
+helper = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(helper)
+
+
+def problem(table, dtype="f32"):
+    return {
+        "name": "p",
+        "tensor": [
+            {"name": "x", "dtype": dtype, "shape": [4, 8], "role": "input", "init": {"dist": "normal", "mean": 0.0, "std": 1.0}},
+            {"name": "y", "dtype": dtype, "shape": [4, 8], "role": "output"},
+        ],
+        "tolerance": {"atol": 1e-5, "rtol": 1e-5},
+        "baseline": {"torch": table},
+    }
+
+
+class ParseOp(unittest.TestCase):
+    def test_known_op_with_tensors(self):
+        op, p = helper.parse_op(problem({"op": "softmax", "x": "x", "y": "y"}))
+        self.assertEqual((op, p), ("softmax", {"x": "x", "y": "y"}))
+
+    def test_code_is_never_an_op(self):
+        for bad in ["__import__('os').system('id')", "eval", None, 3]:
+            with self.assertRaises(helper.Refused):
+                helper.parse_op(problem({"op": bad, "x": "x", "y": "y"}))
+
+    def test_unknown_keys_tensors_and_types_are_refused(self):
+        cases = [
+            {"op": "softmax", "x": "x", "y": "y", "dim": 0},
+            {"op": "softmax", "x": "nope", "y": "y"},
+            {"op": "softmax", "x": "x"},
+            {"op": "layer_norm", "x": "x", "y": "y", "dims": "1", "eps": 1e-5},
+            {"op": "layer_norm", "x": "x", "y": "y", "dims": True, "eps": 1e-5},
+            {"op": "conv2d", "x": "x", "w": "x", "y": "y", "stride": 1, "maxpool": {"kernel": 3}},
+        ]
+        for table in cases:
+            with self.assertRaises(helper.Refused, msg=str(table)):
+                helper.parse_op(problem(table))
+
+    def test_int_eps_is_a_float_and_missing_table_refused(self):
+        _, p = helper.parse_op(problem({"op": "layer_norm", "x": "x", "y": "y", "dims": 1, "eps": 1}))
+        self.assertIsInstance(p["eps"], float)
+        with self.assertRaises(helper.Refused):
+            helper.parse_op({"tensor": []})
+
+    def test_integer_tensors_refused(self):
+        with self.assertRaises(helper.Refused):
+            helper.parse_op(problem({"op": "softmax", "x": "x", "y": "y"}, dtype="i32"))
+
+
+class Variants(unittest.TestCase):
+    def test_conv_default_is_tf32_and_strict_is_added(self):
+        self.assertEqual(helper.variants("conv2d", "f32"), [("tf32", True), ("fp32", False)])
+        self.assertEqual(helper.variants("matmul", "f32"), [("fp32", False)])
+        self.assertEqual(helper.variants("sdpa", "f16"), [("fp16", False)])
+
+
+class Framing(unittest.TestCase):
+    def test_messages_round_trip_with_blobs(self):
+        buf = io.BytesIO()
+        helper.write_message(buf, {"cmd": "x", "n": 3}, [b"abc", b""])
+        buf.seek(0)
+        self.assertEqual(helper.read_message(buf), ({"cmd": "x", "n": 3}, [b"abc", b""]))
+
+    def test_a_blob_longer_than_a_frame_spans_frames(self):
+        # MAX_FRAME made 4 bytes: a 10-byte blob is 3 frames, as kiln's protocol.rs writes it.
+        with mock.patch.object(helper, "MAX_FRAME", 4):
+            buf = io.BytesIO()
+            helper.write_message(buf, {"cmd": "x"}, [b"ab", b"0123456789", b""])
+            buf.seek(0)
+            (n,) = helper.struct.unpack("<I", buf.read(4))
+            env = json.loads(buf.read(n))
+            self.assertEqual(env["frames"], [1, 3, 1])
+            sizes = []
+            while True:
+                head = buf.read(4)
+                if not head:
+                    break
+                (k,) = helper.struct.unpack("<I", head)
+                sizes.append(k)
+                buf.read(k)
+            self.assertEqual(sizes, [2, 4, 4, 2, 0])
+        buf.seek(0)
+        self.assertEqual(helper.read_message(buf), ({"cmd": "x"}, [b"ab", b"0123456789", b""]))
+
+    def test_bad_frame_counts_are_refused(self):
+        for frames in ([1], [1, 0], [1, helper.MAX_FRAMES_PER_BLOB + 1]):
+            head = json.dumps({"blobs": 2, "frames": frames, "body": {}}).encode()
+            buf = io.BytesIO(helper.struct.pack("<I", len(head)) + head)
+            with self.assertRaises(ValueError):
+                helper.read_message(buf)
+
+    def test_a_lying_length_is_refused(self):
+        buf = io.BytesIO(b"\xff\xff\xff\xff")
+        with self.assertRaises(ValueError):
+            helper.read_frame(buf)
+
+
+class Serve(unittest.TestCase):
+    def converse(self, *requests, python=sys.executable, blobs=None):
+        """Runs `serve` in a subprocess with the given requests; returns the answers."""
+        stdin = io.BytesIO()
+        for i, r in enumerate(requests):
+            helper.write_message(stdin, r, (blobs or {}).get(i, ()))
+        env = dict(os.environ, PYTHONPATH="")
+        out = subprocess.run([python, SCRIPT, "serve"], input=stdin.getvalue(), capture_output=True,
+                             env=env, timeout=300, check=True).stdout
+        buf, answers = io.BytesIO(out), []
+        for _ in requests:
+            answers.append(helper.read_message(buf)[0])
+        return answers
+
+    def test_refusals_are_answers_not_crashes(self):
+        answers = self.converse({"cmd": "run"}, {"cmd": "nope"}, {"cmd": "sample", "flush_bytes": 1})
+        self.assertEqual(len(answers), 3, "the helper kept serving after each refusal")
+        for a in answers:
+            self.assertIn("error", a)
+
+    @unittest.skipUnless(os.environ.get("KILN_PYTHON"), "KILN_PYTHON (a python with torch) is not set")
+    def test_the_module_as_baseline_and_as_reference_on_the_cpu(self):
+        src = os.path.join(HERE, "..", "..", "problems", "kernelbench-format", "tiny", "linear_relu_4x16x8.py")
+        out = subprocess.run([os.environ["KILN_PYTHON"], SCRIPT, "describe", src], capture_output=True,
+                             timeout=300, check=True).stdout
+        d = json.loads(out)
+        self.assertEqual([t["name"] for t in d["tensors"]], ["x", "linear_weight", "linear_bias", "out"])
+        with open(src, encoding="utf-8") as f:
+            source = f.read()
+        ref = {k: d[k] for k in ("forward", "state", "outputs", "init_inputs", "bool_tensors")}
+        spec = {"name": "t", "tensor": d["tensors"], "tolerance": {"atol": 1e-4, "rtol": 1e-4},
+                "reference": {"torch": dict(ref, source=source)}, "baseline": {"torch": {"op": "module"}}}
+        x = bytes(4 * 16 * 4)  # zeros: out = relu(bias)
+        w = bytes(8 * 16 * 4)
+        b = b"".join(__import__("struct").pack("<f", v) for v in (-1, 2, -3, 4, -5, 6, -7, 8))
+        answers = self.converse(
+            {"cmd": "hello", "device": "cpu"},
+            {"cmd": "baseline", "kind": "torch-eager", "problem": spec, "seed": 3},
+            {"cmd": "check", "variant": 0},
+            {"cmd": "reference", "problem": spec},
+            python=os.environ["KILN_PYTHON"], blobs={3: (x, w, b)})
+        self.assertEqual(answers[1]["variants"][0]["precision"], "fp32")
+        self.assertEqual(answers[2]["mismatches"], 0)
+        self.assertLess(answers[2]["rel_l2"], 1e-6)
+        self.assertEqual(answers[3]["precision"], "float64")
+
+    def test_without_torch_hello_says_so(self):
+        with mock.patch.dict(sys.modules, {"torch": None}):
+            with self.assertRaises(helper.Refused) as e:
+                helper.Server().hello({"device": "cuda"})
+        self.assertIn("torch", str(e.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
