@@ -265,10 +265,11 @@ async fn run_cache_case(name: &str) {
         plain["verdict"],
         median_of(&plain)
     );
-    // The cache works where inputs repeat (a hit can be too quick to time at all)...
+    // The cache works where inputs repeat (a hit can be too quick to time at all, or
+    // faster than the problem's roofline floor allows)...
     let fast = match plain["verdict"].as_str() {
         Some("ok") => median_of(&plain) < HONEST_FRACTION * honest_us,
-        Some("unmeasurable_time") => true,
+        Some("unmeasurable_time" | "implausible_time") => true,
         _ => panic!("{name}: plain: {plain}"),
     };
     assert!(
