@@ -30,16 +30,7 @@ fn kiln(d: &Daemon, args: &[&str]) -> Value {
 fn daemon_with_problem(name: &str) -> Daemon {
     let d = Daemon::start("");
     let dir = write_double_problem(d.dir.path(), name);
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .env("KILN_SOCKET", &d.socket)
-        .args(["problems", "add", dir.to_str().expect("utf8")])
-        .output()
-        .expect("run kiln");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    kiln(&d, &["problems", "add", dir.to_str().expect("utf8")]);
     d
 }
 
@@ -166,16 +157,7 @@ fn stability_smoke_reports_cv_of_contract_and_plain() {
     // timer's overhead (the tiny problem's would be `unmeasurable_time`): LayerNorm.
     let d = Daemon::start("");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../problems/layernorm-128x4096");
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .env("KILN_SOCKET", &d.socket)
-        .args(["problems", "add", dir.to_str().expect("utf8")])
-        .output()
-        .expect("run kiln");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    kiln(&d, &["problems", "add", dir.to_str().expect("utf8")]);
     let r = kiln(
         &d,
         &[

@@ -337,7 +337,9 @@ fn torch_gpu_scan_finds_no_reference_results() {
         scans.len() == 6,
         "a scan in both runs of each of the three trials: {printed}"
     );
-    for s in &scans {
+    // Runs 5 and 6 are the shifted trial (mean 1000): its inputs are not the plausible
+    // values the classifier looks for, so only the first two trials prove it can find any.
+    for (run, s) in scans.iter().enumerate() {
         let [
             y_not_poison,
             y_plausible,
@@ -354,7 +356,7 @@ fn torch_gpu_scan_finds_no_reference_results() {
             "{printed}"
         );
         assert!(
-            x_plausible > 4096 * 65536 / 5,
+            run >= 4 || x_plausible > 4096 * 65536 / 5,
             "the classifier finds the input's words: {printed}"
         );
     }
