@@ -115,8 +115,18 @@ fi
 # with its twin problem (GPU_TEST_FILTER=torch_twins runs only those).
 if [ -x "$bundle/kiln" ] && [ -d "$bundle/problems/kernelbench-format/seed" ]; then
     section "import: the seed's problems in KernelBench format"
-    "$bundle/kiln" problems import kernelbench "$bundle/problems/kernelbench-format/seed" \
-        --out "$bundle/problems" --python "${KILN_PYTHON:-python3}" --helper "$bundle/kiln_torch.py" || status=1
+    # Each with its twin's tolerance, so that a verdict differs only if the reference does:
+    # the seed's 1e-2 (its harness's), softmax's tighter one (a zero passes 1e-2 there).
+    # KernelBench's own 1e-4 fails honest fp32 kernels on near-zero outputs of a 4096-deep
+    # reduction (problems/README.md).
+    seed="$bundle/problems/kernelbench-format/seed"
+    import_seed() {
+        "$bundle/kiln" problems import kernelbench "$@" --out "$bundle/problems" \
+            --python "${KILN_PYTHON:-python3}" --helper "$bundle/kiln_torch.py" || status=1
+    }
+    import_seed "$seed/matmul_fp32_4096.py" "$seed/conv2d_3to96_k11s4p2.py" \
+        "$seed/conv2d_relu_maxpool.py" "$seed/layernorm_16x64x256x256.py" --atol 1e-2 --rtol 1e-2
+    import_seed "$seed/softmax_4096x65536.py" --atol 1e-9 --rtol 1e-4
 fi
 
 if want tests && [ -d "$bundle/gpu-tests" ]; then

@@ -30,7 +30,7 @@ Requests ("cmd"):
 
 And, for `kiln problems import kernelbench`, without serving:
 
-    python3 kiln_torch.py describe FILE.py [--run-limit-bytes N]
+    python3 kiln_torch.py describe FILE.py [--run-limit-bytes N] [--run-limit-flops N] [--atol X] [--rtol X]
 
 prints one JSON object: the tensors (names, shapes, dtypes, distributions) found by running
 get_inputs() and the module on the meta device, the parameters and buffers, the outputs,
@@ -850,7 +850,7 @@ def tensor_desc(torch, name, t, dist, role):
     return d
 
 
-def describe(path, run_limit_bytes, run_limit_flops=4 * 10**9):
+def describe(path, run_limit_bytes, run_limit_flops=4 * 10**9, tol=(1e-4, 1e-4)):
     import inspect
 
     import torch
@@ -960,7 +960,7 @@ def describe(path, run_limit_bytes, run_limit_flops=4 * 10**9):
         "output_note": "",
     }
     if nbytes <= run_limit_bytes and result["flops"] <= run_limit_flops:
-        result.update(output_magnitude(torch, ns, init_json, tensors, forward, state, bools, outputs))
+        result.update(output_magnitude(torch, ns, init_json, tensors, forward, state, bools, outputs, tol))
     else:
         result["output_note"] = (f"not run here ({nbytes} bytes of tensors, {result['flops']} flops; the limits are "
                                  f"{run_limit_bytes} bytes and {run_limit_flops} flops: --run-limit-bytes, "
@@ -968,7 +968,7 @@ def describe(path, run_limit_bytes, run_limit_flops=4 * 10**9):
     return result
 
 
-def output_magnitude(torch, ns, init_json, tensors, forward, state, bools, outputs):
+def output_magnitude(torch, ns, init_json, tensors, forward, state, bools, outputs, tol):
     """Runs the module once on the CPU, on inputs drawn as kiln would, for the outputs' size."""
     spec = {"name": "import", "tensor": tensors,
             "reference": {"torch": {"source": "", "forward": forward, "state": state, "outputs": outputs,
@@ -984,14 +984,17 @@ def output_magnitude(torch, ns, init_json, tensors, forward, state, bools, outpu
     mod.model64, mod.precision, mod.fallback, mod.bools = None, "declared", None, set(bools)
     outs, _ = mod.forward(inputs, False)
     m = max(float(o.abs().max()) if o.numel() else 0.0 for o in outs)
-    # Outputs small enough that a zero passes KernelBench's fp32 tolerance (1e-4, 1e-4).
-    small = sum(int((o.abs() <= 1e-4 / (1 - 1e-4)).sum()) for o in outs)
+    # Outputs small enough that a zero passes the tolerance the problem gets (atol, rtol):
+    # |0 - w| <= atol + rtol * |w| when |w| <= atol / (1 - rtol).
+    atol, rtol = tol
+    bound = atol / (1 - rtol) if rtol < 1 else float("inf")
+    small = sum(int((o.abs() <= bound).sum()) for o in outs)
     total = sum(o.numel() for o in outs) or 1
     return {"output_max_abs": m, "zero_passes": small / total, "output_note": "one CPU run on kiln-drawn inputs"}
 
 
 def describe_main(argv):
-    limit, flops = 256 << 20, 4 * 10**9
+    limit, flops, atol, rtol = 256 << 20, 4 * 10**9, 1e-4, 1e-4
     files = []
     it = iter(argv)
     for a in it:
@@ -999,12 +1002,16 @@ def describe_main(argv):
             limit = int(next(it))
         elif a == "--run-limit-flops":
             flops = int(next(it))
+        elif a == "--atol":
+            atol = float(next(it))
+        elif a == "--rtol":
+            rtol = float(next(it))
         else:
             files.append(a)
     sys.stdout, out = sys.stderr, sys.stdout
     for path in files:
         try:
-            r = describe(path, limit, flops)
+            r = describe(path, limit, flops, (atol, rtol))
         except Refused as e:
             r = {"refused": str(e)}
         except Exception as e:  # noqa: BLE001 - the reason is the answer

@@ -6,7 +6,7 @@
 //! reason when that python cannot import torch.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use kiln_types::{Dtype, Init, ProblemSpec, Role};
 use serde_json::Value;
@@ -28,17 +28,23 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Runs the import with JSON output; returns it.
-fn import(python: &str, paths: &[PathBuf], out: &Path) -> Value {
-    let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
+/// The import with JSON output and `extra` arguments.
+fn import_command(python: &str, paths: &[PathBuf], out: &Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
         .args(["-o", "json", "problems", "import", "kernelbench"])
         .args(paths)
         .arg("--out")
         .arg(out)
         .args(["--python", python, "--helper"])
         .arg(repo().join("scripts/kiln_torch.py"))
+        .args(extra)
         .output()
-        .expect("kiln runs");
+        .expect("kiln runs")
+}
+
+/// Runs the import with JSON output; returns it.
+fn import(python: &str, paths: &[PathBuf], out: &Path) -> Value {
+    let o = import_command(python, paths, out, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&o.stdout).expect("json")
 }
@@ -165,4 +171,32 @@ fn kilns_own_fixtures_import_and_dropout_is_refused() {
         }),
         "a constant initialiser (ones) drawn around its value"
     );
+}
+
+#[test]
+fn a_chosen_tolerance_is_written_and_a_bad_one_refused() {
+    let Some(python) = python() else {
+        return;
+    };
+    let out = tempfile::tempdir().expect("tmp");
+    let file = repo().join("problems/kernelbench-format/tiny/softmax_8x64.py");
+    let o = import_command(
+        &python,
+        std::slice::from_ref(&file),
+        out.path(),
+        &["--atol", "1e-2", "--rtol", "2e-3"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    let name = names(&v, "imported", "name");
+    assert_eq!(name.len(), 1, "{v}");
+    let spec = ProblemSpec::load_dir(&out.path().join(&name[0])).expect("loads");
+    assert_eq!((spec.tolerance.atol, spec.tolerance.rtol), (1e-2, 2e-3));
+    // Nothing is written for a tolerance that judges nothing.
+    let out = tempfile::tempdir().expect("tmp");
+    let o = import_command(&python, &[file], out.path(), &["--rtol", "1.5"]);
+    assert!(!o.status.success(), "rtol 1.5 taken");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("rtol < 1"), "{err}");
+    assert_eq!(std::fs::read_dir(out.path()).expect("dir").count(), 0);
 }

@@ -261,11 +261,13 @@ impl Drop for HelperProcess {
 
 /// Runs the helper's `describe` on KernelBench-format `files` (their Python runs, as the
 /// caller: trusted problem code) and parses one description per file. `run_limits`:
-/// (bytes, flops) under which a module is also run once on the CPU.
+/// (bytes, flops) under which a module is also run once on the CPU; `tol`: the tolerance
+/// the problems will get (the helper says how many outputs a zero would pass under it).
 pub fn describe(
     helper: &TorchHelper,
     files: &[PathBuf],
     run_limits: (u64, u64),
+    tol: kiln_types::Tolerance,
 ) -> Result<Vec<kiln_types::kernelbench::Description>, HelperError> {
     let out = Command::new(&helper.python)
         .arg(&helper.script)
@@ -274,6 +276,10 @@ pub fn describe(
         .arg(run_limits.0.to_string())
         .arg("--run-limit-flops")
         .arg(run_limits.1.to_string())
+        .arg("--atol")
+        .arg(tol.atol.to_string())
+        .arg("--rtol")
+        .arg(tol.rtol.to_string())
         .args(files)
         .output()
         .map_err(|source| HelperError::Start {

@@ -56,11 +56,21 @@ fn imported() -> &'static Path {
             .collect();
         files.sort();
         let helper = helper().expect("a python with torch");
-        let described = kiln_sandbox::torch_helper::describe(&helper, &files, (256 << 20, 1 << 32))
-            .expect("described");
+        let described = kiln_sandbox::torch_helper::describe(
+            &helper,
+            &files,
+            (256 << 20, 1 << 32),
+            kiln_types::kernelbench::KERNELBENCH_TOLERANCE,
+        )
+        .expect("described");
         for d in &described {
             if d.refused.is_none() {
-                kiln_types::kernelbench::write(&dir, d).expect("written");
+                kiln_types::kernelbench::write(
+                    &dir,
+                    d,
+                    kiln_types::kernelbench::KERNELBENCH_TOLERANCE,
+                )
+                .expect("written");
             }
         }
         dir

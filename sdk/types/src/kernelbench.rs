@@ -7,9 +7,9 @@
 //! tensors (forward arguments, then parameters and buffers, then outputs, the order a launch
 //! plan names them), their dtypes and the distributions they are drawn from, the flops
 //! (torch's flop counter), or why the file cannot be taken. This module turns a description
-//! into `problem.toml` + `reference.py` ([`write`]): the torch reference, KernelBench's fp32
-//! tolerance (with a warning when it would accept an all-zero output), the roofline figures
-//! and `[baseline.torch] op = "module"`.
+//! into `problem.toml` + `reference.py` ([`write`]): the torch reference, a tolerance
+//! (KernelBench's fp32 one unless the importer is given another; with a warning when it
+//! would accept an all-zero output), the roofline figures and `[baseline.torch] op = "module"`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::ProblemSpec;
+use crate::{ProblemSpec, Tolerance};
 
 /// Why a description could not be written as a problem.
 #[derive(Debug, Error)]
@@ -54,6 +54,12 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ImportError + '_ {
 
 /// KernelBench's fp32 tolerance (`get_tolerance_for_precision`: atol = rtol = 1e-4).
 pub const KERNELBENCH_FP32_TOL: f64 = 1e-4;
+
+/// The tolerance an import writes unless told otherwise: KernelBench's fp32 one.
+pub const KERNELBENCH_TOLERANCE: Tolerance = Tolerance {
+    atol: KERNELBENCH_FP32_TOL,
+    rtol: KERNELBENCH_FP32_TOL,
+};
 
 /// What `kiln_torch.py describe` says of one file.
 #[derive(Debug, Deserialize)]
@@ -162,9 +168,16 @@ fn toml_init(init: &serde_json::Value) -> Result<String> {
     Ok(format!("{{ {} }}", parts.join(", ")))
 }
 
-/// `problem.toml` for a description (the reference file is `reference.py`), and the
-/// warnings to show.
-pub fn problem_toml(name: &str, d: &Description) -> Result<(String, Vec<String>)> {
+/// `problem.toml` for a description (the reference file is `reference.py`) under the
+/// tolerance `tol`, and the warnings to show.
+pub fn problem_toml(name: &str, d: &Description, tol: Tolerance) -> Result<(String, Vec<String>)> {
+    if !(tol.atol >= 0.0 && tol.rtol >= 0.0 && tol.atol.is_finite() && tol.rtol < 1.0) {
+        return Err(ImportError::Description(format!(
+            "the tolerance atol = {}, rtol = {} is not one to judge by (atol >= 0 and finite, \
+             0 <= rtol < 1)",
+            tol.atol, tol.rtol
+        )));
+    }
     let mut warnings = Vec::new();
     let mut t = String::new();
     let file = Path::new(&d.file)
@@ -218,13 +231,21 @@ pub fn problem_toml(name: &str, d: &Description) -> Result<(String, Vec<String>)
             }
         }
     }
-    let tol = KERNELBENCH_FP32_TOL;
-    t.push_str(
-        "\n# KernelBench's fp32 tolerance (atol = rtol = 1e-4); kiln's own relative L2 check\n\
-         # (the precision tier) is reported beside the verdict.\n",
-    );
+    if tol == KERNELBENCH_TOLERANCE {
+        t.push_str(
+            "\n# KernelBench's fp32 tolerance (atol = rtol = 1e-4); kiln's own relative L2 check\n\
+             # (the precision tier) is reported beside the verdict.\n",
+        );
+    } else {
+        t.push_str(
+            "\n# The tolerance given to the import (KernelBench's fp32 one is atol = rtol = 1e-4);\n\
+             # kiln's own relative L2 check (the precision tier) is reported beside the verdict.\n",
+        );
+    }
+    // A zero output passes an element w when |w| <= atol / (1 - rtol).
+    let zero_bound = tol.atol / (1.0 - tol.rtol);
     match d.output_max_abs {
-        Some(m) if m <= tol / (1.0 - tol) => {
+        Some(m) if m <= zero_bound => {
             let w = format!(
                 "the tolerance accepts an all-zero output: every output is at most {m:.3e} in \
                  magnitude ({}); tighten atol before trusting verdicts",
@@ -241,7 +262,7 @@ pub fn problem_toml(name: &str, d: &Description) -> Result<(String, Vec<String>)
             if let Some(f) = d.zero_passes.filter(|f| *f > 0.5) {
                 let w = format!(
                     "a zero passes the tolerance for {:.0} % of the outputs (those at most \
-                     1e-4 in magnitude): consider a smaller atol",
+                     {zero_bound:.1e} in magnitude): consider a smaller atol",
                     f * 100.0
                 );
                 t.push_str(&format!("# WARNING: {w}\n"));
@@ -253,7 +274,10 @@ pub fn problem_toml(name: &str, d: &Description) -> Result<(String, Vec<String>)
             d.output_note
         )),
     }
-    t.push_str(&format!("[tolerance]\natol = {tol:e}\nrtol = {tol:e}\n"));
+    t.push_str(&format!(
+        "[tolerance]\natol = {:e}\nrtol = {:e}\n",
+        tol.atol, tol.rtol
+    ));
     t.push_str(&format!(
         "\n# Bytes of every tensor once; flops from torch's flop counter (matmul, conv, attention).\n\
          [roofline]\nmin_bytes = {}\nflops = {}\n",
@@ -279,10 +303,11 @@ pub fn problem_toml(name: &str, d: &Description) -> Result<(String, Vec<String>)
     Ok((t, warnings))
 }
 
-/// Writes the problem folder for `d` under `out` and reads it back (validated).
-pub fn write(out: &Path, d: &Description) -> Result<Imported> {
+/// Writes the problem folder for `d` under `out`, judged by `tol`
+/// ([`KERNELBENCH_TOLERANCE`] unless the user chose another), and reads it back (validated).
+pub fn write(out: &Path, d: &Description, tol: Tolerance) -> Result<Imported> {
     let name = problem_name(Path::new(&d.file));
-    let (text, warnings) = problem_toml(&name, d)?;
+    let (text, warnings) = problem_toml(&name, d, tol)?;
     let dir = out.join(&name);
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     std::fs::copy(&d.file, dir.join("reference.py")).map_err(io(Path::new(&d.file)))?;
@@ -336,7 +361,8 @@ mod tests {
     #[test]
     fn a_description_becomes_a_valid_problem() {
         let d = softmax();
-        let (text, warnings) = problem_toml("kb-l1-23-softmax", &d).expect("toml");
+        let (text, warnings) =
+            problem_toml("kb-l1-23-softmax", &d, KERNELBENCH_TOLERANCE).expect("toml");
         let spec = ProblemSpec::from_toml(&text).expect("parses");
         spec.validate().expect("valid");
         let torch = spec.reference.torch.as_ref().expect("torch reference");
@@ -364,11 +390,50 @@ mod tests {
     fn a_tolerance_that_accepts_zeros_is_warned_about() {
         let mut d = softmax();
         d.output_max_abs = Some(5e-5);
-        let (text, warnings) = problem_toml("p", &d).expect("toml");
+        let (text, warnings) = problem_toml("p", &d, KERNELBENCH_TOLERANCE).expect("toml");
         assert!(text.contains("# WARNING: the tolerance accepts an all-zero output"));
         assert!(warnings.iter().any(|w| w.contains("all-zero")));
         d.output_max_abs = None;
-        let (text, _) = problem_toml("p", &d).expect("toml");
+        let (text, _) = problem_toml("p", &d, KERNELBENCH_TOLERANCE).expect("toml");
         assert!(text.contains("Not checked"));
+    }
+
+    #[test]
+    fn a_chosen_tolerance_is_written_and_judges_the_zero_check() {
+        let mut d = softmax();
+        let loose = Tolerance {
+            atol: 1e-2,
+            rtol: 1e-2,
+        };
+        // Outputs up to 5e-3: a zero fails 1e-4 but passes 1e-2.
+        d.output_max_abs = Some(5e-3);
+        let (text, warnings) = problem_toml("p", &d, KERNELBENCH_TOLERANCE).expect("toml");
+        assert!(
+            !warnings.iter().any(|w| w.contains("all-zero")),
+            "{warnings:?}"
+        );
+        assert!(text.contains("KernelBench's fp32 tolerance"));
+        let (text, warnings) = problem_toml("p", &d, loose).expect("toml");
+        assert!(
+            warnings.iter().any(|w| w.contains("all-zero")),
+            "{warnings:?}"
+        );
+        let spec = ProblemSpec::from_toml(&text).expect("parses");
+        assert_eq!(spec.tolerance, loose);
+        for bad in [
+            (-1.0, 0.0),
+            (f64::NAN, 0.0),
+            (0.0, 1.0),
+            (f64::INFINITY, 0.0),
+        ] {
+            let tol = Tolerance {
+                atol: bad.0,
+                rtol: bad.1,
+            };
+            assert!(
+                matches!(problem_toml("p", &d, tol), Err(ImportError::Description(_))),
+                "{bad:?} refused"
+            );
+        }
     }
 }

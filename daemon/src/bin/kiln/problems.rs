@@ -73,6 +73,14 @@ pub enum ImportCmd {
         /// ... and at most this many flops.
         #[arg(long, default_value_t = 4_000_000_000)]
         run_limit_flops: u64,
+        /// The problems' absolute tolerance (default: KernelBench's fp32 1e-4). An honest
+        /// fp32 kernel with long reductions (a 4096-deep matmul) misses 1e-4 on outputs
+        /// near zero; see problems/README.md.
+        #[arg(long, default_value_t = kiln_types::kernelbench::KERNELBENCH_FP32_TOL)]
+        atol: f64,
+        /// The problems' relative tolerance (default: KernelBench's fp32 1e-4).
+        #[arg(long, default_value_t = kiln_types::kernelbench::KERNELBENCH_FP32_TOL)]
+        rtol: f64,
     },
 }
 
@@ -126,9 +134,12 @@ pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::
             helper,
             run_limit_bytes,
             run_limit_flops,
+            atol,
+            rtol,
         }) => {
             let limits = (run_limit_bytes, run_limit_flops);
-            return import_kernelbench(out, &paths, &dir, &python, helper, limits);
+            let tol = kiln_types::Tolerance { atol, rtol };
+            return import_kernelbench(out, &paths, &dir, &python, helper, limits, tol);
         }
         ProblemsCmd::List => {
             let v = client.get("/v1/problems").await?;
@@ -253,8 +264,15 @@ fn import_kernelbench(
     python: &str,
     helper: Option<PathBuf>,
     run_limits: (u64, u64),
+    tol: kiln_types::Tolerance,
 ) -> Result<std::process::ExitCode> {
     use kiln_types::kernelbench;
+    anyhow::ensure!(
+        tol.atol.is_finite() && tol.atol >= 0.0 && (0.0..1.0).contains(&tol.rtol),
+        "--atol {} --rtol {}: a tolerance needs 0 <= atol (finite) and 0 <= rtol < 1",
+        tol.atol,
+        tol.rtol
+    );
     let files = python_files(paths)?;
     anyhow::ensure!(!files.is_empty(), "no .py files in {paths:?}");
     let script = match helper {
@@ -280,12 +298,12 @@ fn import_kernelbench(
             helper.script.display()
         );
     }
-    let described = kiln_sandbox::torch_helper::describe(&helper, &files, run_limits)?;
+    let described = kiln_sandbox::torch_helper::describe(&helper, &files, run_limits, tol)?;
     let (mut taken, mut refused) = (Vec::new(), Vec::new());
     for d in &described {
         match &d.refused {
             Some(why) => refused.push((d.file.clone(), why.clone())),
-            None => match kernelbench::write(dir, d) {
+            None => match kernelbench::write(dir, d, tol) {
                 Ok(i) => taken.push(i),
                 Err(e) => refused.push((d.file.clone(), format!("{e:#}"))),
             },
