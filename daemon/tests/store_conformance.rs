@@ -78,6 +78,7 @@ fn host() -> Vec<LaneClass> {
     vec![LaneClass {
         backend: "host".into(),
         class: "host/test-a".into(),
+        lanes: 1,
     }]
 }
 
@@ -207,6 +208,44 @@ async fn a_duplicate_returns_the_existing_job(store: &Store) {
     ));
 }
 
+async fn a_job_pinned_to_a_lane_is_claimed_only_where_that_lane_exists(store: &Store) {
+    store.put_problem(&spec("p")).await.expect("problem");
+    let pinned = JobOptions {
+        lane: Some(2),
+        ..JobOptions::default()
+    };
+    let id = store
+        .submit_with(
+            &cand("p", "void f(){ /*lane 2*/ }"),
+            None,
+            Some(&pinned),
+            "",
+        )
+        .await
+        .expect("submit")
+        .job_id;
+    let lanes = |n| {
+        [LaneClass {
+            backend: "host".into(),
+            class: "host/test-a".into(),
+            lanes: n,
+        }]
+    };
+    for n in [1, 2] {
+        assert!(
+            store.claim_next(&lanes(n)).await.expect("claim").is_none(),
+            "a node with {n} lane(s) claims a job pinned to lane 2"
+        );
+    }
+    let job = store
+        .claim_next(&lanes(3))
+        .await
+        .expect("claim")
+        .expect("a node with lane 2 claims it");
+    assert_eq!(job.id, id);
+    assert_eq!(job.options.and_then(|o| o.lane), Some(2));
+}
+
 async fn a_claim_compiles_without_counting_and_only_the_lane_counts(store: &Store) {
     store.put_problem(&spec("p")).await.expect("problem");
     let id = store
@@ -217,6 +256,7 @@ async fn a_claim_compiles_without_counting_and_only_the_lane_counts(store: &Stor
     let cuda = [LaneClass {
         backend: "cuda".into(),
         class: "cuda/x".into(),
+        lanes: 1,
     }];
     assert!(store.claim_next(&cuda).await.expect("claim").is_none());
     let job = store
@@ -832,6 +872,9 @@ const CASES: &[(&str, Case)] = &[
             s,
         ))
     }),
+    ("pinned lanes", |s| {
+        Box::pin(a_job_pinned_to_a_lane_is_claimed_only_where_that_lane_exists(s))
+    }),
     ("recovery", |s| {
         Box::pin(recovery_queues_waiting_jobs_uncounted_and_gives_up_on_crashed_evaluations(s))
     }),
@@ -906,6 +949,7 @@ async fn postgres_cluster_semantics() {
     let lanes_b = [LaneClass {
         backend: "host".into(),
         class: "host/test-b".into(),
+        lanes: 1,
     }];
     assert!(
         a.store.claim_next(&host()).await.expect("claim").is_none(),

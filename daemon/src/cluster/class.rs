@@ -111,6 +111,7 @@ pub fn claim_keys(lanes: &[NodeLane]) -> Vec<LaneClass> {
         .map(|l| LaneClass {
             backend: l.backend.clone(),
             class: l.class.clone(),
+            lanes: u32::try_from(l.lanes).unwrap_or(u32::MAX),
         })
         .collect()
 }

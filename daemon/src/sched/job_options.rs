@@ -77,6 +77,7 @@ mod tests {
         let host = [LaneClass {
             backend: "host".into(),
             class: "host/test".into(),
+            lanes: 1,
         }];
         let (_d, store) = open_temp();
         store.put_problem(&sample_spec("p")).await.expect("problem");

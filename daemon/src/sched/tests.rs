@@ -45,6 +45,7 @@ async fn start(
     let classes = vec![LaneClass {
         backend: backend.name().into(),
         class: format!("{}/test", backend.name()),
+        lanes: u32::try_from(backend.lanes()).unwrap_or(u32::MAX),
     }];
     let sched = Scheduler::new(
         store.clone(),

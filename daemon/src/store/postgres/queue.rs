@@ -262,14 +262,16 @@ impl PgStore {
     }
 
     /// Claims the next job for one of `lanes`' classes (or routed to any class of their
-    /// backends), fairest tag first, skipping rows other nodes are claiming: `compiling`
-    /// under a fresh lease held by this node. No attempt is counted.
+    /// backends), fairest tag first, skipping rows other nodes are claiming and jobs
+    /// pinned to a lane this node does not have: `compiling` under a fresh lease held by
+    /// this node. No attempt is counted.
     pub async fn claim_next(&self, lanes: &[LaneClass]) -> Result<Option<JobRecord>> {
         if lanes.is_empty() {
             return Ok(None);
         }
         let backends: Vec<&str> = lanes.iter().map(|l| l.backend.as_str()).collect();
         let classes: Vec<&str> = lanes.iter().map(|l| l.class.as_str()).collect();
+        let counts: Vec<i64> = lanes.iter().map(|l| i64::from(l.lanes)).collect();
         let row = self
             .row(
                 &format!(
@@ -277,6 +279,11 @@ impl PgStore {
                          SELECT id FROM jobs
                          WHERE state = 'queued' AND backend = ANY($1)
                            AND (gpu_class = ANY($2) OR gpu_class = '')
+                           AND (options_json IS NULL
+                                OR (options_json::jsonb ->> 'lane') IS NULL
+                                OR (options_json::jsonb ->> 'lane')::bigint
+                                   < coalesce((SELECT m.n FROM unnest($1::text[], $6::bigint[]) AS m(b, n)
+                                               WHERE m.b = jobs.backend LIMIT 1), 0))
                          ORDER BY vt, id LIMIT 1
                          FOR UPDATE SKIP LOCKED)
                      UPDATE jobs SET state = 'compiling', started_at = $3, node = $4,
@@ -293,7 +300,7 @@ impl PgStore {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-                &[&backends, &classes, &now_ms(), &self.node, &self.lease()],
+                &[&backends, &classes, &now_ms(), &self.node, &self.lease(), &counts],
             )
             .await?;
         row.map(|r| job_from_row(&r)).transpose()
