@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks the systemd packaging in daemon/packaging/:
 #   1. kilnd.service's exposure score from `systemd-analyze security` stays at or
-#      below 3.0 (override with KILN_UNIT_MAX_EXPOSURE, e.g. 2.5);
+#      below 3.0 (override with KILN_UNIT_MAX_EXPOSURE, e.g. 2.5), alone and with the
+#      cluster drop-in (kilnd-cluster.conf) applied;
 #   2. kilnd.service, kilnd.socket and the example drop-ins (with every option
 #      uncommented) parse without a single warning: systemd ignores a misspelt
 #      directive with only a warning, which would silently drop a protection;
@@ -55,6 +56,26 @@ fi
 if [ -s "$work/security.err" ]; then
     echo "check-unit: FAIL: systemd warned while reading kilnd.service:"
     cat "$work/security.err"
+    failed=1
+fi
+
+# --- 1b. exposure with the cluster drop-in -------------------------------------
+# A cluster node runs the unit plus kilnd-cluster.conf (TCP to the database only):
+# score the two together, the drop-in's settings appended as systemd would merge them.
+{
+    cat "$unit"
+    sed -nE 's/^#?(\[[A-Za-z]+\]|[A-Z][A-Za-z]*=.*)$/\1/p' "$pkg/kilnd-cluster.conf" \
+        | grep -v '^\[Unit\]$\|^Wants=\|^After=\|^EnvironmentFile='
+} >"$work/kilnd-cluster-node.service"
+systemd-analyze security --offline=yes --threshold="$threshold" --no-pager \
+    "$work/kilnd-cluster-node.service" >"$work/cluster.out" 2>"$work/cluster.err"
+rc=$?
+cluster_line=$(grep 'Overall exposure level' "$work/cluster.out")
+echo "check-unit: with kilnd-cluster.conf: ${cluster_line#*→ }"
+if [ -z "$cluster_line" ] || [ "$rc" -ne 0 ]; then
+    echo "check-unit: FAIL: a cluster node's unit scores above $max (exit $rc):"
+    grep '✗' "$work/cluster.out"
+    cat "$work/cluster.err"
     failed=1
 fi
 

@@ -9,8 +9,11 @@ cd "$(dirname "$0")/.."
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 
-echo "== systemd unit (hardening score must stay at 3.0 or better)"
+echo "== systemd unit (hardening score must stay at 3.0 or better, also for a cluster node)"
 scripts/check-unit.sh
+
+echo "== kubernetes manifests (deploy/kubernetes, schema-validated)"
+scripts/check-kubernetes.sh
 
 echo "== problem suite (problem.toml, launch plans, knob grammar)"
 python3 scripts/check-problems.py

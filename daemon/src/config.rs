@@ -60,8 +60,76 @@ pub struct Config {
     pub search: SearchConfig,
     /// The LLM gateway.
     pub llm: LlmConfig,
+    /// Several kilnd nodes sharing one PostgreSQL database.
+    pub cluster: ClusterConfig,
     /// Logging.
     pub log: LogConfig,
+}
+
+/// `[cluster]`: absent or with an empty `database_url`, kilnd is a single host (SQLite).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// `postgres://user@host/db?sslmode=require` (libpq URL or key=value form); the
+    /// environment variable `KILN_DATABASE_URL` overrides it. Empty: a single host.
+    pub database_url: String,
+    /// A PEM file of CA certificates trusted for the database's TLS besides the system's.
+    pub ca_file: String,
+    /// This node's id, unique in the cluster; empty: the host name.
+    pub node_id: String,
+    /// Replaces the automatic part of this node's GPU classes (`cuda/<model>/<driver>/
+    /// <clock policy>`, `host/<cpu>`): the class becomes `<backend>/<this>`. Empty: automatic.
+    pub gpu_class: String,
+    /// Claim and evaluate jobs; false makes the node a gateway (it serves the API and
+    /// queues work for the others).
+    pub evaluate: bool,
+    /// Run the plugin hosts of searches (this node's own and those whose host died).
+    pub run_searches: bool,
+    /// Lease of a claimed job or a hosted search, seconds: a node silent this long loses
+    /// them.
+    pub lease_secs: f64,
+    /// Heartbeat period, seconds (renews the node's leases; keep it at most a third of
+    /// the lease).
+    pub heartbeat_secs: f64,
+    /// How often this node's reaper re-queues expired leases, seconds.
+    pub reaper_secs: f64,
+    /// How often finished jobs are read when no notification came, ms.
+    pub poll_ms: u64,
+    /// Connections to the database.
+    pub pool_size: usize,
+    /// Calibrate this node against its class every this many seconds (and when it joins);
+    /// 0: never.
+    pub calibrate_every_secs: u64,
+    /// A node whose calibration is further than this fraction from its class's median
+    /// stops claiming (0.10 = 10 %).
+    pub drift_threshold: f64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            database_url: String::new(),
+            ca_file: String::new(),
+            node_id: String::new(),
+            gpu_class: String::new(),
+            evaluate: true,
+            run_searches: true,
+            lease_secs: 30.0,
+            heartbeat_secs: 10.0,
+            reaper_secs: 5.0,
+            poll_ms: 1000,
+            pool_size: 8,
+            calibrate_every_secs: 3600,
+            drift_threshold: 0.10,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Whether this node is part of a cluster.
+    pub fn enabled(&self) -> bool {
+        !self.database_url.trim().is_empty()
+    }
 }
 
 /// `[search]`
@@ -219,10 +287,14 @@ impl Default for AccessConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QueueConfig {
-    /// A job whose run was cut short by a daemon crash this many times is marked failed.
+    /// A job whose evaluation was cut short by a daemon crash this many times is marked
+    /// failed (claims, compiles and waits for a lane are not counted).
     pub max_attempts: u32,
     /// Concurrent compile jobs; 0 means one per CPU.
     pub compile_workers: usize,
+    /// Jobs each lane may have compiled ahead (claimed from the queue, compiling or
+    /// waiting for it) besides the one it evaluates; the rest stay queued.
+    pub lane_prefetch: usize,
 }
 
 impl Default for QueueConfig {
@@ -230,6 +302,7 @@ impl Default for QueueConfig {
         QueueConfig {
             max_attempts: 3,
             compile_workers: 0,
+            lane_prefetch: 2,
         }
     }
 }
@@ -457,6 +530,29 @@ impl Config {
         if !(self.search.race_margin.is_finite() && (0.0..=10.0).contains(&self.search.race_margin))
         {
             return bad("search.race_margin must be within 0..=10");
+        }
+        let c = &self.cluster;
+        let positive = |v: f64| v.is_finite() && v > 0.0;
+        let timings_ok = c.lease_secs >= 1.0
+            && positive(c.lease_secs)
+            && positive(c.heartbeat_secs)
+            && positive(c.reaper_secs);
+        if !timings_ok {
+            return bad(
+                "cluster: lease_secs must be at least 1, heartbeat_secs and reaper_secs positive",
+            );
+        }
+        if c.heartbeat_secs * 2.0 > c.lease_secs {
+            return bad("cluster.heartbeat_secs must be at most half of cluster.lease_secs");
+        }
+        if c.poll_ms == 0 || c.pool_size == 0 {
+            return bad("cluster.poll_ms and cluster.pool_size must be positive");
+        }
+        if !(c.drift_threshold.is_finite() && c.drift_threshold > 0.0) {
+            return bad("cluster.drift_threshold must be positive");
+        }
+        if c.gpu_class.contains('/') || c.node_id.contains(char::is_whitespace) {
+            return bad("cluster.gpu_class may not contain '/', cluster.node_id no spaces");
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return bad("log.format must be \"text\" or \"json\"");

@@ -19,11 +19,16 @@ pub enum Event {
         candidate_id: String,
         /// Problem name.
         problem: String,
-        /// `queued`, `running`, `done` or `failed`.
+        /// `queued`, `compiling`, `compiled` (waiting for a lane), `running` (evaluating
+        /// on a lane), `done` or `failed`.
         state: String,
-        /// `compiling` or `evaluating` while running.
+        /// The lane evaluating it, from `running` on.
         #[serde(skip_serializing_if = "Option::is_none")]
-        stage: Option<String>,
+        lane: Option<u32>,
+        /// The node holding it (in a cluster, events of jobs other nodes finished are
+        /// relayed too).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
         /// The verdict, once done.
         #[serde(skip_serializing_if = "Option::is_none")]
         verdict: Option<String>,
@@ -75,6 +80,25 @@ impl Event {
             Event::SearchLog { .. } => "search_log",
         }
     }
+}
+
+/// Waits for the next event `about` accepts, or a lag (after which anything may have been
+/// missed, so the caller should look again). Waiters use it to re-read the store only for
+/// events that concern them.
+pub async fn wait_for(rx: &mut broadcast::Receiver<Event>, about: impl Fn(&Event) -> bool) {
+    loop {
+        match rx.recv().await {
+            Ok(e) if about(&e) => return,
+            Ok(_) => {}
+            Err(broadcast::error::RecvError::Lagged(_)) => return,
+            Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// Whether `e` is a job event of candidate `id`.
+pub fn is_candidates(e: &Event, id: &str) -> bool {
+    matches!(e, Event::Job { candidate_id, .. } if candidate_id == id)
 }
 
 /// Cloneable handle to the bus.

@@ -1,7 +1,10 @@
 //! kiln's daemon crate: the pieces of `kilnd` (the service) and `kiln` (its CLI client).
 //!
 //! - [`config`]: the TOML schema, defaults and paths;
-//! - [`store`]: SQLite — problems, candidates, the durable job queue, evaluations, compile cache;
+//! - [`store`]: the durable store — SQLite on one host, PostgreSQL shared by a cluster
+//!   (problems, candidates, the job queue, evaluations, searches; compile cache local);
+//! - [`cluster`]: what a node of a cluster does besides its own work (heartbeat, reaper,
+//!   relayed events, calibration) and its GPU classes;
 //! - [`sched`]: the scheduler — compile pool, evaluation lanes (one per GPU for cuda, one
 //!   for the host), a job's options applied to its evaluation plan, baselines;
 //! - [`backends`]: the evaluation backends (host, cuda) behind the trait the scheduler
@@ -14,6 +17,7 @@
 pub mod api;
 pub mod backends;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod events;
 pub mod gpu;

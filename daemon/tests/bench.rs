@@ -1,6 +1,7 @@
 //! `kiln bench throughput|latency|stability` in smoke mode against a real kilnd on the
-//! host backend: each runs through the CLI binary and prints a sane JSON report. These
-//! check that the benchmarks work, never how fast anything is.
+//! host backend, and `kiln bench cluster` with its own nodes and scratch database: each
+//! runs through the CLI binary and prints a sane JSON report. These check that the
+//! benchmarks work, never how fast anything is.
 
 mod common;
 
@@ -245,6 +246,76 @@ fn bench_on_an_unknown_problem_says_how_to_register_it() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("kiln problems add"), "{err}");
+}
+
+#[test]
+fn cluster_smoke_reports_each_node_count() {
+    if kiln_daemon::cluster::scratch_db::find_binaries().is_none() {
+        assert!(
+            std::env::var("KILN_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+            "KILN_REQUIRE_POSTGRES=1 but PostgreSQL's server binaries are not installed"
+        );
+        eprintln!("skipping kiln bench cluster: PostgreSQL's server binaries are not installed");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["bench", "cluster", "--smoke", "-o", "json"])
+        .arg("--kilnd")
+        .arg(env!("CARGO_BIN_EXE_kilnd"))
+        .output()
+        .expect("run kiln");
+    assert!(
+        out.status.success(),
+        "kiln bench cluster failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).expect("json report");
+    assert_eq!(
+        (r["bench"].as_str(), r["smoke"].as_bool()),
+        (Some("cluster"), Some(true))
+    );
+    let runs = r["runs"].as_array().expect("runs");
+    assert_eq!(
+        runs.iter().map(|r| r["nodes"].as_u64()).collect::<Vec<_>>(),
+        vec![Some(1), Some(2)]
+    );
+    for run in runs {
+        assert_eq!(run["failed"], 0, "{run}");
+        let per_node: u64 = run["evaluations_per_node"]
+            .as_array()
+            .expect("per node")
+            .iter()
+            .filter_map(|n| n["evaluations"].as_u64())
+            .sum();
+        assert_eq!(
+            per_node,
+            run["candidates"].as_u64().expect("count"),
+            "{run}"
+        );
+        assert!(
+            run["evaluations_per_minute"]
+                .as_f64()
+                .is_some_and(|v| v > 0.0),
+            "{run}"
+        );
+        assert!(
+            run["claim_statement_ms_mean"]
+                .as_f64()
+                .is_some_and(|v| v > 0.0),
+            "{run}"
+        );
+        assert!(
+            run["db_commits_per_evaluation"]
+                .as_f64()
+                .is_some_and(|v| v > 0.0),
+            "{run}"
+        );
+        check_summary(
+            &run["queue_wait_ms"],
+            run["candidates"].as_u64().expect("n"),
+            "queue wait",
+        );
+    }
 }
 
 #[test]

@@ -392,3 +392,106 @@ redteam!(
     redteam_macro_bomb,
     redteam_compile_timeout,
 );
+
+/// Issue 21, item 2: a slow candidate holds the one host lane with 20 jobs queued behind
+/// it, and kilnd is killed (`kill -9`) three times while it evaluates. Jobs that were only
+/// claimed, compiling or waiting for the lane are never `running` and count no attempt, so
+/// none of them is failed; each of the 21 is evaluated exactly once in the record, and the
+/// slow one shows the three evaluations cut short plus the one that finished.
+#[tokio::test]
+async fn redteam_slow_lane_with_restarts_evaluates_every_job_once() {
+    const FAST: usize = 20;
+    let mut d = Daemon::start("[queue]\nmax_attempts = 4\n");
+    let problems = d.dir.path().join("problems");
+    let c = d.client();
+    register(&c, &common::write_double_problem(&problems, "double")).await;
+    // About 250 ms per run: the evaluation (trials, warm-up, at least five samples) takes
+    // seconds, far longer than noticing it started.
+    let slow = json!({
+        "problem": "double",
+        "language": "c",
+        "source": "#include <time.h>\nvoid k(const float *x, float *y, int n) { struct timespec t = {0, 250000000}; nanosleep(&t, 0); for (int i = 0; i < n; i++) y[i] = 2.0f * x[i]; }\n",
+        "launches": [{"kernel": "k", "args": ["x", "y", {"i32": 1024}]}],
+    });
+    let (_, sub) = c.post("/v1/candidates", &slow).await.expect("submit slow");
+    let slow_job = sub["job_id"].as_i64().expect("job id");
+    let mut fast_jobs = Vec::new();
+    for n in 0..FAST {
+        let body = format!("/* {n} */ for (int i = 0; i < n; i++) y[i] = 2.0f * x[i];");
+        let (_, sub) = c
+            .post("/v1/candidates", &common::double_candidate("double", &body))
+            .await
+            .expect("submit");
+        fast_jobs.push(sub["job_id"].as_i64().expect("job id"));
+    }
+    let job = |c: kiln_daemon::client::Client, id: i64| async move {
+        c.get(&format!("/v1/jobs/{id}")).await.expect("job")
+    };
+    for round in 0..3 {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let j = job(d.client(), slow_job).await;
+            if j["state"] == "running" {
+                break;
+            }
+            assert!(
+                j["state"] != "done" && j["state"] != "failed",
+                "round {round}: the slow job ended before it could be interrupted: {j}"
+            );
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the slow job never started: {j}\n{}",
+                d.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The lane is the slow job's: every fast job that is not done is waiting, counts
+        // no attempt, and is in the queue depth.
+        let c = d.client();
+        let health = c.get("/v1/health").await.expect("health");
+        let mut waiting = 0;
+        for &id in &fast_jobs {
+            let j = job(d.client(), id).await;
+            let state = j["state"].as_str().unwrap_or("").to_string();
+            if state == "done" {
+                continue;
+            }
+            assert!(
+                matches!(state.as_str(), "queued" | "compiling" | "compiled"),
+                "round {round}: job {id} is {state} while the only lane evaluates another: {j}"
+            );
+            assert_eq!(j["attempts"], 0, "round {round}: job {id}: {j}");
+            waiting += 1;
+        }
+        assert!(waiting > 0, "round {round}: nothing was waiting");
+        assert_eq!(health["running"], 1, "round {round}: {health}");
+        assert_eq!(health["queued"], waiting, "round {round}: {health}");
+        d.kill9();
+        d.spawn();
+    }
+    let c = d.client();
+    for &id in fast_jobs.iter().chain([&slow_job]) {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let j = loop {
+            let j = c.get(&format!("/v1/jobs/{id}?wait=10")).await.expect("job");
+            if j["state"] == "done" || j["state"] == "failed" || Instant::now() > deadline {
+                break j;
+            }
+        };
+        assert_eq!(j["state"], "done", "job {id}: {j}\n{}", d.log());
+        let expected = if id == slow_job { 4 } else { 1 };
+        assert_eq!(j["attempts"], expected, "job {id}: {j}");
+    }
+    assert!(d.terminate(), "kilnd stops cleanly");
+    let db = rusqlite::Connection::open(d.state.join("kiln.db")).expect("open the store");
+    let mut stmt = db
+        .prepare("SELECT job_id, count(*) FROM evaluations GROUP BY job_id")
+        .expect("query");
+    let per_job: Vec<(i64, i64)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(per_job.len(), FAST + 1, "{per_job:?}");
+    assert!(per_job.iter().all(|(_, n)| *n == 1), "{per_job:?}");
+}

@@ -86,18 +86,18 @@ pub async fn measure(
 }
 
 /// The baselines of `problem` cached for this GPU, if measured (never measures).
-pub fn cached_here(s: &AppState, problem: &str) -> Result<Option<BaselineSet>, ApiError> {
+pub async fn cached_here(s: &AppState, problem: &str) -> Result<Option<BaselineSet>, ApiError> {
     let Some(key) = gpu_key(&s.facts.gpu, None) else {
         return Ok(None);
     };
-    Ok(s.store.get_baselines(&key, problem)?)
+    Ok(s.store.get_baselines(&key, problem).await?)
 }
 
 /// Speedups of `evaluation` (of a candidate of `problem`, timed on the cuda backend)
 /// against the baselines cached for the model of the GPU that timed it (its telemetry's
 /// `device.uuid`; an evaluation without one only where every GPU is of one model). None
 /// measured: an empty list; never measures.
-pub fn speedups(
+pub async fn speedups(
     store: &Store,
     inventory: &GpuInventory,
     problem: &str,
@@ -113,7 +113,7 @@ pub fn speedups(
     let Some(key) = gpu_key(inventory, uuid) else {
         return json!([]);
     };
-    match store.get_baselines(&key, problem) {
+    match store.get_baselines(&key, problem).await {
         Ok(Some(set)) => serde_json::to_value(set.speedups(median_us)).unwrap_or_default(),
         _ => json!([]),
     }
@@ -145,9 +145,10 @@ pub fn floor(s: &AppState, spec: &ProblemSpec) -> Value {
 }
 
 /// Cached baselines of `problem` on every GPU seen (for `GET /v1/problems/{name}`).
-pub fn cached(s: &AppState, problem: &str) -> Value {
+pub async fn cached(s: &AppState, problem: &str) -> Value {
     s.store
         .list_baselines(problem)
+        .await
         .map(|v| serde_json::to_value(v).unwrap_or_default())
         .unwrap_or(Value::Null)
 }
@@ -178,10 +179,10 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn speedups_use_the_baselines_of_the_gpu_model_that_timed_the_candidate() {
+    #[tokio::test]
+    async fn speedups_use_the_baselines_of_the_gpu_model_that_timed_the_candidate() {
         let (_d, store) = open_temp();
-        store.put_problem(&sample_spec("p")).expect("problem");
+        store.put_problem(&sample_spec("p")).await.expect("problem");
         let inv = fake_inventory(&["NVIDIA H100", "NVIDIA H200"]);
         let key = |model: &str| GpuKey {
             model: model.into(),
@@ -190,24 +191,26 @@ mod tests {
         // The reference takes 30 µs on the H100 (GPU 0) and 20 µs on the H200 (GPU 1).
         store
             .put_baselines(&key("NVIDIA H100"), "p", &[measured_reference(30.0)])
+            .await
             .expect("h100");
         store
             .put_baselines(&key("NVIDIA H200"), "p", &[measured_reference(20.0)])
+            .await
             .expect("h200");
-        let on = |uuid| speedup_of(&speedups(&store, &inv, "p", &timed_on(uuid, 10.0)));
+        let on = async |uuid| speedup_of(&speedups(&store, &inv, "p", &timed_on(uuid, 10.0)).await);
         assert_eq!(
-            on(Some("GPU-fake-1")),
+            on(Some("GPU-fake-1")).await,
             [2.0],
             "the H200's set, not the first GPU's"
         );
-        assert_eq!(on(Some("GPU-fake-0")), [3.0]);
+        assert_eq!(on(Some("GPU-fake-0")).await, [3.0]);
         // No GPU recorded on a host with mixed models, or a GPU not here: no speedup
         // rather than a guess.
-        assert!(on(None).is_empty());
-        assert!(on(Some("GPU-gone")).is_empty());
+        assert!(on(None).await.is_empty());
+        assert!(on(Some("GPU-gone")).await.is_empty());
         // One model: an evaluation without a device record uses it.
         let same = fake_inventory(&["NVIDIA H200", "NVIDIA H200"]);
         let e = timed_on(None, 10.0);
-        assert_eq!(speedup_of(&speedups(&store, &same, "p", &e)), [2.0]);
+        assert_eq!(speedup_of(&speedups(&store, &same, "p", &e).await), [2.0]);
     }
 }

@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 
 use super::error::{JsonBody, QueryArgs};
 use super::{ApiError, AppState};
-use crate::store::JobState;
 
 /// Longest `?wait=` accepted, seconds.
 const MAX_WAIT_SECS: u64 = 600;
@@ -77,7 +76,8 @@ fn announce_queued(s: &AppState, job_id: i64, candidate_id: &str, problem: &str)
         candidate_id: candidate_id.to_string(),
         problem: problem.to_string(),
         state: "queued".into(),
-        stage: None,
+        lane: None,
+        node: None,
         verdict: None,
         median_us: None,
         error: None,
@@ -99,9 +99,13 @@ pub async fn submit(
         .map_err(|e| ApiError::bad_request("invalid_candidate", e.to_string()))?;
     language_available(&s, &candidate)?;
     let backend = candidate.language.backend();
-    let problem = s.store.get_problem(&candidate.problem)?.ok_or_else(|| {
-        ApiError::not_found(format!("problem {:?} is not registered", candidate.problem))
-    })?;
+    let problem = s
+        .store
+        .get_problem(&candidate.problem)
+        .await?
+        .ok_or_else(|| {
+            ApiError::not_found(format!("problem {:?} is not registered", candidate.problem))
+        })?;
     if !problem.reference.has(backend) {
         return Err(ApiError::bad_request(
             "invalid_candidate",
@@ -113,9 +117,13 @@ pub async fn submit(
         ));
     }
     check_lane(&s, backend, options.as_ref())?;
-    let submitted = s.store.submit_with(&candidate, None, options.as_ref())?;
+    let class = s.sched.class_of(backend).unwrap_or_default();
+    let submitted = s
+        .store
+        .submit_with(&candidate, None, options.as_ref(), class)
+        .await?;
     if submitted.duplicate {
-        let record = s.store.get_candidate(&submitted.id)?;
+        let record = s.store.get_candidate(&submitted.id).await?;
         let mut body = json!({"id": submitted.id, "job_id": submitted.job_id, "duplicate": true, "record": record});
         if options.is_some() {
             body["warning"] = json!(format!(
@@ -152,11 +160,7 @@ pub struct ShowQuery {
 }
 
 fn finished(record: &crate::store::CandidateRecord) -> bool {
-    record.evaluation.is_some()
-        || record
-            .job
-            .as_ref()
-            .is_some_and(|j| matches!(j.state, JobState::Done | JobState::Failed))
+    record.evaluation.is_some() || record.job.as_ref().is_some_and(|j| j.state.is_finished())
 }
 
 /// `GET /v1/candidates/{id}[?wait=SECONDS]`
@@ -177,18 +181,20 @@ pub async fn show(
     loop {
         let record = s
             .store
-            .get_candidate(&id)?
+            .get_candidate(&id)
+            .await?
             .ok_or_else(|| ApiError::not_found(format!("candidate {id:?} not found")))?;
         if wait == 0 || finished(&record) {
-            return Ok(Json(with_speedups(&s, &record)?));
+            return Ok(Json(with_speedups(&s, &record).await?));
         }
-        // Wake on any event (or every second, in case one was missed), then look again.
+        // Wake on this candidate's events (or every second, in case one was missed), then
+        // look again.
         let tick = tokio::time::sleep(Duration::from_secs(1));
         tokio::select! {
-            _ = rx.recv() => {}
+            _ = crate::events::wait_for(&mut rx, |e| crate::events::is_candidates(e, &id)) => {}
             _ = tick => {}
             _ = tokio::time::sleep_until(deadline) => {
-                let record = s.store.get_candidate(&id)?;
+                let record = s.store.get_candidate(&id).await?;
                 return Ok(Json(serde_json::to_value(record).map_err(ApiError::internal)?));
             }
         }
@@ -197,7 +203,7 @@ pub async fn show(
 
 /// The record as JSON, with `speedups` against the cached baselines of the GPU model it
 /// was timed on, when it was timed on the cuda backend.
-fn with_speedups(
+async fn with_speedups(
     s: &AppState,
     record: &crate::store::CandidateRecord,
 ) -> Result<serde_json::Value, ApiError> {
@@ -209,7 +215,7 @@ fn with_speedups(
     if let (Some(e), Some(obj)) = (timed, v.as_object_mut()) {
         obj.insert(
             "speedups".into(),
-            super::baselines::speedups(&s.store, &s.facts.gpu, &record.candidate.problem, e),
+            super::baselines::speedups(&s.store, &s.facts.gpu, &record.candidate.problem, e).await,
         );
     }
     Ok(v)
@@ -234,10 +240,10 @@ pub async fn list(
     QueryArgs(q): QueryArgs<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let limit = q.limit.clamp(1, 1000);
-    let ids = s.store.list_candidates(q.problem.as_deref(), limit)?;
+    let ids = s.store.list_candidates(q.problem.as_deref(), limit).await?;
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        if let Some(r) = s.store.get_candidate(&id)? {
+        if let Some(r) = s.store.get_candidate(&id).await? {
             out.push(json!({
                 "id": r.id,
                 "problem": r.candidate.problem,
@@ -263,10 +269,12 @@ pub async fn requeue(
     let options = checked(options)?;
     let rec = s
         .store
-        .get_candidate(&id)?
+        .get_candidate(&id)
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("candidate {id:?} not found")))?;
     check_lane(&s, rec.candidate.language.backend(), options.as_ref())?;
-    let job_id = s.store.queue_job(&id, options.as_ref())?;
+    let class = s.sched.class_of(&rec.backend).unwrap_or_default();
+    let job_id = s.store.queue_job(&id, options.as_ref(), class).await?;
     tracing::info!(candidate = %id, job = job_id, "candidate queued again");
     announce_queued(&s, job_id, &id, &rec.candidate.problem);
     Ok((
@@ -297,12 +305,13 @@ pub async fn job(
     loop {
         let job = s
             .store
-            .get_job(id)?
+            .get_job(id)
+            .await?
             .ok_or_else(|| ApiError::not_found(format!("job {id} not found")))?;
-        let ended = matches!(job.state, JobState::Done | JobState::Failed);
+        let ended = job.state.is_finished();
         if wait == 0 || ended || tokio::time::Instant::now() >= deadline {
             let evaluation = if ended {
-                s.store.job_evaluation(id)?
+                s.store.job_evaluation(id).await?
             } else {
                 None
             };
@@ -311,7 +320,7 @@ pub async fn job(
             return Ok(Json(body));
         }
         tokio::select! {
-            _ = rx.recv() => {}
+            _ = crate::events::wait_for(&mut rx, |e| matches!(e, crate::events::Event::Job { job_id, .. } if *job_id == id)) => {}
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = tokio::time::sleep_until(deadline) => {}
         }

@@ -66,6 +66,13 @@ impl From<crate::store::StoreError> for ApiError {
         match e {
             StoreError::NotFound(what) => ApiError::not_found(format!("{what} not found")),
             StoreError::Conflict(msg) => ApiError::new(StatusCode::CONFLICT, "conflict", msg),
+            StoreError::Unavailable(msg) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                format!(
+                    "the database is unavailable ({msg}); retry shortly (a candidate submitted again is answered from the store, never queued twice)"
+                ),
+            ),
             other => ApiError::internal(other),
         }
     }

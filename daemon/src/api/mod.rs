@@ -8,6 +8,7 @@
 mod access;
 mod baselines;
 mod candidates;
+mod cluster;
 mod error;
 mod events;
 pub mod plugin;
@@ -123,6 +124,7 @@ pub fn router(state: AppState) -> Router {
     let r = Router::new()
         .route("/v1/health", get(system::health))
         .route("/v1/info", get(system::info))
+        .route("/v1/cluster", get(cluster::status))
         .route("/metrics", get(system::metrics))
         .route("/v1/problems", get(problems::list).post(problems::register))
         .route("/v1/problems/{name}", get(problems::show))

@@ -57,7 +57,7 @@ impl FromRequestParts<AppState> for PluginAuth {
                 )
             })?;
         let hash = crate::search::token_hash(token.trim());
-        if !state.store.search_for_token(&id, &hash)? {
+        if !state.store.search_for_token(&id, &hash).await? {
             tracing::warn!(search = %id, "refused a plugin call with a wrong or stale token");
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
@@ -67,19 +67,39 @@ impl FromRequestParts<AppState> for PluginAuth {
         }
         let search = state
             .store
-            .get_search(&id)?
+            .get_search(&id)
+            .await?
             .ok_or_else(|| ApiError::not_found(format!("search {id:?} not found")))?;
         Ok(PluginAuth { search })
     }
 }
 
-/// The backend a search evaluates on: the cuda backend when usable and the problem has a
-/// cuda reference, else the host backend under the same condition.
-pub fn search_backend(s: &AppState, problem: &ProblemSpec) -> Option<&'static str> {
-    let usable = s.sched.usable_backends();
-    ["cuda", "host"]
-        .into_iter()
-        .find(|b| usable.contains(b) && problem.reference.has(b))
+/// Where a new search of `problem` evaluates: the cuda backend before the host backend,
+/// each when the problem has a reference for it and this node's lanes take it (their
+/// class) or, in a cluster, a live node's lanes do (the class with the most lanes).
+pub async fn search_route(s: &AppState, problem: &ProblemSpec) -> Option<(&'static str, String)> {
+    let live = match s.store.cluster() {
+        Some(pg) => pg.live_lanes().await.unwrap_or_default(),
+        None => Vec::new(),
+    };
+    for b in ["cuda", "host"] {
+        if !problem.reference.has(b) {
+            continue;
+        }
+        if let Some(class) = s.sched.class_of(b) {
+            return Some((b, class.to_string()));
+        }
+        if let Some(l) = live.iter().find(|l| l.backend == b) {
+            return Some((b, l.class.clone()));
+        }
+    }
+    None
+}
+
+/// The backend of a GPU class (`cuda/…` → `cuda`).
+pub fn class_backend(class: &str) -> Option<&'static str> {
+    let prefix = class.split('/').next()?;
+    ["cuda", "host"].into_iter().find(|b| *b == prefix)
 }
 
 /// The device a search's proposer is told about: for cuda, lane 0's GPU (a GPU left out
@@ -125,15 +145,22 @@ pub async fn context(
     let search = auth.search;
     let problem = s
         .store
-        .get_problem(&search.problem)?
+        .get_problem(&search.problem)
+        .await?
         .ok_or_else(|| ApiError::not_found("the search's problem is gone"))?;
-    let backend = search_backend(&s, &problem).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no_backend",
-            "no usable backend for this problem",
-        )
-    })?;
+    let backend = match class_backend(&search.gpu_class) {
+        Some(b) => b,
+        None => search_route(&s, &problem)
+            .await
+            .map(|(b, _)| b)
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "no_backend",
+                    "no usable backend for this problem",
+                )
+            })?,
+    };
     let seed = problem
         .seed_candidate(backend)
         .map(|c| serde_json::to_value(c).unwrap_or_default());
@@ -175,7 +202,8 @@ pub async fn submit(
         .map_err(|e| ApiError::bad_request("invalid_candidate", e.to_string()))?;
     let problem = s
         .store
-        .get_problem(&search.problem)?
+        .get_problem(&search.problem)
+        .await?
         .ok_or_else(|| ApiError::not_found("the search's problem is gone"))?;
     if !problem.reference.has(candidate.language.backend()) {
         return Err(ApiError::bad_request(
@@ -189,7 +217,7 @@ pub async fn submit(
     }
     super::candidates::language_available(&s, &candidate)?;
     let id = candidate.content_hash();
-    let archive = s.store.search_archive(&search.id)?;
+    let archive = s.store.search_archive(&search.id).await?;
     let known = archive.iter().any(|e| e.candidate_id == id);
     if !known && search.submitted >= search.budget_candidates {
         return Err(ApiError::new(
@@ -201,7 +229,7 @@ pub async fn submit(
             ),
         ));
     }
-    if !known && s.store.search_queued(&search.id)? >= s.config.search.queue_cap {
+    if !known && s.store.search_queued(&search.id).await? >= s.config.search.queue_cap {
         return Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "queue_full",
@@ -211,11 +239,11 @@ pub async fn submit(
             ),
         ));
     }
-    let sub = s.store.submit(&candidate, Some(&search.id))?;
+    let sub = s.store.submit(&candidate, Some(&search.id)).await?;
     if !sub.duplicate {
         s.sched.wake();
     }
-    s.supervisor.publish(&search.id);
+    s.supervisor.publish(&search.id).await;
     let status = if sub.duplicate {
         StatusCode::OK
     } else {
@@ -231,8 +259,8 @@ pub async fn submit(
     ))
 }
 
-fn finished_of(s: &AppState, id: &str) -> Result<Option<Finished>, ApiError> {
-    let Some(rec) = s.store.get_candidate(id)? else {
+async fn finished_of(s: &AppState, id: &str) -> Result<Option<Finished>, ApiError> {
+    let Some(rec) = s.store.get_candidate(id).await? else {
         return Ok(None);
     };
     if let Some(e) = rec.evaluation {
@@ -261,7 +289,7 @@ pub async fn wait(
     JsonBody(req): JsonBody<WaitRequest>,
 ) -> Result<Json<WaitReply>, ApiError> {
     let search = auth.search;
-    let archive = s.store.search_archive(&search.id)?;
+    let archive = s.store.search_archive(&search.id).await?;
     for id in &req.ids {
         if !archive.iter().any(|e| &e.candidate_id == id) {
             return Err(ApiError::new(
@@ -277,7 +305,7 @@ pub async fn wait(
     loop {
         let mut finished = Vec::new();
         for id in &req.ids {
-            if let Some(f) = finished_of(&s, id)? {
+            if let Some(f) = finished_of(&s, id).await? {
                 finished.push(f);
             }
         }
@@ -285,7 +313,7 @@ pub async fn wait(
             return Ok(Json(WaitReply { finished }));
         }
         tokio::select! {
-            _ = rx.recv() => {}
+            _ = crate::events::wait_for(&mut rx, |e| req.ids.iter().any(|id| crate::events::is_candidates(e, id))) => {}
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
             _ = tokio::time::sleep_until(deadline) => {}
         }
@@ -297,19 +325,21 @@ pub async fn archive(
     State(s): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<ArchiveReply>, ApiError> {
-    if s.store.get_search(&id)?.is_none() {
+    if s.store.get_search(&id).await?.is_none() {
         return Err(ApiError::not_found(format!("search {id:?} not found")));
     }
     let mut entries = Vec::new();
-    for e in s.store.search_archive(&id)? {
+    for e in s.store.search_archive(&id).await? {
         let candidate = s
             .store
-            .get_candidate(&e.candidate_id)?
+            .get_candidate(&e.candidate_id)
+            .await?
             .map(|r| serde_json::to_value(r.candidate).unwrap_or_default())
             .unwrap_or_default();
         let error = if e.evaluation.is_none() && e.state.as_deref() == Some("failed") {
             s.store
-                .get_candidate(&e.candidate_id)?
+                .get_candidate(&e.candidate_id)
+                .await?
                 .and_then(|r| r.job.and_then(|j| j.error))
         } else {
             None
@@ -403,7 +433,7 @@ pub async fn put_checkpoint(
             format!("checkpoints are limited to {MAX_CHECKPOINT_BYTES} bytes"),
         ));
     }
-    s.store.save_checkpoint(&auth.search.id, &bytes)?;
+    s.store.save_checkpoint(&auth.search.id, &bytes).await?;
     Ok(Json(json!({"stored": bytes.len()})))
 }
 
@@ -414,7 +444,8 @@ pub async fn get_checkpoint(
 ) -> Result<Json<Checkpoint>, ApiError> {
     let data = s
         .store
-        .load_checkpoint(&auth.search.id)?
+        .load_checkpoint(&auth.search.id)
+        .await?
         .filter(|b| !b.is_empty())
         .map(|b| base64::engine::general_purpose::STANDARD.encode(b));
     Ok(Json(Checkpoint { data }))
@@ -443,17 +474,19 @@ pub async fn post_log(
         }
         message.truncate(cut);
     }
-    let (level, message) =
-        match s
-            .supervisor
-            .log_quota
-            .admit(&s.store, &auth.search.id, message.len())?
-        {
-            Admit::Store => (level, message),
-            Admit::Notice(notice) => ("warn".to_string(), notice),
-            Admit::Drop => return Ok(Json(json!({"dropped": true}))),
-        };
-    s.store.search_log(&auth.search.id, &level, &message)?;
+    let (level, message) = match s
+        .supervisor
+        .log_quota
+        .admit(&s.store, &auth.search.id, message.len())
+        .await?
+    {
+        Admit::Store => (level, message),
+        Admit::Notice(notice) => ("warn".to_string(), notice),
+        Admit::Drop => return Ok(Json(json!({"dropped": true}))),
+    };
+    s.store
+        .search_log(&auth.search.id, &level, &message)
+        .await?;
     tracing::debug!(search = %auth.search.id, level = %level, message = %message, "plugin log");
     s.events.publish(Event::SearchLog {
         search_id: auth.search.id,
@@ -468,7 +501,7 @@ pub async fn budget(State(s): State<AppState>, auth: PluginAuth) -> Result<Json<
     let sr = auth.search;
     Ok(Json(Budget {
         candidates_left: Some(sr.budget_candidates.saturating_sub(sr.submitted)),
-        ms_left: s.supervisor.ms_left(&sr.id),
+        ms_left: s.supervisor.ms_left(&sr.id).await,
         tokens_left: Some(sr.llm_tokens.saturating_sub(sr.tokens_used)),
     }))
 }
@@ -502,20 +535,23 @@ pub async fn finish(
         v["stats"] = serde_json::to_value(f.stats).unwrap_or_default();
         v
     });
-    s.store.add_search_elapsed(&id, f.stats.wall_ms)?;
+    s.store.add_search_elapsed(&id, f.stats.wall_ms).await?;
     s.store
-        .finish_search(&id, state, summary.as_ref(), error.as_deref())?;
+        .finish_search(&id, state, summary.as_ref(), error.as_deref())
+        .await?;
     let line = match &error {
         Some(e) => format!("plugin ended: {e}"),
         None => "plugin finished".to_string(),
     };
     s.store
-        .search_log(&id, if error.is_some() { "error" } else { "info" }, &line)?;
+        .search_log(&id, if error.is_some() { "error" } else { "info" }, &line)
+        .await?;
     if !f.stderr.trim().is_empty() {
         s.store
-            .search_log(&id, "debug", &format!("plugin stderr: {}", f.stderr.trim()))?;
+            .search_log(&id, "debug", &format!("plugin stderr: {}", f.stderr.trim()))
+            .await?;
     }
     tracing::info!(search = %id, state, "search finished");
-    s.supervisor.publish(&id);
+    s.supervisor.publish(&id).await;
     Ok(Json(json!({"state": state})))
 }

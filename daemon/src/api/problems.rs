@@ -43,7 +43,7 @@ pub async fn register(
             ));
         }
     }
-    let outcome = s.store.put_problem(&spec)?;
+    let outcome = s.store.put_problem(&spec).await?;
     let status = match outcome {
         PutProblem::Created => {
             tracing::info!(problem = %spec.name, "registered problem");
@@ -59,7 +59,7 @@ pub async fn register(
 
 /// `GET /v1/problems`
 pub async fn list(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
-    Ok(Json(json!({"problems": s.store.list_problems()?})))
+    Ok(Json(json!({"problems": s.store.list_problems().await?})))
 }
 
 /// `GET /v1/problems/{name}`: the spec plus derived figures (bytes, flops).
@@ -69,7 +69,8 @@ pub async fn show(
 ) -> Result<Json<Value>, ApiError> {
     let spec = s
         .store
-        .get_problem(&name)?
+        .get_problem(&name)
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("problem {name:?} not found")))?;
     let input_bytes: u64 = spec
         .tensors
@@ -93,6 +94,6 @@ pub async fn show(
             "backends": spec.backends(),
             "floor": super::baselines::floor(&s, &spec),
         },
-        "baselines": super::baselines::cached(&s, &name),
+        "baselines": super::baselines::cached(&s, &name).await,
     })))
 }

@@ -46,22 +46,25 @@ fn floors(s: &AppState, spec: &kiln_types::ProblemSpec) -> Vec<FloorLine> {
 }
 
 /// What the search page of `id` shows.
-fn search_inputs(s: &AppState, id: &str) -> Result<SearchInputs, ApiError> {
+async fn search_inputs(s: &AppState, id: &str) -> Result<SearchInputs, ApiError> {
     let search = s
         .store
-        .get_search(id)?
+        .get_search(id)
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("search {id:?} not found")))?;
-    let timeline = s.store.search_timeline(id)?;
-    let problem = s.store.get_problem(&search.problem)?;
+    let timeline = s.store.search_timeline(id).await?;
+    let problem = s.store.get_problem(&search.problem).await?;
+    // The backend its evaluations ran on; before any, its class's (a search routed to a
+    // class), else where a new search of the problem would go.
+    let routed = match (&problem, super::plugin::class_backend(&search.gpu_class)) {
+        (_, Some(b)) => Some(b),
+        (Some(p), None) => super::plugin::search_route(s, p).await.map(|(b, _)| b),
+        (None, None) => None,
+    };
     let backend = timeline
         .iter()
         .find_map(|e| e.evaluation.as_ref().map(|e| e.backend.clone()))
-        .or_else(|| {
-            problem
-                .as_ref()
-                .and_then(|p| super::plugin::search_backend(s, p))
-                .map(str::to_string)
-        });
+        .or_else(|| routed.map(str::to_string));
     let on_cuda = backend.as_deref() == Some("cuda");
     let seed_id = problem
         .as_ref()
@@ -69,7 +72,7 @@ fn search_inputs(s: &AppState, id: &str) -> Result<SearchInputs, ApiError> {
         .and_then(|(p, b)| p.seed_candidate(b))
         .map(|c| c.content_hash());
     let baselines = if on_cuda {
-        super::baselines::cached_here(s, &search.problem)?
+        super::baselines::cached_here(s, &search.problem).await?
     } else {
         None
     };
@@ -88,7 +91,8 @@ fn search_inputs(s: &AppState, id: &str) -> Result<SearchInputs, ApiError> {
         Some(f) => Some(f),
         None if search.state == "running" => s
             .store
-            .load_checkpoint(id)?
+            .load_checkpoint(id)
+            .await?
             .and_then(|b| Report::from_checkpoint(&b))
             .map(|r| (r, SummarySource::Checkpoint)),
         None => None,
@@ -110,7 +114,7 @@ pub async fn search(
     State(s): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let inputs = search_inputs(&s, &id)?;
+    let inputs = search_inputs(&s, &id).await?;
     Ok(html(search_page::page(&inputs)))
 }
 
@@ -121,11 +125,13 @@ pub async fn candidate(
 ) -> Result<Response, ApiError> {
     let record = s
         .store
-        .get_candidate(&id)?
+        .get_candidate(&id)
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("candidate {id:?} not found")))?;
     let median = record.cuda_median_us();
     let speedups = match median {
-        Some(m) => super::baselines::cached_here(&s, &record.candidate.problem)?
+        Some(m) => super::baselines::cached_here(&s, &record.candidate.problem)
+            .await?
             .map(|set| set.speedups(m))
             .unwrap_or_default(),
         None => Vec::new(),

@@ -36,6 +36,13 @@ pub struct StartSearch {
     llm_tokens: Option<u64>,
     #[serde(default)]
     seed: Option<u64>,
+    /// The GPU class to evaluate on (default: this node's, else the cluster's class with
+    /// the most lanes).
+    #[serde(default)]
+    gpu_class: Option<String>,
+    /// Share of the lanes against other searches (fair queuing weight; default 1).
+    #[serde(default)]
+    weight: Option<f64>,
 }
 
 /// `POST /v1/searches`: stores the plugin and starts the search.
@@ -43,25 +50,57 @@ pub async fn start(
     State(s): State<AppState>,
     JsonBody(req): JsonBody<StartSearch>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    // In a cluster another node may host the search; on one host this one must.
     let (ok, why) = s.supervisor.status();
-    if !ok {
+    if !ok && s.store.cluster().is_none() {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "searches_unavailable",
             why,
         ));
     }
-    let problem = s.store.get_problem(&req.problem)?.ok_or_else(|| {
+    let problem = s.store.get_problem(&req.problem).await?.ok_or_else(|| {
         ApiError::not_found(format!("problem {:?} is not registered", req.problem))
     })?;
-    if super::plugin::search_backend(&s, &problem).is_none() {
+    let gpu_class = match req.gpu_class.as_deref().filter(|c| !c.is_empty()) {
+        Some(class) => {
+            let backend = super::plugin::class_backend(class).ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_field",
+                    format!("field `gpu_class`: {class:?} does not start with cuda/ or host/"),
+                )
+            })?;
+            if !problem.reference.has(backend) {
+                return Err(ApiError::bad_request(
+                    "no_backend",
+                    format!(
+                        "problem {:?} has no {backend} reference (it has: {})",
+                        problem.name,
+                        problem.backends().join(", ")
+                    ),
+                ));
+            }
+            class.to_string()
+        }
+        None => match super::plugin::search_route(&s, &problem).await {
+            Some((_, class)) => class,
+            None => {
+                return Err(ApiError::bad_request(
+                    "no_backend",
+                    format!(
+                        "no usable backend here or in the cluster for problem {:?} (it has references for: {})",
+                        problem.name,
+                        problem.backends().join(", ")
+                    ),
+                ));
+            }
+        },
+    };
+    let weight = req.weight.unwrap_or(1.0);
+    if !(weight.is_finite() && weight > 0.0 && weight <= 1000.0) {
         return Err(ApiError::bad_request(
-            "no_backend",
-            format!(
-                "no usable backend here for problem {:?} (it has references for: {})",
-                problem.name,
-                problem.backends().join(", ")
-            ),
+            "invalid_field",
+            "field `weight`: must be within (0, 1000]",
         ));
     }
     let (name, wasm) = match (&req.proposer, &req.wasm_base64) {
@@ -100,7 +139,7 @@ pub async fn start(
             "the proposer is not a WebAssembly file",
         ));
     }
-    let hash = s.store.put_plugin(&name, &wasm)?;
+    let hash = s.store.put_plugin(&name, &wasm).await?;
     let cfg = &s.config.search;
     let new = NewSearch {
         problem: problem.name.clone(),
@@ -114,6 +153,8 @@ pub async fn start(
             .unwrap_or(cfg.default_time_limit_secs)
             .saturating_mul(1000),
         llm_tokens: req.llm_tokens.unwrap_or(cfg.default_llm_tokens),
+        gpu_class,
+        weight,
     };
     if new.budget_candidates == 0 || new.time_limit_ms == 0 {
         return Err(ApiError::bad_request(
@@ -121,7 +162,7 @@ pub async fn start(
             "budget and time_limit_secs must be positive",
         ));
     }
-    let id = s.store.create_search(&new)?;
+    let id = s.store.create_search(&new).await?;
     tracing::info!(search = %id, problem = %new.problem, proposer = %new.proposer, "search started");
     s.supervisor.start(&id);
     Ok((
@@ -143,7 +184,7 @@ pub async fn list(
     QueryArgs(q): QueryArgs<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(
-        json!({"searches": s.store.list_searches(q.state.as_deref())?}),
+        json!({"searches": s.store.list_searches(q.state.as_deref()).await?}),
     ))
 }
 
@@ -154,7 +195,8 @@ pub async fn show(
 ) -> Result<Json<Value>, ApiError> {
     let rec = s
         .store
-        .get_search(&id)?
+        .get_search(&id)
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("search {id:?} not found")))?;
     Ok(Json(serde_json::to_value(rec).map_err(ApiError::internal)?))
 }
@@ -179,12 +221,13 @@ pub async fn log(
     Path(id): Path<String>,
     QueryArgs(q): QueryArgs<LogQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    if s.store.get_search(&id)?.is_none() {
+    if s.store.get_search(&id).await?.is_none() {
         return Err(ApiError::not_found(format!("search {id:?} not found")));
     }
     let lines = s
         .store
-        .get_search_log(&id, q.after, q.limit.clamp(1, 5000))?;
+        .get_search_log(&id, q.after, q.limit.clamp(1, 5000))
+        .await?;
     Ok(Json(json!({"lines": lines})))
 }
 
@@ -193,10 +236,10 @@ pub async fn llm_calls(
     State(s): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    if s.store.get_search(&id)?.is_none() {
+    if s.store.get_search(&id).await?.is_none() {
         return Err(ApiError::not_found(format!("search {id:?} not found")));
     }
-    Ok(Json(json!({"calls": s.store.llm_calls(&id)?})))
+    Ok(Json(json!({"calls": s.store.llm_calls(&id).await?})))
 }
 
 /// `POST /v1/searches/{id}/cancel`
@@ -206,7 +249,8 @@ pub async fn cancel(
 ) -> Result<Json<Value>, ApiError> {
     let rec = s
         .store
-        .get_search(&id)?
+        .get_search(&id)
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("search {id:?} not found")))?;
     if rec.state != "running" {
         return Err(ApiError::new(
@@ -215,6 +259,6 @@ pub async fn cancel(
             format!("search {id} is {}, not running", rec.state),
         ));
     }
-    s.supervisor.cancel(&id);
+    s.supervisor.cancel(&id).await;
     Ok(Json(json!({"id": id, "state": "cancelled"})))
 }

@@ -31,18 +31,20 @@ pub struct Facts {
     pub state_dir: String,
 }
 
-/// `GET /v1/health`: the daemon is up and its store answers.
+/// `GET /v1/health`: the daemon is up and its store answers. `queued` counts every job
+/// not yet evaluating (queued, compiling or compiled and waiting for a lane), `running`
+/// those evaluating on a lane.
 pub async fn health(State(s): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let counts = s.store.job_counts()?;
-    let queued = counts
-        .iter()
-        .find(|(st, _)| *st == crate::store::JobState::Queued)
-        .map_or(0, |(_, n)| *n);
+    let counts = s.store.job_counts().await?;
+    let sum = |f: fn(crate::store::JobState) -> bool| -> i64 {
+        counts.iter().filter(|(st, _)| f(*st)).map(|(_, n)| n).sum()
+    };
     Ok(Json(json!({
         "status": "ok",
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_s": s.started.elapsed().as_secs(),
-        "queued": queued,
+        "queued": sum(crate::store::JobState::is_waiting),
+        "running": sum(|st| st == crate::store::JobState::Running),
     })))
 }
 
@@ -194,7 +196,13 @@ fn host_facts() -> Value {
 
 /// `GET /metrics`: Prometheus text format.
 pub async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
-    let body = s.metrics.render(&s.store);
+    let node = crate::metrics::NodeView {
+        id: s.store.node(),
+        classes: s.sched.classes(),
+        paused: s.sched.paused(),
+        clustered: s.store.cluster().is_some(),
+    };
+    let body = s.metrics.render(&s.store, &node).await;
     (
         [(
             header::CONTENT_TYPE,

@@ -295,7 +295,7 @@ mod tests {
 
     use super::*;
     use crate::gpu::clocks::{self, SharedControl};
-    use crate::store::{open_temp, sample_spec};
+    use crate::store::{sample_spec, sqlite_temp};
 
     const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -362,7 +362,7 @@ mod tests {
 
     #[test]
     fn a_fault_on_one_lane_replaces_that_lanes_worker_alone_while_the_other_is_timing() {
-        let (dir, store) = open_temp();
+        let (dir, store) = sqlite_temp();
         let store = Arc::new(store);
         let (begun_tx, begun) = channel();
         let (go, go_rx) = channel();

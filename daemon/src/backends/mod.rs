@@ -351,7 +351,7 @@ mod tests {
     #[test]
     fn a_cached_artifact_is_not_served_across_architectures_or_builds() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = crate::store::Store::open(dir.path()).expect("store");
+        let store = crate::store::SqliteStore::open(dir.path(), "test-node").expect("store");
         let p = problem("f32");
         let c = cuda_candidate("k");
         let art = crate::store::Artifact {

@@ -28,7 +28,7 @@ use crate::config::Config;
 use crate::gpu::clocks::{self, LaneClocks};
 use crate::gpu::selection::{self, SelectionError};
 use crate::gpu::{self, GpuInventory, libs};
-use crate::store::Store;
+use crate::store::SqliteStore;
 
 /// The backends built at start, their status, the jail's layers and the GPUs.
 pub struct Built {
@@ -120,7 +120,7 @@ pub fn torch_helper(config: &Config) -> Result<kiln_sandbox::TorchHelper, String
 pub fn build(
     config: &Config,
     state_dir: &Path,
-    store: &Arc<Store>,
+    store: &Arc<SqliteStore>,
 ) -> Result<Built, SelectionError> {
     let mut cfg = sandbox_config(config, state_dir);
     let triton = find_triton(config);

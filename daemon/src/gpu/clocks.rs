@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use kiln_sandbox::kiln_gpu::telemetry::{ClockControl, ClockError, ClockEvent, ClockPolicy};
 
-use crate::store::Store;
+use crate::store::SqliteStore;
 
 /// The clock control of one GPU, shared by its lane.
 pub type SharedControl = Arc<Mutex<Box<dyn ClockControl + Send>>>;
@@ -34,12 +34,17 @@ pub struct LaneClocks {
     policy: ClockPolicy,
     gpu: String,
     ctl: SharedControl,
-    store: Arc<Store>,
+    store: Arc<SqliteStore>,
 }
 
 impl LaneClocks {
     /// Clock windows for the GPU `gpu` (its UUID) under `policy`.
-    pub fn new(policy: ClockPolicy, gpu: &str, ctl: SharedControl, store: Arc<Store>) -> Self {
+    pub fn new(
+        policy: ClockPolicy,
+        gpu: &str,
+        ctl: SharedControl,
+        store: Arc<SqliteStore>,
+    ) -> Self {
         LaneClocks {
             policy,
             gpu: gpu.to_string(),
@@ -74,7 +79,7 @@ impl LaneClocks {
 /// At start: resets the clocks of every GPU whose last journal entry is a lock intent,
 /// through `control(uuid)`. Returns the GPUs reset.
 pub fn recover(
-    store: &Store,
+    store: &SqliteStore,
     mut control: impl FnMut(&str) -> Option<Box<dyn ClockControl + Send>>,
 ) -> Vec<String> {
     let events = match store.last_clock_events() {
@@ -153,7 +158,7 @@ mod tests {
 
     #[test]
     fn lock_is_journalled_before_it_is_applied_and_reset_after() {
-        let (_dir, store) = crate::store::open_temp();
+        let (_dir, store) = crate::store::sqlite_temp();
         let store = Arc::new(store);
         let fake = FakeNvml::default();
         let log = fake.log.clone();
@@ -183,7 +188,7 @@ mod tests {
 
     #[test]
     fn observe_touches_nothing_and_base_is_the_default_lock() {
-        let (_dir, store) = crate::store::open_temp();
+        let (_dir, store) = crate::store::sqlite_temp();
         let store = Arc::new(store);
         let fake = FakeNvml::default();
         let clocks = LaneClocks::new(policy("observe", 0), "GPU-x", shared(&fake), store.clone());
@@ -195,7 +200,7 @@ mod tests {
 
     #[test]
     fn a_failed_lock_does_not_run_the_evaluation_and_resets() {
-        let (_dir, store) = crate::store::open_temp();
+        let (_dir, store) = crate::store::sqlite_temp();
         let fake = FakeNvml {
             fail_lock: true,
             ..FakeNvml::default()
@@ -212,7 +217,7 @@ mod tests {
 
     #[test]
     fn a_crash_inside_a_window_is_reset_at_the_next_start() {
-        let (_dir, store) = crate::store::open_temp();
+        let (_dir, store) = crate::store::sqlite_temp();
         // The previous daemon journalled an intent and died.
         store
             .journal_clock_event(&ClockEvent::LockIntent {

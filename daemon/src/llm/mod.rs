@@ -161,6 +161,7 @@ impl Gateway {
             Provider::Replay(p) => {
                 let served = store
                     .llm_calls(search)
+                    .await
                     .map(|c| c.len())
                     .map_err(|e| LlmError::Failed(format!("store: {e}")));
                 match served {
@@ -196,11 +197,11 @@ impl Gateway {
             latency_ms,
             cost,
         };
-        if let Err(e) = store.record_llm_call(&record) {
+        if let Err(e) = store.record_llm_call(&record).await {
             tracing::error!(error = %e, "cannot record an LLM call");
         }
         if prompt + completion > 0
-            && let Err(e) = store.add_search_tokens(search, prompt + completion)
+            && let Err(e) = store.add_search_tokens(search, prompt + completion).await
         {
             tracing::error!(error = %e, "cannot account LLM tokens");
         }

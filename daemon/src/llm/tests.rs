@@ -88,7 +88,7 @@ async fn retries_server_errors_then_answers_and_records_the_call() {
     assert_eq!(reply.content, "echo: hi");
     assert_eq!((reply.prompt_tokens, reply.completion_tokens), (11, 7));
     assert_eq!(calls.load(Ordering::SeqCst), 3);
-    let recorded = store.llm_calls("s-1").expect("calls");
+    let recorded = store.llm_calls("s-1").await.expect("calls");
     assert_eq!(recorded.len(), 1);
     assert_eq!(recorded[0]["attempts"], 3);
     assert_eq!(recorded[0]["reply"]["content"], "echo: hi");
@@ -109,7 +109,7 @@ async fn a_failing_server_gives_a_clean_error_after_the_retries() {
         "{err}"
     );
     assert_eq!(calls.load(Ordering::SeqCst), 3);
-    assert!(store.llm_calls("s-1").expect("calls")[0]["error"].is_string());
+    assert!(store.llm_calls("s-1").await.expect("calls")[0]["error"].is_string());
 }
 
 #[tokio::test]

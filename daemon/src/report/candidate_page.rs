@@ -433,7 +433,7 @@ mod tests {
                 candidate_id: "c1".into(),
                 backend: "cuda".into(),
                 state,
-                stage: None,
+                lane: None,
                 attempts: 1,
                 error: None,
                 created_at: 0,
@@ -443,6 +443,9 @@ mod tests {
                 eval_ms: None,
                 search_id: None,
                 options: None,
+                gpu_class: String::new(),
+                node: None,
+                lease_token: 0,
             }),
             evaluation,
         }

@@ -59,6 +59,9 @@ pub fn search(state: &str, evaluated: u64) -> SearchRecord {
         submitted: evaluated,
         evaluated,
         best: None,
+        gpu_class: String::new(),
+        weight: 1.0,
+        host_node: None,
     }
 }
 

@@ -107,6 +107,7 @@ impl Scheduler {
         let spec = self
             .store
             .get_problem(problem)
+            .await
             .map_err(|e| failed(&e))?
             .ok_or_else(|| BaselineError::NotFound(format!("problem {problem:?} not found")))?;
         let backend = self
@@ -134,13 +135,24 @@ impl Scheduler {
                 inventory.error.as_deref().unwrap_or("no GPU found")
             ))
         })?;
-        let cached = |store: &crate::store::Store| store.get_baselines(&key, problem);
-        if !remeasure && let Some(set) = cached(&self.store).map_err(|e| failed(&e))? {
+        if !remeasure
+            && let Some(set) = self
+                .store
+                .get_baselines(&key, problem)
+                .await
+                .map_err(|e| failed(&e))?
+        {
             return Ok(set);
         }
         // One measurement at a time; a request that waited finds the other's result.
         let _one = measuring().lock().await;
-        if !remeasure && let Some(set) = cached(&self.store).map_err(|e| failed(&e))? {
+        if !remeasure
+            && let Some(set) = self
+                .store
+                .get_baselines(&key, problem)
+                .await
+                .map_err(|e| failed(&e))?
+        {
             return Ok(set);
         }
         let backend = backend.ok_or_else(|| {
@@ -191,6 +203,7 @@ impl Scheduler {
         drop(lane);
         self.store
             .put_baselines(&key, problem, &results)
+            .await
             .map_err(|e| failed(&e))
     }
 }

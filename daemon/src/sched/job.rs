@@ -1,5 +1,6 @@
-//! One job's path: compile (cached) → lane (any free one, or the one the job is pinned
-//! to) → job options → evaluate → store → event.
+//! One job's path: compile (cached) → `compiled`, waiting for a lane (any free one, or
+//! the one the job is pinned to) → `running` on the lane (the attempt counted) → job
+//! options → evaluate → store → event.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,10 +13,10 @@ use tracing::Instrument;
 use super::{Lanes, Scheduler};
 use crate::backends::{Backend, BackendError, compile_key};
 use crate::events::Event;
-use crate::store::{Artifact, JobRecord};
+use crate::store::{Artifact, JobRecord, JobState, StoreError};
 
 /// Why a job could not produce an evaluation.
-enum JobFailure {
+pub(super) enum JobFailure {
     /// The backend or the store broke; the message is stored on the job.
     Infra(String),
 }
@@ -32,13 +33,45 @@ impl From<crate::store::StoreError> for JobFailure {
     }
 }
 
+/// What the compile stage left for the lane.
+enum Compiled {
+    /// The job ends without a lane (the candidate does not compile, or the problem has no
+    /// reference for the backend): its evaluation and the compile time.
+    Early(Box<Evaluation>, f64),
+    /// Both artifacts, ready for a lane.
+    Ready(Box<Ready>),
+}
+
+/// A compiled job waiting for its lane.
+struct Ready {
+    problem: ProblemSpec,
+    candidate: Candidate,
+    backend: Arc<dyn Backend>,
+    /// The compiled reference (empty for a torch reference: the backend runs it).
+    reference: Vec<u8>,
+    artifact: Artifact,
+    compile_ms: f64,
+}
+
+/// How a job's run ended.
+enum Outcome {
+    /// An evaluation to store: with the compile and evaluation times.
+    Evaluated(Box<Evaluation>, f64, f64),
+    /// kiln could not evaluate it.
+    Failed(String),
+    /// Stopped before its evaluation started (kilnd is stopping): queued again.
+    Requeued,
+    /// Another party moved the job on (requeued or finished it): nothing to record.
+    Gone,
+}
+
 impl Scheduler {
     fn publish_job(
         &self,
         job: &JobRecord,
         problem: &str,
-        state: &str,
-        stage: Option<&str>,
+        state: JobState,
+        lane: Option<u32>,
         eval: Option<&Evaluation>,
         error: Option<&str>,
     ) {
@@ -46,8 +79,9 @@ impl Scheduler {
             job_id: job.id,
             candidate_id: job.candidate_id.clone(),
             problem: problem.to_string(),
-            state: state.to_string(),
-            stage: stage.map(str::to_string),
+            state: state.as_str().to_string(),
+            lane,
+            node: Some(self.store.node().to_string()),
             verdict: eval.map(|e| e.verdict.to_string()),
             median_us: eval.and_then(|e| e.timing.as_ref().map(|t| t.median_us)),
             error: error.map(str::to_string),
@@ -68,55 +102,197 @@ impl Scheduler {
     }
 
     async fn run_job_inner(self: Arc<Self>, job: JobRecord, compile_permit: OwnedSemaphorePermit) {
-        let problem_name = match self.store.get_candidate(&job.candidate_id) {
+        let problem_name = match self.store.get_candidate(&job.candidate_id).await {
             Ok(Some(rec)) => rec.candidate.problem.clone(),
             _ => String::new(),
         };
-        self.publish_job(
-            &job,
-            &problem_name,
-            "running",
-            Some("compiling"),
-            None,
-            None,
-        );
-        match self.clone().pipeline(&job, compile_permit).await {
-            Ok((eval, compile_ms, eval_ms)) => {
+        self.publish_job(&job, &problem_name, JobState::Compiling, None, None, None);
+        let (outcome, lane) = self
+            .clone()
+            .pipeline(&job, &problem_name, compile_permit)
+            .await;
+        let (id, token) = (job.id, job.lease_token);
+        match outcome {
+            Outcome::Evaluated(eval, compile_ms, eval_ms) => {
                 tracing::info!(verdict = %eval.verdict, message = %eval.message, "job done");
-                match self.store.finish_job(job.id, &eval, compile_ms, eval_ms) {
-                    Ok(()) => {
-                        self.publish_job(&job, &problem_name, "done", None, Some(&eval), None)
-                    }
+                let stored = self
+                    .persist(|| self.store.finish_job(id, token, &eval, compile_ms, eval_ms))
+                    .await;
+                match stored {
+                    Ok(()) => self.publish_job(
+                        &job,
+                        &problem_name,
+                        JobState::Done,
+                        lane,
+                        Some(&eval),
+                        None,
+                    ),
+                    Err(StoreError::Fenced(why)) => self.fenced_out(&why),
                     Err(e) => {
                         tracing::error!(error = %e, "cannot store the evaluation");
                         let msg = format!("cannot store the evaluation: {e}");
-                        let _ = self.store.fail_job(job.id, &msg);
-                        self.publish_job(&job, &problem_name, "failed", None, None, Some(&msg));
+                        if let Err(StoreError::Fenced(why)) =
+                            self.persist(|| self.store.fail_job(id, token, &msg)).await
+                        {
+                            return self.fenced_out(&why);
+                        }
+                        self.publish_job(
+                            &job,
+                            &problem_name,
+                            JobState::Failed,
+                            lane,
+                            None,
+                            Some(&msg),
+                        );
                     }
                 }
             }
-            Err(JobFailure::Infra(msg)) => {
+            Outcome::Failed(msg) => {
                 tracing::error!(error = %msg, "job failed");
-                if let Err(e) = self.store.fail_job(job.id, &msg) {
-                    tracing::error!(error = %e, "cannot mark the job failed");
+                match self.persist(|| self.store.fail_job(id, token, &msg)).await {
+                    Ok(()) => self.publish_job(
+                        &job,
+                        &problem_name,
+                        JobState::Failed,
+                        lane,
+                        None,
+                        Some(&msg),
+                    ),
+                    Err(StoreError::Fenced(why)) => self.fenced_out(&why),
+                    Err(e) => tracing::error!(error = %e, "cannot mark the job failed"),
                 }
-                self.publish_job(&job, &problem_name, "failed", None, None, Some(&msg));
+            }
+            Outcome::Requeued => {
+                tracing::info!("kilnd is stopping: the job goes back to the queue");
+                if let Err(e) = self.store.requeue_job(id, token).await {
+                    tracing::error!(error = %e, "cannot requeue the job (its lease will run out)");
+                }
+                self.publish_job(&job, &problem_name, JobState::Queued, None, None, None);
+            }
+            Outcome::Gone => self.fenced_out("the job was no longer waiting for this claim's lane"),
+        }
+    }
+
+    /// A write refused because the job's lease is no longer this claim's (another node
+    /// took it over after the lease ran out): nothing is recorded.
+    fn fenced_out(&self, why: &str) {
+        crate::metrics::count_fenced();
+        tracing::warn!(reason = %why, "fenced_out: this node lost the job's lease; its result is dropped");
+    }
+
+    /// Runs a store write again while the database is unavailable (a restart, a
+    /// failover), for up to twice the lease; any other outcome is returned as it is.
+    async fn persist<T, F, Fut>(&self, write: F) -> Result<T, StoreError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let deadline = Instant::now() + self.write_patience;
+        let mut pause = std::time::Duration::from_millis(100);
+        loop {
+            match write().await {
+                Err(StoreError::Unavailable(why)) if Instant::now() < deadline => {
+                    tracing::warn!(reason = %why, "the database is unavailable; retrying the write");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(2));
+                }
+                other => return other,
             }
         }
     }
 
+    /// Compile, wait for a lane, evaluate. Stopping kilnd interrupts the first two (the
+    /// job goes back to the queue uncounted), never an evaluation that started. Returns
+    /// the lane too, once the evaluation started on one.
     async fn pipeline(
         self: Arc<Self>,
         job: &JobRecord,
+        problem_name: &str,
         compile_permit: OwnedSemaphorePermit,
-    ) -> Result<(Evaluation, f64, f64), JobFailure> {
+    ) -> (Outcome, Option<u32>) {
+        let compiled = tokio::select! {
+            c = self.compile_stage(job, compile_permit) => c,
+            _ = self.shutdown.cancelled() => return (Outcome::Requeued, None),
+        };
+        let ready = match compiled {
+            Ok(Compiled::Early(eval, compile_ms)) => {
+                return (Outcome::Evaluated(eval, compile_ms, 0.0), None);
+            }
+            Ok(Compiled::Ready(ready)) => ready,
+            Err(JobFailure::Infra(msg)) => return (Outcome::Failed(msg), None),
+        };
+        if let Err(e) = self
+            .persist(|| self.store.mark_compiled(job.id, job.lease_token))
+            .await
+        {
+            return (Outcome::Failed(format!("store: {e}")), None);
+        }
+        self.publish_job(job, problem_name, JobState::Compiled, None, None, None);
+        let Some(slots) = self.lane_slots.get(ready.backend.name()).cloned() else {
+            return (Outcome::Failed("no lane for backend".into()), None);
+        };
+        let pinned = job.options.as_ref().and_then(|o| o.lane);
+        let lanes = match pinned {
+            Some(l) => Lanes::Only(vec![l as usize]),
+            None => Lanes::Any,
+        };
+        let lane = tokio::select! {
+            l = slots.acquire(lanes) => l,
+            _ = self.shutdown.cancelled() => return (Outcome::Requeued, None),
+        };
+        let Some(lane) = lane else {
+            let why = match pinned {
+                Some(l) => format!(
+                    "the job asks for lane {l} but the {} backend has {} lane(s) here",
+                    ready.backend.name(),
+                    slots.count()
+                ),
+                None => "lane closed".into(),
+            };
+            return (Outcome::Failed(why), None);
+        };
+        let index = u32::try_from(lane.index).unwrap_or(u32::MAX);
+        match self
+            .persist(|| self.store.start_evaluation(job.id, job.lease_token, index))
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return (Outcome::Gone, None),
+            Err(e) => return (Outcome::Failed(format!("store: {e}")), None),
+        }
+        self.publish_job(
+            job,
+            problem_name,
+            JobState::Running,
+            Some(index),
+            None,
+            None,
+        );
+        let outcome = match self.evaluate(job, *ready, lane.index).await {
+            Ok((eval, compile_ms, eval_ms)) => {
+                Outcome::Evaluated(Box::new(eval), compile_ms, eval_ms)
+            }
+            Err(JobFailure::Infra(msg)) => Outcome::Failed(msg),
+        };
+        drop(lane);
+        (outcome, Some(index))
+    }
+
+    /// Compiles the problem's reference (cached after its first use) and the candidate.
+    async fn compile_stage(
+        &self,
+        job: &JobRecord,
+        compile_permit: OwnedSemaphorePermit,
+    ) -> Result<Compiled, JobFailure> {
         let rec = self
             .store
-            .get_candidate(&job.candidate_id)?
+            .get_candidate(&job.candidate_id)
+            .await?
             .ok_or_else(|| JobFailure::Infra("candidate vanished from the store".into()))?;
         let problem = self
             .store
-            .get_problem(&rec.candidate.problem)?
+            .get_problem(&rec.candidate.problem)
+            .await?
             .ok_or_else(|| {
                 JobFailure::Infra(format!(
                     "problem {:?} is not registered",
@@ -131,7 +307,6 @@ impl Scheduler {
                 JobFailure::Infra(format!("backend {:?} is not built in", job.backend))
             })?;
 
-        // Compile stage: the reference (cached after its first use) and the candidate.
         let t0 = Instant::now();
         if !problem.reference.has(backend.name()) {
             let eval = Evaluation::early(
@@ -143,11 +318,11 @@ impl Scheduler {
                     backend.name()
                 ),
             );
-            return Ok((eval, 0.0, 0.0));
+            return Ok(Compiled::Early(Box::new(eval), 0.0));
         }
         // A torch reference (no kernel for this backend) is run by the backend's reference
         // runner: nothing to compile, an empty artifact.
-        let reference_bytes = match problem.reference_candidate(backend.name()) {
+        let reference = match problem.reference_candidate(backend.name()) {
             Some(c) => match self.compile_cached(&backend, &problem, &c).await? {
                 Ok(a) => a.bytes,
                 Err(failure) => {
@@ -164,61 +339,55 @@ impl Scheduler {
             .await?;
         let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
         drop(compile_permit);
-        let artifact = match artifact {
-            Ok(a) => a,
+        match artifact {
+            Ok(artifact) => Ok(Compiled::Ready(Box::new(Ready {
+                problem,
+                candidate: rec.candidate,
+                backend,
+                reference,
+                artifact,
+                compile_ms,
+            }))),
             Err(mut failure) => {
                 failure
                     .compile
                     .get_or_insert_with(Default::default)
                     .duration_ms = compile_ms;
-                return Ok((failure, compile_ms, 0.0));
+                Ok(Compiled::Early(Box::new(failure), compile_ms))
             }
-        };
+        }
+    }
 
-        // Evaluation stage: one job per lane at a time.
-        self.store.set_stage(job.id, "evaluating")?;
-        self.publish_job(
-            job,
-            &problem.name,
-            "running",
-            Some("evaluating"),
-            None,
-            None,
-        );
-        let slots = self
-            .lane_slots
-            .get(backend.name())
-            .cloned()
-            .ok_or_else(|| JobFailure::Infra("no lane for backend".into()))?;
-        let pinned = job.options.as_ref().and_then(|o| o.lane);
-        let lanes = match pinned {
-            Some(l) => Lanes::Only(vec![l as usize]),
-            None => Lanes::Any,
-        };
-        let lane = slots.acquire(lanes).await.ok_or_else(|| {
-            JobFailure::Infra(format!(
-                "the job asks for lane {} but the {} backend has {} lane(s) here",
-                pinned.unwrap_or_default(),
-                backend.name(),
-                slots.count()
-            ))
-        })?;
-        let lane_index = lane.index;
+    /// Evaluates a compiled job on the lane it holds.
+    async fn evaluate(
+        &self,
+        job: &JobRecord,
+        ready: Ready,
+        lane_index: usize,
+    ) -> Result<(Evaluation, f64, f64), JobFailure> {
+        let Ready {
+            problem,
+            candidate,
+            backend,
+            reference,
+            artifact,
+            compile_ms,
+        } = ready;
         let plan = super::job_options::apply_job_options(
             &self.store,
             &self.config,
             job,
             &problem.name,
             self.plan_for(backend.as_ref()),
-        )?;
+        )
+        .await?;
         let t1 = Instant::now();
-        let candidate = rec.candidate.clone();
         let be = backend.clone();
         let mut eval = tokio::task::spawn_blocking(move || {
             be.evaluate(
                 lane_index,
                 &problem,
-                &reference_bytes,
+                &reference,
                 &candidate,
                 &artifact.bytes,
                 &plan,
@@ -240,7 +409,6 @@ impl Scheduler {
         })?;
         let eval_ms = t1.elapsed().as_secs_f64() * 1e3;
         crate::metrics::add_lane_busy(backend.name(), lane_index, eval_ms / 1e3);
-        drop(lane);
         if let Some(c) = eval.compile.as_mut() {
             c.duration_ms = if c.cached {
                 c.duration_ms
@@ -268,7 +436,7 @@ impl Scheduler {
 
     /// The artifact for `candidate`, from the cache or a fresh compile. The inner `Err`
     /// is the candidate's `compile_error` evaluation.
-    async fn compile_cached(
+    pub(super) async fn compile_cached(
         &self,
         backend: &Arc<dyn Backend>,
         problem: &ProblemSpec,

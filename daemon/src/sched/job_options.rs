@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::store::{JobRecord, Store, StoreError};
 
 /// `plan` with the job's plain timing and race bound filled in.
-pub fn apply_job_options(
+pub async fn apply_job_options(
     store: &Store,
     config: &Config,
     job: &JobRecord,
@@ -25,10 +25,14 @@ pub fn apply_job_options(
     // (a hand-edited database) runs without racing.
     let upper = match options.race_target().ok().flatten() {
         Some(RaceTarget::Upper(u)) => Some(u),
-        Some(RaceTarget::ProblemBest) => store.problem_incumbent_upper(problem, &job.backend)?,
+        Some(RaceTarget::ProblemBest) => {
+            store
+                .problem_incumbent_upper(problem, &job.backend, &job.gpu_class)
+                .await?
+        }
         None => match &job.search_id {
             Some(search) if config.search.race && plan.plain.is_none() => {
-                store.search_incumbent_upper(search)?
+                store.search_incumbent_upper(search).await?
             }
             _ => None,
         },
@@ -45,7 +49,7 @@ pub fn apply_job_options(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{open_temp, sample_search, sample_spec};
+    use crate::store::{LaneClass, open_temp, sample_search, sample_spec};
     use kiln_types::{Candidate, Evaluation, JobOptions, TimingStats, Verdict};
 
     fn cand(src: &str) -> Candidate {
@@ -68,32 +72,42 @@ mod tests {
         e
     }
 
-    #[test]
-    fn search_jobs_race_the_search_best_and_single_jobs_only_when_asked() {
+    #[tokio::test]
+    async fn search_jobs_race_the_search_best_and_single_jobs_only_when_asked() {
+        let host = [LaneClass {
+            backend: "host".into(),
+            class: "host/test".into(),
+            lanes: 1,
+        }];
         let (_d, store) = open_temp();
-        store.put_problem(&sample_spec("p")).expect("problem");
-        let search = sample_search(&store, "p");
+        store.put_problem(&sample_spec("p")).await.expect("problem");
+        let search = sample_search(&store, "p").await;
         // The search's first candidate: nothing to race yet.
         let first = store
             .submit(&cand("void f(){}"), Some(&search))
+            .await
             .expect("submit");
-        let job = store.claim_next(&["host"]).expect("claim").expect("job");
+        let job = store.claim_next(&host).await.expect("claim").expect("job");
         let mut config = Config::default();
-        let plan =
-            apply_job_options(&store, &config, &job, "p", EvalPlan::default()).expect("plan");
+        let plan = apply_job_options(&store, &config, &job, "p", EvalPlan::default())
+            .await
+            .expect("plan");
         assert_eq!((plan.race, plan.plain), (None, None));
         store
-            .finish_job(first.job_id, &ok(11.0), 0.0, 0.0)
+            .finish_job(first.job_id, job.lease_token, &ok(11.0), 0.0, 0.0)
+            .await
             .expect("finish");
 
         // The next one races the best's upper bound with the configured margin.
         store
             .submit(&cand("void f(){ }\n//2"), Some(&search))
+            .await
             .expect("submit");
-        let job = store.claim_next(&["host"]).expect("claim").expect("job");
+        let job = store.claim_next(&host).await.expect("claim").expect("job");
         assert_eq!(job.search_id.as_deref(), Some(search.as_str()));
-        let plan =
-            apply_job_options(&store, &config, &job, "p", EvalPlan::default()).expect("plan");
+        let plan = apply_job_options(&store, &config, &job, "p", EvalPlan::default())
+            .await
+            .expect("plan");
         assert_eq!(
             plan.race,
             Some(RaceBound {
@@ -102,36 +116,43 @@ mod tests {
             })
         );
         config.search.race = false;
-        let plan =
-            apply_job_options(&store, &config, &job, "p", EvalPlan::default()).expect("plan");
+        let plan = apply_job_options(&store, &config, &job, "p", EvalPlan::default())
+            .await
+            .expect("plan");
         assert_eq!(plan.race, None);
 
         // A single submission races only when asked: against the problem's best, or an
         // explicit bound; plain timing is passed on.
         store
             .submit(&cand("void f(){ }\n//3"), None)
+            .await
             .expect("submit");
-        let job = store.claim_next(&["host"]).expect("claim").expect("job");
+        let job = store.claim_next(&host).await.expect("claim").expect("job");
         config.search.race = true;
-        let plan =
-            apply_job_options(&store, &config, &job, "p", EvalPlan::default()).expect("plan");
+        let plan = apply_job_options(&store, &config, &job, "p", EvalPlan::default())
+            .await
+            .expect("plan");
         assert_eq!(plan.race, None);
-        let with = |json: &str| {
+        let with = async |json: &str| {
             let mut j = job.clone();
             j.options = Some(serde_json::from_str::<JobOptions>(json).expect("options"));
-            apply_job_options(&store, &config, &j, "p", EvalPlan::default()).expect("plan")
+            apply_job_options(&store, &config, &j, "p", EvalPlan::default())
+                .await
+                .expect("plan")
         };
         assert_eq!(
             with(r#"{"race": "best"}"#)
+                .await
                 .race
                 .map(|r| r.incumbent_upper_us),
             Some(11.0)
         );
         let explicit = with(r#"{"race": 3.5, "race_margin": 0.2}"#)
+            .await
             .race
             .expect("bound");
         assert_eq!((explicit.incumbent_upper_us, explicit.margin), (3.5, 0.2));
-        let plain = with(r#"{"plain": 100}"#);
+        let plain = with(r#"{"plain": 100}"#).await;
         assert_eq!((plain.plain, plain.race), (Some(100), None));
     }
 }

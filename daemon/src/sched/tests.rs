@@ -11,11 +11,12 @@ use kiln_types::{Candidate, JobOptions};
 
 use super::Scheduler;
 use super::baseline::BaselineError;
+use crate::backends::Backend;
 use crate::backends::fake::{FakeLanes, PATIENCE};
 use crate::config::Config;
 use crate::events::{Event, EventBus};
 use crate::gpu::fake_inventory;
-use crate::store::{GpuKey, Store, open_temp, sample_search, sample_spec};
+use crate::store::{GpuKey, LaneClass, Store, open_temp, sample_search, sample_spec};
 
 fn candidate(note: &str) -> Candidate {
     serde_json::from_value(serde_json::json!({
@@ -29,17 +30,30 @@ fn candidate(note: &str) -> Candidate {
 
 /// A scheduler over `backend` on a fresh store with problem `p` (host and cuda
 /// references), running in the background.
-fn start(backend: Arc<FakeLanes>) -> (tempfile::TempDir, Arc<Store>, Arc<Scheduler>, EventBus) {
+async fn start(
+    backend: Arc<FakeLanes>,
+) -> (tempfile::TempDir, Arc<Store>, Arc<Scheduler>, EventBus) {
     let (dir, store) = open_temp();
     let mut spec = sample_spec("p");
     spec.reference.cuda = spec.reference.host.clone();
-    store.put_problem(&spec).expect("problem");
+    store.put_problem(&spec).await.expect("problem");
     let store = Arc::new(store);
     let events = EventBus::new(1024);
     let mut config = Config::default();
     config.queue.compile_workers = 4;
     config.gpu.python = String::new();
-    let sched = Scheduler::new(store.clone(), events.clone(), vec![backend], config);
+    let classes = vec![LaneClass {
+        backend: backend.name().into(),
+        class: format!("{}/test", backend.name()),
+        lanes: u32::try_from(backend.lanes()).unwrap_or(u32::MAX),
+    }];
+    let sched = Scheduler::new(
+        store.clone(),
+        events.clone(),
+        vec![backend],
+        classes,
+        config,
+    );
     tokio::spawn(sched.clone().run(Duration::from_secs(1)));
     (dir, store, sched, events)
 }
@@ -75,11 +89,12 @@ async fn ended(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_lane_is_used_and_none_runs_two_evaluations_at_once() {
     let fake = FakeLanes::new("host", 4);
-    let (_d, store, sched, events) = start(fake.clone());
+    let (_d, store, sched, events) = start(fake.clone()).await;
     let mut rx = events.subscribe();
     for i in 0..16 {
         store
             .submit(&candidate(&format!("c{i}")), None)
+            .await
             .expect("submit");
     }
     sched.wake();
@@ -103,13 +118,14 @@ async fn every_lane_is_used_and_none_runs_two_evaluations_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_searchs_candidates_spread_over_all_lanes() {
     let fake = FakeLanes::new("host", 3);
-    let (_d, store, sched, events) = start(fake.clone());
-    let search = sample_search(&store, "p");
+    let (_d, store, sched, events) = start(fake.clone()).await;
+    let search = sample_search(&store, "p").await;
     let mut rx = events.subscribe();
     // A search keeps its queue filled: a round of candidates at once.
     for i in 0..9 {
         store
             .submit(&candidate(&format!("s{i}")), Some(&search))
+            .await
             .expect("submit");
     }
     sched.wake();
@@ -135,12 +151,13 @@ async fn a_searchs_candidates_spread_over_all_lanes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pinned_job_runs_on_its_lane_and_a_missing_lane_fails_clearly() {
     let fake = FakeLanes::new("host", 2);
-    let (_d, store, sched, events) = start(fake.clone());
+    let (_d, store, sched, events) = start(fake.clone()).await;
     let mut rx = events.subscribe();
     // Fill both lanes first (the first wave waits for both), then the pinned ones.
     for i in 0..2 {
         store
             .submit(&candidate(&format!("w{i}")), None)
+            .await
             .expect("submit");
     }
     let pinned = |lane: u32| JobOptions {
@@ -149,11 +166,13 @@ async fn a_pinned_job_runs_on_its_lane_and_a_missing_lane_fails_clearly() {
     };
     for i in 0..4 {
         store
-            .submit_with(&candidate(&format!("p{i}")), None, Some(&pinned(1)))
+            .submit_with(&candidate(&format!("p{i}")), None, Some(&pinned(1)), "")
+            .await
             .expect("submit");
     }
     let missing = store
-        .submit_with(&candidate("nowhere"), None, Some(&pinned(5)))
+        .submit_with(&candidate("nowhere"), None, Some(&pinned(5)), "")
+        .await
         .expect("submit");
     sched.wake();
     let states = ended(&mut rx, 7).await;
@@ -180,7 +199,7 @@ async fn a_pinned_job_runs_on_its_lane_and_a_missing_lane_fails_clearly() {
 async fn baselines_are_measured_and_cached_per_lane_gpu_model() {
     // Lane i runs on GPU-fake-i: an H100, then two H200s.
     let fake = FakeLanes::new("cuda", 3);
-    let (_d, store, sched, _events) = start(fake.clone());
+    let (_d, store, sched, _events) = start(fake.clone()).await;
     let inv = fake_inventory(&["NVIDIA H100", "NVIDIA H200", "NVIDIA H200"]);
     let key = |model: &str| GpuKey {
         model: model.into(),
@@ -198,12 +217,14 @@ async fn baselines_are_measured_and_cached_per_lane_gpu_model() {
     assert!(
         store
             .get_baselines(&key("NVIDIA H200"), "p")
+            .await
             .expect("get")
             .is_some()
     );
     assert!(
         store
             .get_baselines(&key("NVIDIA H100"), "p")
+            .await
             .expect("get")
             .is_none()
     );

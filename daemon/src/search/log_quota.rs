@@ -52,19 +52,21 @@ impl LogQuota {
     }
 
     /// Decides about one line of `bytes` bytes for `search`.
-    pub fn admit(&self, store: &Store, search: &str, bytes: usize) -> Result<Admit> {
-        let mut map = self.lock();
-        if !map.contains_key(search) {
-            let (rows, bytes_used) = store.search_log_usage(search)?;
+    pub async fn admit(&self, store: &Store, search: &str, bytes: usize) -> Result<Admit> {
+        let known = self.lock().contains_key(search);
+        if !known {
+            // Read outside the lock (a database round trip in a cluster); a line that
+            // raced this one in the meantime keeps the counts it already made.
+            let (rows, bytes_used) = store.search_log_usage(search).await?;
             let over = rows >= self.max_rows || bytes_used >= self.max_bytes;
-            let usage = Usage {
+            self.lock().entry(search.to_string()).or_insert(Usage {
                 rows,
                 bytes: bytes_used,
                 dropped: 0,
                 noticed: over,
-            };
-            map.insert(search.to_string(), usage);
+            });
         }
+        let mut map = self.lock();
         let Some(u) = map.get_mut(search) else {
             return Ok(Admit::Drop);
         };
@@ -86,16 +88,23 @@ impl LogQuota {
         )))
     }
 
+    /// Forgets a search's counts without writing anything (another node hosts it now).
+    pub fn forget(&self, search: &str) {
+        self.lock().remove(search);
+    }
+
     /// The search's host ended: records how many lines were dropped (if any) and forgets
     /// the search's counts.
-    pub fn close(&self, store: &Store, search: &str) -> Result<()> {
+    pub async fn close(&self, store: &Store, search: &str) -> Result<()> {
         let dropped = self.lock().remove(search).map_or(0, |u| u.dropped);
         if dropped > 0 {
-            store.search_log(
-                search,
-                "warn",
-                &format!("log limit reached; {dropped} further lines dropped"),
-            )?;
+            store
+                .search_log(
+                    search,
+                    "warn",
+                    &format!("log limit reached; {dropped} further lines dropped"),
+                )
+                .await?;
         }
         Ok(())
     }
@@ -105,13 +114,17 @@ impl LogQuota {
 mod tests {
     use super::*;
 
-    #[test]
-    fn lines_past_the_bound_are_dropped_with_one_notice_and_a_count() {
+    #[tokio::test]
+    async fn lines_past_the_bound_are_dropped_with_one_notice_and_a_count() {
         let (_dir, store) = crate::store::open_temp();
         store
             .put_problem(&crate::store::sample_spec("p"))
+            .await
             .expect("problem");
-        let hash = store.put_plugin("abuse", b"\0asm fake").expect("plugin");
+        let hash = store
+            .put_plugin("abuse", b"\0asm fake")
+            .await
+            .expect("plugin");
         let new = crate::store::NewSearch {
             problem: "p".into(),
             proposer: "abuse".into(),
@@ -121,22 +134,27 @@ mod tests {
             budget_candidates: 1,
             time_limit_ms: 1000,
             llm_tokens: 0,
+            gpu_class: String::new(),
+            weight: 1.0,
         };
-        let id = &store.create_search(&new).expect("search");
+        let id = &store.create_search(&new).await.expect("search");
         let q = LogQuota::new(3, 1000);
         for _ in 0..3 {
-            assert_eq!(q.admit(&store, id, 10).expect("admit"), Admit::Store);
-            store.search_log(id, "info", "0123456789").expect("log");
+            assert_eq!(q.admit(&store, id, 10).await.expect("admit"), Admit::Store);
+            store
+                .search_log(id, "info", "0123456789")
+                .await
+                .expect("log");
         }
-        let Admit::Notice(n) = q.admit(&store, id, 10).expect("admit") else {
+        let Admit::Notice(n) = q.admit(&store, id, 10).await.expect("admit") else {
             panic!("no notice at the bound");
         };
-        store.search_log(id, "warn", &n).expect("log");
+        store.search_log(id, "warn", &n).await.expect("log");
         for _ in 0..5 {
-            assert_eq!(q.admit(&store, id, 10).expect("admit"), Admit::Drop);
+            assert_eq!(q.admit(&store, id, 10).await.expect("admit"), Admit::Drop);
         }
-        q.close(&store, id).expect("close");
-        let lines = store.get_search_log(id, 0, 100).expect("lines");
+        q.close(&store, id).await.expect("close");
+        let lines = store.get_search_log(id, 0, 100).await.expect("lines");
         assert_eq!(lines.len(), 5, "{lines:?}");
         assert!(lines[3].message.contains("log limit reached"));
         assert!(
@@ -145,12 +163,15 @@ mod tests {
         );
         // After a restart the bound holds, without a second notice.
         let q = LogQuota::new(3, 1000);
-        assert_eq!(q.admit(&store, id, 1).expect("admit"), Admit::Drop);
+        assert_eq!(q.admit(&store, id, 1).await.expect("admit"), Admit::Drop);
         // Bytes bound too.
         let q = LogQuota::new(100, 25);
-        assert_eq!(q.admit(&store, "s2", 20).expect("admit"), Admit::Store);
+        assert_eq!(
+            q.admit(&store, "s2", 20).await.expect("admit"),
+            Admit::Store
+        );
         assert!(matches!(
-            q.admit(&store, "s2", 20).expect("admit"),
+            q.admit(&store, "s2", 20).await.expect("admit"),
             Admit::Notice(_)
         ));
     }

@@ -62,6 +62,16 @@ struct Running {
     killer: Option<Killer>,
 }
 
+/// How a run of a search's plugin host ended.
+enum RunEnd {
+    /// Finished through `/finish`, cancelled, or stopped with kilnd (resumed later).
+    Ended,
+    /// The search fails with this reason.
+    Failed(String),
+    /// Another node hosts the search now (or it ended elsewhere): nothing to record here.
+    Lost(String),
+}
+
 /// Kills the jailed host if the task owning it is dropped (the runtime shutting down).
 struct KillOnDrop(Option<Killer>);
 
@@ -142,21 +152,61 @@ impl Supervisor {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Resumes every search left `running` (after a restart).
-    pub fn resume_all(self: &Arc<Self>) {
-        match self.store.list_searches(Some("running")) {
-            Ok(list) => {
-                for s in list {
-                    tracing::info!(search = %s.id, "resuming search");
-                    self.start(&s.id);
+    /// Whether this node may run plugin hosts: always on one host; in a cluster when
+    /// `cluster.run_searches` is on.
+    fn hosts_searches(&self) -> bool {
+        self.store.cluster().is_none() || self.config.cluster.run_searches
+    }
+
+    /// Resumes every search left `running` that this node should host: on one host all
+    /// of them (after a restart); in a cluster its own and those whose host's lease ran
+    /// out (or that never had a host: started on a gateway). Called at start and by the
+    /// cluster's search reaper.
+    pub async fn resume_all(self: &Arc<Self>) {
+        if !self.hosts_searches() || !self.status().0 {
+            return;
+        }
+        let ids = match self.store.cluster() {
+            Some(pg) => pg.searches_to_host().await,
+            None => self
+                .store
+                .list_searches(Some("running"))
+                .await
+                .map(|l| l.into_iter().map(|s| s.id).collect()),
+        };
+        match ids {
+            Ok(ids) => {
+                for id in ids {
+                    if !self.lock().contains_key(&id) {
+                        tracing::info!(search = %id, "resuming search");
+                        self.start(&id);
+                    }
                 }
             }
             Err(e) => tracing::error!(error = %e, "cannot list searches to resume"),
         }
     }
 
-    /// Starts (or restarts) the plugin host of a running search.
+    /// Whether this node runs the plugin host of search `id` now.
+    pub fn hosts(&self, id: &str) -> bool {
+        self.lock().contains_key(id)
+    }
+
+    /// The searches whose plugin hosts run here (started: past taking the search).
+    pub fn hosted_started(&self) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|(_, r)| r.killer.is_some())
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Starts (or restarts) the plugin host of a running search, if this node hosts
+    /// searches (in a cluster another node may take it).
     pub fn start(self: &Arc<Self>, id: &str) {
+        if !self.hosts_searches() {
+            return;
+        }
         let (tx, rx) = oneshot::channel();
         {
             let mut map = self.lock();
@@ -176,24 +226,50 @@ impl Supervisor {
         tokio::spawn(async move {
             let outcome = me.run(&id, rx).await;
             me.lock().remove(&id);
-            if let Err(e) = me.log_quota.close(&me.store, &id) {
+            if matches!(outcome, RunEnd::Lost(_)) {
+                // Another node hosts the search now: its log is no longer this node's to write.
+                me.log_quota.forget(&id);
+            } else if let Err(e) = me.log_quota.close(&me.store, &id).await {
                 tracing::warn!(search = %id, error = %e, "cannot record the dropped log lines");
             }
-            if let Err(reason) = outcome {
-                tracing::warn!(search = %id, reason = %reason, "search failed");
-                if let Ok(true) = me.store.finish_search(&id, "failed", None, Some(&reason)) {
-                    let _ = me.store.search_log(&id, "error", &reason);
+            match outcome {
+                RunEnd::Ended => {}
+                RunEnd::Failed(reason) => {
+                    tracing::warn!(search = %id, reason = %reason, "search failed");
+                    if let Ok(true) = me
+                        .store
+                        .finish_search(&id, "failed", None, Some(&reason))
+                        .await
+                    {
+                        let _ = me.store.search_log(&id, "error", &reason).await;
+                    }
+                }
+                RunEnd::Lost(why) => {
+                    tracing::warn!(search = %id, reason = %why, "this node no longer hosts the search");
                 }
             }
-            me.publish(&id);
+            me.publish(&id).await;
         });
     }
 
+    /// Stops the plugin host of a search this node lost (another node took its lease
+    /// over, or it was cancelled elsewhere) without touching the search's record.
+    pub fn abandon(&self, id: &str) {
+        if let Some(r) = self.lock().remove(id) {
+            tracing::warn!(search = %id, "another node hosts this search now; stopping its plugin host here");
+            if let Some(k) = &r.killer {
+                k.kill();
+            }
+            let _ = r.cancel.send(());
+        }
+    }
+
     /// Cancels a running search: stops its host and marks it cancelled.
-    pub fn cancel(&self, id: &str) -> bool {
+    pub async fn cancel(&self, id: &str) -> bool {
         let stopped = self
             .store
             .finish_search(id, "cancelled", None, Some("cancelled by a user"))
+            .await
             .unwrap_or(false);
         if let Some(r) = self.lock().remove(id) {
             if let Some(k) = &r.killer {
@@ -202,15 +278,18 @@ impl Supervisor {
             let _ = r.cancel.send(());
         }
         if stopped {
-            let _ = self.store.search_log(id, "info", "cancelled by a user");
-            self.publish(id);
+            let _ = self
+                .store
+                .search_log(id, "info", "cancelled by a user")
+                .await;
+            self.publish(id).await;
         }
         stopped
     }
 
     /// Publishes the search's current progress on the event bus.
-    pub fn publish(&self, id: &str) {
-        if let Ok(Some(s)) = self.store.get_search(id) {
+    pub async fn publish(&self, id: &str) {
+        if let Ok(Some(s)) = self.store.get_search(id).await {
             self.events.publish(Event::Search {
                 search_id: s.id,
                 problem: s.problem,
@@ -224,19 +303,30 @@ impl Supervisor {
         }
     }
 
-    /// Runs the host until it exits or the search is cancelled; `Err` fails the search.
-    async fn run(&self, id: &str, cancel: oneshot::Receiver<()>) -> Result<(), String> {
-        let search = self
-            .store
-            .get_search(id)
-            .map_err(|e| format!("store: {e}"))?
-            .ok_or("search vanished")?;
+    /// A store error while running a search: on one host it fails the search; in a
+    /// cluster the search is left for a node that can reach the database (its lease
+    /// runs out and it is resumed).
+    fn store_trouble(&self, e: crate::store::StoreError) -> RunEnd {
+        if self.store.cluster().is_some() {
+            RunEnd::Lost(format!("store: {e}"))
+        } else {
+            RunEnd::Failed(format!("store: {e}"))
+        }
+    }
+
+    /// Runs the host until it exits or the search is cancelled.
+    async fn run(&self, id: &str, cancel: oneshot::Receiver<()>) -> RunEnd {
+        let search = match self.store.get_search(id).await {
+            Ok(Some(s)) => s,
+            Ok(None) => return RunEnd::Failed("search vanished".into()),
+            Err(e) => return self.store_trouble(e),
+        };
         if search.state != "running" {
-            return Ok(());
+            return RunEnd::Ended;
         }
         let ms_left = search.time_limit_ms.saturating_sub(search.elapsed_ms);
         if ms_left == 0 {
-            return Err(format!(
+            return RunEnd::Failed(format!(
                 "time limit of {} s reached",
                 search.time_limit_ms / 1000
             ));
@@ -244,19 +334,33 @@ impl Supervisor {
         let (usable, why) = self.status();
         let host = match &self.host_exe {
             Some(h) if usable => h.clone(),
-            _ => return Err(why),
+            _ if self.store.cluster().is_some() => return RunEnd::Lost(why),
+            _ => return RunEnd::Failed(why),
         };
-        let wasm = self
-            .store
-            .get_plugin(&search.plugin_hash)
-            .map_err(|e| format!("store: {e}"))?
-            .ok_or("the search's plugin is missing from the store")?;
+        let wasm = match self.store.get_plugin(&search.plugin_hash).await {
+            Ok(Some(w)) => w,
+            Ok(None) => {
+                return RunEnd::Failed("the search's plugin is missing from the store".into());
+            }
+            Err(e) => return self.store_trouble(e),
+        };
         let mut raw = [0u8; 32];
         rand::rng().fill_bytes(&mut raw);
         let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-        self.store
-            .start_search(id, &token_hash(&token))
-            .map_err(|e| format!("store: {e}"))?;
+        let hash = token_hash(&token);
+        match self.store.start_search(id, &hash).await {
+            Ok(true) => {}
+            Ok(false) => return RunEnd::Lost("another node hosts it".into()),
+            Err(e) => return self.store_trouble(e),
+        }
+        let _ = self
+            .store
+            .search_log(
+                id,
+                "info",
+                &format!("plugin host starting on node {}", self.store.node()),
+            )
+            .await;
 
         let started = Instant::now();
         let (sandbox, socket, search_id) =
@@ -276,9 +380,14 @@ impl Supervisor {
                 },
             )
         })
-        .await
-        .map_err(|e| format!("starting the plugin host: {e}"))?
-        .map_err(|e| format!("cannot start the plugin host in its jail: {e}"))?;
+        .await;
+        let jailed = match jailed {
+            Ok(Ok(j)) => j,
+            Ok(Err(e)) => {
+                return RunEnd::Failed(format!("cannot start the plugin host in its jail: {e}"));
+            }
+            Err(e) => return RunEnd::Failed(format!("starting the plugin host: {e}")),
+        };
         let killer = jailed.killer();
         let _kill_on_drop = KillOnDrop(killer.clone());
         // Its connections get the plugin routes only, for as long as it runs.
@@ -290,36 +399,50 @@ impl Supervisor {
         tracing::info!(search = %id, pid = jailed.pid(), jail = %layers, "plugin host started");
         let _ = self
             .store
-            .search_log(id, "info", &format!("plugin host jail: {layers}"));
-        self.publish(id);
+            .search_log(id, "info", &format!("plugin host jail: {layers}"))
+            .await;
+        self.publish(id).await;
 
         // The wait blocks for the whole run: a thread of its own rather than one of the
         // runtime's blocking threads, so a long search never holds one.
         let (done_tx, mut done_rx) = oneshot::channel();
-        std::thread::Builder::new()
+        if let Err(e) = std::thread::Builder::new()
             .name("kiln-search-host".into())
             .spawn(move || {
                 let _ = done_tx.send(jailed.wait());
             })
-            .map_err(|e| format!("cannot start a thread to wait for the plugin host: {e}"))?;
+        {
+            return RunEnd::Failed(format!(
+                "cannot start a thread to wait for the plugin host: {e}"
+            ));
+        }
         let ended = tokio::select! {
             end = &mut done_rx => Some(end),
             _ = cancel => None,
         };
         let ended = match ended {
-            Some(end) => {
-                end.map_err(|_| "the plugin host's waiting thread vanished".to_string())?
+            Some(Ok(end)) => end,
+            Some(Err(_)) => {
+                return RunEnd::Failed("the plugin host's waiting thread vanished".into());
             }
             None => {
-                // Cancelled, or kilnd is stopping: kill the tree, and wait for the
-                // waiting thread to reap it and remove its directory (the token with it).
+                // Cancelled, lost to another node, or kilnd is stopping: kill the tree,
+                // and wait for the waiting thread to reap it and remove its directory
+                // (the token with it).
                 if let Some(k) = &killer {
                     k.kill();
                 }
                 let _ = done_rx.await;
-                let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                let _ = self.store.add_search_elapsed(id, elapsed);
-                return Ok(()); // cancelled: already recorded; stopping: resumed later
+                if self
+                    .store
+                    .search_for_token(id, &hash)
+                    .await
+                    .unwrap_or(false)
+                {
+                    let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    let _ = self.store.add_search_elapsed(id, elapsed).await;
+                }
+                return RunEnd::Ended; // cancelled: already recorded; stopping: resumed later
             }
         };
         // A run that ends through /finish has its wall time counted there (before the
@@ -332,22 +455,21 @@ impl Supervisor {
             timed_out = ended.timed_out,
             "plugin host ended"
         );
-        let still_running = self
-            .store
-            .get_search(id)
-            .ok()
-            .flatten()
-            .is_some_and(|s| s.state == "running");
-        if still_running {
-            let _ = self.store.add_search_elapsed(id, elapsed);
-            return Err(ending::describe(&ended));
+        // Only the host whose token is still the search's may fail it: a host fenced out
+        // (another node took the search over) ends without touching it.
+        match self.store.search_for_token(id, &hash).await {
+            Ok(true) => {
+                let _ = self.store.add_search_elapsed(id, elapsed).await;
+                RunEnd::Failed(ending::describe(&ended))
+            }
+            Ok(false) => RunEnd::Ended,
+            Err(e) => self.store_trouble(e),
         }
-        Ok(())
     }
 
     /// Time budget left for a running search, counting the current run.
-    pub fn ms_left(&self, id: &str) -> Option<u64> {
-        let s = self.store.get_search(id).ok().flatten()?;
+    pub async fn ms_left(&self, id: &str) -> Option<u64> {
+        let s = self.store.get_search(id).await.ok().flatten()?;
         Some(s.time_limit_ms.saturating_sub(s.elapsed_ms))
     }
 

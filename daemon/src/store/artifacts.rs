@@ -3,7 +3,7 @@
 use kiln_types::CompileInfo;
 use rusqlite::{OptionalExtension, params};
 
-use super::{Result, Store, corrupt, now_ms};
+use super::{Result, SqliteStore, corrupt, now_ms};
 
 /// A cached compile result.
 #[derive(Debug, Clone)]
@@ -14,7 +14,7 @@ pub struct Artifact {
     pub info: CompileInfo,
 }
 
-impl Store {
+impl SqliteStore {
     /// A cached artifact.
     pub fn get_artifact(&self, key: &str) -> Result<Option<Artifact>> {
         let conn = self.lock();

@@ -5,7 +5,7 @@ use kiln_types::BaselineResult;
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
-use super::{Result, Store, StoreError, corrupt, now_ms};
+use super::{Result, SqliteStore, StoreError, corrupt, now_ms};
 
 /// Which GPU a baseline was measured on: its model and driver version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -67,7 +67,7 @@ impl BaselineSet {
     }
 }
 
-impl Store {
+impl SqliteStore {
     /// Stores (or replaces) the baselines of a registered problem on `gpu`.
     pub fn put_baselines(
         &self,
@@ -182,56 +182,4 @@ pub(crate) fn measured_reference(us: f64) -> BaselineResult {
         ..TimingStats::default()
     });
     r
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::problems::sample_spec;
-    use super::*;
-
-    fn h200() -> GpuKey {
-        GpuKey {
-            model: "NVIDIA H200".into(),
-            driver: "580.159.04".into(),
-        }
-    }
-
-    #[test]
-    fn cached_per_gpu_and_driver_and_replaced_on_remeasure() {
-        let (_d, store) = super::super::open_temp();
-        store.put_problem(&sample_spec("double")).expect("put");
-        assert_eq!(store.get_baselines(&h200(), "double").expect("get"), None);
-        store
-            .put_baselines(&h200(), "double", &[measured_reference(10.0)])
-            .expect("put baselines");
-        let got = store.get_baselines(&h200(), "double").expect("get");
-        assert_eq!(got.map(|s| s.results[0].median_us()), Some(Some(10.0)));
-        let other_driver = GpuKey {
-            driver: "590.1".into(),
-            ..h200()
-        };
-        assert_eq!(
-            store.get_baselines(&other_driver, "double").expect("get"),
-            None
-        );
-        store
-            .put_baselines(&h200(), "double", &[measured_reference(12.0)])
-            .expect("remeasure");
-        let sets = store.list_baselines("double").expect("list");
-        assert_eq!(sets.len(), 1, "a re-measure replaces the set");
-        assert_eq!(sets[0].results[0].median_us(), Some(12.0));
-        let sp = sets[0].speedups(4.0);
-        assert_eq!(sp.len(), 1);
-        assert_eq!((sp[0].baseline.as_str(), sp[0].speedup), ("reference", 3.0));
-        assert!(sets[0].speedups(0.0).is_empty());
-    }
-
-    #[test]
-    fn unknown_problem_is_not_found() {
-        let (_d, store) = super::super::open_temp();
-        let err = store
-            .put_baselines(&h200(), "nope", &[measured_reference(1.0)])
-            .expect_err("no such problem");
-        assert!(matches!(err, StoreError::NotFound(_)), "{err}");
-    }
 }

@@ -5,7 +5,7 @@ use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
 use super::jobs::{JOB_COLUMNS, JobRecord, job_from_row, options_json};
-use super::{Result, Store, StoreError, corrupt, now_ms};
+use super::{Result, SqliteStore, StoreError, corrupt, now_ms};
 
 /// What a submission did.
 #[derive(Debug, Clone, Serialize)]
@@ -47,21 +47,24 @@ impl CandidateRecord {
     }
 }
 
-impl Store {
+impl SqliteStore {
     /// Stores a candidate and queues a job for it, in one transaction. A candidate already
     /// stored (same content hash) is not queued again. With `search`, the candidate is also
     /// added to that search's archive (duplicates included: the search sees their results).
+    /// The job goes to the search's class.
     pub fn submit(&self, candidate: &Candidate, search: Option<&str>) -> Result<Submitted> {
-        self.submit_with(candidate, search, None)
+        self.submit_with(candidate, search, None, "")
     }
 
-    /// [`Store::submit`] with options for the job (stored with it; a duplicate queues
-    /// nothing, so its options are not used).
+    /// [`SqliteStore::submit`] with options for the job (stored with it; a duplicate
+    /// queues nothing, so its options are not used) and the class it is routed to (`""`:
+    /// any class of its backend; a search's job goes to the search's class).
     pub fn submit_with(
         &self,
         candidate: &Candidate,
         search: Option<&str>,
         options: Option<&JobOptions>,
+        gpu_class: &str,
     ) -> Result<Submitted> {
         let options = options_json(options)?;
         let id = candidate.content_hash();
@@ -108,10 +111,22 @@ impl Store {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![id, candidate.problem, backend, json, candidate.parent, candidate.note, now],
         )?;
+        let search_class: Option<String> = match search {
+            Some(sid) => tx
+                .query_row("SELECT gpu_class FROM searches WHERE id = ?1", [sid], |r| {
+                    r.get(0)
+                })
+                .optional()?,
+            None => None,
+        };
+        let class = search_class
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| gpu_class.to_string());
         tx.execute(
-            "INSERT INTO jobs (candidate_id, backend, state, created_at, search_id, options_json)
-             VALUES (?1, ?2, 'queued', ?3, ?4, ?5)",
-            params![id, backend, now, search, options],
+            "INSERT INTO jobs (candidate_id, backend, state, created_at, search_id, options_json,
+                               gpu_class)
+             VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6)",
+            params![id, backend, now, search, options, class],
         )?;
         let job_id = tx.last_insert_rowid();
         if let Some(sid) = search {
@@ -198,43 +213,4 @@ pub(super) fn latest_evaluation(
         serde_json::from_str(&j).map_err(|e| corrupt(format!("evaluation of {candidate_id}"), e))
     })
     .transpose()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::problems::sample_spec;
-    use super::*;
-
-    pub(crate) fn sample_candidate(problem: &str, source: &str) -> Candidate {
-        serde_json::from_value(serde_json::json!({
-            "problem": problem, "language": "c", "source": source,
-            "launches": [{"kernel": "f", "args": ["x", "y"]}]
-        }))
-        .expect("candidate")
-    }
-
-    #[test]
-    fn duplicate_returns_the_existing_job() {
-        let (_d, store) = super::super::open_temp();
-        store.put_problem(&sample_spec("p")).expect("problem");
-        let c = sample_candidate("p", "void f(){}");
-        let a = store.submit(&c, None).expect("submit");
-        assert!(!a.duplicate);
-        let b = store.submit(&c, None).expect("submit again");
-        assert!(b.duplicate);
-        assert_eq!((a.id.clone(), a.job_id), (b.id, b.job_id));
-        let rec = store.get_candidate(&a.id).expect("get").expect("exists");
-        assert_eq!(rec.job.map(|j| j.id), Some(a.job_id));
-        assert!(rec.evaluation.is_none());
-    }
-
-    #[test]
-    fn unknown_problem_is_not_found() {
-        let (_d, store) = super::super::open_temp();
-        let c = sample_candidate("missing", "void f(){}");
-        assert!(matches!(
-            store.submit(&c, None),
-            Err(StoreError::NotFound(_))
-        ));
-    }
 }

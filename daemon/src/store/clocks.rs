@@ -4,9 +4,9 @@
 use kiln_sandbox::kiln_gpu::telemetry::ClockEvent;
 use rusqlite::params;
 
-use super::{Result, Store, corrupt, now_ms};
+use super::{Result, SqliteStore, corrupt, now_ms};
 
-impl Store {
+impl SqliteStore {
     /// Appends a clock event (SQLite commits it durably before returning: WAL with
     /// `synchronous = FULL`).
     pub fn journal_clock_event(&self, event: &ClockEvent) -> Result<()> {
@@ -46,7 +46,7 @@ mod tests {
 
     #[test]
     fn last_event_per_gpu() {
-        let (_dir, store) = crate::store::open_temp();
+        let (_dir, store) = crate::store::sqlite_temp();
         assert!(store.last_clock_events().expect("read").is_empty());
         let lock = |gpu: &str| ClockEvent::LockIntent {
             gpu: gpu.into(),

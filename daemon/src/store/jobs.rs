@@ -1,22 +1,29 @@
-//! The durable job queue: queued → running → done | failed.
+//! The durable job queue: queued → compiling → compiled → running → done | failed.
 //!
-//! A job is claimed by flipping it to `running` (and counting the attempt) in one
-//! statement. Jobs found `running` when the daemon starts were cut short by a crash: they
-//! are queued again, or failed once they have used up their attempts.
+//! A job is claimed for compiling by flipping it to `compiling` in one statement; once
+//! compiled (its artifact is in the compile cache) it is `compiled`, waiting for a lane;
+//! only when its evaluation starts on a lane is it `running`, and only then is the attempt
+//! counted. Jobs found `compiling` or `compiled` when the daemon starts are queued again
+//! as they are; jobs found `running` were cut short by a crash during their evaluation:
+//! they are queued again, or failed once they have used up their attempts.
 
 use kiln_types::{Evaluation, JobOptions};
 use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 
-use super::{Result, Store, StoreError, corrupt, now_ms};
+use super::{Result, SqliteStore, StoreError, corrupt, now_ms};
 
 /// Queue states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
-    /// Waiting for a worker.
+    /// Waiting to be compiled.
     Queued,
-    /// Being compiled or evaluated.
+    /// Claimed by a compile worker (no attempt counted).
+    Compiling,
+    /// Compiled, waiting for a lane (no attempt counted).
+    Compiled,
+    /// Being evaluated on a lane (the attempt is counted).
     Running,
     /// Finished with an evaluation (whatever its verdict).
     Done,
@@ -25,9 +32,12 @@ pub enum JobState {
 }
 
 impl JobState {
-    fn parse(s: &str) -> Option<Self> {
+    /// The state of a stored name.
+    pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
             "queued" => JobState::Queued,
+            "compiling" => JobState::Compiling,
+            "compiled" => JobState::Compiled,
             "running" => JobState::Running,
             "done" => JobState::Done,
             "failed" => JobState::Failed,
@@ -39,15 +49,32 @@ impl JobState {
     pub fn as_str(self) -> &'static str {
         match self {
             JobState::Queued => "queued",
+            JobState::Compiling => "compiling",
+            JobState::Compiled => "compiled",
             JobState::Running => "running",
             JobState::Done => "done",
             JobState::Failed => "failed",
         }
     }
 
+    /// Not yet evaluating on a lane: what the queue depth counts.
+    pub fn is_waiting(self) -> bool {
+        matches!(
+            self,
+            JobState::Queued | JobState::Compiling | JobState::Compiled
+        )
+    }
+
+    /// `done` or `failed`.
+    pub fn is_finished(self) -> bool {
+        matches!(self, JobState::Done | JobState::Failed)
+    }
+
     /// Every state, for metrics.
-    pub const ALL: [JobState; 4] = [
+    pub const ALL: [JobState; 6] = [
         JobState::Queued,
+        JobState::Compiling,
+        JobState::Compiled,
         JobState::Running,
         JobState::Done,
         JobState::Failed,
@@ -65,15 +92,15 @@ pub struct JobRecord {
     pub backend: String,
     /// Queue state.
     pub state: JobState,
-    /// Stage within `running`: `compiling` or `evaluating`.
-    pub stage: Option<String>,
-    /// Times it was started.
+    /// The lane of its (last) evaluation, once one started.
+    pub lane: Option<u32>,
+    /// Evaluations started (only a start on a lane counts, not a claim or a compile).
     pub attempts: u32,
     /// Why it failed, for `failed`.
     pub error: Option<String>,
     /// Queued at, ms since the epoch.
     pub created_at: i64,
-    /// Last started at.
+    /// Last claimed for compiling at.
     pub started_at: Option<i64>,
     /// Finished at.
     pub finished_at: Option<i64>,
@@ -87,10 +114,30 @@ pub struct JobRecord {
     /// Options given when it was queued (plain timing, racing).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub options: Option<JobOptions>,
+    /// The GPU class it is routed to (`""`: any class of its backend, fixed when claimed).
+    pub gpu_class: String,
+    /// The node that holds it (or last held it; evaluated it, once done).
+    pub node: Option<String>,
+    /// The lease token of the claim that holds it: writes with another are refused.
+    #[serde(skip)]
+    pub lease_token: i64,
 }
 
-pub(super) const JOB_COLUMNS: &str = "id, candidate_id, backend, state, stage, attempts, error, \
-     created_at, started_at, finished_at, compile_ms, eval_ms, search_id, options_json";
+/// A lane's claim key: its backend and its GPU class.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LaneClass {
+    /// Backend name (`host`, `cuda`).
+    pub backend: String,
+    /// GPU class (`cuda/NVIDIA H200/580.95.05/observe`, `host/…`).
+    pub class: String,
+    /// How many lanes of the backend this node has: a job pinned to a lane (its `lane`
+    /// option) is claimed only by a node that has that lane.
+    pub lanes: u32,
+}
+
+pub(super) const JOB_COLUMNS: &str = "id, candidate_id, backend, state, lane, attempts, error, \
+     created_at, started_at, finished_at, compile_ms, eval_ms, search_id, options_json, \
+     gpu_class, node, lease_token";
 
 pub(super) fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
     let state: String = r.get(3)?;
@@ -99,7 +146,7 @@ pub(super) fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         candidate_id: r.get(1)?,
         backend: r.get(2)?,
         state: JobState::parse(&state).unwrap_or(JobState::Failed),
-        stage: r.get(4)?,
+        lane: r.get(4)?,
         attempts: r.get(5)?,
         error: r.get(6)?,
         created_at: r.get(7)?,
@@ -119,7 +166,17 @@ pub(super) fn job_from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
                     Box::new(e),
                 )
             })?,
+        gpu_class: r.get(14)?,
+        node: r.get(15)?,
+        lease_token: r.get::<_, Option<i64>>(16)?.unwrap_or(0),
     })
+}
+
+/// A fresh lease token: random, so a stale holder's token never matches a later claim.
+pub(super) fn new_token() -> i64 {
+    i64::try_from(rand::random::<u64>() >> 1)
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// The options as stored: `NULL` when there are none.
@@ -133,13 +190,15 @@ pub(super) fn options_json(options: Option<&JobOptions>) -> Result<Option<String
 /// What start-up recovery did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Recovery {
-    /// Jobs queued again.
+    /// Jobs that were compiling or waiting for a lane, queued again (nothing counted).
+    pub waiting: usize,
+    /// Jobs whose evaluation was cut short, queued again.
     pub requeued: usize,
     /// Jobs failed for having used up their attempts.
     pub failed: usize,
 }
 
-impl Store {
+impl SqliteStore {
     /// A job by id.
     pub fn get_job(&self, id: i64) -> Result<Option<JobRecord>> {
         let conn = self.lock();
@@ -152,27 +211,51 @@ impl Store {
             .optional()?)
     }
 
-    /// Claims the next queued job for one of `backends`: marks it running, stage
-    /// `compiling`, and counts the attempt. Searches are served round-robin: the job comes
-    /// from the search (or the pool of single submissions) that was served least recently,
-    /// oldest job first within it, so one busy search cannot starve the others.
-    pub fn claim_next(&self, backends: &[&str]) -> Result<Option<JobRecord>> {
-        if backends.is_empty() {
+    /// Claims the next queued job for one of `lanes`' backends for compiling: marks it
+    /// `compiling` under a fresh lease token, held by this node (no attempt is counted; a
+    /// job routed to any class takes the lane's). Searches are served round-robin: the
+    /// job comes from the search (or the pool of single submissions) that was served least
+    /// recently, oldest job first within it, so one busy search cannot starve the others.
+    /// One host has one class per backend, so the class is not matched here; a job pinned
+    /// to a lane the backend does not have here is skipped.
+    pub fn claim_next(&self, lanes: &[LaneClass]) -> Result<Option<JobRecord>> {
+        if lanes.is_empty() {
             return Ok(None);
         }
-        let list = backends
+        let list = lanes
             .iter()
-            .map(|b| format!("'{}'", b.replace('\'', "")))
+            .map(|l| format!("'{}'", l.backend.replace('\'', "")))
             .collect::<Vec<_>>()
             .join(",");
+        let class_of = lanes
+            .iter()
+            .map(|l| {
+                format!(
+                    "WHEN '{}' THEN '{}'",
+                    l.backend.replace('\'', ""),
+                    l.class.replace('\'', "")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        let lanes_of = lanes
+            .iter()
+            .map(|l| format!("WHEN '{}' THEN {}", l.backend.replace('\'', ""), l.lanes))
+            .collect::<Vec<_>>()
+            .join(" ");
         let conn = self.lock();
         Ok(conn
             .query_row(
                 &format!(
-                    "UPDATE jobs SET state = 'running', stage = 'compiling', attempts = attempts + 1,
-                            started_at = ?1
+                    "UPDATE jobs SET state = 'compiling', started_at = ?1, node = ?2,
+                            lease_token = ?3,
+                            gpu_class = CASE WHEN gpu_class = '' THEN CASE backend {class_of} ELSE '' END
+                                             ELSE gpu_class END
                      WHERE id = (SELECT j.id FROM jobs j
                                  WHERE j.state = 'queued' AND j.backend IN ({list})
+                                   AND (json_extract(j.options_json, '$.lane') IS NULL
+                                        OR json_extract(j.options_json, '$.lane')
+                                           < CASE j.backend {lanes_of} ELSE 0 END)
                                  ORDER BY (SELECT max(r.started_at) FROM jobs r
                                            WHERE r.search_id IS j.search_id
                                              AND r.started_at IS NOT NULL) NULLS FIRST,
@@ -180,25 +263,39 @@ impl Store {
                                  LIMIT 1)
                      RETURNING {JOB_COLUMNS}"
                 ),
-                [now_ms()],
+                params![now_ms(), self.node, new_token()],
                 job_from_row,
             )
             .optional()?)
     }
 
-    /// Records the stage of a running job.
-    pub fn set_stage(&self, id: i64, stage: &str) -> Result<()> {
+    /// A claimed job is compiled and waits for a lane (`compiling` → `compiled`).
+    pub fn mark_compiled(&self, id: i64, token: i64) -> Result<()> {
         self.lock().execute(
-            "UPDATE jobs SET stage = ?2 WHERE id = ?1 AND state = 'running'",
-            params![id, stage],
+            "UPDATE jobs SET state = 'compiled'
+             WHERE id = ?1 AND lease_token = ?2 AND state = 'compiling'",
+            params![id, token],
         )?;
         Ok(())
     }
 
-    /// Stores the evaluation and marks the job done, in one transaction.
+    /// The job's evaluation starts on `lane`: `running`, and the attempt is counted. False
+    /// when the lease is not this one's or the job was not waiting for a lane.
+    pub fn start_evaluation(&self, id: i64, token: i64, lane: u32) -> Result<bool> {
+        let n = self.lock().execute(
+            "UPDATE jobs SET state = 'running', lane = ?3, attempts = attempts + 1
+             WHERE id = ?1 AND lease_token = ?2 AND state IN ('compiling', 'compiled')",
+            params![id, token, lane],
+        )?;
+        Ok(n == 1)
+    }
+
+    /// Stores the evaluation and marks the job done, in one transaction, with the node
+    /// and class that hold it. Refused (`Fenced`) when `token` is not the job's lease.
     pub fn finish_job(
         &self,
         id: i64,
+        token: i64,
         evaluation: &Evaluation,
         compile_ms: f64,
         eval_ms: f64,
@@ -206,20 +303,23 @@ impl Store {
         let json = serde_json::to_string(evaluation).map_err(|e| corrupt("evaluation", e))?;
         let mut conn = self.lock();
         let tx = conn.transaction()?;
-        let candidate_id: String = tx
-            .query_row("SELECT candidate_id FROM jobs WHERE id = ?1", [id], |r| {
-                r.get(0)
-            })
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
         let now = now_ms();
+        let n = tx.execute(
+            "UPDATE jobs SET state = 'done', finished_at = ?3, compile_ms = ?4,
+                    eval_ms = ?5, error = NULL
+             WHERE id = ?1 AND lease_token = ?2 AND state IN ('compiling', 'compiled', 'running')",
+            params![id, token, now, compile_ms, eval_ms],
+        )?;
+        if n == 0 {
+            return Err(fenced(&tx, id)?);
+        }
         let timing = evaluation.timing.as_ref();
         tx.execute(
             "INSERT INTO evaluations (candidate_id, job_id, verdict, median_us, evaluation_json,
-                                      created_at, raced_out, plain, upper_us)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                                      created_at, raced_out, plain, upper_us, node, gpu_class)
+             SELECT candidate_id, id, ?2, ?3, ?4, ?5, ?6, ?7, ?8, node, gpu_class
+             FROM jobs WHERE id = ?1",
             params![
-                candidate_id,
                 id,
                 evaluation.verdict.as_str(),
                 timing.map(|t| t.median_us),
@@ -230,19 +330,18 @@ impl Store {
                 timing.map(|t| t.interval95().1).filter(|u| u.is_finite()),
             ],
         )?;
-        tx.execute(
-            "UPDATE jobs SET state = 'done', stage = NULL, finished_at = ?2, compile_ms = ?3,
-                    eval_ms = ?4, error = NULL
-             WHERE id = ?1",
-            params![id, now, compile_ms, eval_ms],
-        )?;
         tx.commit()?;
         Ok(())
     }
 
     /// Queues another evaluation of a stored candidate (a new job; the candidate and its
     /// earlier evaluations stay as they are). Returns the job id.
-    pub fn queue_job(&self, candidate_id: &str, options: Option<&JobOptions>) -> Result<i64> {
+    pub fn queue_job(
+        &self,
+        candidate_id: &str,
+        options: Option<&JobOptions>,
+        gpu_class: &str,
+    ) -> Result<i64> {
         let options = options_json(options)?;
         let mut conn = self.lock();
         let tx = conn.transaction()?;
@@ -255,9 +354,9 @@ impl Store {
             .optional()?
             .ok_or_else(|| StoreError::NotFound(format!("candidate {candidate_id:?}")))?;
         tx.execute(
-            "INSERT INTO jobs (candidate_id, backend, state, created_at, options_json)
-             VALUES (?1, ?2, 'queued', ?3, ?4)",
-            params![candidate_id, backend, now_ms(), options],
+            "INSERT INTO jobs (candidate_id, backend, state, created_at, options_json, gpu_class)
+             VALUES (?1, ?2, 'queued', ?3, ?4, ?5)",
+            params![candidate_id, backend, now_ms(), options, gpu_class],
         )?;
         let id = tx.last_insert_rowid();
         tx.commit()?;
@@ -280,58 +379,81 @@ impl Store {
         .transpose()
     }
 
-    /// Marks a job failed with a reason (infrastructure failure, not a verdict).
-    pub fn fail_job(&self, id: i64, error: &str) -> Result<()> {
+    /// Marks a job failed with a reason (infrastructure failure, not a verdict); refused
+    /// (`Fenced`) when `token` is not the job's lease.
+    pub fn fail_job(&self, id: i64, token: i64, error: &str) -> Result<()> {
+        let conn = self.lock();
+        let n = conn.execute(
+            "UPDATE jobs SET state = 'failed', error = ?3, finished_at = ?4
+             WHERE id = ?1 AND lease_token = ?2 AND state NOT IN ('done', 'failed')",
+            params![id, token, error, now_ms()],
+        )?;
+        if n == 0 {
+            return Err(fenced(&conn, id)?);
+        }
+        Ok(())
+    }
+
+    /// Puts a claimed job back in the queue without counting anything (a clean stop that
+    /// could not wait for it): one waiting for a compile or a lane as it is, one whose
+    /// evaluation had started with that attempt taken back. Only the lease holder can.
+    pub fn requeue_job(&self, id: i64, token: i64) -> Result<()> {
         self.lock().execute(
-            "UPDATE jobs SET state = 'failed', stage = NULL, error = ?2, finished_at = ?3 WHERE id = ?1",
-            params![id, error, now_ms()],
+            "UPDATE jobs SET state = 'queued', lease_token = NULL,
+                    attempts = CASE WHEN state = 'running' THEN max(attempts - 1, 0)
+                                    ELSE attempts END
+             WHERE id = ?1 AND lease_token = ?2 AND state IN ('compiling', 'compiled', 'running')",
+            params![id, token],
         )?;
         Ok(())
     }
 
-    /// Puts a running job back in the queue without counting the attempt (a clean stop
-    /// that could not wait for it).
-    pub fn requeue_job(&self, id: i64) -> Result<()> {
-        self.lock().execute(
-            "UPDATE jobs SET state = 'queued', stage = NULL, attempts = max(attempts - 1, 0)
-             WHERE id = ?1 AND state = 'running'",
-            [id],
-        )?;
-        Ok(())
-    }
-
-    /// At start: jobs left `running` by a crash are queued again, or failed once they
-    /// have been started `max_attempts` times.
-    pub fn recover_running(&self, max_attempts: u32) -> Result<Recovery> {
+    /// At start: jobs left compiling or waiting for a lane are queued again as they are;
+    /// jobs left `running` (a crash during their evaluation) are queued again, or failed
+    /// once their evaluation has been started `max_attempts` times.
+    pub fn recover_interrupted(&self, max_attempts: u32) -> Result<Recovery> {
         let mut conn = self.lock();
         let tx = conn.transaction()?;
+        let waiting = tx.execute(
+            "UPDATE jobs SET state = 'queued', lease_token = NULL
+             WHERE state IN ('compiling', 'compiled')",
+            [],
+        )?;
         let failed = tx.execute(
-            "UPDATE jobs SET state = 'failed', stage = NULL, finished_at = ?2,
-                    error = 'the daemon stopped while running this job ' || attempts || ' times; giving up'
+            "UPDATE jobs SET state = 'failed', finished_at = ?2, lease_token = NULL,
+                    error = 'kiln stopped during this job''s evaluation ' || attempts || ' times; giving up'
              WHERE state = 'running' AND attempts >= ?1",
             params![max_attempts, now_ms()],
         )?;
         let requeued = tx.execute(
-            "UPDATE jobs SET state = 'queued', stage = NULL WHERE state = 'running'",
+            "UPDATE jobs SET state = 'queued', lease_token = NULL WHERE state = 'running'",
             [],
         )?;
         tx.commit()?;
-        Ok(Recovery { requeued, failed })
+        Ok(Recovery {
+            waiting,
+            requeued,
+            failed,
+        })
     }
 
-    /// Number of jobs in each state.
+    /// Number of jobs in each state (every state listed, zeros included).
     pub fn job_counts(&self) -> Result<Vec<(JobState, i64)>> {
         let conn = self.lock();
-        let mut out = Vec::new();
-        for s in JobState::ALL {
-            let n: i64 = conn.query_row(
-                "SELECT count(*) FROM jobs WHERE state = ?1",
-                [s.as_str()],
-                |r| r.get(0),
-            )?;
-            out.push((s, n));
-        }
-        Ok(out)
+        let mut stmt = conn.prepare("SELECT state, count(*) FROM jobs GROUP BY state")?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(JobState::ALL
+            .iter()
+            .map(|s| {
+                let n = rows
+                    .iter()
+                    .find(|(name, _)| name == s.as_str())
+                    .map_or(0, |(_, n)| *n);
+                (*s, n)
+            })
+            .collect())
     }
 
     /// Number of evaluations per verdict.
@@ -347,80 +469,15 @@ impl Store {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::super::problems::sample_spec;
-    use super::*;
-    use kiln_types::{Candidate, Verdict};
-
-    fn setup() -> (tempfile::TempDir, Store, i64) {
-        let (d, store) = super::super::open_temp();
-        store.put_problem(&sample_spec("p")).expect("problem");
-        let c: Candidate = serde_json::from_value(serde_json::json!({
-            "problem": "p", "language": "c", "source": "void f(){}",
-            "launches": [{"kernel": "f"}]
-        }))
-        .expect("candidate");
-        let s = store.submit(&c, None).expect("submit");
-        (d, store, s.job_id)
-    }
-
-    #[test]
-    fn claim_runs_oldest_for_a_usable_backend() {
-        let (_d, store, id) = setup();
-        assert!(store.claim_next(&["cuda"]).expect("claim").is_none());
-        let job = store.claim_next(&["host"]).expect("claim").expect("job");
-        assert_eq!(
-            (job.id, job.state, job.attempts),
-            (id, JobState::Running, 1)
-        );
-        assert!(store.claim_next(&["host"]).expect("claim").is_none());
-        let eval = Evaluation::early(Verdict::CompileError, "host", "bad");
-        store.finish_job(id, &eval, 1.0, 0.0).expect("finish");
-        let job = store.get_job(id).expect("get").expect("job");
-        assert_eq!(job.state, JobState::Done);
-        assert_eq!(
-            store.verdict_counts().expect("counts"),
-            vec![("compile_error".into(), 1)]
-        );
-    }
-
-    #[test]
-    fn recovery_requeues_then_gives_up() {
-        let (_d, store, id) = setup();
-        for round in 1..=3 {
-            let job = store.claim_next(&["host"]).expect("claim").expect("job");
-            assert_eq!(job.attempts, round);
-            let r = store.recover_running(3).expect("recover");
-            if round < 3 {
-                assert_eq!(
-                    r,
-                    Recovery {
-                        requeued: 1,
-                        failed: 0
-                    }
-                );
-            } else {
-                assert_eq!(
-                    r,
-                    Recovery {
-                        requeued: 0,
-                        failed: 1
-                    }
-                );
-            }
-        }
-        let job = store.get_job(id).expect("get").expect("job");
-        assert_eq!(job.state, JobState::Failed);
-        assert!(job.error.unwrap_or_default().contains("3 times"));
-    }
-
-    #[test]
-    fn clean_requeue_does_not_count_the_attempt() {
-        let (_d, store, id) = setup();
-        store.claim_next(&["host"]).expect("claim").expect("job");
-        store.requeue_job(id).expect("requeue");
-        let job = store.get_job(id).expect("get").expect("job");
-        assert_eq!((job.state, job.attempts), (JobState::Queued, 0));
-    }
+/// Why a fenced write to job `id` was refused.
+fn fenced(conn: &rusqlite::Connection, id: i64) -> Result<StoreError> {
+    let state: Option<String> = conn
+        .query_row("SELECT state FROM jobs WHERE id = ?1", [id], |r| r.get(0))
+        .optional()?;
+    Ok(match state {
+        None => StoreError::NotFound(format!("job {id}")),
+        Some(state) => StoreError::Fenced(format!(
+            "job {id} is {state} and no longer held by this claim"
+        )),
+    })
 }

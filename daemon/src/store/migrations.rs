@@ -160,6 +160,51 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (gpu_model, driver, problem, problem_hash)
     );
     "#,
+    // 6: jobs wait for a lane in states of their own (`compiling`, `compiled`) and only an
+    //    evaluation started on a lane (`running`) counts an attempt; the stage column goes
+    //    (the state says it) and the lane of the evaluation is kept. SQLite cannot change a
+    //    CHECK constraint, so the table is rebuilt (foreign keys are off while migrating).
+    r#"
+    CREATE TABLE jobs_v6 (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        candidate_id  TEXT NOT NULL REFERENCES candidates(id),
+        backend       TEXT NOT NULL,
+        state         TEXT NOT NULL CHECK (state IN ('queued', 'compiling', 'compiled',
+                                                      'running', 'done', 'failed')),
+        lane          INTEGER,
+        attempts      INTEGER NOT NULL DEFAULT 0,
+        error         TEXT,
+        created_at    INTEGER NOT NULL,
+        started_at    INTEGER,
+        finished_at   INTEGER,
+        compile_ms    REAL,
+        eval_ms       REAL,
+        search_id     TEXT,
+        options_json  TEXT
+    );
+    INSERT INTO jobs_v6 (id, candidate_id, backend, state, attempts, error, created_at,
+                         started_at, finished_at, compile_ms, eval_ms, search_id, options_json)
+        SELECT id, candidate_id, backend, state, attempts, error, created_at,
+               started_at, finished_at, compile_ms, eval_ms, search_id, options_json
+        FROM jobs;
+    DROP TABLE jobs;
+    ALTER TABLE jobs_v6 RENAME TO jobs;
+    CREATE INDEX jobs_state ON jobs(state, id);
+    CREATE INDEX jobs_candidate ON jobs(candidate_id);
+    CREATE INDEX jobs_search ON jobs(search_id, started_at);
+    "#,
+    // 7: what a cluster needs, kept on one host too: the GPU class a job is routed to and
+    //    the node and lease token that hold it (a write with a stale token is refused);
+    //    the node and class of every evaluation; a search's class and fair-share weight.
+    r#"
+    ALTER TABLE jobs ADD COLUMN gpu_class TEXT NOT NULL DEFAULT '';
+    ALTER TABLE jobs ADD COLUMN node TEXT;
+    ALTER TABLE jobs ADD COLUMN lease_token INTEGER;
+    ALTER TABLE evaluations ADD COLUMN node TEXT;
+    ALTER TABLE evaluations ADD COLUMN gpu_class TEXT;
+    ALTER TABLE searches ADD COLUMN gpu_class TEXT NOT NULL DEFAULT '';
+    ALTER TABLE searches ADD COLUMN weight REAL NOT NULL DEFAULT 1;
+    "#,
 ];
 
 /// Tables every current schema has; checked after migrating.
@@ -188,6 +233,8 @@ fn version(conn: &Connection) -> Result<i64> {
 }
 
 /// Applies every migration past the database's version, each in its own transaction.
+/// Foreign keys are off meanwhile (a migration may rebuild a table others refer to) and
+/// checked before each commit.
 pub fn apply(conn: &mut Connection) -> Result<()> {
     let current = version(conn)?;
     if current > latest() {
@@ -196,6 +243,13 @@ pub fn apply(conn: &mut Connection) -> Result<()> {
             latest()
         )));
     }
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    let applied = apply_from(conn, current);
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    applied
+}
+
+fn apply_from(conn: &mut Connection, current: i64) -> Result<()> {
     for (i, sql) in MIGRATIONS
         .iter()
         .enumerate()
@@ -203,6 +257,16 @@ pub fn apply(conn: &mut Connection) -> Result<()> {
     {
         let tx = conn.transaction()?;
         tx.execute_batch(sql)?;
+        let broken: i64 =
+            tx.query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+                r.get(0)
+            })?;
+        if broken > 0 {
+            return Err(StoreError::Schema(format!(
+                "migration {} would leave {broken} broken references",
+                i + 1
+            )));
+        }
         tx.pragma_update(
             None,
             "user_version",
@@ -263,6 +327,50 @@ mod tests {
             .expect("set version");
         let err = apply(&mut conn).expect_err("newer schema");
         assert!(err.to_string().contains("newer"), "{err}");
+    }
+
+    #[test]
+    fn jobs_rebuild_keeps_rows_and_references() {
+        // Migrate up to version 5, add a job with an evaluation, then go on.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut conn = Connection::open(dir.path().join("t.db")).expect("open");
+        for (i, sql) in MIGRATIONS.iter().take(5).enumerate() {
+            conn.execute_batch(sql).expect("old migration");
+            conn.pragma_update(None, "user_version", i64::try_from(i + 1).expect("v"))
+                .expect("version");
+        }
+        conn.execute_batch(
+            "INSERT INTO problems VALUES ('p', '{}', 'h', 1);
+             INSERT INTO candidates VALUES ('c', 'p', 'host', '{}', NULL, NULL, 1);
+             INSERT INTO jobs (candidate_id, backend, state, stage, attempts, created_at)
+                 VALUES ('c', 'host', 'running', 'evaluating', 2, 1);
+             INSERT INTO evaluations (candidate_id, job_id, verdict, evaluation_json, created_at)
+                 VALUES ('c', 1, 'ok', '{}', 2);",
+        )
+        .expect("rows");
+        apply(&mut conn).expect("migrate");
+        check(&conn).expect("check");
+        let (state, attempts): (String, i64) = conn
+            .query_row("SELECT state, attempts FROM jobs WHERE id = 1", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .expect("job kept");
+        assert_eq!((state.as_str(), attempts), ("running", 2));
+        conn.execute(
+            "INSERT INTO jobs (candidate_id, backend, state, created_at) VALUES ('c', 'host', 'compiled', 3)",
+            [],
+        )
+        .expect("a new state is allowed");
+        let id: i64 = conn
+            .query_row("SELECT max(id) FROM jobs", [], |r| r.get(0))
+            .expect("id");
+        assert_eq!(id, 2, "ids go on after the rebuild");
+        let refs: i64 = conn
+            .query_row("SELECT count(*) FROM pragma_foreign_key_check", [], |r| {
+                r.get(0)
+            })
+            .expect("fk check");
+        assert_eq!(refs, 0);
     }
 
     #[test]

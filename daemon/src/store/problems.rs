@@ -4,7 +4,7 @@ use kiln_types::ProblemSpec;
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
-use super::{Result, Store, StoreError, corrupt, now_ms};
+use super::{Result, SqliteStore, StoreError, corrupt, now_ms};
 
 /// What registering a problem did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,11 +28,11 @@ pub struct ProblemSummary {
     pub created_at: i64,
 }
 
-fn spec_hash(json: &str) -> String {
+pub(super) fn spec_hash(json: &str) -> String {
     blake3::hash(json.as_bytes()).to_hex()[..32].to_string()
 }
 
-impl Store {
+impl SqliteStore {
     /// Registers a problem. Registering the same spec again is a no-op; a different spec
     /// under a registered name is a conflict (results would silently change meaning).
     pub fn put_problem(&self, spec: &ProblemSpec) -> Result<PutProblem> {
@@ -130,29 +130,4 @@ launches = [{{ kernel = "ref", args = ["x", "y"] }}]
 "#
     );
     ProblemSpec::from_toml(&text).expect("sample spec")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn put_is_idempotent_and_conflicts_on_change() {
-        let (_d, store) = super::super::open_temp();
-        let spec = sample_spec("double");
-        assert_eq!(store.put_problem(&spec).expect("put"), PutProblem::Created);
-        assert_eq!(
-            store.put_problem(&spec).expect("put"),
-            PutProblem::Unchanged
-        );
-        let mut changed = spec.clone();
-        changed.summary = "different".into();
-        assert!(matches!(
-            store.put_problem(&changed),
-            Err(StoreError::Conflict(_))
-        ));
-        assert_eq!(store.get_problem("double").expect("get"), Some(spec));
-        assert_eq!(store.list_problems().expect("list").len(), 1);
-        assert_eq!(store.get_problem("nope").expect("get"), None);
-    }
 }

@@ -5,7 +5,7 @@ use rusqlite::{OptionalExtension, Row, params};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Result, Store, StoreError, corrupt, now_ms};
+use super::{Result, SqliteStore, StoreError, corrupt, now_ms};
 
 /// What starting a search needs.
 #[derive(Debug, Clone)]
@@ -26,6 +26,10 @@ pub struct NewSearch {
     pub time_limit_ms: u64,
     /// LLM tokens the search may spend.
     pub llm_tokens: u64,
+    /// The GPU class its candidates are evaluated on (`""`: any class of the backend).
+    pub gpu_class: String,
+    /// Its share of the lanes against other searches (fair queuing weight, > 0).
+    pub weight: f64,
 }
 
 /// A search as stored, with its progress.
@@ -72,6 +76,13 @@ pub struct SearchRecord {
     /// Best `ok` candidate so far: (candidate id, median µs); raced-out and plain timings
     /// never count.
     pub best: Option<(String, f64)>,
+    /// The GPU class its candidates are evaluated on.
+    pub gpu_class: String,
+    /// Its fair-share weight.
+    pub weight: f64,
+    /// The node running its plugin host (in a cluster; `None` on one host).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_node: Option<String>,
 }
 
 /// One entry of a search's archive.
@@ -133,7 +144,7 @@ pub struct LlmCallRecord {
 
 const SEARCH_COLUMNS: &str = "id, problem, proposer, plugin_hash, config_json, seed, \
     budget_candidates, time_limit_ms, llm_tokens, state, summary, error, elapsed_ms, \
-    tokens_used, starts, created_at, finished_at";
+    tokens_used, starts, created_at, finished_at, gpu_class, weight";
 
 fn to_u64(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
@@ -168,13 +179,16 @@ fn search_from_row(r: &Row<'_>) -> rusqlite::Result<(SearchRecord, String, Optio
             submitted: 0,
             evaluated: 0,
             best: None,
+            gpu_class: r.get(17)?,
+            weight: r.get(18)?,
+            host_node: None,
         },
         config_json,
         summary_json,
     ))
 }
 
-impl Store {
+impl SqliteStore {
     /// Stores a plugin's wasm bytes; returns their hash. Storing the same bytes is a no-op.
     pub fn put_plugin(&self, name: &str, wasm: &[u8]) -> Result<String> {
         let hash = blake3::hash(wasm).to_hex()[..32].to_string();
@@ -212,8 +226,8 @@ impl Store {
         }
         conn.execute(
             "INSERT INTO searches (id, problem, proposer, plugin_hash, config_json, seed,
-                budget_candidates, time_limit_ms, llm_tokens, state, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'running', ?10)",
+                budget_candidates, time_limit_ms, llm_tokens, state, created_at, gpu_class, weight)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'running', ?10, ?11, ?12)",
             params![
                 id,
                 s.problem,
@@ -224,7 +238,9 @@ impl Store {
                 to_i64(s.budget_candidates),
                 to_i64(s.time_limit_ms),
                 to_i64(s.llm_tokens),
-                now_ms()
+                now_ms(),
+                s.gpu_class,
+                s.weight
             ],
         )?;
         Ok(id)
@@ -291,13 +307,15 @@ impl Store {
             .collect()
     }
 
-    /// Records a new token hash for a search and counts a start.
-    pub fn start_search(&self, id: &str, token_hash: &str) -> Result<()> {
-        self.lock().execute(
-            "UPDATE searches SET token_hash = ?2, starts = starts + 1 WHERE id = ?1",
+    /// Records a new token hash for a running search and counts a start; false when the
+    /// search is not running.
+    pub fn start_search(&self, id: &str, token_hash: &str) -> Result<bool> {
+        let n = self.lock().execute(
+            "UPDATE searches SET token_hash = ?2, starts = starts + 1
+             WHERE id = ?1 AND state = 'running'",
             params![id, token_hash],
         )?;
-        Ok(())
+        Ok(n == 1)
     }
 
     /// The search a token hash belongs to, when it is running.
@@ -449,10 +467,11 @@ impl Store {
             .collect()
     }
 
-    /// Queued jobs of a search (for its backpressure cap).
+    /// Unfinished jobs of a search (queued, compiling, waiting for a lane or running: its
+    /// backpressure cap counts them).
     pub fn search_queued(&self, id: &str) -> Result<u64> {
         let n: i64 = self.lock().query_row(
-            "SELECT count(*) FROM jobs WHERE search_id = ?1 AND state IN ('queued', 'running')",
+            "SELECT count(*) FROM jobs WHERE search_id = ?1 AND state NOT IN ('done', 'failed')",
             [id],
             |r| r.get(0),
         )?;
@@ -517,96 +536,21 @@ impl Store {
 
 /// A search of problem `problem` (registered already) with a fake plugin, for tests.
 #[cfg(test)]
-pub(crate) fn sample_search(store: &Store, problem: &str) -> String {
+pub(crate) async fn sample_search(store: &super::Store, problem: &str) -> String {
+    let plugin_hash = store.put_plugin("t", b"\0asm").await.expect("plugin");
     store
         .create_search(&NewSearch {
             problem: problem.into(),
             proposer: "t".into(),
-            plugin_hash: store.put_plugin("t", b"\0asm").expect("plugin"),
+            plugin_hash,
             config: Value::Null,
             seed: 1,
             budget_candidates: 10,
             time_limit_ms: 1000,
             llm_tokens: 0,
+            gpu_class: String::new(),
+            weight: 1.0,
         })
+        .await
         .expect("search")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::problems::sample_spec;
-    use super::*;
-    use kiln_types::Candidate;
-
-    #[test]
-    fn search_lifecycle_archive_and_fair_claims() {
-        let (_d, store) = super::super::open_temp();
-        store.put_problem(&sample_spec("p")).expect("problem");
-        let hash = store.put_plugin("hill", b"\0asm fake").expect("plugin");
-        let new = NewSearch {
-            problem: "p".into(),
-            proposer: "hill".into(),
-            plugin_hash: hash.clone(),
-            config: serde_json::json!({"k": 1}),
-            seed: 7,
-            budget_candidates: 10,
-            time_limit_ms: 1000,
-            llm_tokens: 0,
-        };
-        let a = store.create_search(&new).expect("search a");
-        let b = store.create_search(&new).expect("search b");
-        let cand = |n: u32| -> Candidate {
-            serde_json::from_value(serde_json::json!({
-                "problem": "p", "language": "c", "source": format!("void f(){{ /* {n} */ }}"),
-                "launches": [{"kernel": "f"}]
-            }))
-            .expect("candidate")
-        };
-        // Search a queues three jobs, then search b one: b must not wait behind all of a's.
-        for n in 0..3 {
-            store.submit(&cand(n), Some(&a)).expect("submit a");
-        }
-        let sb = store.submit(&cand(10), Some(&b)).expect("submit b");
-        let first = store.claim_next(&["host"]).expect("claim").expect("job");
-        let second = store.claim_next(&["host"]).expect("claim").expect("job");
-        let claimed = [first.id, second.id];
-        assert!(
-            claimed.contains(&sb.job_id),
-            "search b served within the first two claims: {claimed:?}"
-        );
-        // A duplicate joins the other search's archive without a new job.
-        let dup = store.submit(&cand(0), Some(&b)).expect("dup");
-        assert!(dup.duplicate);
-        let rec = store.get_search(&b).expect("get").expect("search");
-        assert_eq!(rec.submitted, 2);
-        assert_eq!(store.search_archive(&b).expect("archive").len(), 2);
-        // Token, checkpoint, log, finish.
-        store.start_search(&a, "h1").expect("start");
-        assert!(store.search_for_token(&a, "h1").expect("token"));
-        assert!(!store.search_for_token(&b, "h1").expect("token"));
-        store.save_checkpoint(&a, b"state").expect("checkpoint");
-        assert_eq!(
-            store.load_checkpoint(&a).expect("load"),
-            Some(b"state".to_vec())
-        );
-        store.search_log(&a, "info", "hello").expect("log");
-        assert_eq!(
-            store.get_search_log(&a, 0, 10).expect("log")[0].message,
-            "hello"
-        );
-        assert!(
-            store
-                .finish_search(&a, "done", Some(&serde_json::json!({"best": 1})), None)
-                .expect("finish")
-        );
-        assert!(
-            !store
-                .finish_search(&a, "failed", None, Some("late"))
-                .expect("finish twice")
-        );
-        assert!(!store.search_for_token(&a, "h1").expect("token cleared"));
-        let rec = store.get_search(&a).expect("get").expect("search");
-        assert_eq!((rec.state.as_str(), rec.starts), ("done", 1));
-        assert_eq!(store.list_searches(Some("running")).expect("list").len(), 1);
-    }
 }

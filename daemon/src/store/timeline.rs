@@ -1,10 +1,11 @@
 //! What a search's report reads in one go: every candidate the search submitted, in order,
-//! with when it was submitted, its job's end and its latest evaluation.
+//! with when it was submitted, its job's end and its latest evaluation (SQLite; the
+//! PostgreSQL twin is in `postgres/searches.rs`).
 
 use kiln_types::Evaluation;
 use serde::Serialize;
 
-use super::{Result, Store, corrupt};
+use super::{Result, SqliteStore, corrupt};
 
 /// One candidate of a search, with times.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -45,7 +46,7 @@ type Row = (
     Option<String>,
 );
 
-impl Store {
+impl SqliteStore {
     /// Every candidate search `id` submitted, in submission order, with its times and its
     /// latest evaluation. Empty for an unknown search.
     pub fn search_timeline(&self, id: &str) -> Result<Vec<TimelineEntry>> {
@@ -101,59 +102,5 @@ impl Store {
                 },
             )
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use kiln_types::{Candidate, Evaluation, TimingStats, Verdict};
-
-    use super::super::problems::sample_spec;
-
-    fn cand(n: u32, parent: Option<&str>) -> Candidate {
-        serde_json::from_value(serde_json::json!({
-            "problem": "p", "language": "c", "source": format!("void f(){{ /* {n} */ }}"),
-            "launches": [{"kernel": "f"}], "parent": parent, "note": format!("step {n}")
-        }))
-        .expect("candidate")
-    }
-
-    #[test]
-    fn timeline_lists_submissions_in_order_with_their_evaluations() {
-        let (_d, store) = super::super::open_temp();
-        store.put_problem(&sample_spec("p")).expect("problem");
-        let id = super::super::sample_search(&store, "p");
-        let a = store.submit(&cand(0, None), Some(&id)).expect("a");
-        let b = store.submit(&cand(1, Some(&a.id)), Some(&id)).expect("b");
-        let job = store.claim_next(&["host"]).expect("claim").expect("job");
-        assert_eq!(job.id, a.job_id);
-        let mut e = Evaluation::early(Verdict::Ok, "host", "fine");
-        e.timing = Some(TimingStats {
-            median_us: 5.0,
-            samples_us: vec![5.0, 5.5],
-            ..TimingStats::default()
-        });
-        store.finish_job(a.job_id, &e, 1.0, 2.0).expect("finish");
-        let t = store.search_timeline(&id).expect("timeline");
-        assert_eq!(t.len(), 2);
-        assert_eq!((t[0].seq, t[1].seq), (1, 2));
-        assert_eq!(t[0].candidate_id, a.id);
-        assert_eq!(t[0].evaluation.as_ref(), Some(&e), "samples read back");
-        assert!(t[0].evaluated_at.is_some_and(|at| at >= t[0].submitted_at));
-        assert_eq!(t[0].job_state.as_deref(), Some("done"));
-        assert_eq!(t[0].job_finished_at, t[0].evaluated_at);
-        assert_eq!(t[1].candidate_id, b.id);
-        assert_eq!(t[1].parent.as_deref(), Some(a.id.as_str()));
-        assert_eq!(t[1].note.as_deref(), Some("step 1"));
-        assert_eq!(
-            (t[1].job_state.as_deref(), &t[1].evaluation),
-            (Some("queued"), &None)
-        );
-        assert!(
-            store
-                .search_timeline("s-missing")
-                .expect("empty")
-                .is_empty()
-        );
     }
 }

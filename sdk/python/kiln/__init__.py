@@ -38,6 +38,7 @@ from .errors import (
 )
 from .models import (
     JOB_STATES,
+    WAITING_JOB_STATES,
     SEARCH_STATES,
     VERDICTS,
     ArchiveEntry,
@@ -111,6 +112,7 @@ __all__ = [
     "ProblemFolderError",
     "VERDICTS",
     "JOB_STATES",
+    "WAITING_JOB_STATES",
     "Health",
     "Backend",
     "Gpu",

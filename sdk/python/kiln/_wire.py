@@ -68,6 +68,10 @@ def info() -> Call[Info]:
     return Call("GET", "/v1/info", None, lambda v: Info.from_dict(_expect_object(v)))
 
 
+def cluster() -> Call[Dict[str, Any]]:
+    return Call("GET", "/v1/cluster", None, lambda v: dict(_expect_object(v)))
+
+
 def problems() -> Call[List[ProblemSummary]]:
     def decode(v: Any) -> List[ProblemSummary]:
         items = _expect_object(v).get("problems")

@@ -8,8 +8,10 @@ import math
 import os
 import time
 from typing import (
+    Any,
     AsyncIterable,
     AsyncIterator,
+    Dict,
     Iterable,
     List,
     Literal,
@@ -90,6 +92,10 @@ class AsyncClient:
     async def health(self) -> Health:
         """``GET /v1/health``."""
         return await self._call(_wire.health())
+
+    async def cluster(self) -> Dict[str, Any]:
+        """``GET /v1/cluster``."""
+        return await self._call(_wire.cluster())
 
     async def info(self) -> Info:
         """``GET /v1/info``."""

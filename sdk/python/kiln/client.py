@@ -8,7 +8,7 @@ import os
 import queue
 import threading
 import time
-from typing import Iterable, Iterator, List, Literal, Mapping, Optional, TypeVar, Union, overload
+from typing import Any, Dict, Iterable, Iterator, List, Literal, Mapping, Optional, TypeVar, Union, overload
 
 from . import _http, _wire
 from ._batch import Tracker
@@ -139,8 +139,14 @@ class Client:
     # -- the daemon --------------------------------------------------------------------
 
     def health(self) -> Health:
-        """``GET /v1/health``: status, version, uptime and queued jobs."""
+        """``GET /v1/health``: status, version, uptime, jobs not yet on a lane (``queued``) and evaluating (``running``)."""
         return self._call(_wire.health())
+
+    def cluster(self) -> Dict[str, Any]:
+        """``GET /v1/cluster``: the nodes sharing this kilnd's database (alive, lanes and
+        GPU classes, leases held, drift), the queue per class; ``clustered`` is false on
+        a single host."""
+        return self._call(_wire.cluster())
 
     def info(self) -> Info:
         """``GET /v1/info``: version, backends (and whether each is usable), GPUs, jail

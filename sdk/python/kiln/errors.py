@@ -144,7 +144,7 @@ class Timeout(KilnError, TimeoutError):
 
     Attributes:
         candidate_id: the candidate waited for, when the timeout was a wait for a verdict.
-        state: the job's last known state (``queued``, ``running``), when known.
+        state: the job's last known state (``queued``, ``compiling``, ``compiled``, ``running``), when known.
     """
 
     def __init__(

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 __all__ = [
     "VERDICTS",
     "JOB_STATES",
+    "WAITING_JOB_STATES",
     "Health",
     "Backend",
     "Gpu",
@@ -55,8 +56,12 @@ VERDICTS: Tuple[str, ...] = (
     "ok",
 )
 
-#: Job states: ``queued`` → ``running`` → ``done`` | ``failed``.
-JOB_STATES: Tuple[str, ...] = ("queued", "running", "done", "failed")
+#: Job states: ``queued`` → ``compiling`` → ``compiled`` (waiting for a lane) →
+#: ``running`` (evaluating on a lane; only this counts an attempt) → ``done`` | ``failed``.
+JOB_STATES: Tuple[str, ...] = ("queued", "compiling", "compiled", "running", "done", "failed")
+
+#: Job states before the evaluation starts on a lane (what ``Health.queued`` counts).
+WAITING_JOB_STATES: Tuple[str, ...] = ("queued", "compiling", "compiled")
 
 #: Search states: ``running`` → ``done`` | ``failed`` | ``cancelled``.
 SEARCH_STATES: Tuple[str, ...] = ("running", "done", "failed", "cancelled")
@@ -90,12 +95,15 @@ def _list(v: Any) -> List[Any]:
 
 @dataclass(frozen=True)
 class Health:
-    """``GET /v1/health``: kilnd is up and its store answers."""
+    """``GET /v1/health``: kilnd is up and its store answers. ``queued`` counts every job
+    not yet evaluating (queued, compiling, or compiled and waiting for a lane), ``running``
+    those evaluating on a lane."""
 
     status: str
     version: str
     uptime_s: Optional[int]
     queued: Optional[int]
+    running: Optional[int]
     raw: Json = field(repr=False, compare=False)
 
     @classmethod
@@ -105,6 +113,7 @@ class Health:
             version=_str(d.get("version")) or "",
             uptime_s=_int(d.get("uptime_s")),
             queued=_int(d.get("queued")),
+            running=_int(d.get("running")),
             raw=dict(d),
         )
 
@@ -533,14 +542,19 @@ class Evaluation:
 
 @dataclass(frozen=True)
 class Job:
-    """A job of the queue: ``queued`` → ``running`` → ``done`` | ``failed``."""
+    """A job of the queue: ``queued`` → ``compiling`` → ``compiled`` → ``running`` →
+    ``done`` | ``failed``. ``attempts`` counts evaluations started on a lane; ``lane`` is
+    the lane of the (last) one."""
 
     id: int
     candidate_id: str
     backend: str
     state: str
-    stage: Optional[str]
+    lane: Optional[int]
     attempts: int
+    #: The node that holds or held it, and the GPU class it is routed to (in a cluster).
+    node: Optional[str]
+    gpu_class: Optional[str]
     error: Optional[str]
     created_at: Optional[int]
     started_at: Optional[int]
@@ -556,8 +570,10 @@ class Job:
             candidate_id=_str(d.get("candidate_id")) or "",
             backend=_str(d.get("backend")) or "",
             state=_str(d.get("state")) or "",
-            stage=_str(d.get("stage")),
+            lane=_int(d.get("lane")),
             attempts=_int(d.get("attempts")) or 0,
+            node=_str(d.get("node")),
+            gpu_class=_str(d.get("gpu_class")),
             error=_str(d.get("error")),
             created_at=_int(d.get("created_at")),
             started_at=_int(d.get("started_at")),
@@ -711,8 +727,13 @@ class Event:
         return _str(self.data.get("state"))
 
     @property
-    def stage(self) -> Optional[str]:
-        return _str(self.data.get("stage"))
+    def lane(self) -> Optional[int]:
+        return _int(self.data.get("lane"))
+
+    @property
+    def node(self) -> Optional[str]:
+        """The node that holds the job (a cluster relays other nodes' results)."""
+        return _str(self.data.get("node"))
 
     @property
     def verdict(self) -> Optional[str]:

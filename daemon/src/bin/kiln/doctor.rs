@@ -266,7 +266,10 @@ pub async fn doctor(
         }
     }
     let runs_ok = runs.iter().all(|r| r["ok"].as_bool() != Some(false));
-    let essential_ok = !usable.is_empty() && runs_ok;
+    // In a cluster: whether this node claims work, and why not (a drifted calibration).
+    let cluster = client.get("/v1/cluster").await.unwrap_or(Value::Null);
+    let paused = cluster["this_node"]["paused"].as_str().map(str::to_string);
+    let essential_ok = !usable.is_empty() && runs_ok && paused.is_none();
     if out == Output::Json {
         print_json(&json!({
             "ok": essential_ok,
@@ -286,6 +289,7 @@ pub async fn doctor(
             "cuda_headers": info["cuda_headers"],
             "triton": info["triton"],
             "known_kernels": runs,
+            "cluster": cluster,
         }));
     } else {
         println!(
@@ -404,7 +408,39 @@ pub async fn doctor(
                 println!("         {line}");
             }
         }
-        if essential_ok {
+        if cluster["clustered"] == true {
+            let nodes = cluster["nodes"].as_array().cloned().unwrap_or_default();
+            let alive = nodes.iter().filter(|n| n["alive"] == true).count();
+            let classes: Vec<String> = cluster["this_node"]["classes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| text(&c["class"]))
+                .collect();
+            println!(
+                "cluster: node {}, {alive} of {} nodes alive; lanes claim for {}",
+                text(&cluster["this_node"]["id"]),
+                nodes.len(),
+                if classes.is_empty() {
+                    "nothing (a gateway)".to_string()
+                } else {
+                    classes.join(", ")
+                }
+            );
+            if let Some(p) = &paused {
+                println!("  [FAIL] this node does not claim: {p}");
+            }
+            for c in cluster["queued_without_capacity"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                println!("  [warn] {} has queued jobs and no live lane", text(c));
+            }
+        }
+        if let Some(p) = &paused {
+            println!("NOT READY: this node stopped claiming: {p}");
+        } else if essential_ok {
             println!(
                 "ready: candidates for {} will be evaluated",
                 usable.join(", ")

@@ -2,6 +2,7 @@
 
 mod baselines;
 mod bench;
+mod cluster;
 mod doctor;
 mod output;
 mod problems;
@@ -54,9 +55,12 @@ enum Command {
     Search(search::SearchCmd),
     /// Follow job progress live.
     Watch(watch::WatchArgs),
-    /// Benchmark kiln itself: throughput, latency, timing stability.
+    /// Benchmark kiln itself: throughput, latency, timing stability, a cluster.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// Nodes sharing this kilnd's database: `kiln cluster status`.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCmd),
 }
 
 fn main() -> std::process::ExitCode {
@@ -94,5 +98,6 @@ async fn run(args: Args, client: Client) -> Result<std::process::ExitCode> {
         Command::Search(cmd) => search::run(&client, out, cmd).await,
         Command::Watch(a) => watch::watch(&client, out, a).await,
         Command::Bench(cmd) => bench::run(&client, out, cmd).await,
+        Command::Cluster(cmd) => cluster::run(&client, out, cmd).await,
     }
 }

@@ -97,10 +97,14 @@ pub fn print_record(r: &Value) {
         println!("  note      {}", text(&c["note"]));
     }
     let job = &r["job"];
+    let state = match job["state"].as_str() {
+        Some("compiled") => "compiled, waiting for a lane".to_string(),
+        Some("running") => format!("running on lane {}", text(&job["lane"])),
+        _ => text(&job["state"]),
+    };
     println!(
-        "  job       {} {} (attempts {})",
+        "  job       {} {state} (evaluations started {})",
         text(&job["id"]),
-        text(&job["state"]),
         text(&job["attempts"])
     );
     if !job["error"].is_null() {

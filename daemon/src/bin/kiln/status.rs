@@ -23,7 +23,14 @@ pub async fn status(client: &Client, out: Output) -> Result<std::process::ExitCo
     println!("  socket     {}", client.socket().display());
     println!("  state dir  {}", text(&info["state_dir"]));
     println!("  uptime     {} s", text(&health["uptime_s"]));
-    println!("  queued     {}", text(&health["queued"]));
+    println!(
+        "  queued     {} (not yet on a lane: queued, compiling or waiting for a lane)",
+        text(&health["queued"])
+    );
+    println!(
+        "  running    {} (evaluating on a lane)",
+        text(&health["running"])
+    );
     for b in info["backends"].as_array().into_iter().flatten() {
         let mark = if b["usable"].as_bool() == Some(true) {
             "usable"

@@ -56,10 +56,11 @@ pub async fn watch(client: &Client, out: Output, a: WatchArgs) -> Result<std::pr
                     text(&data["candidate_id"])
                 ));
             } else {
-                b.set_message(format!(
-                    "job {job} {state} {}",
-                    data["stage"].as_str().unwrap_or("")
-                ));
+                let lane = data["lane"]
+                    .as_u64()
+                    .map(|l| format!(" on lane {l}"))
+                    .unwrap_or_default();
+                b.set_message(format!("job {job} {state}{lane}"));
             }
         }
         if done {

@@ -57,11 +57,25 @@ fn run() -> Result<()> {
         Mode::User
     };
     let defaults = DefaultPaths::for_mode(mode);
-    let config = match &args.config {
+    let mut config = match &args.config {
         Some(path) => Config::load(path)?,
         None if defaults.config.exists() => Config::load(&defaults.config)?,
         None => Config::default(),
     };
+    // The database URL may carry a password: it can come from the environment instead.
+    if let Some(url) = std::env::var("KILN_DATABASE_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+    {
+        config.cluster.database_url = url;
+    }
+    // A node id from the environment (Kubernetes: the node's name via the downward API).
+    if let Some(id) = std::env::var("KILN_NODE_ID")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+    {
+        config.cluster.node_id = id.trim().to_string();
+    }
     kiln_daemon::logging::init(&config.log.level, config.log.format == "json");
     let socket = args
         .socket

@@ -12,7 +12,7 @@ use kiln_daemon::config::Config;
 use kiln_daemon::events::EventBus;
 use kiln_daemon::metrics::Metrics;
 use kiln_daemon::sched::Scheduler;
-use kiln_daemon::store::Store;
+use kiln_daemon::store::{SqliteStore, Store};
 use kiln_daemon::{backends, systemd};
 use nix::fcntl::{Flock, FlockArg};
 use tokio::signal::unix::{SignalKind, signal};
@@ -24,7 +24,8 @@ pub struct Prepared {
     listener: std::os::unix::net::UnixListener,
     owns_socket: bool,
     config: Config,
-    store: Arc<Store>,
+    local: Arc<SqliteStore>,
+    node: String,
     backends: backends::start::Built,
     facts: Facts,
     access: Access,
@@ -51,23 +52,33 @@ pub fn prepare(socket: PathBuf, state_dir: PathBuf, config: Config) -> Result<Pr
         )
     })?;
 
-    let store = Arc::new(
-        Store::open(&state_dir)
+    let node = kiln_daemon::cluster::node_id(&config);
+    let local = Arc::new(
+        SqliteStore::open(&state_dir, &node)
             .with_context(|| format!("cannot open the store in {}", state_dir.display()))?,
     );
-    let recovery = store
-        .recover_running(config.queue.max_attempts)
-        .context("cannot recover interrupted jobs")?;
-    if recovery.requeued + recovery.failed > 0 {
-        tracing::warn!(
-            requeued = recovery.requeued,
-            failed = recovery.failed,
-            "recovered jobs left running by a previous daemon"
-        );
+    if !config.cluster.enabled() {
+        // One host: the queue is in this database; a cluster node recovers in PostgreSQL.
+        let recovery = local
+            .recover_interrupted(config.queue.max_attempts)
+            .context("cannot recover interrupted jobs")?;
+        if recovery.waiting > 0 {
+            tracing::info!(
+                jobs = recovery.waiting,
+                "queued again the jobs a previous daemon had claimed but not started evaluating"
+            );
+        }
+        if recovery.requeued + recovery.failed > 0 {
+            tracing::warn!(
+                requeued = recovery.requeued,
+                failed = recovery.failed,
+                "recovered jobs whose evaluation a previous daemon left running"
+            );
+        }
     }
 
     // Backends and jail probes fork: do them now, before any thread exists.
-    let built = backends::start::build(&config, &state_dir, &store)
+    let built = backends::start::build(&config, &state_dir, &local)
         .context("cannot choose the GPUs to use")?;
     let gpu = built.gpu.clone();
     if let Some(e) = &gpu.error {
@@ -89,7 +100,8 @@ pub fn prepare(socket: PathBuf, state_dir: PathBuf, config: Config) -> Result<Pr
         listener,
         owns_socket,
         config,
-        store,
+        local,
+        node,
         backends: built,
         facts,
         access,
@@ -146,22 +158,48 @@ pub async fn serve(p: Prepared) -> Result<()> {
         tokio::net::UnixListener::from_std(p.listener).context("cannot use the socket")?;
     let events = EventBus::new(1024);
     let drain = Duration::from_secs(p.config.server.shutdown_timeout_secs);
+    let lanes =
+        kiln_daemon::cluster::class::node_lanes(&p.backends.backends, &p.facts.gpu, &p.config);
+    let clustered = p.config.cluster.enabled();
+    let store = if clustered {
+        // Joining needs the database; wait for it about as long as systemd waits for READY.
+        let pg = kiln_daemon::cluster::join(&p.config, &p.node, &lanes, Duration::from_secs(60))
+            .await
+            .context("cannot join the cluster (cluster.database_url / KILN_DATABASE_URL)")?;
+        Arc::new(Store::with_shared(p.local.clone(), pg))
+    } else {
+        Arc::new(Store::single(p.local.clone()))
+    };
+    // A gateway (cluster.evaluate = false) claims nothing; its lanes stay idle.
+    let claim = if clustered && !p.config.cluster.evaluate {
+        Vec::new()
+    } else {
+        kiln_daemon::cluster::class::claim_keys(&lanes)
+    };
     let sched = Scheduler::new(
-        p.store.clone(),
+        store.clone(),
         events.clone(),
         p.backends.backends.clone(),
+        claim,
         p.config.clone(),
     );
     let supervisor = kiln_daemon::search::Supervisor::new(
-        p.store.clone(),
+        store.clone(),
         events.clone(),
         p.config.clone(),
         p.socket.clone(),
         &p.state_dir,
     );
     let llm = Arc::new(kiln_daemon::llm::Gateway::from_config(&p.config.llm));
+    let membership = Arc::new(kiln_daemon::cluster::Membership {
+        sched: sched.clone(),
+        supervisor: supervisor.clone(),
+        events: events.clone(),
+        config: p.config.clone(),
+        lanes,
+    });
     let state = AppState {
-        store: p.store.clone(),
+        store: store.clone(),
         sched: sched.clone(),
         supervisor: supervisor.clone(),
         llm,
@@ -183,8 +221,10 @@ pub async fn serve(p: Prepared) -> Result<()> {
         shutdown.clone(),
     ));
 
+    let cluster_stop = CancellationToken::new();
+    let cluster_task = tokio::spawn(membership.run(cluster_stop.clone()));
     if let Some(every) = systemd::watchdog_interval() {
-        let store = p.store.clone();
+        let store = store.clone();
         let stop = shutdown.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
@@ -194,13 +234,13 @@ pub async fn serve(p: Prepared) -> Result<()> {
                     _ = stop.cancelled() => break,
                 }
                 // Ping only while the store answers: a wedged daemon should be restarted.
-                if store.job_counts().is_ok() {
+                if store.job_counts().await.is_ok() {
                     systemd::watchdog_ping();
                 }
             }
         });
     }
-    supervisor.resume_all();
+    supervisor.resume_all().await;
     let usable = sched.usable_backends();
     let status = format!(
         "serving {} (backends: {})",
@@ -224,6 +264,15 @@ pub async fn serve(p: Prepared) -> Result<()> {
     supervisor.stop_all();
     let _ = api_task.await;
     let _ = sched_task.await;
+    // The drain released the leases it could; the heartbeat keeps the others until here.
+    cluster_stop.cancel();
+    let _ = cluster_task.await;
+    if let Some(pg) = store.cluster() {
+        match pg.deregister().await {
+            Ok(()) => tracing::info!("left the cluster"),
+            Err(e) => tracing::warn!(error = %e, "cannot mark this node stopped"),
+        }
+    }
     if p.owns_socket && std::fs::remove_file(&p.socket).is_ok() {
         tracing::debug!("removed the socket");
     }

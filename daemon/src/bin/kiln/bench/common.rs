@@ -480,7 +480,7 @@ pub async fn stream(
 }
 
 /// Nearest-rank percentiles and the mean of a set of values.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Summary {
     /// How many values.
     pub n: usize,
