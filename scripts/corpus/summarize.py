@@ -21,9 +21,9 @@ REVIEWED = {
     "cuda-l1/h100.json:L1_52": "__builtin_prefetch (a GCC host builtin) in a kernel",
     "cuda-l1/h100.json:L2_47": "__log1pf does not exist",
     "kernelbench-com/public/runs/20260716_091632_kinetic-claude_kinetic-0715_07_w4a16_gemm_solution.py.txt#2":
-        "static shared memory above the GPU's 227 KiB (w4_tc_kernel<8, …>, 264 KiB)",
+        "static shared memory above the GPU's 227 KiB (w4_tc_kernel<8, …>: 258 KiB)",
     "kernelbench-com/public/runs/h100/20260716_091632_kinetic-claude_kinetic-0715_07_w4a16_gemm_solution.py.txt#2":
-        "static shared memory above the GPU's 227 KiB (w4_tc_kernel<8, …>, 264 KiB)",
+        "static shared memory above the GPU's 227 KiB (w4_tc_kernel<8, …>: 258 KiB)",
 }
 
 # What a failure of main's kiln (before this work's fixes) was, read from its error.
@@ -61,7 +61,7 @@ def why(entry, result):
         if re.search(pattern, err):
             return "kiln's fault (fixed since)", reason
     if "expected an expression" in cause and "({" in entry.get("source", ""):
-        return "out of scope", "GNU statement expressions ({ ... }), which NVRTC does not take"
+        return "out of scope", "GNU statement expressions ({ ... }), a GCC extension NVRTC does not take"
     arch = [f for f in result.get("flags_dropped", []) if re.search(r"sm_1\d\d|compute_1\d\d", f)]
     m = re.search(r"header <([^>]+)> not found", cause)
     if m and m.group(1).startswith(("cutlass/", "cute/")):
