@@ -213,18 +213,31 @@ const IMPLIED_BY_NAME: &[(&str, &str)] = &[
 pub fn implied(source: &str, toolkit: bool) -> Vec<&'static str> {
     let mut used: Vec<String> = Vec::new();
     let mut out = Vec::new();
+    // Headers of IMPLIED_BY_NAME a name is used from, and those the source declares a
+    // name of itself (`typedef unsigned short __half;`, its own
+    // `__device__ void cudaGridDependencySynchronize()`): those are not pre-included.
+    let (mut wanted, mut own): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
     for line in super::lexer::logical_lines(source) {
         let bare = line.bare.as_str();
         if bare.trim_start().starts_with('#') {
             continue;
         }
-        for word in bare.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-            if let Some((_, h)) = IMPLIED_BY_NAME.iter().find(|(w, _)| *w == word)
-                && (toolkit || h.starts_with("kiln/"))
-                && !out.contains(h)
-                && !(*h == "kiln/pdl.h" && source.contains("cuda_device_runtime_api.h"))
-            {
-                out.push(*h);
+        let words: Vec<&str> = bare
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        for (i, word) in words.iter().enumerate() {
+            let Some((_, h)) = IMPLIED_BY_NAME.iter().find(|(w, _)| w == word) else {
+                continue;
+            };
+            let declares = (i > 0
+                && ["struct", "class", "union", "using", "void", "enum"].contains(&words[i - 1]))
+                || (words.first() == Some(&"typedef") && words.last() == Some(word));
+            if declares && !own.contains(h) {
+                own.push(h);
+            }
+            if (toolkit || h.starts_with("kiln/")) && !wanted.contains(h) {
+                wanted.push(h);
             }
         }
         let mut rest = bare;
@@ -244,6 +257,9 @@ pub fn implied(source: &str, toolkit: bool) -> Vec<&'static str> {
             rest = after;
         }
     }
+    let pdl_included = source.contains("cuda_device_runtime_api.h");
+    let skipped = |h: &&str| own.contains(h) || (*h == "kiln/pdl.h" && pdl_included);
+    out.extend(wanted.into_iter().filter(|h| !skipped(h)));
     for name in &used {
         let provider = STD_PROVIDERS.iter().find(|(h, _)| {
             STANDINS
@@ -323,6 +339,12 @@ mod tests {
         assert_eq!(implied(pdl, false), vec!["kiln/pdl.h"]);
         let own = "#include <cuda_device_runtime_api.h>\n__global__ void k() { cudaGridDependencySynchronize(); }";
         assert!(implied(own, true).is_empty());
+        // A source that declares such a name itself keeps its own.
+        let mine = "typedef unsigned short __half;\n__global__ void k(__half* y) {}";
+        assert!(implied(mine, true).is_empty());
+        let mine = "__device__ void cudaGridDependencySynchronize() {}\n\
+                    __global__ void k() { cudaGridDependencySynchronize(); }";
+        assert!(implied(mine, true).is_empty());
         assert!(implied("__global__ void k(float* y) { y[0] = sqrtf(2.f); }", true).is_empty());
         assert!(implied("__device__ void h() { std::vector<int> v; }", true).is_empty());
     }
