@@ -582,6 +582,29 @@ impl Gpu {
         Ok(finish_hash(sum[0], key, nbytes))
     }
 
+    /// Enqueues a read of all of `buf` (the keyed hash into the hash slot, whose result
+    /// nobody reads: [`Gpu::hash_range`] zeroes the slot before each use). Used by the L2
+    /// flush, so does not wait.
+    pub(crate) fn enqueue_read(&self, buf: &DeviceBuffer) -> Result<(), GpuError> {
+        let nbytes = buf.bytes() as u64;
+        let launch = self.trusted_launch(
+            "kiln_hash",
+            nbytes.div_ceil(8),
+            vec![
+                ArgValue::Ptr(buf.ptr()),
+                ArgValue::U64(nbytes),
+                ArgValue::U64(0),
+                ArgValue::Ptr(self.hash_out.ptr()),
+            ],
+        );
+        self.enqueue_launches(
+            &self.trusted.module,
+            &CheckedLaunches {
+                launches: vec![launch],
+            },
+        )
+    }
+
     /// Enqueues the blocking kernel: one thread spinning for `ns` nanoseconds.
     pub fn spin(&self, ns: u64) -> Result<(), GpuError> {
         let launch = CheckedLaunch {

@@ -2,10 +2,11 @@
 //!
 //! One **timed sample** ([`Gpu::time_sample`] for a launch list, [`Gpu::time_sample_with`]
 //! for any work a closure enqueues), all on the Gpu's own stream:
-//! 1. when the kernel tracer runs ([`crate::cupti`]): the stream is drained and a window of
-//!    kernel records opened;
-//! 2. optional L2 flush: persisting lines reset, then a 2 × L2 buffer written with a new
-//!    byte value (see [`Gpu::l2_flush`]);
+//! 1. optional L2 flush: persisting lines reset, then a 2 × L2 buffer written with a new
+//!    byte value and read back once, so that no dirty line is left for the work to write
+//!    back (see [`Gpu::l2_flush`]);
+//! 2. when the kernel tracer runs ([`crate::cupti`]): the stream is drained (the flush
+//!    included) and a window of kernel records opened;
 //! 3. optional blocking kernel: one thread spinning on `%globaltimer` for a few tens of
 //!    microseconds, so that the start event and the launch list's launches are all queued before
 //!    the GPU reaches the start event (nvbench's blocking kernel spins on a host flag
@@ -15,8 +16,8 @@
 //! 6. `cuEventElapsedTime` between the two events, and, with the tracer, the window closed
 //!    (records flushed) and the work's kernel records picked out of it
 //!    ([`crate::cupti::attribute`]): the sum of their durations and their span. The flush
-//!    and the blocking kernel are never part of either: the flush is a memset, not a
-//!    kernel, and the blocker's record is told apart by its correlation ID.
+//!    and the blocking kernel are never part of either: the flush ends before the window
+//!    opens, and the blocker's record is told apart by its correlation ID.
 //!
 //! **Plain mode** ([`Gpu::time_plain`]) is the KernelBench `cuda_event` way — events around
 //! one run of the launch list, no flush, no blocker, then synchronize — kept for comparisons.
@@ -228,6 +229,10 @@ impl Gpu {
         self.shared.enter()?;
         let mut window_error = None;
         let mut guard = WindowGuard(false);
+        // The flush comes first, outside the tracer's window (its read pass is a kernel).
+        if cfg.flush_l2 {
+            self.l2_flush()?;
+        }
         if tracer::active() {
             // Earlier work must be finished, so that no record of it lands in the window.
             self.shared.sync_stream()?;
@@ -235,9 +240,6 @@ impl Gpu {
                 Ok(()) => guard.0 = true,
                 Err(e) => window_error = Some(e),
             }
-        }
-        if cfg.flush_l2 {
-            self.l2_flush()?;
         }
         if let Some(ns) = cfg.blocker_ns {
             tracer::phase(Phase::Kiln);
