@@ -274,6 +274,9 @@ TOML
         if want reports; then
             section "reports: a short search on softmax-4096x65536 and its best candidate"
             rep_out=${out:-$tmp}
+            # The search page draws the problem's baselines: measure them (a no-op when the
+            # baselines step already did).
+            "$bundle/kiln" problems baseline softmax-4096x65536 >/dev/null || status=1
             "$bundle/kiln" search start --problem softmax-4096x65536 --proposer hill-climb \
                 --budget 8 --time-limit 5m --seed 3 --wait >/dev/null || status=1
             id=$("$bundle/kiln" search list -o json | python3 -c 'import json,sys; s=json.load(sys.stdin)["searches"]; print(s[0]["id"] if s else "")' 2>/dev/null)
