@@ -130,8 +130,8 @@ pub struct LaneClass {
     pub backend: String,
     /// GPU class (`cuda/NVIDIA H200/580.95.05/observe`, `host/…`).
     pub class: String,
-    /// How many lanes of the backend this node has: a job pinned to a lane (its `lane`
-    /// option) is claimed only by a node that has that lane.
+    /// How many lanes of the backend this node has: in a cluster, a job pinned to a lane
+    /// (its `lane` option) is claimed only by a node that has that lane.
     pub lanes: u32,
 }
 
@@ -216,8 +216,10 @@ impl SqliteStore {
     /// job routed to any class takes the lane's). Searches are served round-robin: the
     /// job comes from the search (or the pool of single submissions) that was served least
     /// recently, oldest job first within it, so one busy search cannot starve the others.
-    /// One host has one class per backend, so the class is not matched here; a job pinned
-    /// to a lane the backend does not have here is skipped.
+    /// One host has one class per backend, so the class is not matched here. A job pinned
+    /// to a lane the backend does not have is claimed too (the API refuses such pins
+    /// while the backend is usable): the scheduler fails it, saying why, since no other
+    /// node could ever take it.
     pub fn claim_next(&self, lanes: &[LaneClass]) -> Result<Option<JobRecord>> {
         if lanes.is_empty() {
             return Ok(None);
@@ -238,11 +240,6 @@ impl SqliteStore {
             })
             .collect::<Vec<_>>()
             .join(" ");
-        let lanes_of = lanes
-            .iter()
-            .map(|l| format!("WHEN '{}' THEN {}", l.backend.replace('\'', ""), l.lanes))
-            .collect::<Vec<_>>()
-            .join(" ");
         let conn = self.lock();
         Ok(conn
             .query_row(
@@ -253,9 +250,6 @@ impl SqliteStore {
                                              ELSE gpu_class END
                      WHERE id = (SELECT j.id FROM jobs j
                                  WHERE j.state = 'queued' AND j.backend IN ({list})
-                                   AND (json_extract(j.options_json, '$.lane') IS NULL
-                                        OR json_extract(j.options_json, '$.lane')
-                                           < CASE j.backend {lanes_of} ELSE 0 END)
                                  ORDER BY (SELECT max(r.started_at) FROM jobs r
                                            WHERE r.search_id IS j.search_id
                                              AND r.started_at IS NOT NULL) NULLS FIRST,
