@@ -77,6 +77,20 @@ fn imported() -> &'static Path {
     })
 }
 
+/// `e` passed every correctness trial: `ok`, or `unmeasurable_time` (these kernels take
+/// well under a microsecond, and on a loaded 2-core machine the timer's overhead can swamp
+/// them; timing is not what these tests check).
+fn assert_correct(e: &Evaluation) {
+    let correct = e.evidence.trials_run > 0
+        && e.evidence.trials_passed == e.evidence.trials_run
+        && e.evidence.errors.iter().all(|m| m.mismatches == 0);
+    assert!(
+        e.verdict == Verdict::Ok || (e.verdict == Verdict::UnmeasurableTime && correct),
+        "{e:#?}"
+    );
+    assert!(correct, "{e:#?}");
+}
+
 fn fixture(name: &str) -> ProblemSpec {
     ProblemSpec::load_dir(&imported().join(name)).expect("fixture loads")
 }
@@ -134,7 +148,7 @@ fn softmax_honest_naive_and_caching_candidates_against_the_module() {
         &candidate(&p, SOFTMAX, "softmax", args),
         &mut runner,
     );
-    assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+    assert_correct(&e);
     assert_eq!(
         e.tier,
         Some(kiln_types::PrecisionTier::Fp32Faithful),
@@ -216,7 +230,7 @@ void linear_relu(const float *x, const float *w, const float *b, float *y, int n
         &candidate(&p, src, "linear_relu", args),
         &mut runner,
     );
-    assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+    assert_correct(&e);
     let no_bias = src.replace("double s = b[o];", "double s = 0;");
     let e = evaluate(
         &cfg,
@@ -253,7 +267,7 @@ void ln(const float *x, const float *w, const float *b, float *y, int n, int d) 
 "#;
     let args = r#"["x", "ln_weight", "ln_bias", "out", {"i32": 4}, {"i32": 128}]"#;
     let e = evaluate(&cfg, &p, &candidate(&p, src, "ln", args), &mut runner);
-    assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+    assert_correct(&e);
     let plain = src.replace("* w[j] + b[j]", "");
     let e = evaluate(&cfg, &p, &candidate(&p, &plain, "ln", args), &mut runner);
     assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
@@ -284,7 +298,7 @@ void ce(const float *p, const long long *t, float *out, int n, int c) {
 "#;
     let args = r#"["predictions", "targets", "out", {"i32": 16}, {"i32": 10}]"#;
     let e = evaluate(&cfg, &p, &candidate(&p, src, "ce", args), &mut runner);
-    assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+    assert_correct(&e);
 
     let p = fixture("kb-masked-cumsum-4x32");
     assert_eq!(
@@ -301,7 +315,7 @@ void mcs(const float *x, const unsigned char *mask, float *y, int n, int d) {
 "#;
     let args = r#"["x", "mask", "out", {"i32": 4}, {"i32": 32}]"#;
     let e = evaluate(&cfg, &p, &candidate(&p, src, "mcs", args), &mut runner);
-    assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+    assert_correct(&e);
     let unmasked = src.replace("mask[i * d + j] ? x[i * d + j] : 0.0f", "x[i * d + j]");
     let e = evaluate(
         &cfg,
