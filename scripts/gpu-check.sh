@@ -64,6 +64,8 @@ status=0
 section() { printf '\n=== %s === (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 steps=" ${GPU_CHECK_STEPS:-probe tests kilnd baselines searches bench agreement triton reports} "
 want() { case "$steps" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+# Any step that needs the bundled kilnd.
+want_kilnd() { want kilnd || want baselines || want searches || want bench || want agreement || want triton || want reports; }
 
 section "host"
 echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -142,7 +144,7 @@ fi
 
 triton_py=${KILN_TRITON_PYTHON:-}
 [ -z "$triton_py" ] && [ -x /opt/torch/.venv/bin/python3 ] && triton_py=/opt/torch/.venv/bin/python3
-if { want kilnd || want baselines || want searches || want bench || want agreement || want triton || want reports; } && [ -x "$bundle/kilnd" ] && [ -x "$bundle/kiln" ]; then
+if want_kilnd && [ -x "$bundle/kilnd" ] && [ -x "$bundle/kiln" ]; then
     section "kilnd end to end"
     tmp=$(mktemp -d /tmp/kiln-gpu-check.XXXXXX)
     export KILN_SOCKET="$tmp/kiln.sock"
@@ -319,7 +321,7 @@ PY
     tail -n 40 "$tmp/kilnd.log"
     [ -n "$out" ] && cp "$tmp/kilnd.log" "$out/kilnd.log"
     rm -rf "$tmp"
-elif { want kilnd || want baselines || want searches || want bench || want agreement || want triton || want reports; } && [ -x "$bundle/kiln" ]; then
+elif want_kilnd && [ -x "$bundle/kiln" ]; then
     # A kilnd step was asked for, but the bundle has no kilnd.
     echo "FAIL no kilnd in $bundle for the kilnd steps"
     status=1

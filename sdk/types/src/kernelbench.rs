@@ -168,16 +168,23 @@ fn toml_init(init: &serde_json::Value) -> Result<String> {
     Ok(format!("{{ {} }}", parts.join(", ")))
 }
 
+/// Refuses a tolerance an import cannot judge by: atol finite and >= 0, 0 <= rtol < 1
+/// (below 1, so that the all-zero check has a bound).
+pub fn check_tolerance(tol: Tolerance) -> Result<()> {
+    if tol.atol >= 0.0 && tol.atol.is_finite() && (0.0..1.0).contains(&tol.rtol) {
+        return Ok(());
+    }
+    Err(ImportError::Description(format!(
+        "the tolerance atol = {}, rtol = {} is not one to judge by (atol >= 0 and finite, \
+         0 <= rtol < 1)",
+        tol.atol, tol.rtol
+    )))
+}
+
 /// `problem.toml` for a description (the reference file is `reference.py`) under the
 /// tolerance `tol`, and the warnings to show.
 pub fn problem_toml(name: &str, d: &Description, tol: Tolerance) -> Result<(String, Vec<String>)> {
-    if !(tol.atol >= 0.0 && tol.rtol >= 0.0 && tol.atol.is_finite() && tol.rtol < 1.0) {
-        return Err(ImportError::Description(format!(
-            "the tolerance atol = {}, rtol = {} is not one to judge by (atol >= 0 and finite, \
-             0 <= rtol < 1)",
-            tol.atol, tol.rtol
-        )));
-    }
+    check_tolerance(tol)?;
     let mut warnings = Vec::new();
     let mut t = String::new();
     let file = Path::new(&d.file)

@@ -267,12 +267,7 @@ fn import_kernelbench(
     tol: kiln_types::Tolerance,
 ) -> Result<std::process::ExitCode> {
     use kiln_types::kernelbench;
-    anyhow::ensure!(
-        tol.atol.is_finite() && tol.atol >= 0.0 && (0.0..1.0).contains(&tol.rtol),
-        "--atol {} --rtol {}: a tolerance needs 0 <= atol (finite) and 0 <= rtol < 1",
-        tol.atol,
-        tol.rtol
-    );
+    kernelbench::check_tolerance(tol).context("--atol/--rtol")?;
     let files = python_files(paths)?;
     anyhow::ensure!(!files.is_empty(), "no .py files in {paths:?}");
     let script = match helper {
