@@ -12,6 +12,7 @@
 #   gpu-bundle/gpu-check.sh   the runner (a copy of scripts/gpu-check.sh)
 #   gpu-bundle/gpu-check-multi.sh  the multi-GPU checks (scripts/gpu-check-multi.sh)
 #   gpu-bundle/gpu-libs.sh    what both source to find the CUDA libraries
+#   gpu-bundle/timer-floor/   floor.cu + run.sh: the timer floor measured outside kiln
 #   gpu-bundle/BUILD-INFO     commit, rustc, glibc symbols the binary needs
 # The binary loads libcuda/libnvrtc/libnvidia-ml at run time (dlopen), so it builds on a
 # machine without CUDA. The bundle must stay under 64 MiB (the device tool's limit).
@@ -60,9 +61,11 @@ scripts/build-plugins.sh >/dev/null
 mkdir -p "$out/proposers"
 cp target/proposers/*.wasm "$out/proposers/"
 cp scripts/gpu-check.sh scripts/gpu-check-multi.sh scripts/gpu-libs.sh "$out/"
+# The timer floor outside kiln (built with nvcc there, when the host has it).
+cp -r scripts/timer-floor "$out/timer-floor"
 # The trusted torch helper (torch baselines), found beside kiln-worker.
 cp scripts/kiln_torch.py "$out/kiln_torch.py"
-chmod +x "$out/gpu_probe" "$out/gpu-check.sh" "$out/gpu-check-multi.sh" "$out/kiln-worker" "$out/kilnd" "$out/kiln" "$out/kiln-plugin-host" "$out"/gpu-tests/*
+chmod +x "$out/timer-floor/run.sh" "$out/gpu_probe" "$out/gpu-check.sh" "$out/gpu-check-multi.sh" "$out/kiln-worker" "$out/kilnd" "$out/kiln" "$out/kiln-plugin-host" "$out"/gpu-tests/*
 
 {
     echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m)"

@@ -21,7 +21,9 @@
 #   6. (step `bench`) `kiln bench throughput|latency|stability` on the cuda backend (and
 #      throughput on kb-softmax-4096x65536, its torch reference, with KILN_PYTHON);
 #   7. (step `agreement`, where the host has Nsight Compute) `kiln bench agreement`: kiln's
-#      medians of the seed kernels against ncu's gpu__time_duration, one PASS/FAIL line each;
+#      medians of the seed kernels against ncu's gpu__time_duration less the timer floor
+#      (an empty kernel timed by both), one PASS/FAIL line each; where the host also has
+#      nvcc, timer-floor/run.sh re-measures the floor outside kiln (its summary in the log);
 #   8. (step `triton`, where a python has triton: $KILN_TRITON_PYTHON, else
 #      /opt/torch/.venv/bin/python3) the Triton seeds of vecadd-cuda-1m and
 #      softmax-4096x65536 through kilnd, `kiln bench throughput --language triton` (compile
@@ -251,6 +253,18 @@ TOML
                 "$ncu_bin" --version | tail -1
                 "$bundle/kiln" bench agreement --ncu "$ncu_bin" --launcher "$bundle/kiln-worker" \
                     ${AGREEMENT_ARGS:-} --report "${out:-$tmp}/bench-agreement.json" || status=1
+                # The same floor measured outside kiln (CUPTI and ncu in one CUDA program):
+                # informational, it does not change the status.
+                nvcc_bin=$(command -v nvcc 2>/dev/null || true)
+                [ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc_bin=/usr/local/cuda/bin/nvcc
+                if [ -n "$nvcc_bin" ] && [ -x "$bundle/timer-floor/run.sh" ]; then
+                    echo "--- timer floor outside kiln (timer-floor/run.sh)"
+                    NCU="$ncu_bin" CUDA_HOME=$(dirname "$(dirname "$nvcc_bin")") PROBLEMS="$bundle/problems" \
+                        "$bundle/timer-floor/run.sh" "$tmp/timer-floor" 30 ||
+                        echo "NOTE timer-floor/run.sh failed (informational)"
+                else
+                    echo "SKIP timer floor outside kiln: no nvcc (or no timer-floor/ in the bundle)"
+                fi
             fi
         fi
         if want triton; then

@@ -632,6 +632,48 @@ fn cupti_gpu_layernorm_sums_its_three_launches_and_the_problem_picks_the_figure(
 }
 
 #[test]
+fn cupti_gpu_launch_time_reads_the_empty_kernel_below_its_events() {
+    // `kiln-worker launch --time` on the timer floor's empty kernel (kiln bench agreement's
+    // calibration): kiln's own samples, CUPTI records found for every one.
+    let Some((dir, cfg)) = gpu() else { return };
+    use kiln_sandbox::backends::cuda::launch_timing::floor_spec;
+    use kiln_sandbox::backends::cuda::launcher::Launched;
+    let spec = dir.path().join("floor.json");
+    std::fs::write(&spec, serde_json::to_vec(&floor_spec()).expect("json")).expect("write");
+    let out = std::process::Command::new(&cfg.worker_exe)
+        .arg("launch")
+        .arg("--spec")
+        .arg(&spec)
+        .args(["--runs", "30", "--time"])
+        .output()
+        .expect("kiln-worker runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout.lines().last().expect("a JSON line");
+    let launched: Launched = serde_json::from_str(line).expect("the launcher's JSON");
+    let t = launched.timing.expect("--time gives a timing");
+    assert_eq!(t.source, "cupti", "CUPTI did not run: {:?}", t.fallback);
+    assert_eq!((t.samples, t.records_missing), (30, 0));
+    let span = t.kernel_span_us.expect("a span");
+    assert_eq!(
+        t.kernel_sum_us,
+        Some(span),
+        "one launch: sum and span agree"
+    );
+    // No work: a fraction of a microsecond by its record (0.64 µs on an H200), well below
+    // what events read around it and below the smallest seed kernels.
+    assert!(span > 0.0 && span < t.events_us && span < 3.0, "{t:?}");
+    println!(
+        "FLOOR {}: kernel span {span:.3} us, events {:.3} us ({} samples)",
+        launched.problem, t.events_us, t.samples
+    );
+}
+
+#[test]
 fn cupti_gpu_turned_off_falls_back_to_events_and_says_so() {
     let Some((_dir, mut cfg)) = gpu() else { return };
     cfg.cupti = kiln_gpu::cupti::CuptiSetting::Off;

@@ -19,6 +19,8 @@
 //!   whether the backend is usable here;
 //! - [`launcher`]: `kiln-worker launch`, a problem's own seed or reference kernel run on
 //!   its own for an external profiler (`kiln bench agreement` runs it under Nsight Compute);
+//! - [`launch_timing`]: `kiln-worker launch --time`, the same runs timed by kiln's own
+//!   samples (the bench's timer-floor calibration);
 //! - [`toolkit`]: where the CUDA toolkit's headers are, bound into the compile jail.
 //!
 //! Per-kernel resources (registers, shared and local memory, max threads, occupancy for
@@ -33,6 +35,7 @@
 pub mod baseline;
 pub mod compile;
 pub mod context;
+pub mod launch_timing;
 pub mod launcher;
 pub mod printf;
 pub mod setup;

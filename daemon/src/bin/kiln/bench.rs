@@ -6,6 +6,7 @@
 mod agreement;
 mod cluster;
 mod common;
+mod floor;
 mod lanes;
 mod latency;
 mod stability;

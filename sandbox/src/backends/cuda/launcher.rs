@@ -13,6 +13,10 @@
 //! `warmup + runs` times, waiting for each run. One JSON line on stdout says what ran: the
 //! kernel names in launch order, the warm-up runs, the timed runs — so the profiler's rows
 //! can be grouped into runs.
+//!
+//! With `--time` (and no profiler), kiln times each run itself, one sample as the contract
+//! takes it, CUPTI's kernel records included when the tracer comes up; the JSON line then
+//! carries the medians ([`super::launch_timing`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -48,6 +52,9 @@ pub struct Launched {
     pub runs: u32,
     /// The GPU.
     pub device: String,
+    /// With `--time`: what kiln's own samples of the runs measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<super::launch_timing::LaunchTiming>,
 }
 
 /// Parsed command line of `kiln-worker launch`.
@@ -65,11 +72,13 @@ pub struct Args {
     pub compile_to: Option<std::path::PathBuf>,
     /// Load this artifact (written by `--compile-to`) instead of compiling.
     pub artifact: Option<std::path::PathBuf>,
+    /// Time each run with kiln's own sample (flush, blocking kernel, events, CUPTI).
+    pub time: bool,
 }
 
 /// The usage line.
 pub const USAGE: &str = "kiln-worker launch --spec PROBLEM.json [--kernel seed|reference] \
-                         [--runs N] [--warmup N] [--compile-to FILE | --artifact FILE]";
+                         [--runs N] [--warmup N] [--time] [--compile-to FILE | --artifact FILE]";
 
 impl Args {
     /// Parses the arguments after `launch`.
@@ -81,6 +90,7 @@ impl Args {
             warmup: 1,
             compile_to: None,
             artifact: None,
+            time: false,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -102,6 +112,7 @@ impl Args {
                 "--warmup" => out.warmup = number(&value()?, "--warmup", 0..=1_000)?,
                 "--compile-to" => out.compile_to = Some(value()?.into()),
                 "--artifact" => out.artifact = Some(value()?.into()),
+                "--time" => out.time = true,
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -110,6 +121,9 @@ impl Args {
         }
         if out.compile_to.is_some() && out.artifact.is_some() {
             return Err("--compile-to and --artifact exclude each other".into());
+        }
+        if out.compile_to.is_some() && out.time {
+            return Err("--compile-to only compiles: nothing runs to --time".into());
         }
         Ok(out)
     }
@@ -179,6 +193,7 @@ pub fn run(a: &Args) -> Result<Launched, String> {
                 warmup: 0,
                 runs: 0,
                 device: String::new(),
+                timing: None,
             });
         }
         // Compiled beforehand (under a profiler, the jailed compile's child would be
@@ -188,6 +203,11 @@ pub fn run(a: &Args) -> Result<Launched, String> {
             .map_err(|e| format!("cannot read the artifact {}: {e}", path.display()))?,
         (None, None) => compile_jailed(&problem, &candidate)?,
     };
+    // The tracer comes up before the context, as in a GPU worker (`[gpu] cupti` reaches this
+    // process as KILN_CUPTI); under a profiler it reports why not and timing uses events.
+    let tracer = a
+        .time
+        .then(|| kiln_gpu::cupti::start(&kiln_gpu::cupti::CuptiSetting::from_env()));
     let gpu = Gpu::open(0).map_err(|e| format!("cannot open the GPU: {e}"))?;
     let artifact = kiln_gpu::artifact::Artifact::decode(&artifact)
         .map_err(|e| format!("the kernel's artifact: {e}"))?;
@@ -235,10 +255,22 @@ pub fn run(a: &Args) -> Result<Launched, String> {
         .check_launches(&module, &candidate.launches, &buffers)
         .map_err(|e| format!("the launch list: {e}"))?;
     let timeout = Duration::from_secs(60);
-    for _ in 0..a.warmup + a.runs {
+    let untimed = if a.time { a.warmup } else { a.warmup + a.runs };
+    for _ in 0..untimed {
         gpu.run_launches(&module, &plan, timeout)
             .map_err(|e| format!("a run failed: {e}"))?;
     }
+    let timing = match tracer {
+        None => None,
+        Some(status) => {
+            let cfg = kiln_gpu::timing::SampleConfig::contract(&plan, timeout);
+            let samples = (0..a.runs)
+                .map(|_| gpu.time_sample(&module, &plan, &cfg))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("a timed run failed: {e}"))?;
+            Some(super::launch_timing::summarize(&samples, Some(status)))
+        }
+    };
     Ok(Launched {
         problem: problem.name.clone(),
         which: a.which,
@@ -246,6 +278,7 @@ pub fn run(a: &Args) -> Result<Launched, String> {
         warmup: a.warmup,
         runs: a.runs,
         device: gpu.facts().name.clone(),
+        timing,
     })
 }
 
@@ -283,7 +316,10 @@ mod tests {
     #[test]
     fn arguments_parse_with_defaults_and_bounds() {
         let a = args(&["--spec", "/tmp/p.json"]).expect("parses");
-        assert_eq!((a.which, a.runs, a.warmup), (Which::Seed, 10, 1));
+        assert_eq!(
+            (a.which, a.runs, a.warmup, a.time),
+            (Which::Seed, 10, 1, false)
+        );
         let a = args(&[
             "--spec",
             "p.json",
@@ -300,8 +336,9 @@ mod tests {
             (a.compile_to.as_deref(), a.artifact.as_deref()),
             (None, None)
         );
-        let a = args(&["--spec", "p.json", "--artifact", "k.bin"]).expect("parses");
+        let a = args(&["--spec", "p.json", "--artifact", "k.bin", "--time"]).expect("parses");
         assert_eq!(a.artifact.as_deref(), Some(std::path::Path::new("k.bin")));
+        assert!(a.time);
         let a = args(&["--spec", "p.json", "--compile-to", "k.bin"]).expect("parses");
         assert_eq!(a.compile_to.as_deref(), Some(std::path::Path::new("k.bin")));
         for bad in [
@@ -312,6 +349,7 @@ mod tests {
             &["--spec", "p", "--fast"],
             &["--spec", "p", "--compile-to", "a", "--artifact", "b"],
             &["--spec", "p", "--artifact"],
+            &["--spec", "p", "--compile-to", "a", "--time"],
         ] {
             assert!(args(bad).is_err(), "{bad:?}");
         }

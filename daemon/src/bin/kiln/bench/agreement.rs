@@ -10,6 +10,11 @@
 //! their median over the runs is compared with kiln's median. One `PASS`/`FAIL` line per
 //! problem: within `--max-rel` (2 %) of ncu, or for kernels under `--small-us` (50 µs)
 //! within the larger of `--small-abs-us` (0.3 µs) and `--small-rel` (3 %).
+//!
+//! ncu's figure is first reduced by the **timer floor** ([`super::floor`]): an empty kernel
+//! is timed under ncu and by kiln's own samples, and the difference (what ncu adds to any
+//! kernel that CUPTI's records do not, about 0.8 µs on an H200) is taken off ncu's figure
+//! once per launch. `--raw` compares with ncu's figure as it is.
 //! docs/benchmarks.md describes the method.
 
 use std::path::{Path, PathBuf};
@@ -22,6 +27,7 @@ use kiln_types::JobOptions;
 use serde_json::{Value, json};
 
 use super::common::{self, Variants, Work};
+use super::floor::{self, Floor};
 use crate::Output;
 use crate::output::{fmt_us, print_json, text};
 
@@ -73,6 +79,12 @@ pub struct AgreementArgs {
     /// Give up on one ncu run after this many seconds.
     #[arg(long, default_value_t = 600)]
     ncu_timeout: u64,
+    /// Compare with ncu's figure as it is (no timer floor taken off).
+    #[arg(long)]
+    raw: bool,
+    /// kiln's samples of the empty kernel for the timer floor.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    floor_samples: u32,
     /// Also write the JSON report to this file (the text table still goes to stdout).
     #[arg(long)]
     report: Option<PathBuf>,
@@ -343,6 +355,33 @@ async fn ncu_runs(
     Ok((per_run_us(&rows, kernels, warmup, a.runs)?, shown))
 }
 
+/// The timer floor: the empty kernel under ncu (as the problems are profiled) and by kiln's
+/// own samples; with the ncu command line used.
+async fn measure_floor(
+    a: &AgreementArgs,
+    ncu: &Path,
+    launcher: &Path,
+    gpu_uuid: Option<&str>,
+    timeout: Duration,
+) -> Result<(Floor, String), String> {
+    let spec = floor::spec();
+    let kernels = vec![floor::KERNEL.to_string()];
+    let (runs, command) = ncu_runs(a, ncu, launcher, &spec, &kernels, gpu_uuid)
+        .await
+        .map_err(|e| format!("ncu: {e:#}"))?;
+    let kiln = floor::kiln_samples(launcher, &spec, a.floor_samples, gpu_uuid, timeout)
+        .await
+        .map_err(|e| format!("kiln: {e:#}"))?;
+    Ok((
+        Floor {
+            ncu_us: median(&runs),
+            ncu_runs_us: runs,
+            kiln,
+        },
+        command,
+    ))
+}
+
 /// Runs the benchmark and prints its report; exit status 1 when a comparison fails.
 pub async fn run(client: &Client, out: Output, a: AgreementArgs) -> Result<std::process::ExitCode> {
     let problems: Vec<String> = if a.problems.is_empty() {
@@ -366,6 +405,8 @@ pub async fn run(client: &Client, out: Output, a: AgreementArgs) -> Result<std::
     let mut rows = Vec::new();
     let mut info = Value::Null;
     let mut all_ok = true;
+    // The timer floor, measured once (on the first problem's GPU) when ncu is there.
+    let mut floor_measured: Option<Result<(Floor, String), String>> = None;
     for problem in &problems {
         let setup = common::setup(client, Some(problem), Some("cuda"), None, |_| "").await?;
         info = setup.info.clone();
@@ -445,15 +486,40 @@ pub async fn run(client: &Client, out: Output, a: AgreementArgs) -> Result<std::
                     .first()
                     .and_then(|l| l["label"].as_str())
                     .or_else(|| info["gpus"][0]["uuid"].as_str());
+                if !a.raw && floor_measured.is_none() {
+                    floor_measured =
+                        Some(measure_floor(&a, ncu, &launcher, gpu_uuid, timeout).await);
+                }
                 match ncu_runs(&a, ncu, &launcher, &spec, &kernels, gpu_uuid).await {
                     Ok((runs, command)) => {
                         let ncu_us = median(&runs);
-                        let (ok, limit) = rule.judge(kiln_us, ncu_us);
+                        let per_launch = match &floor_measured {
+                            None => Err("--raw: ncu's figure as it is".to_string()),
+                            Some(Err(e)) => Err(format!("the timer floor was not measured: {e}")),
+                            Some(Ok((f, _))) => f.per_launch_us(
+                                timer["figure"].as_str().unwrap_or("events"),
+                                timer["source"].as_str().unwrap_or("events"),
+                            ),
+                        };
+                        let compared = match &per_launch {
+                            Ok(d) => floor::net_ncu_us(ncu_us, kernels.len(), *d),
+                            Err(_) => ncu_us,
+                        };
+                        let (ok, limit) = rule.judge(kiln_us, compared);
                         all_ok &= ok;
                         row["status"] = json!(if ok { "pass" } else { "fail" });
                         row["ncu_us"] = json!(ncu_us);
                         row["ncu_runs_us"] = json!(runs);
                         row["ratio"] = json!(kiln_us / ncu_us);
+                        match per_launch {
+                            Ok(d) => {
+                                row["floor_per_launch_us"] = json!(d);
+                                row["ncu_net_us"] = json!(compared);
+                                row["ratio_net"] = json!(kiln_us / compared);
+                            }
+                            Err(why) => row["floor_detail"] = json!(why),
+                        }
+                        row["compared_us"] = json!(compared);
                         row["limit_us"] = json!(limit);
                         row["ncu_command"] = json!(command);
                     }
@@ -480,8 +546,20 @@ pub async fn run(client: &Client, out: Output, a: AgreementArgs) -> Result<std::
             "problems": problems, "evaluations": a.evaluations, "runs": a.runs,
             "ncu": ncu.as_ref().map(|p| p.display().to_string()),
             "launcher": launcher.display().to_string(),
-            "max_rel": a.max_rel, "small_us": a.small_us,
+            "max_rel": a.max_rel, "small_us": a.small_us, "raw": a.raw,
+            "floor_samples": a.floor_samples,
             "small_abs_us": a.small_abs_us, "small_rel": a.small_rel,
+        },
+        "floor": match &floor_measured {
+            None => Value::Null,
+            Some(Ok((f, command))) => json!({
+                "kernel": floor::KERNEL,
+                "ncu_us": f.ncu_us,
+                "ncu_runs_us": f.ncu_runs_us,
+                "kiln": f.kiln,
+                "ncu_command": command,
+            }),
+            Some(Err(e)) => json!({ "kernel": floor::KERNEL, "error": e }),
         },
         "comparisons": rows,
         "ok": all_ok,
@@ -507,14 +585,28 @@ fn print_table(r: &Value) {
     println!(
         "agreement  kiln (through kilnd) vs ncu --clock-control none --cache-control all gpu__time_duration"
     );
+    let f = &r["floor"];
+    if let Some(e) = f["error"].as_str() {
+        println!("timer floor: not measured ({e}); ncu's figures are compared as they are");
+    } else if !f.is_null() {
+        println!(
+            "timer floor: the empty kernel {} reads {} by ncu, {} by kiln ({} span, {} events); \
+             ncu's figures less the difference per launch are compared (--raw: as they are)",
+            text(&f["kernel"]),
+            us(&f["ncu_us"]),
+            us(&f["kiln"]["kernel_span_us"]),
+            text(&f["kiln"]["source"]),
+            us(&f["kiln"]["events_us"]),
+        );
+    }
     println!(
-        "{:<26} {:<12} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7}",
-        "problem", "figure", "kiln", "kernel sum", "span", "events", "ncu", "ratio"
+        "{:<26} {:<12} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7}",
+        "problem", "figure", "kiln", "kernel sum", "span", "events", "ncu", "ncu-floor", "ratio"
     );
     let rows = r["comparisons"].as_array().cloned().unwrap_or_default();
     for c in &rows {
         println!(
-            "{:<26} {:<12} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7}",
+            "{:<26} {:<12} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7}",
             text(&c["problem"]),
             text(&c["figure"]),
             us(&c["kiln_median_us"]),
@@ -522,18 +614,34 @@ fn print_table(r: &Value) {
             us(&c["kernel_span_us"]),
             us(&c["events_us"]),
             us(&c["ncu_us"]),
-            c["ratio"]
+            us(&c["ncu_net_us"]),
+            c["kiln_median_us"]
                 .as_f64()
-                .map_or("-".to_string(), |x| format!("{x:.3}"))
+                .zip(c["compared_us"].as_f64())
+                .map_or("-".to_string(), |(k, n)| format!("{:.3}", k / n))
         );
     }
     for c in &rows {
         let status = text(&c["status"]).to_uppercase();
         let detail = if c["detail"].is_null() {
+            let against = match c["floor_per_launch_us"].as_f64() {
+                Some(d) => format!(
+                    "ncu {} less the timer floor {} per launch = {}",
+                    us(&c["ncu_us"]),
+                    fmt_us(d),
+                    us(&c["ncu_net_us"])
+                ),
+                None => format!(
+                    "ncu {} ({})",
+                    us(&c["ncu_us"]),
+                    c["floor_detail"].as_str().unwrap_or("no timer floor")
+                ),
+            };
             format!(
-                "kiln {} vs ncu {} (ratio {:.3}; limit ±{})",
+                "kiln {} vs {against} (ratio {:.3}, {:.3} to ncu as it is; limit ±{})",
                 us(&c["kiln_median_us"]),
-                us(&c["ncu_us"]),
+                c["kiln_median_us"].as_f64().unwrap_or(f64::NAN)
+                    / c["compared_us"].as_f64().unwrap_or(f64::NAN),
                 c["ratio"].as_f64().unwrap_or(f64::NAN),
                 us(&c["limit_us"])
             )
