@@ -353,3 +353,26 @@ fn a_macro_or_template_bomb_ends_as_a_compile_error_within_the_limits() {
     .expect("compile runs");
     assert!(out.artifact.is_some(), "{:#?}", out.failure);
 }
+
+#[test]
+fn the_timer_floors_empty_kernel_compiles_in_the_jail_under_its_own_name() {
+    // `kiln bench agreement`'s calibration kernel, compiled as `kiln-worker launch
+    // --compile-to` compiles it before ncu starts.
+    if !nvrtc() {
+        return;
+    }
+    use kiln_sandbox::backends::cuda::launch_timing::{FLOOR_KERNEL, floor_spec};
+    let (_dir, cfg) = common::setup();
+    let spec: kiln_types::ProblemSpec = serde_json::from_value(floor_spec()).expect("spec");
+    let seed = spec.seed_candidate("cuda").expect("a cuda seed");
+    let out = kiln_sandbox::compile(&cfg, &spec, &seed).expect("compile runs");
+    let art = out
+        .artifact
+        .unwrap_or_else(|| panic!("did not compile: {:#?}", out.failure));
+    let a = kiln_gpu::artifact::Artifact::decode(&art).expect("artifact");
+    let k = a.kernel(FLOOR_KERNEL);
+    assert_eq!(
+        (k.symbol.as_str(), k.trailing_null_params),
+        (FLOOR_KERNEL, 0)
+    );
+}

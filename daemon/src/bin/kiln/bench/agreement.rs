@@ -245,6 +245,42 @@ fn regex_escape(name: &str) -> String {
         .collect()
 }
 
+/// Runs `launcher` (a kiln-worker) with `args`, on the GPU `gpu_uuid` names, within
+/// `timeout`: its output when it exits 0, else an error quoting its stderr. `what` names
+/// the step in the errors.
+pub(super) async fn run_launcher(
+    launcher: &Path,
+    args: &[&std::ffi::OsStr],
+    gpu_uuid: Option<&str>,
+    timeout: Duration,
+    what: &str,
+) -> Result<std::process::Output> {
+    let mut cmd = tokio::process::Command::new(launcher);
+    cmd.args(args)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    if let Some(u) = gpu_uuid {
+        cmd.env("CUDA_VISIBLE_DEVICES", u);
+    }
+    let out = tokio::time::timeout(timeout, cmd.output())
+        .await
+        .with_context(|| format!("{what} did not finish within {} s", timeout.as_secs()))?
+        .with_context(|| format!("cannot run {}", launcher.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{what} ({} {}) failed with {}: {}",
+            launcher.display(),
+            args.iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out)
+}
+
 /// ncu's per-run durations of `problem`'s seed, µs, and the command line used.
 async fn ncu_runs(
     a: &AgreementArgs,
@@ -262,30 +298,20 @@ async fn ncu_runs(
     // helper would carry the profiler's injected threads and could not enter its
     // namespaces.
     let artifact = dir.path().join("kernel.bin");
-    let mut compile = tokio::process::Command::new(launcher);
-    compile
-        .arg("launch")
-        .arg("--spec")
-        .arg(&spec_path)
-        .arg("--compile-to")
-        .arg(&artifact)
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    if let Some(u) = gpu_uuid {
-        compile.env("CUDA_VISIBLE_DEVICES", u);
-    }
-    let compiled = tokio::time::timeout(Duration::from_secs(a.ncu_timeout), compile.output())
-        .await
-        .context("the kernel's compile did not finish in time")?
-        .with_context(|| format!("cannot run {}", launcher.display()))?;
-    if !compiled.status.success() {
-        bail!(
-            "compiling the kernel ({} launch --compile-to) failed with {}: {}",
-            launcher.display(),
-            compiled.status,
-            String::from_utf8_lossy(&compiled.stderr).trim()
-        );
-    }
+    run_launcher(
+        launcher,
+        &[
+            "launch".as_ref(),
+            "--spec".as_ref(),
+            spec_path.as_os_str(),
+            "--compile-to".as_ref(),
+            artifact.as_os_str(),
+        ],
+        gpu_uuid,
+        Duration::from_secs(a.ncu_timeout),
+        "compiling the kernel",
+    )
+    .await?;
     let mut names: Vec<String> = kernels.iter().map(|k| regex_escape(k)).collect();
     names.sort();
     names.dedup();

@@ -17,7 +17,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use kiln_sandbox::backends::cuda::launch_timing::LaunchTiming;
 use kiln_sandbox::backends::cuda::launcher::Launched;
 use serde_json::Value;
@@ -93,28 +93,24 @@ pub async fn kiln_samples(
     let dir = tempfile::tempdir().context("a temporary directory for the timer floor")?;
     let spec_path = dir.path().join("floor.json");
     std::fs::write(&spec_path, serde_json::to_vec(spec)?).context("writing the floor spec")?;
-    let mut cmd = tokio::process::Command::new(launcher);
-    cmd.arg("launch")
-        .arg("--spec")
-        .arg(&spec_path)
-        .args(["--runs", &runs.to_string(), "--warmup", "1", "--time"])
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    if let Some(u) = gpu_uuid {
-        cmd.env("CUDA_VISIBLE_DEVICES", u);
-    }
-    let out = tokio::time::timeout(timeout, cmd.output())
-        .await
-        .context("timing the empty kernel did not finish in time")?
-        .with_context(|| format!("cannot run {}", launcher.display()))?;
-    if !out.status.success() {
-        bail!(
-            "{} launch --time failed with {}: {}",
-            launcher.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
+    let runs = runs.to_string();
+    let out = super::agreement::run_launcher(
+        launcher,
+        &[
+            "launch".as_ref(),
+            "--spec".as_ref(),
+            spec_path.as_os_str(),
+            "--runs".as_ref(),
+            runs.as_ref(),
+            "--warmup".as_ref(),
+            "1".as_ref(),
+            "--time".as_ref(),
+        ],
+        gpu_uuid,
+        timeout,
+        "timing the empty kernel",
+    )
+    .await?;
     timing_of(&String::from_utf8_lossy(&out.stdout))
 }
 
