@@ -425,8 +425,11 @@ class _AsyncFollower:
 
     async def close(self) -> None:
         self._task.cancel()
-        try:
-            await self._task
-        except (asyncio.CancelledError, KilnError):
-            pass
+        # Closing the connection ends the reader task's read as well: on Python 3.11,
+        # wait_for() can swallow a cancellation that lands just as its read completes
+        # (fixed in 3.12), and the task would then go on reading keep-alives for ever, so
+        # it is never awaited without a bound.
         await self._stream.aclose()
+        await asyncio.wait({self._task}, timeout=_ahttp.CLOSE_WAIT_S)
+        if self._task.done() and not self._task.cancelled():
+            self._task.exception()  # retrieved here: nothing else reads it

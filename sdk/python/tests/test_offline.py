@@ -285,6 +285,49 @@ class Tracking(unittest.TestCase):
         self.assertEqual(self.t.in_flight, 0)
 
 
+class FollowerClose(unittest.IsolatedAsyncioTestCase):
+    async def test_close_ends_a_reader_that_swallowed_its_cancellation(self) -> None:
+        # On Python 3.11, asyncio.wait_for() can swallow a cancellation that lands as its
+        # read completes; the follower's reader task then read keep-alives for ever and
+        # close() (which awaited it) hung a search's follow at its very end. This reader
+        # swallows every cancellation and ends only when its stream is closed.
+        class Stubborn:
+            def __init__(self) -> None:
+                self.closed = asyncio.Event()
+                self.cancellations = 0
+
+            def __aiter__(self) -> "Stubborn":
+                return self
+
+            async def __anext__(self) -> kiln.Event:
+                while True:
+                    try:
+                        await self.closed.wait()
+                    except asyncio.CancelledError:
+                        self.cancellations += 1
+                        continue
+                    raise StopAsyncIteration
+
+            async def aclose(self) -> None:
+                self.closed.set()
+
+        from kiln import aio
+
+        stream = Stubborn()
+        follower = aio._AsyncFollower(stream)  # type: ignore[arg-type]
+        await asyncio.sleep(0)  # the reader task is waiting for an event
+        closing = asyncio.ensure_future(follower.close())
+        done, _ = await asyncio.wait({closing}, timeout=5)  # never cancels close()
+        if not done:
+            await stream.aclose()  # release it, then fail
+            await closing
+            self.fail("close() waited for a reader that had swallowed its cancellation")
+        closing.result()
+        self.assertEqual(stream.cancellations, 1)
+        await asyncio.sleep(0)
+        self.assertTrue(follower._task.done())
+
+
 class NoDaemon(unittest.TestCase):
     def setUp(self) -> None:
         self.tmp = tempfile.TemporaryDirectory()
