@@ -77,8 +77,8 @@ impl LaunchTiming {
     }
 }
 
-/// Summarizes timed samples under the tracer's `status` (`None`: never started).
-pub fn summarize(samples: &[SampleTimes], status: Option<&TimerStatus>) -> LaunchTiming {
+/// Summarizes timed samples under the tracer's `status`.
+pub fn summarize(samples: &[SampleTimes], status: &TimerStatus) -> LaunchTiming {
     let mut events: Vec<f64> = samples.iter().map(|s| s.event_ms * 1e3).collect();
     let kernels: Vec<_> = samples
         .iter()
@@ -95,12 +95,11 @@ pub fn summarize(samples: &[SampleTimes], status: Option<&TimerStatus>) -> Launc
     let kernel_sum_us = of(&|k| k.sum_us());
     let kernel_span_us = of(&|k| k.span_ns as f64 / 1e3);
     let fallback = match status {
-        Some(TimerStatus::Cupti { .. }) if kernels.is_empty() && !samples.is_empty() => {
+        TimerStatus::Cupti { .. } if kernels.is_empty() && !samples.is_empty() => {
             Some("CUPTI ran, but no sample's kernel records were found".to_string())
         }
-        Some(TimerStatus::Cupti { .. }) => None,
-        Some(TimerStatus::Events { reason }) => Some(reason.clone()),
-        None => Some("the kernel tracer was not started".to_string()),
+        TimerStatus::Cupti { .. } => None,
+        TimerStatus::Events { reason } => Some(reason.clone()),
     };
     LaunchTiming {
         source: if kernels.is_empty() {
@@ -162,7 +161,7 @@ mod tests {
             sample(2.8, Some(Err("a record was missing"))),
             sample(3.1, Some(Ok((620, 800)))),
         ];
-        let t = summarize(&samples, Some(&cupti));
+        let t = summarize(&samples, &cupti);
         assert_eq!(t.source, "cupti");
         assert_eq!(t.fallback, None);
         assert_eq!((t.samples, t.records_missing), (4, 1));
@@ -180,7 +179,7 @@ mod tests {
         let off = TimerStatus::Events {
             reason: "turned off by configuration".into(),
         };
-        let t = summarize(&[sample(8.0, None), sample(8.4, None)], Some(&off));
+        let t = summarize(&[sample(8.0, None), sample(8.4, None)], &off);
         assert_eq!(t.source, "events");
         assert_eq!(t.fallback.as_deref(), Some("turned off by configuration"));
         assert_eq!((t.kernel_sum_us, t.kernel_span_us), (None, None));
@@ -190,10 +189,8 @@ mod tests {
             library: "libcupti.so.13".into(),
             version: 130001,
         };
-        let t = summarize(&[sample(8.0, Some(Err("none")))], Some(&cupti));
+        let t = summarize(&[sample(8.0, Some(Err("none")))], &cupti);
         assert_eq!((t.source.as_str(), t.records_missing), ("events", 1));
         assert!(t.fallback.expect("a reason").contains("no sample"));
-        let t = summarize(&[sample(8.0, None)], None);
-        assert!(t.fallback.expect("a reason").contains("not started"));
     }
 }

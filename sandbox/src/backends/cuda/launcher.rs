@@ -268,7 +268,7 @@ pub fn run(a: &Args) -> Result<Launched, String> {
                 .map(|_| gpu.time_sample(&module, &plan, &cfg))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| format!("a timed run failed: {e}"))?;
-            Some(super::launch_timing::summarize(&samples, Some(status)))
+            Some(super::launch_timing::summarize(&samples, status))
         }
     };
     Ok(Launched {

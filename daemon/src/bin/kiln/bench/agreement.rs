@@ -641,10 +641,10 @@ fn print_table(r: &Value) {
             us(&c["events_us"]),
             us(&c["ncu_us"]),
             us(&c["ncu_net_us"]),
-            c["kiln_median_us"]
+            c["ratio_net"]
                 .as_f64()
-                .zip(c["compared_us"].as_f64())
-                .map_or("-".to_string(), |(k, n)| format!("{:.3}", k / n))
+                .or(c["ratio"].as_f64())
+                .map_or("-".to_string(), |x| format!("{x:.3}"))
         );
     }
     for c in &rows {
@@ -666,8 +666,10 @@ fn print_table(r: &Value) {
             format!(
                 "kiln {} vs {against} (ratio {:.3}, {:.3} to ncu as it is; limit ±{})",
                 us(&c["kiln_median_us"]),
-                c["kiln_median_us"].as_f64().unwrap_or(f64::NAN)
-                    / c["compared_us"].as_f64().unwrap_or(f64::NAN),
+                c["ratio_net"]
+                    .as_f64()
+                    .or(c["ratio"].as_f64())
+                    .unwrap_or(f64::NAN),
                 c["ratio"].as_f64().unwrap_or(f64::NAN),
                 us(&c["limit_us"])
             )

@@ -22,17 +22,13 @@ use kiln_sandbox::backends::cuda::launch_timing::LaunchTiming;
 use kiln_sandbox::backends::cuda::launcher::Launched;
 use serde_json::Value;
 
-/// The empty kernel's name (also what ncu's kernel filter selects).
-pub use kiln_sandbox::backends::cuda::launch_timing::FLOOR_KERNEL as KERNEL;
+/// The empty kernel's name (also what ncu's kernel filter selects), and its problem (never
+/// registered with kilnd).
+pub use kiln_sandbox::backends::cuda::launch_timing::{FLOOR_KERNEL as KERNEL, floor_spec as spec};
 
 /// A floor difference larger than this (µs per launch, either way) is not applied: no
 /// timer costs that much on a kernel that does nothing, so something else went wrong.
 pub const MAX_PER_LAUNCH_US: f64 = 5.0;
-
-/// The calibration problem (never registered with kilnd).
-pub fn spec() -> Value {
-    kiln_sandbox::backends::cuda::launch_timing::floor_spec()
-}
 
 /// Both timers' reading of the empty kernel.
 #[derive(Debug, Clone, PartialEq)]
