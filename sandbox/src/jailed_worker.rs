@@ -11,6 +11,7 @@ use std::time::Duration;
 use kiln_types::{Candidate, EvalPlan, Evaluation, ProblemSpec, Verdict};
 
 use crate::config::SandboxConfig;
+use crate::contract::timing;
 use crate::error::SandboxError;
 use crate::jail::{self, CgroupSpec, JailSpec, LayerStatus, Limits, Role};
 use crate::protocol::{self, PROTOCOL_VERSION, Request, RunLimits};
@@ -156,11 +157,19 @@ pub(crate) fn protocol_error_after(
 }
 
 /// Wall budget for a whole evaluation: a backstop above the worker's own per-run limits.
+/// Every timing attempt the contract may take ([`timing::MAX_ATTEMPTS`]) counts with its
+/// warm-up and its wall cap.
 pub(crate) fn evaluation_budget(plan: &EvalPlan) -> Duration {
-    let runs = 3 * (u64::from(plan.trials) + 2) + u64::from(plan.timing.warmup) + 20;
+    let attempts = u64::from(timing::MAX_ATTEMPTS);
+    let runs = 3 * (u64::from(plan.trials) + 2)
+        + attempts.saturating_mul(u64::from(plan.timing.warmup))
+        + 20;
+    let wall_cap_s = plan.timing.wall_cap_ms.max(0.0) / 1e3 * attempts as f64;
     Duration::from_secs(15)
-        + Duration::from_millis(plan.run_timeout_ms.saturating_mul(runs))
-        + Duration::from_secs_f64(plan.timing.wall_cap_ms.max(0.0) / 1e3)
+        .saturating_add(Duration::from_millis(
+            plan.run_timeout_ms.saturating_mul(runs),
+        ))
+        .saturating_add(Duration::try_from_secs_f64(wall_cap_s).unwrap_or(Duration::MAX))
 }
 
 /// Refusals before any worker starts: the cuda backend missing here (an error), no
@@ -272,6 +281,24 @@ mod tests {
             fsize_bytes: 1 << 20,
             as_bytes: None,
         }
+    }
+
+    #[test]
+    fn the_wall_budget_covers_every_timing_attempt() {
+        let mut plan = EvalPlan::default();
+        plan.timing.wall_cap_ms = 0.0;
+        let without = evaluation_budget(&plan);
+        plan.timing.wall_cap_ms = 100_000.0;
+        let with = evaluation_budget(&plan);
+        assert!(
+            with - without >= Duration::from_secs(100) * timing::MAX_ATTEMPTS,
+            "{without:?} -> {with:?}"
+        );
+        plan.timing.wall_cap_ms = f64::INFINITY;
+        assert!(
+            evaluation_budget(&plan) > with,
+            "an unbounded cap saturates"
+        );
     }
 
     #[test]

@@ -63,6 +63,10 @@ pub const UNMEASURABLE_RETRY_REPS: usize = 4;
 /// Attempt number of that second attempt (the throttle retry is attempt 1): its warm-up
 /// set and its choice of re-checked samples are its own.
 const UNMEASURABLE_RETRY_ATTEMPT: u64 = 2;
+/// Timing attempts one evaluation can take at most: the first, the second after an
+/// unmeasurable first ([`UNMEASURABLE_RETRY_ATTEMPT`]) and the throttle retry. Each has
+/// its own warm-up and may run to `wall_cap_ms`; the worker's wall budget counts them all.
+pub const MAX_ATTEMPTS: u32 = 3;
 
 /// Runs the timing phase; an early verdict if a timed run misbehaves. Then applies the
 /// plan's throttle policy: `discard` drops throttled samples from the statistics,
