@@ -229,9 +229,7 @@ fn no_such_kernel(program: &Program, unresolved: &[String], log: String) -> Comp
 fn with_hints(mut log: String, no_toolkit: bool) -> String {
     let mut hints = Vec::new();
     for line in log.lines() {
-        if line.contains("#error directive: \"Including <cub/device/")
-            || line.contains("#error directive: \"Including <thrust/")
-        {
+        if is_host_launched_library_error(line) {
             let hint = "cub's device-wide algorithms (cub::Device*) and Thrust are launched from \
                         host code, which a candidate has none of; device code can use cub's \
                         block-, warp- and thread-level primitives (<cub/cub.cuh>, \
@@ -272,6 +270,25 @@ fn with_hints(mut log: String, no_toolkit: bool) -> String {
     log
 }
 
+/// Whether a log line is an error from CUB's device-wide algorithms or Thrust, which are
+/// launched from host code. Their headers either refuse NVRTC with an `#error` (the CCCL of
+/// CUDA 13.2) or fail inside (that of CUDA 13.0, seen on the H200: "A function explicitly
+/// marked as a __host__ function is not allowed in JIT mode" in `cub/device/…`,
+/// `cub/detail/launcher/…` and `thrust/…` files).
+fn is_host_launched_library_error(line: &str) -> bool {
+    if line.contains("#error directive: \"Including <cub/device/")
+        || line.contains("#error directive: \"Including <thrust/")
+    {
+        return true;
+    }
+    let Some((place, _)) = line.split_once(": error") else {
+        return false;
+    };
+    ["/cub/device/", "/cub/detail/launcher/", "/thrust/"]
+        .iter()
+        .any(|dir| place.contains(dir))
+}
+
 /// Why `name` cannot be included here, in a sentence.
 pub fn header_hint(name: &str, no_toolkit: bool) -> String {
     if name.starts_with("cutlass/") || name.starts_with("cute/") {
@@ -297,24 +314,44 @@ pub fn header_hint(name: &str, no_toolkit: bool) -> String {
     )
 }
 
-/// The first error lines of a failed compile's log, for its message.
+/// The first error lines of a failed compile's log, for its message, then kiln's advice
+/// (its `kiln: ` lines, which `with_hints` puts at the end of the log). The advice is
+/// always kept: a log of many errors gives fewer error lines, and the 2 KiB cut falls on
+/// them.
 pub fn error_summary(log: &str) -> String {
-    let mut lines: Vec<&str> = log
+    const MAX_BYTES: usize = 2048;
+    let hints: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains("error") || l.starts_with("kiln: "))
+        .filter(|l| l.starts_with("kiln: "))
         .take(MESSAGE_ERROR_LINES)
         .collect();
-    if lines.is_empty() {
-        lines = log.lines().take(MESSAGE_ERROR_LINES).collect();
+    let room = MESSAGE_ERROR_LINES.saturating_sub(hints.len()).max(1);
+    let mut errors: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("error") && !l.starts_with("kiln: "))
+        .take(room)
+        .collect();
+    if errors.is_empty() && hints.is_empty() {
+        errors = log.lines().take(MESSAGE_ERROR_LINES).collect();
     }
-    let mut s = lines.join("\n");
-    if s.len() > 2048 {
-        let mut cut = 2048;
+    let advice = hints.join("\n");
+    let budget = MAX_BYTES
+        .saturating_sub(advice.len() + 1)
+        .max(MAX_BYTES / 4);
+    let mut s = errors.join("\n");
+    if s.len() > budget {
+        let mut cut = budget;
         while !s.is_char_boundary(cut) {
             cut -= 1;
         }
         s.truncate(cut);
         s.push('…');
+    }
+    if !advice.is_empty() {
+        if !s.is_empty() {
+            s.push('\n');
+        }
+        s.push_str(&advice);
     }
     s
 }
@@ -400,7 +437,37 @@ mod tests {
         let summary = error_summary(&with);
         assert!(summary.starts_with("candidate.cu(1): catastrophic error"));
         assert!(summary.contains("kiln: <cuda_fp16.h>"));
+        // CUB's device-wide headers: refused by #error (CCCL of CUDA 13.2), or failing inside
+        // (CCCL of CUDA 13.0); both get the same advice, other errors in cub do not.
+        let advice = "kiln: cub's device-wide algorithms";
+        for log in [
+            "/inc/cub/device/device_reduce.cuh(20): error: #error directive: \"Including              <cub/device/device_reduce.cuh> is not supported with NVRTC\"",
+            "/usr/local/cuda/include/cccl/cub/device/dispatch/dispatch_scan.cuh(409): error: A              function explicitly marked as a __host__ function is not allowed in JIT mode",
+            "/usr/local/cuda/include/cccl/thrust/system/cuda/detail/core/triple_chevron_launch.h             (61): error: A function explicitly marked as a __host__ function is not allowed in              JIT mode",
+        ] {
+            assert!(with_hints(log.to_string(), false).contains(advice), "{log}");
+        }
+        let own = "candidate.cu(3): error: identifier \"cub_device_thing\" is undefined
+                   /inc/cub/block/block_reduce.cuh(9): error: expected a \";\"";
+        assert!(!with_hints(own.to_string(), false).contains(advice));
         let long = "error: x\n".repeat(1000);
         assert!(error_summary(&long).lines().count() <= MESSAGE_ERROR_LINES);
+        // Many errors, then advice: the advice stays in the message.
+        let flood = with_hints(
+            "/inc/cub/device/dispatch/d.cuh(1): error: A function explicitly marked as a \
+             __host__ function is not allowed in JIT mode\n"
+                .repeat(200),
+            false,
+        );
+        let summary = error_summary(&flood);
+        assert!(summary.lines().count() <= MESSAGE_ERROR_LINES, "{summary}");
+        assert!(summary.starts_with("/inc/cub/device/"), "{summary}");
+        assert!(summary.contains(advice), "{summary}");
+        let wide = format!("e.cu(1): error: {}\nkiln: advice", "x".repeat(5000));
+        let summary = error_summary(&wide);
+        assert!(
+            summary.len() <= 2048 + 4 && summary.ends_with("\nkiln: advice"),
+            "{summary}"
+        );
     }
 }
