@@ -324,7 +324,8 @@ pub struct EvaluationConfig {
     pub trials: u32,
     /// Wall-clock limit for one run of a launch list, milliseconds.
     pub run_timeout_ms: u64,
-    /// Wall-clock limit for one compile, seconds.
+    /// Wall-clock limit for one compile, seconds (default 180: published kernels that
+    /// instantiate many templates take up to ~100 s under NVRTC; docs/corpus.md).
     pub compile_timeout_secs: u64,
     /// Memory limit for each jailed child, MiB.
     pub memory_limit_mb: u64,
@@ -341,7 +342,7 @@ impl Default for EvaluationConfig {
         EvaluationConfig {
             trials: 3,
             run_timeout_ms: 5_000,
-            compile_timeout_secs: 60,
+            compile_timeout_secs: 180,
             memory_limit_mb: 2048,
             host_peak_bytes_per_s: HOST_PEAK_BYTES_PER_S,
             host_peak_flops: HOST_PEAK_FLOPS,
