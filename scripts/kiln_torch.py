@@ -73,13 +73,17 @@ class Refused(Exception):
 
 
 def read_exact(f, n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = f.read(n - len(buf))
-        if not chunk:
+    """`n` bytes of `f`, read straight into one buffer (a reference's tensors are GiBs:
+    each extra copy of them costs seconds)."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = f.readinto(view[got:])
+        if not k:
             raise EOFError
-        buf += chunk
-    return bytes(buf)
+        got += k
+    return buf
 
 
 def read_frame(f):
@@ -99,7 +103,8 @@ def read_message(f):
         raise ValueError(f"bad frame counts {frames} for {n} blobs")
     blobs = []
     for k in frames:
-        blobs.append(b"".join(read_frame(f) for _ in range(int(k))))
+        parts = [read_frame(f) for _ in range(int(k))]
+        blobs.append(parts[0] if len(parts) == 1 else bytearray().join(parts))
     return env["body"], blobs
 
 
@@ -383,7 +388,8 @@ class TorchModule:
             if list(o.shape) != list(t["shape"]) and not (o.numel() == 1 and t["shape"] == [1]):
                 raise Refused(f"output {name}: the module returned shape {list(o.shape)}, the problem declares {t['shape']}")
             o = o.reshape(t["shape"]).to(torch_dtype(torch, t["dtype"])).contiguous().cpu()
-            blobs.append(o.view(torch.uint8).numpy().tobytes() if o.numel() else b"")
+            # The tensor's own bytes, written from where they are (no copy).
+            blobs.append(o.reshape(-1).view(torch.uint8).numpy() if o.numel() else b"")
             del o
         if self.device == "cuda":
             torch.cuda.synchronize()
@@ -391,9 +397,13 @@ class TorchModule:
 
 
 def tensor_from_bytes(torch, blob, t):
-    """A kiln input tensor (bytes, problem dtype and shape) as a torch tensor on the CPU."""
+    """A kiln input tensor (bytes, problem dtype and shape) as a torch tensor on the CPU,
+    over `blob` itself when it is a bytearray (read_message's blobs are: no copy)."""
     dt = torch_dtype(torch, t["dtype"])
-    return torch.frombuffer(bytearray(blob), dtype=dt).reshape(t["shape"]) if blob else torch.empty(t["shape"], dtype=dt)
+    if not blob:
+        return torch.empty(t["shape"], dtype=dt)
+    buf = blob if isinstance(blob, bytearray) else bytearray(blob)
+    return torch.frombuffer(buf, dtype=dt).reshape(t["shape"])
 
 
 class Baseline:

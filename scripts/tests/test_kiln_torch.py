@@ -111,8 +111,9 @@ class Framing(unittest.TestCase):
 
 
 class Serve(unittest.TestCase):
-    def converse(self, *requests, python=sys.executable, blobs=None):
-        """Runs `serve` in a subprocess with the given requests; returns the answers."""
+    def converse(self, *requests, python=sys.executable, blobs=None, with_blobs=False):
+        """Runs `serve` in a subprocess with the given requests; returns the answers (with
+        their blobs: `with_blobs`)."""
         stdin = io.BytesIO()
         for i, r in enumerate(requests):
             helper.write_message(stdin, r, (blobs or {}).get(i, ()))
@@ -121,8 +122,8 @@ class Serve(unittest.TestCase):
                              env=env, timeout=300, check=True).stdout
         buf, answers = io.BytesIO(out), []
         for _ in requests:
-            answers.append(helper.read_message(buf)[0])
-        return answers
+            answers.append(helper.read_message(buf))
+        return answers if with_blobs else [a[0] for a in answers]
 
     def test_refusals_are_answers_not_crashes(self):
         answers = self.converse({"cmd": "run"}, {"cmd": "nope"}, {"cmd": "sample", "flush_bytes": 1})
@@ -150,11 +151,16 @@ class Serve(unittest.TestCase):
             {"cmd": "baseline", "kind": "torch-eager", "problem": spec, "seed": 3},
             {"cmd": "check", "variant": 0},
             {"cmd": "reference", "problem": spec},
-            python=os.environ["KILN_PYTHON"], blobs={3: (x, w, b)})
+            python=os.environ["KILN_PYTHON"], blobs={3: (x, w, b)}, with_blobs=True)
+        answers, blobs = [a[0] for a in answers], [a[1] for a in answers]
         self.assertEqual(answers[1]["variants"][0]["precision"], "fp32")
         self.assertEqual(answers[2]["mismatches"], 0)
         self.assertLess(answers[2]["rel_l2"], 1e-6)
         self.assertEqual(answers[3]["precision"], "float64")
+        # The output's bytes: relu(bias) in every row of the 4x8 f32 output.
+        st = __import__("struct")
+        row = st.pack("<8f", 0, 2, 0, 4, 0, 6, 0, 8)
+        self.assertEqual(bytes(blobs[3][0]), row * 4)
 
     def test_without_torch_hello_says_so(self):
         with mock.patch.dict(sys.modules, {"torch": None}):
