@@ -18,7 +18,8 @@
 #      cooperative, cluster, headers) submitted and waited for.
 #
 #   5. (step `searches`) each proposer, offline, on the softmax and LayerNorm seed problems;
-#   6. (step `bench`) `kiln bench throughput|latency|stability` on the cuda backend (and
+#   6. (step `bench`) `kiln bench throughput|latency|stability` on the cuda backend (stability
+#      also on the two small seeds, `stability-small`; and
 #      throughput on kb-softmax-4096x65536, its torch reference, with KILN_PYTHON);
 #   7. (step `agreement`, where the host has Nsight Compute) `kiln bench agreement`: kiln's
 #      medians of the seed kernels against ncu's gpu__time_duration less the timer floor
@@ -231,8 +232,8 @@ TOML
                 "$bundle/kiln" bench stability --problem layernorm-16x64x256x256 --backend cuda --rounds 20 --interleave 1 -o json >"$bench_out/bench-stability.json" || status=1
                 ran="$ran stability"
             fi
-            # The same for the two small seeds (a few µs), where the figure is CUPTI's
-            # kernel span rather than events: the 0.5 % limit is then a few tens of ns.
+            # The same for the two small seeds, of about 5 µs: there the 0.5 % limit on the
+            # CV of the medians is 25-30 ns of CUPTI kernel span.
             if bench stability-small; then
                 for p in vecadd-cuda-1m rowsum-cuda-4096x1024; do
                     "$bundle/kiln" bench stability --problem "$p" --backend cuda --rounds 20 --interleave 1 -o json >"$bench_out/bench-stability-${p%%-*}.json" || status=1
