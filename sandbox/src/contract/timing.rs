@@ -732,47 +732,55 @@ mod tests {
         // Seen on a loaded 2-core CI machine: the fastest empty round trip before the
         // samples read 17.5 µs, the warm-up runs ~105 µs (so 2 runs per sample), and then
         // the samples of 2 runs took 11.6 µs in all: below the overhead, so no time.
-        let problem = problem();
-        let plan = plan(ThrottlePolicy::Report, 10, 0.0);
-        let mut target = Scripted::new(vec![11.6]);
-        target.reps_max = 64;
+        let mut target = repeatable(11.6, 17.5);
         target.run_us = 105.0;
-        target.overhead_us = 17.5;
         target.later_overhead_us = Some(1.0);
-        let mut s = Session::new(&problem, &plan, target);
-        let e = s.run().expect("runs");
+        let (e, target) = run_ten_samples(target);
         assert_eq!(e.verdict, Verdict::Ok, "{e:?}");
         let t = e.timing.expect("a time");
         // Measured afresh (1 µs), and 4 × 2 runs per sample: (11.6 - 1) / 8 µs a run.
         assert_eq!((t.reps, t.overhead_us), (8, 1.0));
         assert!((t.median_us - 10.6 / 8.0).abs() < 1e-9, "{t:?}");
-        assert_eq!(s.target.sampled.len(), 20, "two attempts of 10 samples");
+        assert_eq!(target.sampled.len(), 20, "two attempts of 10 samples");
         assert_eq!(t.fresh_inputs, 10 * 8, "the kept attempt's sets");
         let mut seen = std::collections::HashSet::new();
-        for set in s.target.sampled.iter().flatten() {
+        for set in target.sampled.iter().flatten() {
             assert!(seen.insert(set.clone()), "{set:?} timed twice");
         }
     }
 
     #[test]
     fn a_time_still_below_the_timer_after_the_second_attempt_is_unmeasurable() {
-        let problem = problem();
-        let plan = plan(ThrottlePolicy::Report, 10, 0.0);
-        let mut target = Scripted::new(vec![10.1]);
-        target.reps_max = 64;
-        target.overhead_us = 10.0; // every sample of 64 runs is the overhead and 0.1 µs
-        let mut s = Session::new(&problem, &plan, target);
-        let e = s.run().expect("runs");
+        // Every sample of 64 runs is the overhead and 0.1 µs.
+        let (e, target) = run_ten_samples(repeatable(10.1, 10.0));
         assert_eq!(e.verdict, Verdict::UnmeasurableTime, "{e:?}");
         assert!(e.timing.is_none());
-        assert_eq!(s.target.sampled.len(), 20, "timed twice before giving up");
+        assert_eq!(target.sampled.len(), 20, "timed twice before giving up");
         // A backend that cannot repeat runs (the GPU) is not timed again.
-        let mut once = Scripted::new(vec![10.1]);
-        once.overhead_us = 10.0;
-        let mut s = Session::new(&problem, &plan, once);
-        let e = s.run().expect("runs");
+        let mut once = repeatable(10.1, 10.0);
+        once.reps_max = 1;
+        let (e, target) = run_ten_samples(once);
         assert_eq!(e.verdict, Verdict::UnmeasurableTime, "{e:?}");
-        assert_eq!(s.target.sampled.len(), 10);
+        assert_eq!(target.sampled.len(), 10);
+    }
+
+    /// A target that can repeat up to 64 runs a sample, every sample reading `sample_us`,
+    /// with an empty round trip of `overhead_us`.
+    fn repeatable(sample_us: f64, overhead_us: f64) -> Scripted {
+        let mut target = Scripted::new(vec![sample_us]);
+        target.reps_max = 64;
+        target.overhead_us = overhead_us;
+        target
+    }
+
+    /// `target` through a whole session of 10 samples (throttling only reported): the
+    /// evaluation, and the target with what it saw.
+    fn run_ten_samples(target: Scripted) -> (kiln_types::Evaluation, Scripted) {
+        let problem = problem();
+        let plan = plan(ThrottlePolicy::Report, 10, 0.0);
+        let mut s = Session::new(&problem, &plan, target);
+        let e = s.run().expect("runs");
+        (e, s.target)
     }
 
     #[test]
