@@ -6,16 +6,36 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-echo "== cargo fmt --check"
+# Each stage says how long it took; the last line gives the whole run's time.
+suite_start=$SECONDS
+stage_name=""
+stage_start=$SECONDS
+stage() {
+  if [ -n "$stage_name" ]; then
+    echo "-- $stage_name: $((SECONDS - stage_start)) s"
+  fi
+  stage_name=$1
+  stage_start=$SECONDS
+  [ -n "$1" ] && echo "== $1"
+  return 0
+}
+finish() {
+  local rc=$?
+  stage ""
+  echo "-- test suite: $((SECONDS - suite_start)) s in all (exit $rc)"
+}
+trap finish EXIT
+
+stage "cargo fmt --check"
 cargo fmt --all -- --check
 
-echo "== systemd unit (hardening score must stay at 3.0 or better, also for a cluster node)"
+stage "systemd unit (hardening score must stay at 3.0 or better, also for a cluster node)"
 scripts/check-unit.sh
 
-echo "== kubernetes manifests (deploy/kubernetes, schema-validated)"
+stage "kubernetes manifests (deploy/kubernetes, schema-validated)"
 scripts/check-kubernetes.sh
 
-echo "== problem suite (problem.toml, launch plans, knob grammar)"
+stage "problem suite (problem.toml, launch plans, knob grammar)"
 python3 scripts/check-problems.py
 
 # The torch-reference and KernelBench-import tests need a python with torch (.ci/run
@@ -25,15 +45,17 @@ if [ -z "${KILN_PYTHON:-}" ] && [ -x /opt/kiln-torch/bin/python ]; then
 fi
 echo "== torch for the torch-reference tests: ${KILN_PYTHON:-none (those tests skip)}"
 
-echo "== torch helper (its torch-free tests; with KILN_PYTHON, one with torch too)"
+stage "torch helper (its torch-free tests; with KILN_PYTHON, one with torch too)"
 python3 -m unittest discover -s scripts/tests -t scripts/tests
 
-echo "== cargo clippy"
+stage "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-echo "== cargo test (triton: ${KILN_TRITON_PYTHON:-none, its tests skip})"
+stage "cargo build"
 cargo build --workspace --locked
-cargo test --workspace --locked
+stage "cargo test (triton: ${KILN_TRITON_PYTHON:-none, its tests skip})"
+# Every test binary runs even when an earlier one fails, so one red test hides no other.
+cargo test --workspace --locked --no-fail-fast
 
 # The NVRTC-backed tests (kernels by C++ name, the toolkit headers inside the compile jail,
 # macro and template bombs) need libnvrtc, which the workspace run above lacks (its tests
@@ -48,18 +70,16 @@ print(next((os.path.join(p, "cu13") for p in nvidia.__path__
             if os.path.isfile(os.path.join(p, "cu13", "lib", "libnvrtc.so.13"))), ""))' 2>/dev/null || true)
 fi
 if [ -n "$nvrtc_root" ]; then
-  echo "== NVRTC tests (NVRTC and headers from $nvrtc_root)"
-  started=$SECONDS
+  stage "NVRTC tests (NVRTC and headers from $nvrtc_root)"
   LD_LIBRARY_PATH="$nvrtc_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CUDA_HOME="$nvrtc_root" \
     cargo test --locked -p kiln-gpu --lib --test cxx
   LD_LIBRARY_PATH="$nvrtc_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CUDA_HOME="$nvrtc_root" \
     cargo test --locked -p kiln-sandbox --test cuda_compile
-  echo "NVRTC tests took $((SECONDS - started)) s"
 else
   echo "== NVRTC tests: skipped (no libnvrtc.so.13 in KILN_PYTHON's nvidia wheels)"
 fi
 
 if [ -d sdk/python/tests ]; then
-  echo "== python client tests"
+  stage "python client tests"
   KILND_BIN="$PWD/target/debug/kilnd" python3 -m unittest discover -s sdk/python/tests -t sdk/python -v
 fi

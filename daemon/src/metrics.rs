@@ -18,6 +18,7 @@ struct NodeCounters {
     claim_micros: AtomicU64,
     claim_max_micros: AtomicU64,
     fenced: AtomicU64,
+    store_unavailable: AtomicU64,
     reaped_requeued: AtomicU64,
     reaped_failed: AtomicU64,
     heartbeat_failures: AtomicU64,
@@ -30,6 +31,7 @@ static NODE: NodeCounters = NodeCounters {
     claim_micros: AtomicU64::new(0),
     claim_max_micros: AtomicU64::new(0),
     fenced: AtomicU64::new(0),
+    store_unavailable: AtomicU64::new(0),
     reaped_requeued: AtomicU64::new(0),
     reaped_failed: AtomicU64::new(0),
     heartbeat_failures: AtomicU64::new(0),
@@ -54,6 +56,11 @@ pub fn observe_claim(secs: f64, hit: bool) {
 /// A write of this node was refused: its lease had been taken over.
 pub fn count_fenced() {
     NODE.fenced.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A job went back to the queue because the database stayed out of reach.
+pub fn count_store_unavailable() {
+    NODE.store_unavailable.fetch_add(1, Ordering::Relaxed);
 }
 
 /// This node's reaper queued again or failed jobs whose lease ran out.
@@ -246,7 +253,7 @@ fn render_node(out: &mut String, node: &NodeView<'_>) {
         u8::from(reason.is_empty())
     );
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let counters: [(&str, &str, u64); 7] = [
+    let counters: [(&str, &str, u64); 8] = [
         (
             "kiln_node_claims_total",
             "Claim statements this node ran.",
@@ -261,6 +268,11 @@ fn render_node(out: &mut String, node: &NodeView<'_>) {
             "kiln_node_fenced_total",
             "Writes of this node refused because its lease had been taken over.",
             load(&NODE.fenced),
+        ),
+        (
+            "kiln_node_jobs_given_back_total",
+            "Jobs this node queued again (uncounted) because the database stayed out of reach.",
+            load(&NODE.store_unavailable),
         ),
         (
             "kiln_node_reaped_requeued_total",

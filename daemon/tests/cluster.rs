@@ -48,6 +48,17 @@ fn scratch_server() -> Option<ScratchDb> {
 
 /// A node's config: the fast timing plan, one compile worker, short leases.
 fn node_config(url: &str, node: &str, class: &str, extra: &str) -> String {
+    node_config_leased(url, node, class, (3.0, 1.0, 1.0), extra)
+}
+
+/// [`node_config`] with its (lease, heartbeat, reaper) periods in seconds.
+fn node_config_leased(
+    url: &str,
+    node: &str,
+    class: &str,
+    (lease, heartbeat, reaper): (f64, f64, f64),
+    extra: &str,
+) -> String {
     format!(
         r#"{FAST_CONFIG}
 [queue]
@@ -58,9 +69,9 @@ proposers_dir = "{proposers}"
 database_url = "{url}"
 node_id = "{node}"
 gpu_class = "{class}"
-lease_secs = 3.0
-heartbeat_secs = 1.0
-reaper_secs = 1.0
+lease_secs = {lease:.1}
+heartbeat_secs = {heartbeat:.1}
+reaper_secs = {reaper:.1}
 poll_ms = 200
 pool_size = 4
 calibrate_every_secs = 0
@@ -98,6 +109,60 @@ async fn submit_retrying(nodes: &[PathBuf], first: usize, body: &Value) -> Strin
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
+    }
+}
+
+/// The failed jobs, if any: each one's id, node and error, and the lines of that node's
+/// log that name the job (with a few lines around each).
+fn failed_jobs(db: &ScratchDb, nodes: &[Daemon]) -> Option<String> {
+    let rows = db
+        .psql(
+            "kiln",
+            "SELECT id || '|' || coalesce(node, '-') || '|' || coalesce(error, '-') FROM jobs
+             WHERE state = 'failed' ORDER BY id",
+        )
+        .ok()?;
+    if rows.trim().is_empty() {
+        return None;
+    }
+    let mut out = String::new();
+    for row in rows.lines() {
+        let mut parts = row.splitn(3, '|');
+        let (id, node, error) = (
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or(""),
+        );
+        out.push_str(&format!("job {id} failed on node {node}: {error}\n"));
+        let log = nodes
+            .iter()
+            .find(|d| {
+                std::fs::read_to_string(&d.config)
+                    .is_ok_and(|c| c.contains(&format!("node_id = \"{node}\"")))
+            })
+            .map(Daemon::log)
+            .unwrap_or_default();
+        out.push_str(&log_around(&log, &format!("job{{id={id} "), 5));
+    }
+    Some(out)
+}
+
+/// The lines of `log` that contain `needle`, with `context` lines around each (at most
+/// 60 lines in all).
+fn log_around(log: &str, needle: &str, context: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    let mut keep = std::collections::BTreeSet::new();
+    for (i, l) in lines.iter().enumerate() {
+        if l.contains(needle) {
+            keep.extend(i.saturating_sub(context)..(i + context + 1).min(lines.len()));
+        }
+    }
+    let picked: Vec<&str> = keep.into_iter().map(|i| lines[i]).collect();
+    let tail = &picked[picked.len().saturating_sub(60)..];
+    if tail.is_empty() {
+        format!("(no log line names {needle})\n")
+    } else {
+        tail.join("\n") + "\n"
     }
 }
 
@@ -163,6 +228,10 @@ fn cluster_burst_survives_a_killed_node_and_a_database_restart() {
         let wait_done = async |db: &ScratchDb, nodes: &[Daemon], n: i64| {
             let deadline = Instant::now() + Duration::from_secs(600);
             while done(db) < n {
+                // A failed job can never be done: say which and why at once.
+                if let Some(why) = failed_jobs(db, nodes) {
+                    panic!("a job of the burst failed:\n{why}");
+                }
                 if Instant::now() > deadline {
                     let states = db.psql("kiln", "SELECT state || ' ' || coalesce(node, '-') || ' ' || count(*) FROM jobs GROUP BY state, node").unwrap_or_default();
                     let logs: Vec<String> = nodes.iter().map(|d| {
@@ -544,4 +613,285 @@ fn cluster_gateway_queues_for_others_and_a_drifting_node_stops_claiming() {
         );
     });
     drop((a, b));
+}
+
+/// Waits until `node` serves its API (it has joined the cluster: the schema exists).
+fn joined(rt: &tokio::runtime::Runtime, node: &Daemon) {
+    rt.block_on(async {
+        let c = node.client().get("/v1/cluster").await.expect("cluster");
+        assert!(
+            c["this_node"]["classes"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty()),
+            "a node without lanes (is kiln-worker built?): {c}\n{}",
+            node.log()
+        );
+    });
+}
+
+/// Creates `trigger` on `table` running PL/pgSQL `body` (the test's fault injection: the
+/// product's own statements meet it in the database).
+fn install_trigger(db: &ScratchDb, table: &str, when: &str, name: &str, body: &str) {
+    db.psql(
+        "kiln",
+        &format!(
+            "CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN {body} RETURN NEW; END $f$;
+             CREATE TRIGGER {name} BEFORE UPDATE ON {table} FOR EACH ROW {when} EXECUTE FUNCTION {name}();"
+        ),
+    )
+    .expect("install trigger");
+}
+
+/// Polls `sql` (a count) until it reaches `n`, failing fast when a job failed.
+async fn wait_count(db: &ScratchDb, nodes: &[Daemon], sql: &str, n: i64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while psql_count(db, sql) < n {
+        if let Some(why) = failed_jobs(db, nodes) {
+            panic!("waiting for {what}, a job failed:\n{why}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen: {}\nlog:\n{}",
+            db.psql(
+                "kiln",
+                "SELECT id || ' ' || state || ' ' || attempts || ' ' || lapsed::text FROM jobs"
+            )
+            .unwrap_or_default(),
+            nodes
+                .iter()
+                .map(Daemon::log)
+                .collect::<Vec<_>>()
+                .join("\n-----\n")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The database fails the write that finishes a job, as a restart would (SQLSTATE
+/// 57P01, "terminating connection due to administrator command"), six times: the node
+/// retries the write and every job is done exactly once, with one attempt; nothing fails.
+#[test]
+fn a_store_error_as_a_job_finishes_is_retried_and_the_job_done_once() {
+    let _g = serial();
+    let Some(db) = scratch_server() else { return };
+    db.create_database("kiln").expect("database");
+    let url = db.url("kiln");
+    let nodes = vec![Daemon::start_with_config(&node_config(
+        &url, "n1", "test-a", "",
+    ))];
+    let rt = runtime();
+    joined(&rt, &nodes[0]);
+    db.psql("kiln", "CREATE SEQUENCE injected")
+        .expect("sequence");
+    install_trigger(
+        &db,
+        "jobs",
+        "WHEN (NEW.state = 'done' AND OLD.state <> 'done')",
+        "fail_finish",
+        "IF nextval('injected') <= 6 THEN
+             RAISE EXCEPTION 'injected: terminating connection due to administrator command'
+                 USING ERRCODE = '57P01';
+         END IF;",
+    );
+    rt.block_on(async {
+        let c = nodes[0].client();
+        let problems = nodes[0].dir.path().join("problems");
+        register(&c, &write_double_problem(&problems, "double")).await;
+        for n in 0..3 {
+            let body = double_candidate(
+                "double",
+                &format!("/* finish {n} */ for (int i = 0; i < n; i++) y[i] = 2.0f * x[i];"),
+            );
+            let (status, v) = c.post("/v1/candidates", &body).await.expect("submit");
+            assert_eq!(status, 202, "{v}");
+        }
+        wait_count(
+            &db,
+            &nodes,
+            "SELECT count(*) FROM jobs WHERE state = 'done'",
+            3,
+            "three jobs done",
+        )
+        .await;
+    });
+    assert!(
+        psql_count(&db, "SELECT last_value FROM injected") >= 9,
+        "six finishes refused, three recorded"
+    );
+    assert_eq!(
+        db.psql(
+            "kiln",
+            "SELECT state || ' ' || attempts || ' ' || (SELECT count(*) FROM evaluations e WHERE e.job_id = j.id)
+             FROM jobs j ORDER BY id"
+        )
+        .expect("jobs"),
+        "done 1 1\ndone 1 1\ndone 1 1",
+        "each job done once, on its first attempt, with one evaluation"
+    );
+    assert!(
+        nodes[0].log().contains("retrying the write"),
+        "the node said it retried: {}",
+        nodes[0].log()
+    );
+}
+
+/// A candidate whose every call sleeps about `ms` milliseconds (and doubles its input,
+/// so it is correct).
+fn slow_candidate(ms: u32) -> Value {
+    json!({
+        "problem": "double",
+        "language": "c",
+        "source": format!(
+            "#define _POSIX_C_SOURCE 199309L\n\
+             #include <time.h>\n\
+             void k(const float *x, float *y, int n) {{\n\
+               struct timespec t = {{ {s}, {ns}L }};\n\
+               nanosleep(&t, 0);\n\
+               for (int i = 0; i < n; i++) y[i] = 2.0f * x[i];\n\
+             }}\n",
+            s = ms / 1000,
+            ns = (ms % 1000) * 1_000_000
+        ),
+        "launches": [{"kernel": "k", "args": ["x", "y", {"i32": 1024}]}],
+    })
+}
+
+/// A node whose heartbeat is held in the database past its lease while it evaluates a
+/// job (slow, not dead): the reaper takes the lease, the job runs again, the late result
+/// is fenced out, and once the heartbeat comes back the lost attempt is given back. The
+/// job ends done exactly once, with one evaluation and one attempt.
+#[test]
+fn a_heartbeat_late_past_the_lease_runs_the_job_once_and_costs_no_attempt() {
+    let _g = serial();
+    let Some(db) = scratch_server() else { return };
+    db.create_database("kiln").expect("database");
+    let url = db.url("kiln");
+    let nodes = vec![Daemon::start_with_config(&node_config_leased(
+        &url,
+        "n1",
+        "test-a",
+        (1.0, 0.4, 0.3),
+        "",
+    ))];
+    let rt = runtime();
+    joined(&rt, &nodes[0]);
+    db.psql(
+        "kiln",
+        "CREATE TABLE hold (on_ boolean); INSERT INTO hold VALUES (false)",
+    )
+    .expect("hold table");
+    install_trigger(
+        &db,
+        "nodes",
+        "WHEN (NEW.last_seen IS DISTINCT FROM OLD.last_seen)",
+        "slow_heartbeat",
+        "IF (SELECT on_ FROM hold) THEN PERFORM pg_sleep(3); END IF;",
+    );
+    rt.block_on(async {
+        let c = nodes[0].client();
+        let problems = nodes[0].dir.path().join("problems");
+        register(&c, &write_double_problem(&problems, "double")).await;
+        let (status, v) = c
+            .post("/v1/candidates", &slow_candidate(1000))
+            .await
+            .expect("submit");
+        assert_eq!(status, 202, "{v}");
+        wait_count(
+            &db,
+            &nodes,
+            "SELECT count(*) FROM jobs WHERE state = 'running'",
+            1,
+            "the evaluation starting",
+        )
+        .await;
+        db.psql("kiln", "UPDATE hold SET on_ = true").expect("hold");
+        wait_count(
+            &db,
+            &nodes,
+            "SELECT count(*) FROM jobs WHERE cardinality(lapsed) > 0",
+            1,
+            "the running job's lease lapsing",
+        )
+        .await;
+        db.psql("kiln", "UPDATE hold SET on_ = false")
+            .expect("release");
+        wait_count(
+            &db,
+            &nodes,
+            "SELECT count(*) FROM jobs WHERE state = 'done'",
+            1,
+            "the job done",
+        )
+        .await;
+    });
+    assert_eq!(
+        db.psql(
+            "kiln",
+            "SELECT state || ' ' || attempts || ' ' || (SELECT count(*) FROM evaluations e WHERE e.job_id = j.id)
+             FROM jobs j"
+        )
+        .expect("job"),
+        "done 1 1",
+        "done once, with one attempt and one evaluation"
+    );
+    let log = nodes[0].log();
+    eprintln!(
+        "{}",
+        log_around(&log, "job done", 0) + &log_around(&log, "fenced_out", 0)
+    );
+    assert!(
+        log.contains("fenced_out"),
+        "the late result was refused: {log}"
+    );
+    assert!(
+        log.contains("attempts were given back"),
+        "the node said its lapse cost nothing: {log}"
+    );
+}
+
+/// A database that stops answering (its port taken by a server that accepts and says
+/// nothing) does not keep kilnd from stopping on SIGTERM.
+#[test]
+fn kilnd_stops_on_sigterm_when_the_database_answers_nothing() {
+    let _g = serial();
+    let Some(mut db) = scratch_server() else {
+        return;
+    };
+    db.create_database("kiln").expect("database");
+    let url = db.url("kiln");
+    let mut node = Daemon::start_with_config(&format!(
+        "{}\n[server]\nshutdown_timeout_secs = 5\n",
+        node_config(&url, "n1", "test-a", "")
+    ));
+    joined(&runtime(), &node);
+    let port = db.port();
+    db.stop();
+    let silent = std::net::TcpListener::bind(("127.0.0.1", port)).expect("take the port");
+    let held = std::thread::spawn(move || {
+        let mut conns = Vec::new();
+        silent.set_nonblocking(true).expect("nonblocking");
+        let until = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < until {
+            match silent.accept() {
+                Ok((s, _)) => conns.push(s),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+            if conns.len() >= 3 {
+                break;
+            }
+        }
+        conns.len()
+    });
+    // Let the node's loops meet the silent server.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !held.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let exited = node.terminate_within(Duration::from_secs(60));
+    assert_eq!(
+        exited,
+        Some(true),
+        "kilnd did not stop cleanly on SIGTERM; log:\n{}",
+        node.log()
+    );
 }

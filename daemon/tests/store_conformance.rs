@@ -42,6 +42,7 @@ async fn pg_store(url: &str, node: &str, lease_secs: f64) -> Result<PgStore, Sto
         node: node.to_string(),
         lease_secs,
         pool_size: 4,
+        max_attempts: 3,
         ca_file: String::new(),
     })
     .await
@@ -309,13 +310,10 @@ async fn a_claim_compiles_without_counting_and_only_the_lane_counts(store: &Stor
         store.get_job(id).await.expect("get").expect("job").state,
         JobState::Done
     );
-    assert!(
-        matches!(
-            store.finish_job(id, job.lease_token, &eval, 1.0, 0.0).await,
-            Err(StoreError::Fenced(_))
-        ),
-        "a finished job is not finished twice"
-    );
+    store
+        .finish_job(id, job.lease_token, &eval, 1.0, 0.0)
+        .await
+        .expect("a repeated finish of the same claim is recognised, not recorded twice");
     assert_eq!(
         store.verdict_counts().await.expect("counts"),
         vec![("compile_error".into(), 1)]
@@ -862,6 +860,84 @@ async fn log_usage_counts_a_searchs_lines_and_bytes(store: &Store) {
     );
 }
 
+/// A write that ends a job, repeated under the same claim (its first answer was lost with
+/// the connection, and the scheduler wrote it again), is recognised: `Ok`, and still
+/// exactly one evaluation. Ending it the other way, or under another claim, is refused.
+async fn a_repeated_end_of_a_job_is_recorded_once(store: &Store) {
+    store.put_problem(&spec("p")).await.expect("problem");
+    let e = ok(10.0, 11.0, false, false);
+    let id = store
+        .submit(&cand("p", "void f(){ /*done*/ }"), None)
+        .await
+        .expect("submit")
+        .job_id;
+    let held = store
+        .claim_next(&host())
+        .await
+        .expect("claim")
+        .expect("job");
+    assert!(
+        store
+            .start_evaluation(id, held.lease_token, 0)
+            .await
+            .expect("start")
+    );
+    store
+        .finish_job(id, held.lease_token, &e, 1.0, 2.0)
+        .await
+        .expect("finish");
+    store
+        .finish_job(id, held.lease_token, &e, 1.0, 2.0)
+        .await
+        .expect("the same end again is recognised");
+    assert!(matches!(
+        store.fail_job(id, held.lease_token, "late").await,
+        Err(StoreError::Fenced(_))
+    ));
+    assert!(matches!(
+        store
+            .finish_job(id, held.lease_token + 1, &e, 1.0, 2.0)
+            .await,
+        Err(StoreError::Fenced(_))
+    ));
+    assert_eq!(
+        store.verdict_counts().await.expect("counts"),
+        vec![("ok".into(), 1)],
+        "exactly one evaluation"
+    );
+    let j = store.get_job(id).await.expect("get").expect("job");
+    assert_eq!((j.state, j.attempts), (JobState::Done, 1));
+
+    let id = store
+        .submit(&cand("p", "void f(){ /*failed*/ }"), None)
+        .await
+        .expect("submit")
+        .job_id;
+    let held = store
+        .claim_next(&host())
+        .await
+        .expect("claim")
+        .expect("job");
+    store
+        .fail_job(id, held.lease_token, "backend broke")
+        .await
+        .expect("fail");
+    store
+        .fail_job(id, held.lease_token, "backend broke")
+        .await
+        .expect("the same end again is recognised");
+    assert!(matches!(
+        store.finish_job(id, held.lease_token, &e, 1.0, 2.0).await,
+        Err(StoreError::Fenced(_))
+    ));
+    let j = store.get_job(id).await.expect("get").expect("job");
+    assert_eq!(j.state, JobState::Failed);
+    assert_eq!(
+        store.verdict_counts().await.expect("counts"),
+        vec![("ok".into(), 1)]
+    );
+}
+
 const CASES: &[(&str, Case)] = &[
     ("problems", |s| {
         Box::pin(problems_register_idempotently_and_conflict_on_change(s))
@@ -880,6 +956,9 @@ const CASES: &[(&str, Case)] = &[
     ("requeue", |s| Box::pin(a_clean_requeue_counts_nothing(s))),
     ("fencing", |s| {
         Box::pin(a_stale_lease_token_records_nothing(s))
+    }),
+    ("repeated end", |s| {
+        Box::pin(a_repeated_end_of_a_job_is_recorded_once(s))
     }),
     ("searches", |s| {
         Box::pin(searches_live_archive_and_share_the_lanes(s))
@@ -926,6 +1005,61 @@ async fn conformance_on_postgres() {
 }
 
 // ---- what only the shared store does ----
+
+/// Runs `pg`'s reaper until a pass does what `want` says (bounded: leases are a second
+/// long here).
+async fn reap_until(pg: &PgStore, want: impl Fn(&Recovery) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = pg.reap_expired(3).await.expect("reap");
+        if want(&r) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reaper never did what was expected; last pass: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A restarted database gives every node one lease to renew before its jobs are taken:
+/// a lease that ran out while the database was down is not reaped at once.
+#[tokio::test]
+async fn a_restarted_database_gives_every_lease_one_more_lease() {
+    let Some(mut db) = scratch_server() else {
+        return;
+    };
+    db.create_database("grace").expect("database");
+    let url = db.url("grace");
+    let a = postgres(&url, "node-a", 30.0).await;
+    a.store.put_problem(&spec("p")).await.expect("problem");
+    a.store
+        .submit(&cand("p", "void f(){}"), None)
+        .await
+        .expect("submit");
+    a.store
+        .claim_next(&host())
+        .await
+        .expect("claim")
+        .expect("job");
+    db.restart().expect("restart");
+    // As if the restart had taken longer than the lease.
+    db.psql(
+        "grace",
+        "UPDATE jobs SET lease_until = now() - interval '1 second'",
+    )
+    .expect("lease ran out");
+    let patient = pg_store(&url, "node-b", 30.0).await.expect("connect");
+    assert_eq!(
+        patient.reap_expired(3).await.expect("reap"),
+        Recovery::default(),
+        "nothing is reaped within a lease of the database's start"
+    );
+    // With a one-second lease, a second after the start, it is.
+    let quick = pg_store(&url, "node-c", 1.0).await.expect("connect");
+    reap_until(&quick, |r| r.waiting == 1).await;
+}
 
 #[tokio::test]
 async fn postgres_cluster_semantics() {
@@ -1209,6 +1343,140 @@ async fn postgres_cluster_semantics() {
     );
     let status = pb.cluster_status().await.expect("status");
     assert!(status.nodes.iter().any(|n| n.id == "node-a"), "{status:?}");
+
+    // A node late with its heartbeat (slow, not dead) loses the lease of a running job:
+    // the job runs again elsewhere, the late result is fenced out, and when the late
+    // node's heartbeat comes back the attempt is given back. One evaluation, one attempt.
+    let lapses = fresh("lapses");
+    let slow = postgres(&lapses, "node-slow", 1.0).await;
+    let other = postgres(&lapses, "node-other", 1.0).await;
+    let (ps, po) = (
+        slow.store.cluster().expect("pg"),
+        other.store.cluster().expect("pg"),
+    );
+    ps.register_node(&[], true, true).await.expect("register");
+    po.register_node(&[], true, true).await.expect("register");
+    slow.store.put_problem(&spec("p")).await.expect("problem");
+    let id = slow
+        .store
+        .submit(&cand("p", "void f(){ /*lapse*/ }"), None)
+        .await
+        .expect("submit")
+        .job_id;
+    let late = slow
+        .store
+        .claim_next(&host())
+        .await
+        .expect("claim")
+        .expect("job");
+    assert!(
+        slow.store
+            .start_evaluation(id, late.lease_token, 0)
+            .await
+            .expect("start")
+    );
+    reap_until(po, |r| r.requeued == 1).await;
+    let j = other.store.get_job(id).await.expect("get").expect("job");
+    assert_eq!(
+        (j.state, j.attempts),
+        (JobState::Queued, 1),
+        "counted until the node shows it lives"
+    );
+    assert!(matches!(
+        slow.store
+            .finish_job(id, late.lease_token, &ok(1.0, 2.0, false, false), 0.0, 0.0)
+            .await,
+        Err(StoreError::Fenced(_))
+    ));
+    ps.heartbeat()
+        .await
+        .expect("the slow node's heartbeat comes back");
+    let j = other.store.get_job(id).await.expect("get").expect("job");
+    assert_eq!(j.attempts, 0, "a lapse of a live node is not an attempt");
+    let again = other
+        .store
+        .claim_next(&host())
+        .await
+        .expect("claim")
+        .expect("job");
+    assert_eq!(again.id, id);
+    assert!(
+        other
+            .store
+            .start_evaluation(id, again.lease_token, 0)
+            .await
+            .expect("start")
+    );
+    other
+        .store
+        .finish_job(id, again.lease_token, &ok(1.0, 2.0, false, false), 0.0, 0.0)
+        .await
+        .expect("finish");
+    let j = other.store.get_job(id).await.expect("get").expect("job");
+    assert_eq!((j.state, j.attempts), (JobState::Done, 1));
+    assert_eq!(
+        other.store.verdict_counts().await.expect("v"),
+        vec![("ok".into(), 1)],
+        "exactly one evaluation"
+    );
+
+    // Processes that die during a job's evaluation (they never beat again) each cost it
+    // an attempt; after `max_attempts` it is claimed no more and fails one lease after
+    // its last lapse, with the reason.
+    let deaths = fresh("deaths");
+    let survivor = postgres(&deaths, "node-survivor", 1.0).await;
+    let psur = survivor.store.cluster().expect("pg");
+    survivor
+        .store
+        .put_problem(&spec("p"))
+        .await
+        .expect("problem");
+    let id = survivor
+        .store
+        .submit(&cand("p", "void f(){ /*poison*/ }"), None)
+        .await
+        .expect("submit")
+        .job_id;
+    for k in 0..3 {
+        let dying = postgres(&deaths, &format!("node-dies-{k}"), 1.0).await;
+        let pd = dying.store.cluster().expect("pg");
+        pd.register_node(&[], true, true).await.expect("register");
+        let held = dying
+            .store
+            .claim_next(&host())
+            .await
+            .expect("claim")
+            .expect("the job is claimed while it has attempts left");
+        assert_eq!(held.id, id);
+        assert!(
+            dying
+                .store
+                .start_evaluation(id, held.lease_token, 0)
+                .await
+                .expect("start")
+        );
+        drop(dying);
+        reap_until(psur, |r| r.requeued == 1).await;
+    }
+    let j = survivor.store.get_job(id).await.expect("get").expect("job");
+    assert_eq!((j.state, j.attempts), (JobState::Queued, 3));
+    assert!(
+        survivor
+            .store
+            .claim_next(&host())
+            .await
+            .expect("claim")
+            .is_none(),
+        "a job out of attempts waits for a refund or its failure, unclaimed"
+    );
+    reap_until(psur, |r| r.failed == 1).await;
+    let j = survivor.store.get_job(id).await.expect("get").expect("job");
+    assert_eq!(j.state, JobState::Failed);
+    assert!(
+        j.error.as_deref().is_some_and(|e| e.contains("3 times")),
+        "{:?}",
+        j.error
+    );
 
     // A database newer than this kilnd is refused.
     let url = fresh("newer");

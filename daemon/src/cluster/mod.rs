@@ -64,6 +64,7 @@ pub async fn join(
         node: node.to_string(),
         lease_secs: config.cluster.lease_secs,
         pool_size: config.cluster.pool_size,
+        max_attempts: config.queue.max_attempts,
         ca_file: config.cluster.ca_file.clone(),
     };
     let deadline = tokio::time::Instant::now() + patience;
@@ -157,7 +158,11 @@ impl Membership {
                 _ = tick.tick() => {}
                 _ = stop.cancelled() => break,
             }
-            match self.pg().heartbeat().await {
+            let beat = tokio::select! {
+                b = self.pg().heartbeat() => b,
+                _ = stop.cancelled() => break,
+            };
+            match beat {
                 Ok(held) => {
                     let held: BTreeSet<String> = held.into_iter().collect();
                     for id in self.supervisor.hosted_started() {
@@ -187,7 +192,11 @@ impl Membership {
                 _ = tick.tick() => {}
                 _ = stop.cancelled() => break,
             }
-            match self.pg().reap_expired(self.config.queue.max_attempts).await {
+            let reaped = tokio::select! {
+                r = self.pg().reap_expired(self.config.queue.max_attempts) => r,
+                _ = stop.cancelled() => break,
+            };
+            match reaped {
                 Ok(r) if r.waiting + r.requeued + r.failed > 0 => {
                     crate::metrics::count_reaped(r.waiting + r.requeued, r.failed);
                     tracing::warn!(
@@ -209,7 +218,11 @@ impl Membership {
     async fn relay(self: Arc<Self>, stop: CancellationToken) {
         let poll = Duration::from_millis(self.config.cluster.poll_ms);
         let mut last = loop {
-            match self.pg().last_finish_seq().await {
+            let seq = tokio::select! {
+                s = self.pg().last_finish_seq() => s,
+                _ = stop.cancelled() => return,
+            };
+            match seq {
                 Ok(s) => break s,
                 Err(e) => {
                     tracing::warn!(error = %e, "relay: cannot read the finish sequence yet");
@@ -227,7 +240,10 @@ impl Membership {
         )> = None;
         loop {
             if listener.is_none() {
-                listener = self.listen().await;
+                listener = tokio::select! {
+                    l = self.listen() => l,
+                    _ = stop.cancelled() => break,
+                };
             }
             let notified = async {
                 match listener.as_mut() {
@@ -259,7 +275,11 @@ impl Membership {
             if !finished {
                 continue;
             }
-            match self.pg().finished_since(last - RELAY_WINDOW, 2000).await {
+            let read = tokio::select! {
+                r = self.pg().finished_since(last - RELAY_WINDOW, 2000) => r,
+                _ = stop.cancelled() => break,
+            };
+            match read {
                 Ok(rows) => {
                     let mut relayed = 0;
                     let mut searches = BTreeSet::new();

@@ -1,5 +1,6 @@
 //! A throwaway PostgreSQL server for tests and `kiln bench cluster`: `initdb` into a
-//! temporary directory, `postgres` on a free loopback port (its socket in that
+//! temporary directory, `postgres` on a free loopback port outside the kernel's ephemeral
+//! range (so no client can connect to itself on it while it is down; its socket in that
 //! directory), trust authentication for the `kiln` role, stopped and removed when
 //! dropped. Uses the machine's PostgreSQL binaries (`/usr/lib/postgresql/*/bin`, else
 //! `PATH`); as root, the server runs as the `postgres` system user (it refuses root).
@@ -35,11 +36,43 @@ pub fn find_binaries() -> Option<PathBuf> {
     })
 }
 
+/// The kernel's ephemeral port range (where it picks the local port of an outgoing
+/// connection), from `/proc`, or Linux's default.
+fn ephemeral_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|w| w.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999))
+}
+
+/// A free loopback port outside the ephemeral range. A server on an ephemeral port can,
+/// while it is down, have its port handed to a client connecting to it as the client's
+/// own: the client connects to itself and the server cannot bind the port again.
 fn free_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|e| format!("no free port: {e}"))
+    let (lo, hi) = ephemeral_range();
+    // The largest stretch outside [lo, hi] at or above 1024.
+    let (from, to) = if lo.saturating_sub(1024) >= 65535u16.saturating_sub(hi) {
+        (1024u16, lo.saturating_sub(1))
+    } else {
+        (hi.saturating_add(1), 65535)
+    };
+    if to <= from {
+        return Err(format!(
+            "no ports outside the ephemeral range {lo}-{hi} for a scratch database"
+        ));
+    }
+    let span = u32::from(to - from) + 1;
+    let start = rand::random::<u32>() % span;
+    for i in 0..span.min(2000) {
+        let port = from + u16::try_from((start + i) % span).unwrap_or(0);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(format!("no free port in {from}-{to}"))
 }
 
 impl ScratchDb {
@@ -239,12 +272,18 @@ impl ScratchDb {
         }
     }
 
+    /// The server's TCP port (on 127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The postmaster's pid (its children are the server's other processes).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
-    /// Stops the server (fast shutdown: sessions are cut, committed work is kept).
+    /// Stops the server (fast shutdown: sessions are cut, committed work is kept); its
+    /// port is free until [`ScratchDb::restart`].
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let pid = nix::unistd::Pid::from_raw(i32::try_from(c.id()).unwrap_or(i32::MAX));

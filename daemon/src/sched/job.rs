@@ -19,6 +19,10 @@ use crate::store::{Artifact, JobRecord, JobState, StoreError};
 pub(super) enum JobFailure {
     /// The backend or the store broke; the message is stored on the job.
     Infra(String),
+    /// The database could not be reached for longer than the scheduler waits: the job is
+    /// not failed (that is no fault of its own) but given back to the queue, or left to
+    /// its lease when even that cannot be written.
+    Unavailable(String),
 }
 
 impl From<BackendError> for JobFailure {
@@ -29,7 +33,19 @@ impl From<BackendError> for JobFailure {
 
 impl From<crate::store::StoreError> for JobFailure {
     fn from(e: crate::store::StoreError) -> Self {
-        JobFailure::Infra(format!("store: {e}"))
+        match e {
+            StoreError::Unavailable(why) => JobFailure::Unavailable(why),
+            e => JobFailure::Infra(format!("store: {e}")),
+        }
+    }
+}
+
+impl From<JobFailure> for Outcome {
+    fn from(f: JobFailure) -> Self {
+        match f {
+            JobFailure::Infra(msg) => Outcome::Failed(msg),
+            JobFailure::Unavailable(why) => Outcome::Unreachable(why),
+        }
     }
 }
 
@@ -59,6 +75,8 @@ enum Outcome {
     Evaluated(Box<Evaluation>, f64, f64),
     /// kiln could not evaluate it.
     Failed(String),
+    /// The database was out of reach: the job goes back to the queue, uncounted.
+    Unreachable(String),
     /// Stopped before its evaluation started (kilnd is stopping): queued again.
     Requeued,
     /// Another party moved the job on (requeued or finished it): nothing to record.
@@ -102,7 +120,10 @@ impl Scheduler {
     }
 
     async fn run_job_inner(self: Arc<Self>, job: JobRecord, compile_permit: OwnedSemaphorePermit) {
-        let problem_name = match self.store.get_candidate(&job.candidate_id).await {
+        let problem_name = match self
+            .persist(|| self.store.get_candidate(&job.candidate_id))
+            .await
+        {
             Ok(Some(rec)) => rec.candidate.problem.clone(),
             _ => String::new(),
         };
@@ -128,6 +149,9 @@ impl Scheduler {
                         None,
                     ),
                     Err(StoreError::Fenced(why)) => self.fenced_out(&why),
+                    Err(StoreError::Unavailable(why)) => {
+                        self.give_back(&job, &problem_name, &why).await;
+                    }
                     Err(e) => {
                         tracing::error!(error = %e, "cannot store the evaluation");
                         let msg = format!("cannot store the evaluation: {e}");
@@ -162,6 +186,7 @@ impl Scheduler {
                     Err(e) => tracing::error!(error = %e, "cannot mark the job failed"),
                 }
             }
+            Outcome::Unreachable(why) => self.give_back(&job, &problem_name, &why).await,
             Outcome::Requeued => {
                 tracing::info!("kilnd is stopping: the job goes back to the queue");
                 if let Err(e) = self.store.requeue_job(id, token).await {
@@ -173,6 +198,25 @@ impl Scheduler {
         }
     }
 
+    /// The database stayed out of reach: the job is queued again uncounted (its evaluation,
+    /// if it had one, is dropped), or, when even that cannot be written, left to its
+    /// lease, which the reaper releases; never failed for it.
+    async fn give_back(&self, job: &JobRecord, problem: &str, why: &str) {
+        crate::metrics::count_store_unavailable();
+        tracing::warn!(reason = %why, "the database is out of reach: the job goes back to the queue");
+        match self
+            .persist(|| self.store.requeue_job(job.id, job.lease_token))
+            .await
+        {
+            Ok(()) => self.publish_job(job, problem, JobState::Queued, None, None, None),
+            Err(StoreError::Fenced(why)) => self.fenced_out(&why),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "cannot queue the job again either; its lease runs out and another node (or this one) takes it"
+            ),
+        }
+    }
+
     /// A write refused because the job's lease is no longer this claim's (another node
     /// took it over after the lease ran out): nothing is recorded.
     fn fenced_out(&self, why: &str) {
@@ -180,8 +224,10 @@ impl Scheduler {
         tracing::warn!(reason = %why, "fenced_out: this node lost the job's lease; its result is dropped");
     }
 
-    /// Runs a store write again while the database is unavailable (a restart, a
-    /// failover), for up to twice the lease; any other outcome is returned as it is.
+    /// Runs a store call again while the database is unavailable (a restart, a
+    /// failover), for up to `write_patience`; any other outcome is returned as it is.
+    /// Reads are safe to repeat; every write of a job is fenced by its lease token and
+    /// finishing one again after a lost answer is recognised (the store answers `Ok`).
     async fn persist<T, F, Fut>(&self, write: F) -> Result<T, StoreError>
     where
         F: Fn() -> Fut,
@@ -219,13 +265,13 @@ impl Scheduler {
                 return (Outcome::Evaluated(eval, compile_ms, 0.0), None);
             }
             Ok(Compiled::Ready(ready)) => ready,
-            Err(JobFailure::Infra(msg)) => return (Outcome::Failed(msg), None),
+            Err(e) => return (e.into(), None),
         };
         if let Err(e) = self
             .persist(|| self.store.mark_compiled(job.id, job.lease_token))
             .await
         {
-            return (Outcome::Failed(format!("store: {e}")), None);
+            return (JobFailure::from(e).into(), None);
         }
         self.publish_job(job, problem_name, JobState::Compiled, None, None, None);
         let Some(slots) = self.lane_slots.get(ready.backend.name()).cloned() else {
@@ -258,7 +304,7 @@ impl Scheduler {
         {
             Ok(true) => {}
             Ok(false) => return (Outcome::Gone, None),
-            Err(e) => return (Outcome::Failed(format!("store: {e}")), None),
+            Err(e) => return (JobFailure::from(e).into(), None),
         }
         self.publish_job(
             job,
@@ -272,7 +318,7 @@ impl Scheduler {
             Ok((eval, compile_ms, eval_ms)) => {
                 Outcome::Evaluated(Box::new(eval), compile_ms, eval_ms)
             }
-            Err(JobFailure::Infra(msg)) => Outcome::Failed(msg),
+            Err(e) => e.into(),
         };
         drop(lane);
         (outcome, Some(index))
@@ -285,13 +331,11 @@ impl Scheduler {
         compile_permit: OwnedSemaphorePermit,
     ) -> Result<Compiled, JobFailure> {
         let rec = self
-            .store
-            .get_candidate(&job.candidate_id)
+            .persist(|| self.store.get_candidate(&job.candidate_id))
             .await?
             .ok_or_else(|| JobFailure::Infra("candidate vanished from the store".into()))?;
         let problem = self
-            .store
-            .get_problem(&rec.candidate.problem)
+            .persist(|| self.store.get_problem(&rec.candidate.problem))
             .await?
             .ok_or_else(|| {
                 JobFailure::Infra(format!(
@@ -373,14 +417,18 @@ impl Scheduler {
             artifact,
             compile_ms,
         } = ready;
-        let plan = super::job_options::apply_job_options(
-            &self.store,
-            &self.config,
-            job,
-            &problem.name,
-            self.plan_for(backend.as_ref()),
-        )
-        .await?;
+        let base = self.plan_for(backend.as_ref());
+        let plan = self
+            .persist(|| {
+                super::job_options::apply_job_options(
+                    &self.store,
+                    &self.config,
+                    job,
+                    &problem.name,
+                    base.clone(),
+                )
+            })
+            .await?;
         let t1 = Instant::now();
         let be = backend.clone();
         let mut eval = tokio::task::spawn_blocking(move || {

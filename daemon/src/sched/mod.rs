@@ -52,7 +52,7 @@ pub struct Scheduler {
     classes: Vec<LaneClass>,
     /// Why this node stopped claiming (a calibration drifted), if it did.
     paused: std::sync::Mutex<Option<String>>,
-    /// How long a store write is retried while the database is unavailable.
+    /// How long a store call is retried while the database is unavailable.
     pub(crate) write_patience: Duration,
     wake: Notify,
     shutdown: CancellationToken,
@@ -90,7 +90,9 @@ impl Scheduler {
             })
             .collect();
         let backends = backends.into_iter().map(|b| (b.name(), b)).collect();
-        let write_patience = Duration::from_secs_f64(2.0 * config.cluster.lease_secs.max(1.0));
+        // Long enough for a database restart or failover (a restarted database gives
+        // every node a lease to renew before reaping: what this node holds is still its).
+        let write_patience = Duration::from_secs_f64((2.0 * config.cluster.lease_secs).max(30.0));
         Arc::new(Scheduler {
             store,
             events,

@@ -305,7 +305,7 @@ impl SqliteStore {
             params![id, token, now, compile_ms, eval_ms],
         )?;
         if n == 0 {
-            return Err(fenced(&tx, id)?);
+            return fenced(&tx, id, token, JobState::Done);
         }
         let timing = evaluation.timing.as_ref();
         tx.execute(
@@ -383,7 +383,7 @@ impl SqliteStore {
             params![id, token, error, now_ms()],
         )?;
         if n == 0 {
-            return Err(fenced(&conn, id)?);
+            return fenced(&conn, id, token, JobState::Failed);
         }
         Ok(())
     }
@@ -463,15 +463,22 @@ impl SqliteStore {
     }
 }
 
-/// Why a fenced write to job `id` was refused.
-fn fenced(conn: &rusqlite::Connection, id: i64) -> Result<StoreError> {
-    let state: Option<String> = conn
-        .query_row("SELECT state FROM jobs WHERE id = ?1", [id], |r| r.get(0))
+/// A write that would end job `id` found it no longer held by claim `token`: `Ok` when
+/// the job already ended as `ending` under that same claim (the write is a repeat of one
+/// that was recorded), else why the write was refused (`Fenced`).
+fn fenced(conn: &rusqlite::Connection, id: i64, token: i64, ending: JobState) -> Result<()> {
+    let row: Option<(String, Option<i64>)> = conn
+        .query_row(
+            "SELECT state, lease_token FROM jobs WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .optional()?;
-    Ok(match state {
-        None => StoreError::NotFound(format!("job {id}")),
-        Some(state) => StoreError::Fenced(format!(
+    match row {
+        None => Err(StoreError::NotFound(format!("job {id}"))),
+        Some((state, held)) if state == ending.as_str() && held == Some(token) => Ok(()),
+        Some((state, _)) => Err(StoreError::Fenced(format!(
             "job {id} is {state} and no longer held by this claim"
-        )),
-    })
+        ))),
+    }
 }

@@ -126,6 +126,28 @@ impl Daemon {
         false
     }
 
+    /// SIGTERM and wait up to `limit` for the exit: `Some(success)`, or `None` when it
+    /// did not exit in time (it is then killed).
+    pub fn terminate_within(&mut self, limit: Duration) -> Option<bool> {
+        let mut c = self.child.take()?;
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(c.id()).expect("pid"));
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + limit;
+        loop {
+            match c.try_wait() {
+                Ok(Some(status)) => return Some(status.success()),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                _ => {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    return None;
+                }
+            }
+        }
+    }
+
     /// The pid of the running daemon.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

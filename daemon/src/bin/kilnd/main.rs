@@ -98,7 +98,11 @@ fn run() -> Result<()> {
         .thread_name("kilnd")
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(server::serve(prepared))
+    let served = runtime.block_on(server::serve(prepared));
+    // An evaluation still on a blocking thread (its job was queued again by the drain)
+    // does not hold the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    served
 }
 
 fn non_empty(s: &str) -> Option<PathBuf> {

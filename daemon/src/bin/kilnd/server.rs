@@ -18,6 +18,9 @@ use nix::fcntl::{Flock, FlockArg};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
+/// How long each step of leaving the cluster may take once the drain is over.
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Everything set up before the async runtime starts.
 pub struct Prepared {
     socket: PathBuf,
@@ -263,14 +266,29 @@ pub async fn serve(p: Prepared) -> Result<()> {
     sched.stop();
     supervisor.stop_all();
     let _ = api_task.await;
-    let _ = sched_task.await;
+    // The drain is bounded by the drain timeout; what follows by a few seconds each, so a
+    // database that answers nothing (or nonsense) never keeps kilnd from stopping.
+    if tokio::time::timeout(drain + LEAVE_TIMEOUT, sched_task)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the scheduler did not drain in time; stopping anyway (leases run out)");
+    }
     // The drain released the leases it could; the heartbeat keeps the others until here.
     cluster_stop.cancel();
-    let _ = cluster_task.await;
+    if tokio::time::timeout(LEAVE_TIMEOUT, cluster_task)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the cluster loops did not stop in time; stopping anyway");
+    }
     if let Some(pg) = store.cluster() {
-        match pg.deregister().await {
-            Ok(()) => tracing::info!("left the cluster"),
-            Err(e) => tracing::warn!(error = %e, "cannot mark this node stopped"),
+        match tokio::time::timeout(LEAVE_TIMEOUT, pg.deregister()).await {
+            Ok(Ok(())) => tracing::info!("left the cluster"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot mark this node stopped"),
+            Err(_) => tracing::warn!(
+                "the database did not answer; this node is not marked stopped (its heartbeat runs out)"
+            ),
         }
     }
     if p.owns_socket && std::fs::remove_file(&p.socket).is_ok() {

@@ -9,6 +9,7 @@
 //! their plugin host. Everything else (`records.rs`) is the same records as on SQLite.
 //! Times that decide leases are the database's (`now()`), never a node's clock.
 
+mod connect;
 mod nodes;
 mod queue;
 mod records;
@@ -18,6 +19,7 @@ mod searches;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use connect::HANDSHAKE_TIMEOUT;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
@@ -46,6 +48,8 @@ pub struct PgSettings {
     pub lease_secs: f64,
     /// Connections in the pool.
     pub pool_size: usize,
+    /// Evaluations of a job cut short (by a node that died) before it fails.
+    pub max_attempts: u32,
     /// A PEM file of CA certificates to trust besides the system's (private CAs).
     pub ca_file: String,
 }
@@ -60,6 +64,16 @@ pub struct PgStore {
     /// Differs between two processes using the same node id.
     pub(crate) instance: String,
     lease_secs: f64,
+    max_attempts: i32,
+}
+
+/// Leases that have run out: `lease_until` is past, and the database has been up for at
+/// least one lease (a restarted database gives every node one lease to renew what it
+/// holds before anything it held is taken from it). `$lease` is the lease in seconds.
+pub(crate) fn lease_ran_out(column: &str, lease: &str) -> String {
+    format!(
+        "({column} < now() AND pg_postmaster_start_time() + make_interval(secs => {lease}) < now())"
+    )
 }
 
 /// Maps a client error: connection trouble is `Unavailable` (worth retrying), the rest
@@ -70,12 +84,14 @@ pub(crate) fn pg_err(e: tokio_postgres::Error) -> StoreError {
         code.starts_with("08") || code.starts_with("57") || code == "53300"
     });
     let io = std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
+    let detail = match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    };
     if e.is_closed() || transient_state || io {
-        return StoreError::Unavailable(e.to_string());
-    }
-    match e.as_db_error() {
-        Some(db) => StoreError::Postgres(format!("{} ({})", db.message(), db.code().code())),
-        None => StoreError::Postgres(e.to_string()),
+        StoreError::Unavailable(detail)
+    } else {
+        StoreError::Postgres(detail)
     }
 }
 
@@ -83,6 +99,22 @@ fn pool_err(e: deadpool_postgres::PoolError) -> StoreError {
     match e {
         deadpool_postgres::PoolError::Backend(e) => pg_err(e),
         other => StoreError::Unavailable(other.to_string()),
+    }
+}
+
+/// How long one statement (with the wait for a pooled connection) may take before it is
+/// given up as `Unavailable`: a database that stopped answering must not hang a node.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs one database call, bounded by [`CALL_TIMEOUT`] (the connection it held is dropped
+/// with it).
+pub(crate) async fn bounded<T>(call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        Ok(r) => r,
+        Err(_) => Err(StoreError::Unavailable(format!(
+            "the database did not answer within {} s",
+            CALL_TIMEOUT.as_secs()
+        ))),
     }
 }
 
@@ -146,9 +178,9 @@ impl PgStore {
             StoreError::Unavailable(format!("cluster.database_url does not parse: {e}"))
         })?;
         let tls = tls_connector(&settings.ca_file)?;
-        let manager = Manager::from_config(
+        let manager = Manager::from_connect(
             pg_config.clone(),
-            tls.clone(),
+            connect::Guarded { tls: tls.clone() },
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -156,7 +188,7 @@ impl PgStore {
         let pool = Pool::builder(manager)
             .max_size(settings.pool_size.max(2))
             .runtime(Runtime::Tokio1)
-            .create_timeout(Some(Duration::from_secs(10)))
+            .create_timeout(Some(HANDSHAKE_TIMEOUT + Duration::from_secs(1)))
             .wait_timeout(Some(Duration::from_secs(30)))
             .recycle_timeout(Some(Duration::from_secs(5)))
             .build()
@@ -168,6 +200,7 @@ impl PgStore {
             node: settings.node.clone(),
             instance: format!("{:016x}", rand::random::<u64>()),
             lease_secs: settings.lease_secs,
+            max_attempts: i32::try_from(settings.max_attempts.max(1)).unwrap_or(i32::MAX),
         };
         schema::migrate(&store).await?;
         Ok(store)
@@ -186,38 +219,18 @@ impl PgStore {
         tokio_postgres::Client,
         tokio::sync::mpsc::UnboundedReceiver<tokio_postgres::Notification>,
     )> {
-        let (client, mut connection) = self
-            .pg_config
-            .connect(self.tls.clone())
-            .await
-            .map_err(pg_err)?;
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-            use futures_util::StreamExt;
-            while let Some(m) = messages.next().await {
-                match m {
-                    Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
-                        if tx.send(n).is_err() {
-                            break;
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::debug!(error = %e, "a dedicated database connection ended");
-                        break;
-                    }
-                }
-            }
-        });
-        Ok((client, rx))
+        let opened = connect::open(&self.pg_config, &self.tls).await?;
+        Ok((opened.client, opened.notifications))
     }
 
     /// Runs a statement (prepared once per connection); returns the rows.
     pub(crate) async fn rows(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>> {
-        let c = self.conn().await?;
-        let st = c.prepare_cached(sql).await.map_err(pg_err)?;
-        c.query(&st, params).await.map_err(pg_err)
+        bounded(async {
+            let c = self.conn().await?;
+            let st = c.prepare_cached(sql).await.map_err(pg_err)?;
+            c.query(&st, params).await.map_err(pg_err)
+        })
+        .await
     }
 
     /// Runs a statement; returns at most one row.
@@ -226,16 +239,22 @@ impl PgStore {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Option<Row>> {
-        let c = self.conn().await?;
-        let st = c.prepare_cached(sql).await.map_err(pg_err)?;
-        c.query_opt(&st, params).await.map_err(pg_err)
+        bounded(async {
+            let c = self.conn().await?;
+            let st = c.prepare_cached(sql).await.map_err(pg_err)?;
+            c.query_opt(&st, params).await.map_err(pg_err)
+        })
+        .await
     }
 
     /// Runs a statement; returns the rows it changed.
     pub(crate) async fn exec(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64> {
-        let c = self.conn().await?;
-        let st = c.prepare_cached(sql).await.map_err(pg_err)?;
-        c.execute(&st, params).await.map_err(pg_err)
+        bounded(async {
+            let c = self.conn().await?;
+            let st = c.prepare_cached(sql).await.map_err(pg_err)?;
+            c.execute(&st, params).await.map_err(pg_err)
+        })
+        .await
     }
 
     /// The lease as an SQL interval argument (seconds).

@@ -162,7 +162,30 @@ impl PgStore {
             &[&self.node, &self.lease()],
         )
         .await?;
+        let refunded = self.give_back_lapsed().await?;
+        if refunded > 0 {
+            tracing::warn!(
+                jobs = refunded,
+                "this node was late with its heartbeat and lost leases it held; those jobs run again elsewhere, and their attempts were given back"
+            );
+        }
         self.renew_search_leases().await
+    }
+
+    /// Gives back the attempts of jobs whose lease this process let lapse while it was
+    /// alive (its heartbeat came back): a slow node is not a dead one, and only deaths
+    /// count against a job. Returns how many jobs got attempts back.
+    pub async fn give_back_lapsed(&self) -> Result<u64> {
+        self.exec(
+            "UPDATE jobs SET
+                 attempts = greatest(attempts
+                     - (SELECT count(*) FROM unnest(lapsed) AS l(i) WHERE l.i = $1)::int, 0),
+                 lapsed = array_remove(lapsed, $1)
+             WHERE cardinality(lapsed) > 0 AND $1 = ANY(lapsed)
+               AND state NOT IN ('done', 'failed')",
+            &[&self.instance],
+        )
+        .await
     }
 
     /// Says why this node stopped claiming (`None`: it claims again).

@@ -264,7 +264,9 @@ impl PgStore {
     /// Claims the next job for one of `lanes`' classes (or routed to any class of their
     /// backends), fairest tag first, skipping rows other nodes are claiming and jobs
     /// pinned to a lane this node does not have: `compiling` under a fresh lease held by
-    /// this node. No attempt is counted.
+    /// this node. No attempt is counted. A job whose evaluations were cut short
+    /// `max_attempts` times is not claimed: it waits for an attempt to be given back (its
+    /// node was slow, not dead) or for the reaper to fail it.
     pub async fn claim_next(&self, lanes: &[LaneClass]) -> Result<Option<JobRecord>> {
         if lanes.is_empty() {
             return Ok(None);
@@ -278,6 +280,7 @@ impl PgStore {
                     "WITH pick AS (
                          SELECT id FROM jobs
                          WHERE state = 'queued' AND backend = ANY($1)
+                           AND attempts < $7
                            AND (gpu_class = ANY($2) OR gpu_class = '')
                            AND (options_json IS NULL
                                 OR (options_json::jsonb ->> 'lane') IS NULL
@@ -300,7 +303,15 @@ impl PgStore {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-                &[&backends, &classes, &now_ms(), &self.node, &self.lease(), &counts],
+                &[
+                    &backends,
+                    &classes,
+                    &now_ms(),
+                    &self.node,
+                    &self.lease(),
+                    &counts,
+                    &self.max_attempts,
+                ],
             )
             .await?;
         row.map(|r| job_from_row(&r)).transpose()
@@ -349,7 +360,8 @@ impl PgStore {
         let held = tx
             .query_opt(
                 "UPDATE jobs SET state = 'done', finished_at = $3, compile_ms = $4, eval_ms = $5,
-                        error = NULL, lease_until = NULL, finish_seq = nextval('finish_seq')
+                        error = NULL, lease_until = NULL, finish_seq = nextval('finish_seq'),
+                        lapsed = '{}'
                  WHERE id = $1 AND lease_token = $2
                    AND state IN ('compiling', 'compiled', 'running')
                  RETURNING candidate_id, node, gpu_class",
@@ -359,7 +371,7 @@ impl PgStore {
             .map_err(pg_err)?;
         let Some(held) = held else {
             drop(tx);
-            return Err(self.fenced(id).await);
+            return self.fenced(id, token, JobState::Done).await;
         };
         let candidate_id: String = col(&held, "candidate_id")?;
         let node: Option<String> = col(&held, "node")?;
@@ -391,22 +403,37 @@ impl PgStore {
         Ok(())
     }
 
-    /// Why a fenced write to job `id` was refused.
-    async fn fenced(&self, id: i64) -> StoreError {
+    /// A write that would end job `id` found it no longer held by claim `token`: `Ok`
+    /// when the job already ended as `ending` under that same claim (this write is a
+    /// retry of one that committed but whose answer was lost with the connection), else
+    /// why the write was refused (`Fenced`).
+    async fn fenced(&self, id: i64, token: i64, ending: JobState) -> Result<()> {
         match self
-            .row("SELECT state, node FROM jobs WHERE id = $1", &[&id])
+            .row(
+                "SELECT state, node, lease_token FROM jobs WHERE id = $1",
+                &[&id],
+            )
             .await
         {
             Ok(Some(r)) => {
                 let state: String = col(&r, "state").unwrap_or_default();
                 let node: Option<String> = col(&r, "node").unwrap_or_default();
-                StoreError::Fenced(format!(
+                let held: Option<i64> = col(&r, "lease_token").unwrap_or_default();
+                if state == ending.as_str() && held == Some(token) {
+                    tracing::info!(
+                        job = id,
+                        state,
+                        "the job's end was already recorded by this claim (a retried write)"
+                    );
+                    return Ok(());
+                }
+                Err(StoreError::Fenced(format!(
                     "job {id} is {state}{} and no longer held by this claim",
                     node.map(|n| format!(" (node {n})")).unwrap_or_default()
-                ))
+                )))
             }
-            Ok(None) => StoreError::NotFound(format!("job {id}")),
-            Err(e) => e,
+            Ok(None) => Err(StoreError::NotFound(format!("job {id}"))),
+            Err(e) => Err(e),
         }
     }
 
@@ -433,7 +460,7 @@ impl PgStore {
         let n = tx
             .execute(
                 "UPDATE jobs SET state = 'failed', error = $3, finished_at = $4,
-                        lease_until = NULL, finish_seq = nextval('finish_seq')
+                        lease_until = NULL, finish_seq = nextval('finish_seq'), lapsed = '{}'
                  WHERE id = $1 AND lease_token = $2 AND state NOT IN ('done', 'failed')",
                 &[&id, &token, &error, &now_ms()],
             )
@@ -441,7 +468,7 @@ impl PgStore {
             .map_err(pg_err)?;
         if n == 0 {
             drop(tx);
-            return Err(self.fenced(id).await);
+            return self.fenced(id, token, JobState::Failed).await;
         }
         tx.execute("SELECT pg_notify($1, '')", &[&FINISHED_CHANNEL])
             .await
@@ -466,26 +493,15 @@ impl PgStore {
 
     /// At this node's start: the jobs it held when it stopped are queued again (waiting
     /// ones as they are; ones cut short in their evaluation counted, and failed once their
-    /// evaluation has been started `max_attempts` times).
+    /// evaluation has been started `max_attempts` times). The process that held them is
+    /// gone for sure, so nothing is given back.
     pub async fn recover_interrupted(&self, max_attempts: u32) -> Result<Recovery> {
-        self.release_held(Some(&self.node), max_attempts).await
-    }
-
-    /// Every node's reaper: jobs whose lease ran out (their node died, stalled or lost the
-    /// database) are queued again or failed, like a restart's recovery.
-    pub async fn reap_expired(&self, max_attempts: u32) -> Result<Recovery> {
-        self.release_held(None, max_attempts).await
-    }
-
-    async fn release_held(&self, node: Option<&str>, max_attempts: u32) -> Result<Recovery> {
         let max = i32::try_from(max_attempts).unwrap_or(i32::MAX);
         let rows = self
             .rows(
                 "WITH old AS (
                      SELECT id, state FROM jobs
-                     WHERE state IN ('compiling', 'compiled', 'running')
-                       AND (($1::text IS NOT NULL AND node = $1)
-                            OR ($1::text IS NULL AND lease_until < now()))
+                     WHERE state IN ('compiling', 'compiled', 'running') AND node = $1
                      FOR UPDATE SKIP LOCKED)
                  UPDATE jobs SET
                      state = CASE WHEN jobs.state = 'running' AND jobs.attempts >= $2 THEN 'failed'
@@ -502,19 +518,63 @@ impl PgStore {
                      lease_token = NULL, lease_until = NULL
                  FROM old WHERE jobs.id = old.id
                  RETURNING old.state AS was, jobs.state AS now",
-                &[&node, &max, &now_ms()],
+                &[&self.node, &max, &now_ms()],
             )
             .await?;
-        let mut r = Recovery::default();
-        for row in &rows {
-            let was: String = col(row, "was")?;
-            let now: String = col(row, "now")?;
-            match (was.as_str(), now.as_str()) {
-                (_, "failed") => r.failed += 1,
-                ("running", _) => r.requeued += 1,
-                _ => r.waiting += 1,
-            }
+        let r = tally(&rows)?;
+        if r.failed > 0 {
+            self.exec("SELECT pg_notify($1, '')", &[&FINISHED_CHANNEL])
+                .await?;
         }
+        Ok(r)
+    }
+
+    /// Every node's reaper: jobs whose lease ran out (their node died, stalled or lost the
+    /// database) are queued again. A running one keeps its attempt for now and records
+    /// the process that held it: when that process's heartbeat comes back, it was slow,
+    /// not dead, and the attempt is given back ([`PgStore::heartbeat`]). A job whose
+    /// evaluation was cut short `max_attempts` times waits unclaimed for one lease after
+    /// its last lapse, then fails. A database that restarted gives every node one lease
+    /// to renew before anything is reaped.
+    pub async fn reap_expired(&self, max_attempts: u32) -> Result<Recovery> {
+        let max = i32::try_from(max_attempts).unwrap_or(i32::MAX);
+        let rows = self
+            .rows(
+                &format!(
+                    "WITH old AS (
+                         SELECT id, state FROM jobs
+                         WHERE state IN ('compiling', 'compiled', 'running')
+                           AND {}
+                         FOR UPDATE SKIP LOCKED)
+                     UPDATE jobs SET
+                         state = 'queued',
+                         lapsed = CASE WHEN jobs.state = 'running'
+                                       THEN jobs.lapsed || coalesce(
+                                           (SELECT n.instance FROM nodes n WHERE n.id = jobs.node), '?')
+                                       ELSE jobs.lapsed END,
+                         lapsed_at = CASE WHEN jobs.state = 'running' THEN now()
+                                          ELSE jobs.lapsed_at END,
+                         lease_token = NULL, lease_until = NULL
+                     FROM old WHERE jobs.id = old.id
+                     RETURNING old.state AS was, jobs.state AS now",
+                    super::lease_ran_out("lease_until", "$1")
+                ),
+                &[&self.lease()],
+            )
+            .await?;
+        let mut r = tally(&rows)?;
+        let failed = self
+            .exec(
+                "UPDATE jobs SET state = 'failed',
+                        error = 'kiln stopped during this job''s evaluation ' || attempts
+                                || ' times (last on node ' || coalesce(node, '?') || '); giving up',
+                        finished_at = $3, finish_seq = nextval('finish_seq'), lapsed = '{}'
+                 WHERE state = 'queued' AND attempts >= $1
+                   AND lapsed_at < now() - make_interval(secs => $2)",
+                &[&max, &self.lease(), &now_ms()],
+            )
+            .await?;
+        r.failed = usize::try_from(failed).unwrap_or(usize::MAX);
         if r.failed > 0 {
             self.exec("SELECT pg_notify($1, '')", &[&FINISHED_CHANNEL])
                 .await?;
@@ -596,6 +656,21 @@ impl PgStore {
             .await?;
         Ok(row.map(|r| col(&r, "s")).transpose()?.unwrap_or(0))
     }
+}
+
+/// Counts what a release did, from its `was`/`now` rows.
+fn tally(rows: &[Row]) -> Result<Recovery> {
+    let mut r = Recovery::default();
+    for row in rows {
+        let was: String = col(row, "was")?;
+        let now: String = col(row, "now")?;
+        match (was.as_str(), now.as_str()) {
+            (_, "failed") => r.failed += 1,
+            ("running", _) => r.requeued += 1,
+            _ => r.waiting += 1,
+        }
+    }
+    Ok(r)
 }
 
 /// Inserts a queued job with its fair queuing tag; returns its id.

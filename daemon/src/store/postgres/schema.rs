@@ -181,6 +181,15 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (node, gpu_class)
     );
     "#,
+    // 2: lapsed leases. A running job whose lease ran out records the process (node
+    //    instance) that held it; when that process's heartbeat comes back (it was slow,
+    //    not dead) the attempt is given back. The time of the last lapse lets a job that
+    //    reached its attempts wait one lease for such a refund before it fails.
+    r#"
+    ALTER TABLE jobs ADD COLUMN lapsed TEXT[] NOT NULL DEFAULT '{}';
+    ALTER TABLE jobs ADD COLUMN lapsed_at TIMESTAMPTZ;
+    CREATE INDEX jobs_lapsed ON jobs(id) WHERE cardinality(lapsed) > 0;
+    "#,
 ];
 
 /// Tables every current schema has; checked after migrating.

@@ -162,7 +162,8 @@ impl PgStore {
                         host_until = now() + make_interval(secs => $4)
                  WHERE id = $1 AND state = 'running'
                    AND (host_node IS NULL OR host_node = $3 OR host_until IS NULL
-                        OR host_until < now())",
+                        OR (host_until < now() AND pg_postmaster_start_time()
+                            + make_interval(secs => $4) < now()))",
                 &[&id, &token_hash, &self.node, &self.lease()],
             )
             .await?;
@@ -381,9 +382,10 @@ impl PgStore {
             .rows(
                 "SELECT id FROM searches WHERE state = 'running'
                    AND (host_node IS NULL OR host_node = $1 OR host_until IS NULL
-                        OR host_until < now())
+                        OR (host_until < now() AND pg_postmaster_start_time()
+                            + make_interval(secs => $2) < now()))
                  ORDER BY created_at",
-                &[&self.node],
+                &[&self.node, &self.lease()],
             )
             .await?;
         rows.iter().map(|r| col(r, "id")).collect()
