@@ -570,7 +570,7 @@ impl PgStore {
                                 || ' times (last on node ' || coalesce(node, '?') || '); giving up',
                         finished_at = $3, finish_seq = nextval('finish_seq'), lapsed = '{}'
                  WHERE state = 'queued' AND attempts >= $1
-                   AND lapsed_at < now() - make_interval(secs => $2)",
+                   AND (lapsed_at IS NULL OR lapsed_at < now() - make_interval(secs => $2))",
                 &[&max, &self.lease(), &now_ms()],
             )
             .await?;
