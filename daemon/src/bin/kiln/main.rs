@@ -11,6 +11,7 @@ mod search;
 mod show;
 mod status;
 mod submit;
+mod telemetry;
 mod watch;
 
 use std::path::PathBuf;

@@ -236,7 +236,7 @@ pub fn print_record(r: &Value) {
             println!("    {line}");
         }
     }
-    if !e["telemetry"].is_null() {
-        println!("  telemetry {}", e["telemetry"]);
+    for (label, text) in crate::telemetry::lines(&e["telemetry"]) {
+        println!("  {label:<9} {text}");
     }
 }
