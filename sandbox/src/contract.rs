@@ -1,4 +1,5 @@
-//! The evaluation contract of design guide §5, once, for every backend.
+//! The evaluation contract, once, for every backend (docs/architecture.md, "One
+//! candidate's path", shows where it runs).
 //!
 //! A backend implements [`Target`]: a few mechanical steps (draw an input set from the
 //! secret seed, run the trusted reference, run the candidate once, take one timed sample

@@ -1,4 +1,4 @@
-//! The jail: start a command isolated from the host (design guide §6, docs/security.md).
+//! The jail: start a command isolated from the host (docs/security.md, section 3).
 //!
 //! Two halves, two processes:
 //!
@@ -59,7 +59,7 @@ pub struct Limits {
     pub nproc: u64,
     /// RLIMIT_FSIZE, bytes.
     pub fsize_bytes: u64,
-    /// RLIMIT_AS, bytes; `None` leaves it unlimited (CUDA processes need that, §6).
+    /// RLIMIT_AS, bytes; `None` leaves it unlimited (CUDA processes need that: the driver reserves address space of about twice the device memory).
     pub as_bytes: Option<u64>,
 }
 

@@ -16,7 +16,7 @@
 //! - [`jail`]: start a command isolated from the host (namespaces, private root, rlimits,
 //!   cgroup, `no_new_privs`, seccomp, parent-death signal, tree kill on a deadline).
 //! - [`protocol`]: the framed messages between caller and worker.
-//! - [`contract`]: the evaluation contract (design guide §5), generic over a backend, with
+//! - [`contract`]: the evaluation contract (what it checks and in what order: its module doc), generic over a backend, with
 //!   the backend-neutral input data and comparison code.
 //! - [`backends`]: the backends inside `kiln-worker`: [`backends::host`] (C on the CPU),
 //!   [`backends::cuda`] (NVRTC, kernels on the worker's GPU through `kiln-gpu`) and

@@ -1,6 +1,6 @@
 //! The host backend: C candidates compiled by the system compiler and run on the CPU, for
 //! machines without a GPU and for CI. Keeps the same evaluation contract as every backend
-//! (design guide §5).
+//! (`crate::contract`).
 //!
 //! - [`flags`]: the compile-flag allow-list;
 //! - [`compile`]: `cc` inside the jail, with a timeout;

@@ -1,5 +1,5 @@
 //! `kiln-worker`: the jail helper, the trusted worker and the candidate runner, in one
-//! binary so that one path is all kilnd needs (design guide §6).
+//! binary so that one path is all kilnd needs (docs/security.md, section 3).
 //!
 //! - `kiln-worker jail SPEC-JSON`: set up the jail's layers and exec the payload
 //!   (single-threaded on purpose: nothing here starts a thread);

@@ -1,4 +1,4 @@
-//! The timing phase of the contract (design guide §5), for every backend.
+//! The timing phase of the contract (`crate::contract`), for every backend.
 //!
 //! 1. the timer's own overhead (host: the fastest of the empty round trips; GPU: none, events
 //!    time the GPU), subtracted from every sample;

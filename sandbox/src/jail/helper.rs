@@ -1,5 +1,5 @@
 //! The helper side of the jail: `kiln-worker jail SPEC`, a fresh single-threaded process
-//! that sets up the layers in order and execs the payload (design guide §6).
+//! that sets up the layers in order and execs the payload (docs/security.md, section 3).
 //!
 //! Steps, in code order (docs/security.md lists the same):
 //!

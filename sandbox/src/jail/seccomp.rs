@@ -1,6 +1,6 @@
 //! Seccomp allow-lists, one per role, kept as data with the reason for every syscall.
 //!
-//! Roles (design guide §6, docs/security.md):
+//! Roles (docs/security.md, sections 2 and 3):
 //! - [`Role::Compile`]: kiln-worker plus the system compiler driver and its helpers
 //!   (`cc1`, `as`, `ld`), or python running Triton's compiler and `ptxas`. Needs files
 //!   and processes, never the network (no `socket` at all).

@@ -1,6 +1,6 @@
 //! Candidates: device code plus a declarative launch list, never host code.
 //!
-//! The JSON shape is the one in the design guide (§3). kiln launches every kernel itself
+//! The JSON shape is the one docs/api.md gives (`POST /v1/candidates`). kiln launches every kernel itself
 //! from the plan, so a candidate cannot patch timers, use side streams or fall back to a
 //! library. For the host backend (`language = "c"`), each launch names a C function that is
 //! called with the args; grid and block are ignored.

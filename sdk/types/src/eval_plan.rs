@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The timing stop rule (design guide §5).
+/// The timing stop rule (docs/benchmarks.md, docs/architecture.md "Timing on the GPU").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TimingPlan {

@@ -1,4 +1,4 @@
-//! NVRTC compiles in the jailed worker's compile role (design guide §3: flags from the
+//! NVRTC compiles in the jailed worker's compile role (docs/api.md, "CUDA candidates": flags from the
 //! allow-list, no `-rdc`, no includes outside the toolkit): `kiln_gpu::cxx` compiles the
 //! candidate with the toolkit's include folders (bound into the jail), kiln's stand-in
 //! headers and prelude, and its kernels resolved by C++ name; the artifact is the image

@@ -12,7 +12,7 @@
 //!   `/sys/module/nvidia`). The host's `/proc` itself is never shown.
 //!
 //! No RLIMIT_AS for a GPU worker (the driver reserves about twice the device memory of
-//! address space, design guide §6); the seccomp policy is `Role::GpuWorker`
+//! address space, docs/security.md section 3); the seccomp policy is `Role::GpuWorker`
 //! (see `jail::seccomp::GPU_EXTRA`).
 
 use std::path::PathBuf;

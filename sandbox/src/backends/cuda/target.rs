@@ -2,7 +2,7 @@
 //! sets a target up on the warm context ([`super::context::GpuContext`]) and hands it to
 //! [`crate::contract::Session`].
 //!
-//! Memory discipline (design guide §5): the problem's tensors are allocated per
+//! Memory discipline (`crate::contract`, docs/security.md section 4b): the problem's tensors are allocated per
 //! evaluation and shared by the reference and the candidate; each has its own scratch.
 //! Inputs are drawn on the GPU (`Gpu::fill`) from the secret seed and hashed on the GPU
 //! with a secret key. Outputs are poisoned and the candidate's scratch zeroed before every
