@@ -45,7 +45,7 @@ if [ -z "${KILN_PYTHON:-}" ] && [ -x /opt/kiln-torch/bin/python ]; then
 fi
 echo "== torch for the torch-reference tests: ${KILN_PYTHON:-none (those tests skip)}"
 
-stage "torch helper (its torch-free tests; with KILN_PYTHON, one with torch too)"
+stage "script tests (the torch helper: torch-free, and with KILN_PYTHON one with torch; the corpus extractor; every path the docs name exists)"
 python3 -m unittest discover -s scripts/tests -t scripts/tests
 
 stage "cargo clippy"
