@@ -147,6 +147,29 @@ fn new_search(hash: &str, class: &str, weight: f64) -> NewSearch {
     }
 }
 
+/// Submits a candidate of problem `p` with `src`, claims its job and starts its
+/// evaluation on lane 0: the job id and the claim.
+async fn running_job(store: &Store, src: &str) -> (i64, kiln_daemon::store::JobRecord) {
+    let id = store
+        .submit(&cand("p", src), None)
+        .await
+        .expect("submit")
+        .job_id;
+    let held = store
+        .claim_next(&host())
+        .await
+        .expect("claim")
+        .expect("job");
+    assert_eq!(held.id, id, "the job just submitted is the one claimed");
+    assert!(
+        store
+            .start_evaluation(id, held.lease_token, 0)
+            .await
+            .expect("start")
+    );
+    (id, held)
+}
+
 /// Claims the next job and finishes it with `e`.
 async fn claim_and_finish(store: &Store, e: &Evaluation) -> i64 {
     let job = store
@@ -866,22 +889,7 @@ async fn log_usage_counts_a_searchs_lines_and_bytes(store: &Store) {
 async fn a_repeated_end_of_a_job_is_recorded_once(store: &Store) {
     store.put_problem(&spec("p")).await.expect("problem");
     let e = ok(10.0, 11.0, false, false);
-    let id = store
-        .submit(&cand("p", "void f(){ /*done*/ }"), None)
-        .await
-        .expect("submit")
-        .job_id;
-    let held = store
-        .claim_next(&host())
-        .await
-        .expect("claim")
-        .expect("job");
-    assert!(
-        store
-            .start_evaluation(id, held.lease_token, 0)
-            .await
-            .expect("start")
-    );
+    let (id, held) = running_job(store, "void f(){ /*done*/ }").await;
     store
         .finish_job(id, held.lease_token, &e, 1.0, 2.0)
         .await
@@ -1228,24 +1236,7 @@ async fn postgres_cluster_semantics() {
     let a = postgres(&url, "node-a", 1.0).await;
     let b = postgres(&url, "node-b", 1.0).await;
     a.store.put_problem(&spec("p")).await.expect("problem");
-    let id = a
-        .store
-        .submit(&cand("p", "void f(){}"), None)
-        .await
-        .expect("submit")
-        .job_id;
-    let held = a
-        .store
-        .claim_next(&host())
-        .await
-        .expect("claim")
-        .expect("job");
-    assert!(
-        a.store
-            .start_evaluation(id, held.lease_token, 0)
-            .await
-            .expect("start")
-    );
+    let (id, held) = running_job(&a.store, "void f(){}").await;
     let pb = b.store.cluster().expect("pg");
     assert_eq!(
         pb.reap_expired(3).await.expect("reap"),
@@ -1357,24 +1348,7 @@ async fn postgres_cluster_semantics() {
     ps.register_node(&[], true, true).await.expect("register");
     po.register_node(&[], true, true).await.expect("register");
     slow.store.put_problem(&spec("p")).await.expect("problem");
-    let id = slow
-        .store
-        .submit(&cand("p", "void f(){ /*lapse*/ }"), None)
-        .await
-        .expect("submit")
-        .job_id;
-    let late = slow
-        .store
-        .claim_next(&host())
-        .await
-        .expect("claim")
-        .expect("job");
-    assert!(
-        slow.store
-            .start_evaluation(id, late.lease_token, 0)
-            .await
-            .expect("start")
-    );
+    let (id, late) = running_job(&slow.store, "void f(){ /*lapse*/ }").await;
     reap_until(po, |r| r.requeued == 1).await;
     let j = other.store.get_job(id).await.expect("get").expect("job");
     assert_eq!(

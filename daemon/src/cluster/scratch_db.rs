@@ -75,6 +75,13 @@ fn free_port() -> Result<u16, String> {
     Err(format!("no free port in {from}-{to}"))
 }
 
+/// Whether a failed start says the port was taken.
+fn port_taken(error: &str) -> bool {
+    ["already in use", "could not bind", "could not create any TCP/IP sockets"]
+        .iter()
+        .any(|m| error.contains(m))
+}
+
 impl ScratchDb {
     /// Creates and starts a server; an error says what is missing or what failed.
     pub fn start() -> Result<ScratchDb, String> {
@@ -128,8 +135,19 @@ impl ScratchDb {
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
-        db.spawn()?;
-        Ok(db)
+        // Another process may take the port between the check and the server's bind:
+        // then the server says so and another port is tried.
+        let mut tries = 0;
+        loop {
+            match db.spawn() {
+                Ok(()) => return Ok(db),
+                Err(e) if tries < 4 && port_taken(&e) => {
+                    tries += 1;
+                    db.port = free_port()?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn data(&self) -> PathBuf {
