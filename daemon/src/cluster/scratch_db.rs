@@ -77,9 +77,13 @@ fn free_port() -> Result<u16, String> {
 
 /// Whether a failed start says the port was taken.
 fn port_taken(error: &str) -> bool {
-    ["already in use", "could not bind", "could not create any TCP/IP sockets"]
-        .iter()
-        .any(|m| error.contains(m))
+    [
+        "already in use",
+        "could not bind",
+        "could not create any TCP/IP sockets",
+    ]
+    .iter()
+    .any(|m| error.contains(m))
 }
 
 impl ScratchDb {
