@@ -1031,6 +1031,30 @@ async fn reap_until(pg: &PgStore, want: impl Fn(&Recovery) -> bool) {
     }
 }
 
+/// `target_session_attrs=read-write` (a primary with standbys in one URL) skips a server
+/// that allows no writes, as libpq does, and says so.
+#[tokio::test]
+async fn a_read_write_session_refuses_a_read_only_server() {
+    let Some(db) = scratch_server() else { return };
+    db.create_database("rw").expect("database");
+    db.create_database("ro").expect("database");
+    db.psql(
+        "ro",
+        "ALTER DATABASE ro SET default_transaction_read_only = on",
+    )
+    .expect("read-only");
+    let rw = format!("{}&target_session_attrs=read-write", db.url("rw"));
+    pg_store(&rw, "node-a", 30.0)
+        .await
+        .expect("a server that allows writes is taken");
+    let ro = format!("{}&target_session_attrs=read-write", db.url("ro"));
+    let err = pg_store(&ro, "node-a", 30.0).await.err().expect("refused");
+    assert!(
+        matches!(&err, StoreError::Unavailable(m) if m.contains("allows no writes")),
+        "{err}"
+    );
+}
+
 /// A restarted database gives every node one lease to renew before its jobs are taken:
 /// a lease that ran out while the database was down is not reaped at once.
 #[tokio::test]

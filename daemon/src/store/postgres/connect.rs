@@ -14,8 +14,9 @@
 //!   whose peer stopped acknowledging, so a query on it fails instead of hanging.
 //!
 //! Hosts and ports are taken from the URL as libpq reads them (several hosts tried in
-//! order, `hostaddr` for the address and `host` for the TLS name); a Unix-socket host is
-//! opened by `tokio-postgres` itself (it cannot connect to itself).
+//! order or shuffled with `load_balance_hosts=random`, `hostaddr` for the address and
+//! `host` for the TLS name, `target_session_attrs` checked); a Unix-socket host is opened
+//! by `tokio-postgres` itself (it cannot connect to itself).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -26,7 +27,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
-use tokio_postgres::config::Host;
+use tokio_postgres::config::{Host, LoadBalanceHosts, TargetSessionAttrs};
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{AsyncMessage, Client, Connection, Notification};
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -80,6 +81,11 @@ async fn open_within(
             .map_err(|_| unavailable(no_answer(limit)))?
             .map_err(super::pg_err)?;
         return Ok(drive(client, connection));
+    }
+    let mut targets = targets;
+    if config.get_load_balance_hosts() == LoadBalanceHosts::Random {
+        use rand::seq::SliceRandom;
+        targets.shuffle(&mut rand::rng());
     }
     let mut last = None;
     for (host, tls_name, port) in targets {
@@ -172,12 +178,45 @@ async fn open_tcp(
         let connector =
             <MakeRustlsConnect as MakeTlsConnect<TcpStream>>::make_tls_connect(&mut make, tls_name)
                 .map_err(|e| unavailable(format!("TLS for {tls_name}: {e}")))?;
-        match config.connect_raw(stream, connector).await {
-            Ok((client, connection)) => return Ok(drive(client, connection)),
-            Err(e) => last = Some(super::pg_err(e)),
+        let opened = match config.connect_raw(stream, connector).await {
+            Ok((client, connection)) => drive(client, connection),
+            Err(e) => {
+                last = Some(super::pg_err(e));
+                continue;
+            }
+        };
+        match session_fits(config, &opened.client).await {
+            Ok(()) => return Ok(opened),
+            Err(e) => last = Some(unavailable(format!("{addr}: {e}"))),
         }
     }
     Err(last.unwrap_or_else(|| unavailable(format!("{host}: no address"))))
+}
+
+/// `target_session_attrs` of the URL, as libpq checks it: with several hosts (a primary
+/// and its standbys), `read-write` skips a server that allows no writes.
+async fn session_fits(config: &tokio_postgres::Config, client: &Client) -> Result<(), String> {
+    let wanted = config.get_target_session_attrs();
+    if wanted == TargetSessionAttrs::Any {
+        return Ok(());
+    }
+    let rows = client
+        .simple_query("SHOW transaction_read_only")
+        .await
+        .map_err(|e| format!("cannot ask whether the server allows writes: {e}"))?;
+    let read_only = rows.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(|v| v == "on"),
+        _ => None,
+    });
+    match (wanted, read_only) {
+        (TargetSessionAttrs::ReadWrite, Some(true)) => {
+            Err("the server allows no writes (target_session_attrs=read-write)".into())
+        }
+        (TargetSessionAttrs::ReadOnly, Some(false)) => {
+            Err("the server allows writes (target_session_attrs=read-only)".into())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Spawns the task that drives `connection`, forwarding its notifications.
