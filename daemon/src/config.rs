@@ -292,9 +292,13 @@ pub struct QueueConfig {
     pub max_attempts: u32,
     /// Concurrent compile jobs; 0 means one per CPU.
     pub compile_workers: usize,
-    /// Jobs each lane may have compiled ahead (claimed from the queue, compiling or
-    /// waiting for it) besides the one it evaluates; the rest stay queued.
+    /// Jobs each lane has compiled ahead (claimed from the queue, compiling or waiting
+    /// for it) besides the one it evaluates, at least; more while compiles take longer
+    /// than evaluations (`sched::ahead`). The rest stay queued.
     pub lane_prefetch: usize,
+    /// Jobs ahead of each lane at most, however slow compiles are (they are bounded by
+    /// the compile slots too).
+    pub max_lane_ahead: usize,
 }
 
 impl Default for QueueConfig {
@@ -303,6 +307,7 @@ impl Default for QueueConfig {
             max_attempts: 3,
             compile_workers: 0,
             lane_prefetch: 2,
+            max_lane_ahead: 32,
         }
     }
 }

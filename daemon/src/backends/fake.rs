@@ -1,7 +1,9 @@
 //! A fake backend for tests: `n` lanes labelled `GPU-fake-0`.. (as
 //! `crate::gpu::fake_inventory` names its GPUs), which records what ran on which lane. Its
 //! first `n` evaluations wait until all `n` lanes are busy at once (at most [`PATIENCE`]),
-//! so a test sees whether the scheduler fills every lane; the rest answer at once.
+//! so a test sees whether the scheduler fills every lane; the rest answer at once, or
+//! after a set delay ([`FakeLanes::with_delays`], which delays compiles too and counts
+//! those in flight).
 
 use std::sync::Arc;
 use std::sync::{Condvar, Mutex};
@@ -30,6 +32,10 @@ pub struct Seen {
     pub evaluated: Vec<(String, usize)>,
     /// Lanes baselines were measured on.
     pub baselines_on: Vec<usize>,
+    /// Compiles running now.
+    pub compiling: usize,
+    /// Most compiles running at one moment.
+    pub most_compiling: usize,
 }
 
 /// The fake backend (see the module docs).
@@ -38,10 +44,22 @@ pub struct FakeLanes {
     n: usize,
     seen: Mutex<Seen>,
     changed: Condvar,
+    compile_delay: Duration,
+    eval_delay: Duration,
 }
 
 impl FakeLanes {
     pub fn new(name: &'static str, n: usize) -> Arc<FakeLanes> {
+        Self::with_delays(name, n, Duration::ZERO, Duration::ZERO)
+    }
+
+    /// A fake whose every compile takes `compile` and every evaluation `evaluation`.
+    pub fn with_delays(
+        name: &'static str,
+        n: usize,
+        compile: Duration,
+        evaluation: Duration,
+    ) -> Arc<FakeLanes> {
         Arc::new(FakeLanes {
             name,
             n,
@@ -50,6 +68,8 @@ impl FakeLanes {
                 ..Seen::default()
             }),
             changed: Condvar::new(),
+            compile_delay: compile,
+            eval_delay: evaluation,
         })
     }
 
@@ -72,6 +92,15 @@ impl Backend for FakeLanes {
     }
 
     fn compile(&self, _: &ProblemSpec, _: &Candidate) -> Result<CompileOutcome, BackendError> {
+        if !self.compile_delay.is_zero() {
+            {
+                let mut seen = self.seen();
+                seen.compiling += 1;
+                seen.most_compiling = seen.most_compiling.max(seen.compiling);
+            }
+            std::thread::sleep(self.compile_delay);
+            self.seen().compiling -= 1;
+        }
         Ok(CompileOutcome {
             artifact: Some(b"fake artifact".to_vec()),
             info: CompileInfo::default(),
@@ -114,6 +143,11 @@ impl Backend for FakeLanes {
                 .wait_timeout_while(seen, PATIENCE, |s| s.most_busy < self.n)
                 .unwrap_or_else(|p| p.into_inner());
             seen = s;
+        }
+        if !self.eval_delay.is_zero() {
+            drop(seen);
+            std::thread::sleep(self.eval_delay);
+            seen = self.seen();
         }
         seen.busy[lane] = false;
         let mut e = Evaluation::early(Verdict::Ok, self.name, "ok");

@@ -264,7 +264,12 @@ impl Scheduler {
             Ok(Compiled::Early(eval, compile_ms)) => {
                 return (Outcome::Evaluated(eval, compile_ms, 0.0), None);
             }
-            Ok(Compiled::Ready(ready)) => ready,
+            Ok(Compiled::Ready(ready)) => {
+                if let Some(a) = self.ahead.get(ready.backend.name()) {
+                    a.observe_compile(ready.compile_ms);
+                }
+                ready
+            }
             Err(e) => return (e.into(), None),
         };
         if let Err(e) = self
@@ -314,8 +319,12 @@ impl Scheduler {
             None,
             None,
         );
+        let ahead = self.ahead.get(ready.backend.name()).cloned();
         let outcome = match self.evaluate(job, *ready, lane.index).await {
             Ok((eval, compile_ms, eval_ms)) => {
+                if let Some(a) = ahead {
+                    a.observe_evaluation(eval_ms);
+                }
                 Outcome::Evaluated(Box::new(eval), compile_ms, eval_ms)
             }
             Err(e) => e.into(),

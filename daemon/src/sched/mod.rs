@@ -2,9 +2,10 @@
 //!
 //! One dispatcher claims queued jobs while a compile slot is free (the compile pool is
 //! sized from the CPU count) and the job's backend has room: a backend holds at most
-//! `lanes × (1 + queue.lane_prefetch)` jobs at once, so jobs beyond that stay visibly
-//! `queued` in the store and the claim order (fair across searches) is the order lanes
-//! serve them. A claimed job is `compiling`; once compiled it is `compiled` and waits for
+//! `lanes × (1 + ahead)` jobs at once, where `ahead` follows its compile time against its
+//! evaluation time (at least `queue.lane_prefetch`, within the compile slots: [`ahead`]),
+//! so jobs beyond that stay visibly `queued` in the store and the claim order (fair
+//! across searches) is the order lanes serve them. A claimed job is `compiling`; once compiled it is `compiled` and waits for
 //! a lane of its backend (one per GPU for cuda, [`LaneSlots`]: any free lane, or the one
 //! its `lane` option pins it to) — one evaluation at a time
 //! per lane, so timings never overlap. Only when its evaluation starts on a lane is it
@@ -14,6 +15,7 @@
 //! usable here stay queued. On stop, jobs not yet on a lane go back to the queue at once,
 //! uncounted. Baselines hold a GPU lane the same way ([`baseline`]).
 
+pub mod ahead;
 pub mod baseline;
 mod calibrate;
 mod job;
@@ -28,7 +30,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, Semaphore};
+
+use ahead::{Ahead, OwnedHold};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -45,8 +49,9 @@ pub struct Scheduler {
     pub(crate) config: Config,
     compile_slots: Arc<Semaphore>,
     pub(crate) lane_slots: HashMap<&'static str, Arc<LaneSlots>>,
-    /// Per backend: room for the jobs it holds (compiling, compiled or running).
-    room: HashMap<&'static str, Arc<Semaphore>>,
+    /// Per backend: the jobs it holds (compiling, compiled or running) and how many it
+    /// may, following its compile and evaluation times ([`ahead`]).
+    pub(crate) ahead: HashMap<&'static str, Arc<Ahead>>,
     /// The class each backend's lanes claim for; empty on a node that evaluates nothing
     /// (a gateway).
     classes: Vec<LaneClass>,
@@ -81,12 +86,16 @@ impl Scheduler {
             .iter()
             .map(|b| (b.name(), LaneSlots::new(b.lanes())))
             .collect();
-        let per_lane = 1 + config.queue.lane_prefetch;
-        let room = backends
+        let ahead = backends
             .iter()
             .map(|b| {
-                let n = b.lanes().max(1).saturating_mul(per_lane);
-                (b.name(), Arc::new(Semaphore::new(n)))
+                let a = Ahead::new(
+                    b.lanes(),
+                    workers,
+                    config.queue.lane_prefetch,
+                    config.queue.max_lane_ahead,
+                );
+                (b.name(), Arc::new(a))
             })
             .collect();
         let backends = backends.into_iter().map(|b| (b.name(), b)).collect();
@@ -100,7 +109,7 @@ impl Scheduler {
             config,
             compile_slots: Arc::new(Semaphore::new(workers)),
             lane_slots,
-            room,
+            ahead,
             classes,
             paused: std::sync::Mutex::new(None),
             write_patience,
@@ -164,20 +173,15 @@ impl Scheduler {
 
     /// Room for one more job of each claiming lane class that has some: the classes with
     /// their permits (none while claims are paused).
-    fn lanes_with_room(&self) -> Vec<(LaneClass, OwnedSemaphorePermit)> {
+    fn lanes_with_room(&self) -> Vec<(LaneClass, OwnedHold)> {
         if self.paused().is_some() {
             return Vec::new();
         }
         self.classes
             .iter()
             .filter_map(|c| {
-                let permit = self
-                    .room
-                    .get(c.backend.as_str())?
-                    .clone()
-                    .try_acquire_owned()
-                    .ok()?;
-                Some((c.clone(), permit))
+                let hold = self.ahead.get(c.backend.as_str())?.try_hold()?;
+                Some((c.clone(), hold))
             })
             .collect()
     }

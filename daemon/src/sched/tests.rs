@@ -255,3 +255,46 @@ async fn baselines_are_measured_and_cached_per_lane_gpu_model() {
     assert_eq!(fake.seen().baselines_on.len(), 2);
     sched.stop();
 }
+
+/// Most compiles in flight while 30 candidates go through one lane whose compiles take
+/// `compile_ms` and evaluations `eval_ms` (four compile slots).
+async fn most_compiling(compile_ms: u64, eval_ms: u64) -> usize {
+    let fake = FakeLanes::with_delays(
+        "host",
+        1,
+        Duration::from_millis(compile_ms),
+        Duration::from_millis(eval_ms),
+    );
+    let (_d, store, sched, events) = start(fake.clone()).await;
+    let mut rx = events.subscribe();
+    for i in 0..30 {
+        store
+            .submit(&candidate(&format!("d{compile_ms}-{i}")), None)
+            .await
+            .expect("submit");
+    }
+    sched.wake();
+    let states = ended(&mut rx, 30).await;
+    assert!(states.values().all(|(s, _)| s == "done"), "{states:?}");
+    sched.stop();
+    let seen = fake.seen();
+    assert_eq!(seen.overlaps, 0, "a lane ran two evaluations at once");
+    seen.most_compiling
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slow_compiles_get_more_jobs_compiling_ahead_within_the_compile_slots() {
+    // Compiles 20 times longer than evaluations: every compile slot works for the one
+    // lane (with a fixed two jobs ahead, at most three jobs are held, so three compiles).
+    let slow = most_compiling(100, 5).await;
+    // Compiles much shorter than evaluations: the floor of two ahead is plenty.
+    let fast = most_compiling(2, 40).await;
+    assert_eq!(
+        slow, 4,
+        "all four compile slots, and no more, for slow compiles"
+    );
+    assert!(
+        fast <= 3,
+        "fast compiles stay at the floor (3 held): {fast}"
+    );
+}
