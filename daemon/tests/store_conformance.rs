@@ -155,19 +155,24 @@ async fn running_job(store: &Store, src: &str) -> (i64, kiln_daemon::store::JobR
         .await
         .expect("submit")
         .job_id;
+    (id, claim_and_start(store, id).await)
+}
+
+/// Claims the next job, which must be `id`, and starts its evaluation on lane 0.
+async fn claim_and_start(store: &Store, id: i64) -> kiln_daemon::store::JobRecord {
     let held = store
         .claim_next(&host())
         .await
         .expect("claim")
-        .expect("job");
-    assert_eq!(held.id, id, "the job just submitted is the one claimed");
+        .expect("a job to claim");
+    assert_eq!(held.id, id, "the job expected is the one claimed");
     assert!(
         store
             .start_evaluation(id, held.lease_token, 0)
             .await
             .expect("start")
     );
-    (id, held)
+    held
 }
 
 /// Claims the next job and finishes it with `e`.
@@ -1391,20 +1396,7 @@ async fn postgres_cluster_semantics() {
         .expect("the slow node's heartbeat comes back");
     let j = other.store.get_job(id).await.expect("get").expect("job");
     assert_eq!(j.attempts, 0, "a lapse of a live node is not an attempt");
-    let again = other
-        .store
-        .claim_next(&host())
-        .await
-        .expect("claim")
-        .expect("job");
-    assert_eq!(again.id, id);
-    assert!(
-        other
-            .store
-            .start_evaluation(id, again.lease_token, 0)
-            .await
-            .expect("start")
-    );
+    let again = claim_and_start(&other.store, id).await;
     other
         .store
         .finish_job(id, again.lease_token, &ok(1.0, 2.0, false, false), 0.0, 0.0)
@@ -1439,20 +1431,8 @@ async fn postgres_cluster_semantics() {
         let dying = postgres(&deaths, &format!("node-dies-{k}"), 1.0).await;
         let pd = dying.store.cluster().expect("pg");
         pd.register_node(&[], true, true).await.expect("register");
-        let held = dying
-            .store
-            .claim_next(&host())
-            .await
-            .expect("claim")
-            .expect("the job is claimed while it has attempts left");
-        assert_eq!(held.id, id);
-        assert!(
-            dying
-                .store
-                .start_evaluation(id, held.lease_token, 0)
-                .await
-                .expect("start")
-        );
+        // Claimed while it has attempts left.
+        claim_and_start(&dying.store, id).await;
         drop(dying);
         reap_until(psur, |r| r.requeued == 1).await;
     }
