@@ -72,7 +72,7 @@ async fn open_within(
     tls: &MakeRustlsConnect,
     limit: Duration,
 ) -> Result<Opened, StoreError> {
-    let targets = tcp_targets(config);
+    let mut targets = tcp_targets(config);
     if targets.is_empty() {
         // Unix-socket hosts (or none): tokio-postgres connects by itself.
         let attempt = config.connect(tls.clone());
@@ -82,7 +82,6 @@ async fn open_within(
             .map_err(super::pg_err)?;
         return Ok(drive(client, connection));
     }
-    let mut targets = targets;
     if config.get_load_balance_hosts() == LoadBalanceHosts::Random {
         use rand::seq::SliceRandom;
         targets.shuffle(&mut rand::rng());

@@ -158,12 +158,14 @@ impl PgStore {
     pub async fn start_search(&self, id: &str, token_hash: &str) -> Result<bool> {
         let n = self
             .exec(
-                "UPDATE searches SET token_hash = $2, starts = starts + 1, host_node = $3,
+                &format!(
+                    "UPDATE searches SET token_hash = $2, starts = starts + 1, host_node = $3,
                         host_until = now() + make_interval(secs => $4)
                  WHERE id = $1 AND state = 'running'
                    AND (host_node IS NULL OR host_node = $3 OR host_until IS NULL
-                        OR (host_until < now() AND pg_postmaster_start_time()
-                            + make_interval(secs => $4) < now()))",
+                        OR {})",
+                    super::lease_ran_out("host_until", "$4")
+                ),
                 &[&id, &token_hash, &self.node, &self.lease()],
             )
             .await?;
@@ -380,11 +382,13 @@ impl PgStore {
     pub async fn searches_to_host(&self) -> Result<Vec<String>> {
         let rows = self
             .rows(
-                "SELECT id FROM searches WHERE state = 'running'
-                   AND (host_node IS NULL OR host_node = $1 OR host_until IS NULL
-                        OR (host_until < now() AND pg_postmaster_start_time()
-                            + make_interval(secs => $2) < now()))
-                 ORDER BY created_at",
+                &format!(
+                    "SELECT id FROM searches WHERE state = 'running'
+                       AND (host_node IS NULL OR host_node = $1 OR host_until IS NULL
+                            OR {})
+                     ORDER BY created_at",
+                    super::lease_ran_out("host_until", "$2")
+                ),
                 &[&self.node, &self.lease()],
             )
             .await?;
