@@ -51,18 +51,25 @@ python3 -m unittest discover -s scripts/tests -t scripts/tests
 stage "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-stage "cargo build"
-cargo build --workspace --locked
-stage "cargo test (triton: ${KILN_TRITON_PYTHON:-none, its tests skip})"
-# Every test binary runs even when an earlier one fails, so one red test hides no other.
-cargo test --workspace --locked --no-fail-fast
+# The test binaries are built once (cargo test --no-run: the same features a plain
+# `cargo test` uses; a separate `cargo build` would build most crates a second time with
+# other features), kilnd and kiln-worker with them.
+stage "cargo test --no-run (build every test binary, and the binaries the tests start)"
+cargo test --workspace --locked --no-run
+stage "cargo test (triton: ${KILN_TRITON_PYTHON:-none, its tests skip}; test binaries run ${KILN_TEST_JOBS:-3} at a time)"
+# scripts/run-tests.py runs the binaries just built several at a time (each as cargo
+# would, one process per binary), every one even when another fails, and prints each
+# binary's time.
+python3 scripts/run-tests.py -- --workspace --locked
 
 # The NVRTC-backed tests (kernels by C++ name, the toolkit headers inside the compile jail,
 # macro and template bombs) need libnvrtc, which the workspace run above lacks (its tests
 # of a machine without NVRTC run there instead). torch's CUDA 13 wheels ship it
 # (nvidia/cu13/lib, headers in nvidia/cu13/include; .ci/run adds the nvidia-cuda-crt wheel
-# mma.h needs): with KILN_PYTHON's, they run once more against it, as an operator would
-# point kilnd at it (LD_LIBRARY_PATH; the headers are found beside it).
+# mma.h needs): with KILN_PYTHON's, the same binaries run once more against it, as an
+# operator would point kilnd at it (LD_LIBRARY_PATH; the headers are found beside it).
+# The variables reach the test processes only: cudarc's build script watches CUDA_HOME,
+# so passing it to cargo would rebuild every crate above cudarc.
 nvrtc_root=""
 if [ -n "${KILN_PYTHON:-}" ]; then
   nvrtc_root=$("$KILN_PYTHON" -c 'import nvidia, os
@@ -71,10 +78,9 @@ print(next((os.path.join(p, "cu13") for p in nvidia.__path__
 fi
 if [ -n "$nvrtc_root" ]; then
   stage "NVRTC tests (NVRTC and headers from $nvrtc_root)"
-  LD_LIBRARY_PATH="$nvrtc_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CUDA_HOME="$nvrtc_root" \
-    cargo test --locked -p kiln-gpu --lib --test cxx
-  LD_LIBRARY_PATH="$nvrtc_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" CUDA_HOME="$nvrtc_root" \
-    cargo test --locked -p kiln-sandbox --test cuda_compile
+  python3 scripts/run-tests.py --no-doc \
+    --env "LD_LIBRARY_PATH=$nvrtc_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" --env "CUDA_HOME=$nvrtc_root" \
+    --only kiln-gpu:lib --only kiln-gpu:cxx --only kiln-sandbox:cuda_compile -- --workspace --locked
 else
   echo "== NVRTC tests: skipped (no libnvrtc.so.13 in KILN_PYTHON's nvidia wheels)"
 fi
