@@ -28,6 +28,13 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
   exit 1
 fi
 
+# Test binaries that run at the same time (scripts/run-tests.py) each call this script:
+# one at a time (the later ones then find everything built), and every file is installed
+# by a rename, so a reader never sees half of one.
+mkdir -p target
+exec 9>target/build-plugins.lock
+flock 9
+
 args=()
 for c in "${crates[@]}"; do args+=(-p "$c"); done
 cargo build --release --locked --target wasm32-wasip2 --target-dir target/plugin-guests "${args[@]}"
@@ -35,7 +42,7 @@ cargo build --release --locked --target wasm32-wasip2 --target-dir target/plugin
 mkdir -p target/plugins
 for c in "${crates[@]}"; do
   f="target/plugin-guests/wasm32-wasip2/release/${c//-/_}.wasm"
-  cp "$f" target/plugins/
+  cp "$f" "target/plugins/$(basename "$f").tmp.$$" && mv "target/plugins/$(basename "$f").tmp.$$" "target/plugins/$(basename "$f")"
   echo "build-plugins: target/plugins/$(basename "$f") ($(stat -c %s "$f") bytes)"
   case "$c" in
     kiln-test-plugin-*) ;;
@@ -43,7 +50,7 @@ for c in "${crates[@]}"; do
       name=${c#kiln-}
       for d in target/proposers target/debug/proposers target/release/proposers; do
         mkdir -p "$d"
-        cp "$f" "$d/$name.wasm.tmp" && mv "$d/$name.wasm.tmp" "$d/$name.wasm"
+        cp "$f" "$d/$name.wasm.tmp.$$" && mv "$d/$name.wasm.tmp.$$" "$d/$name.wasm"
       done
       echo "build-plugins: installed proposer $name (target/{debug,release}/proposers/$name.wasm)"
       ;;

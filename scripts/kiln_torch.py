@@ -61,8 +61,11 @@ OPS = {
 REQUIRED_OTHER = {"conv2d": ("stride",), "layer_norm": ("dims", "eps")}
 FLOATS = {"f32", "f16", "bf16", "f64"}
 KINDS = ("torch-eager", "torch-compile")
+# kiln's framing: sandbox/protocol/framing.json is its one spec (the Rust side and this
+# file are both tested against its vectors).
 MAX_FRAME = 512 << 20
 MAX_FRAMES_PER_BLOB = 512
+MAX_BLOBS = 8
 
 
 class Refused(Exception):
@@ -86,42 +89,48 @@ def read_exact(f, n):
     return buf
 
 
-def read_frame(f):
+def read_frame(f, max_frame=MAX_FRAME):
     (n,) = struct.unpack("<I", read_exact(f, 4))
-    if n > MAX_FRAME:
-        raise ValueError(f"frame of {n} bytes exceeds the limit")
+    if n > max_frame:
+        raise ValueError(f"frame of {n} bytes exceeds the limit of {max_frame}")
     return read_exact(f, n)
 
 
-def read_message(f):
+def read_message(f, max_frame=MAX_FRAME):
     """A message; a blob longer than a frame spans the envelope's `frames` count of
-    consecutive frames (kiln's protocol.rs), joined here."""
+    consecutive frames, joined here. (`max_frame`: the blob frames' limit; the spec's
+    vectors use small ones.)"""
     env = json.loads(read_frame(f))
     n = int(env.get("blobs", 0))
+    if n > MAX_BLOBS:
+        raise ValueError(f"{n} blobs announced; at most {MAX_BLOBS} are allowed")
     frames = env.get("frames") or [1] * n
     if len(frames) != n or any(not 1 <= int(k) <= MAX_FRAMES_PER_BLOB for k in frames):
         raise ValueError(f"bad frame counts {frames} for {n} blobs")
     blobs = []
     for k in frames:
-        parts = [read_frame(f) for _ in range(int(k))]
+        parts = [read_frame(f, max_frame) for _ in range(int(k))]
         blobs.append(parts[0] if len(parts) == 1 else bytearray().join(parts))
     return env["body"], blobs
 
 
-def write_message(f, body, blobs=()):
-    """A message; a blob longer than a frame is written as consecutive frames."""
+def write_message(f, body, blobs=(), max_frame=MAX_FRAME):
+    """A message; a blob longer than a frame is written as consecutive frames. The
+    envelope is compact JSON with its keys in the spec's order, as kiln's Rust side
+    writes it."""
     views = [memoryview(b).cast("B") for b in blobs]
-    frames = [max(1, -(-len(v) // MAX_FRAME)) for v in views]
-    env = {"blobs": len(views), "body": body}
+    frames = [max(1, -(-len(v) // max_frame)) for v in views]
+    env = {"blobs": len(views)}
     if any(k > 1 for k in frames):
         env["frames"] = frames
-    head = json.dumps(env).encode()
+    env["body"] = body
+    head = json.dumps(env, separators=(",", ":")).encode()
     f.write(struct.pack("<I", len(head)) + head)
     for v in views:
         if len(v) == 0:
             f.write(struct.pack("<I", 0))
-        for at in range(0, len(v), MAX_FRAME):
-            piece = v[at : at + MAX_FRAME]
+        for at in range(0, len(v), max_frame):
+            piece = v[at : at + max_frame]
             f.write(struct.pack("<I", len(piece)))
             f.write(piece)
     f.flush()

@@ -56,7 +56,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # other features), kilnd and kiln-worker with them.
 stage "cargo test --no-run (build every test binary, and the binaries the tests start)"
 cargo test --workspace --locked --no-run
-stage "cargo test (triton: ${KILN_TRITON_PYTHON:-none, its tests skip}; test binaries run ${KILN_TEST_JOBS:-3} at a time)"
+stage "cargo test (triton: ${KILN_TRITON_PYTHON:-none, its tests skip}; test binaries run ${KILN_TEST_JOBS:-2} at a time)"
 # scripts/run-tests.py runs the binaries just built several at a time (each as cargo
 # would, one process per binary), every one even when another fails, and prints each
 # binary's time.

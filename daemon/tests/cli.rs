@@ -259,3 +259,55 @@ fn doctor_says_which_cuda_headers_cuda_compiles_get() {
     );
     assert_eq!(h["searched"][0]["note"], "not a directory", "{h:#}");
 }
+
+/// The README's own example candidate (the ```json block after "A candidate is a JSON
+/// file"), submitted as the README says (`kiln submit --problem vecadd-4096 FILE --wait`)
+/// against the repository's vecadd-4096, comes back `ok`: the README cannot drift from the
+/// problem it names (it once said output `c`; the problem's is `y`).
+#[test]
+fn the_readme_example_candidate_is_ok() {
+    let root = common::repo_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let after = readme
+        .split_once("A candidate is a JSON file")
+        .expect("README.md introduces its example candidate")
+        .1;
+    let block = after
+        .split_once("```json\n")
+        .and_then(|(_, rest)| rest.split_once("\n```"))
+        .expect("a ```json block follows")
+        .0;
+    let example: serde_json::Value = serde_json::from_str(block).expect("the example is JSON");
+    let problem = example["problem"].as_str().expect("it names a problem");
+    let d = Daemon::start("");
+    let dir = root.join("problems").join(problem);
+    let out = kiln(&d, &["problems", "add", dir.to_str().expect("utf8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = d.dir.path().join("my-candidate.json");
+    std::fs::write(&file, block).expect("write");
+    let out = kiln(
+        &d,
+        &[
+            "submit",
+            "--problem",
+            problem,
+            file.to_str().expect("utf8"),
+            "--wait",
+            "-o",
+            "json",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the README's candidate: {stdout}\n{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        d.log()
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("submit -o json is JSON");
+    assert_eq!(v["evaluation"]["verdict"], "ok", "{v}");
+}

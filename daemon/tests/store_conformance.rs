@@ -118,7 +118,7 @@ fn cand(problem: &str, src: &str) -> Candidate {
 }
 
 fn ok(median: f64, hi: f64, raced_out: bool, plain: bool) -> Evaluation {
-    let mut e = Evaluation::early(Verdict::Ok, "host", "ok");
+    let mut e = Evaluation::early(Verdict::Ok, kiln_types::BackendKind::Host, "ok");
     e.timing = Some(TimingStats {
         median_us: median,
         mean_us: median,
@@ -329,7 +329,7 @@ async fn a_claim_compiles_without_counting_and_only_the_lane_counts(store: &Stor
         (j.state, j.attempts, j.lane),
         (JobState::Running, 1, Some(0))
     );
-    let eval = Evaluation::early(Verdict::CompileError, "host", "bad");
+    let eval = Evaluation::early(Verdict::CompileError, kiln_types::BackendKind::Host, "bad");
     store
         .finish_job(id, job.lease_token, &eval, 1.0, 0.0)
         .await

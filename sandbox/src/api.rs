@@ -19,7 +19,7 @@ use crate::error::SandboxError;
 use crate::jail::{self, LayerStatus, Limits, Role};
 use crate::jailed_worker::{
     JobDir, budget_timeout, evaluate_request, evaluation_budget, jail_spec, precheck,
-    protocol_error, with_layers,
+    protocol_error, reply_answering_references, with_layers,
 };
 use crate::protocol::{self, PROTOCOL_VERSION, Request, Response};
 use crate::reference_runner::ReferenceRunner;
@@ -41,8 +41,8 @@ pub struct CompileOutcome {
 /// Whether a backend can run here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackendStatus {
-    /// `host` or `cuda`.
-    pub name: String,
+    /// The backend.
+    pub name: kiln_types::BackendKind,
     /// True if and only if candidates for it can be compiled and run (kilnd also needs
     /// the jail to start `kiln-worker`, and for cuda a GPU it may use).
     pub usable: bool,
@@ -55,7 +55,7 @@ pub fn backend_status() -> Vec<BackendStatus> {
     let cc = which("cc");
     vec![
         BackendStatus {
-            name: "host".into(),
+            name: kiln_types::BackendKind::Host,
             usable: cc.is_some(),
             detail: match cc {
                 Some(p) => format!("C compiler {}", p.display()),
@@ -65,7 +65,7 @@ pub fn backend_status() -> Vec<BackendStatus> {
         {
             let (usable, detail) = crate::backends::cuda::setup::status();
             BackendStatus {
-                name: "cuda".into(),
+                name: kiln_types::BackendKind::Cuda,
                 usable,
                 detail,
             }
@@ -75,7 +75,7 @@ pub fn backend_status() -> Vec<BackendStatus> {
 
 fn compile_failure(
     verdict: Verdict,
-    backend: &str,
+    backend: kiln_types::BackendKind,
     message: String,
     info: CompileInfo,
 ) -> Evaluation {
@@ -135,7 +135,7 @@ pub fn compile(
             }
             if kiln_gpu::facts::nvrtc_version().is_none() {
                 return Err(SandboxError::BackendUnavailable(
-                    "cuda".into(),
+                    kiln_types::BackendKind::Cuda.to_string(),
                     "libnvrtc.so not found: the CUDA 13 runtime compiler (NVRTC) is not \
                      installed or not on LD_LIBRARY_PATH"
                         .into(),
@@ -329,9 +329,9 @@ pub fn evaluate_with(
     candidate: &Candidate,
     artifact: &[u8],
     plan: &EvalPlan,
-    mut runner: Option<&mut ReferenceRunner>,
+    runner: Option<&mut ReferenceRunner>,
 ) -> Result<Evaluation, SandboxError> {
-    if candidate.language.backend() == "cuda" {
+    if candidate.language.backend() == kiln_types::BackendKind::Cuda {
         let mut worker = WarmWorker::new(cfg.clone(), 1);
         return worker.evaluate_with(problem, reference, candidate, artifact, plan, runner);
     }
@@ -356,26 +356,14 @@ pub fn evaluate_with(
         .as_mut()
         .ok_or_else(|| protocol::ProtocolError::Io(std::io::ErrorKind::BrokenPipe.into()))
         .and_then(|w| protocol::write_message(w, &request, &[reference, artifact]))
-        .and_then(|()| {
-            loop {
-                let (response, blobs) = protocol::read_message_within::<Response>(
-                    &mut child.stdout,
-                    protocol::reference_bound(problem, kiln_types::Role::Input),
-                )?;
-                if !matches!(response, Response::Reference) {
-                    break Ok((response, blobs));
-                }
-                let (answer, outputs) = reference_answer(problem, runner.as_deref_mut(), &blobs);
-                let outputs: Vec<&[u8]> = outputs.iter().map(Vec::as_slice).collect();
-                let stdin = child.stdin.as_mut().ok_or_else(|| {
-                    protocol::ProtocolError::Io(std::io::ErrorKind::BrokenPipe.into())
-                })?;
-                protocol::write_message(stdin, &answer, &outputs)?;
-            }
-        });
+        .and_then(|()| reply_answering_references(&mut child, problem, runner));
     if child.timed_out() {
         child.finish();
-        return Ok(budget_timeout("host", budget, &layers));
+        return Ok(budget_timeout(
+            kiln_types::BackendKind::Host,
+            budget,
+            &layers,
+        ));
     }
     let (response, _) = reply.map_err(|e| protocol_error(e, &mut child))?;
     child.finish();
@@ -386,36 +374,6 @@ pub fn evaluate_with(
             message: format!("unexpected response to evaluate: {other:?}"),
             source: None,
         }),
-    }
-}
-
-/// The answer to a worker's `Response::Reference`: the runner's outputs, or why not.
-pub(crate) fn reference_answer(
-    problem: &ProblemSpec,
-    runner: Option<&mut ReferenceRunner>,
-    inputs: &[Vec<u8>],
-) -> (Request, Vec<Vec<u8>>) {
-    let result = match runner {
-        Some(r) => r.run(problem, inputs),
-        None => Err("this lane has no torch reference runner ([gpu] python, kiln_torch.py)".into()),
-    };
-    match result {
-        Ok(o) => (
-            Request::ReferenceOutputs {
-                version: PROTOCOL_VERSION,
-                precision: o.precision,
-                error: None,
-            },
-            o.outputs,
-        ),
-        Err(e) => (
-            Request::ReferenceOutputs {
-                version: PROTOCOL_VERSION,
-                precision: String::new(),
-                error: Some(e),
-            },
-            Vec::new(),
-        ),
     }
 }
 

@@ -43,7 +43,11 @@ pub fn measure_baselines(
     torch: TorchSource,
 ) -> Result<Vec<BaselineResult>, SandboxError> {
     // A problem whose reference is PyTorch only has no kernel for the worker to time.
-    let mut results = if problem.reference.kernel("cuda").is_some() {
+    let mut results = if problem
+        .reference
+        .kernel(kiln_types::BackendKind::Cuda)
+        .is_some()
+    {
         worker::measure(cfg, problem, reference, plan)?
     } else {
         Vec::new()

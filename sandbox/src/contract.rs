@@ -112,8 +112,8 @@ pub trait Target {
     type Inputs;
     /// A candidate run's outputs kept for comparison (host: the bytes; GPU: a device copy).
     type Kept;
-    /// `host` or `cuda`.
-    fn backend(&self) -> &'static str;
+    /// The backend this target evaluates on.
+    fn backend(&self) -> kiln_types::BackendKind;
     /// Draws an input set from the secret `seed`, keyed by (`purpose`, `index`), each
     /// tensor from [`InputVariant::init`]. `Err` is an infrastructure failure.
     fn draw(
@@ -270,7 +270,7 @@ impl<'a, T: Target> Session<'a, T> {
         Evaluation {
             verdict,
             message,
-            backend: self.target.backend().into(),
+            backend: self.target.backend().to_string(),
             compile: None,
             evidence,
             timing: None,

@@ -11,7 +11,8 @@ use crate::protocol::ProtocolError;
 /// Why the sandbox could not produce a result (not a verdict on the candidate).
 #[derive(Debug, Error)]
 pub enum SandboxError {
-    /// The backend for this language is not available in this build or on this machine.
+    /// The backend for this language (or, for Triton, the language's own compiler) is not
+    /// available in this build or on this machine.
     #[error("backend {0} is not available: {1}")]
     BackendUnavailable(String, String),
     /// The problem cannot be evaluated on this backend (e.g. it has no host reference).

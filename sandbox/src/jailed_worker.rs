@@ -13,8 +13,9 @@ use kiln_types::{Candidate, EvalPlan, Evaluation, ProblemSpec, Verdict};
 use crate::config::SandboxConfig;
 use crate::contract::timing;
 use crate::error::SandboxError;
-use crate::jail::{self, CgroupSpec, JailSpec, LayerStatus, Limits, Role};
-use crate::protocol::{self, PROTOCOL_VERSION, Request, RunLimits};
+use crate::jail::{self, CgroupSpec, JailSpec, JailedChild, LayerStatus, Limits, Role};
+use crate::protocol::{self, PROTOCOL_VERSION, ProtocolError, Request, Response, RunLimits};
+use crate::reference_runner::ReferenceRunner;
 
 /// A job's directory, removed on drop.
 pub(crate) struct JobDir {
@@ -179,11 +180,14 @@ pub(crate) fn precheck(
     candidate: &Candidate,
 ) -> Result<Option<Evaluation>, SandboxError> {
     let backend = candidate.language.backend();
-    let cuda = backend == "cuda";
+    let cuda = backend == kiln_types::BackendKind::Cuda;
     // Only the libraries (cheap): the GPU itself was found when kilnd chose it at start, and
     // the worker reports it if it is gone.
     if cuda && let Err(e) = kiln_gpu::facts::libraries_present() {
-        return Err(SandboxError::BackendUnavailable("cuda".into(), e.reason));
+        return Err(SandboxError::BackendUnavailable(
+            kiln_types::BackendKind::Cuda.to_string(),
+            e.reason,
+        ));
     }
     if !problem.reference.has(backend) {
         return Err(SandboxError::Problem(
@@ -224,7 +228,7 @@ pub(crate) fn evaluate_request(
 
 /// The evaluation a worker killed at its wall budget gets.
 pub(crate) fn budget_timeout(
-    backend: &str,
+    backend: kiln_types::BackendKind,
     budget: Duration,
     layers: &[LayerStatus],
 ) -> Evaluation {
@@ -267,6 +271,63 @@ pub(crate) fn layers_json(layers: &[LayerStatus]) -> serde_json::Value {
         .map(|l| (l.name.clone(), serde_json::Value::String(l.detail.clone())))
         .collect();
     serde_json::json!({ "jail": { "active": active, "inactive": inactive } })
+}
+
+/// Reads a worker's messages after an evaluate request until its reply, answering each
+/// `Response::Reference` on the way with the outputs of the lane's torch reference runner
+/// (the worker asks only between candidate runs). The one loop both the one-shot worker
+/// ([`crate::api::evaluate_with`]) and the warm GPU worker run.
+pub(crate) fn reply_answering_references(
+    child: &mut JailedChild,
+    problem: &ProblemSpec,
+    mut runner: Option<&mut ReferenceRunner>,
+) -> Result<(Response, Vec<Vec<u8>>), ProtocolError> {
+    loop {
+        let (response, blobs) = protocol::read_message_within::<Response>(
+            &mut child.stdout,
+            protocol::reference_bound(problem, kiln_types::Role::Input),
+        )?;
+        if !matches!(response, Response::Reference) {
+            return Ok((response, blobs));
+        }
+        let (answer, outputs) = reference_answer(problem, runner.as_deref_mut(), &blobs);
+        let outputs: Vec<&[u8]> = outputs.iter().map(Vec::as_slice).collect();
+        let stdin = child
+            .stdin
+            .as_mut()
+            .ok_or_else(|| ProtocolError::Io(std::io::ErrorKind::BrokenPipe.into()))?;
+        protocol::write_message(stdin, &answer, &outputs)?;
+    }
+}
+
+/// The answer to a worker's `Response::Reference`: the runner's outputs, or why not.
+fn reference_answer(
+    problem: &ProblemSpec,
+    runner: Option<&mut ReferenceRunner>,
+    inputs: &[Vec<u8>],
+) -> (Request, Vec<Vec<u8>>) {
+    let result = match runner {
+        Some(r) => r.run(problem, inputs),
+        None => Err("this lane has no torch reference runner ([gpu] python, kiln_torch.py)".into()),
+    };
+    match result {
+        Ok(o) => (
+            Request::ReferenceOutputs {
+                version: PROTOCOL_VERSION,
+                precision: o.precision,
+                error: None,
+            },
+            o.outputs,
+        ),
+        Err(e) => (
+            Request::ReferenceOutputs {
+                version: PROTOCOL_VERSION,
+                precision: String::new(),
+                error: Some(e),
+            },
+            Vec::new(),
+        ),
+    }
 }
 
 #[cfg(test)]

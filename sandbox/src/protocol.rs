@@ -13,7 +13,8 @@
 //! travels as consecutive frames of at most [`MAX_FRAME`] bytes each: the envelope then
 //! says how many frames each blob spans (`"frames": [k₀, k₁, …]`, at most
 //! [`MAX_FRAMES_PER_BLOB`] each), and the reader joins them. Without `frames` every blob is
-//! one frame.
+//! one frame. `sandbox/protocol/framing.json` is the framing's one spec, with vectors that
+//! this module and the torch runner's Python (kiln_torch.py) are both tested against.
 //!
 //! The conversation on a jailed worker's stdin (requests) and stdout (responses):
 //!
@@ -111,17 +112,25 @@ pub struct Envelope<T> {
     pub body: T,
 }
 
-/// How many frames a blob of `len` bytes spans when written (at least one).
-fn frames_of(len: usize) -> u32 {
-    let per = MAX_FRAME as usize;
-    u32::try_from(len.div_ceil(per).max(1)).unwrap_or(u32::MAX)
+/// How many frames a blob of `len` bytes spans when written in frames of at most
+/// `max_frame` bytes (at least one).
+fn frames_of(len: usize, max_frame: u32) -> u32 {
+    u32::try_from(len.div_ceil(max_frame as usize).max(1)).unwrap_or(u32::MAX)
 }
 
 /// Writes one frame.
 pub fn write_frame(w: &mut impl Write, bytes: &[u8]) -> Result<(), ProtocolError> {
+    write_frame_within(w, bytes, MAX_FRAME)
+}
+
+fn write_frame_within(
+    w: &mut impl Write,
+    bytes: &[u8],
+    max_frame: u32,
+) -> Result<(), ProtocolError> {
     let len = u32::try_from(bytes.len())
         .ok()
-        .filter(|&n| n <= MAX_FRAME)
+        .filter(|&n| n <= max_frame)
         .ok_or(ProtocolError::FrameTooLarge(bytes.len() as u64))?;
     w.write_all(&len.to_le_bytes())?;
     w.write_all(bytes)?;
@@ -152,10 +161,24 @@ pub fn write_message<T: Serialize>(
     body: &T,
     blobs: &[&[u8]],
 ) -> Result<(), ProtocolError> {
-    let frames: Vec<u32> = blobs.iter().map(|b| frames_of(b.len())).collect();
+    write_message_framed(w, body, blobs, MAX_FRAME)
+}
+
+/// [`write_message`] in frames of at most `max_frame` bytes (the shared framing spec's
+/// vectors use small frames, so that a blob spanning frames fits in a test).
+fn write_message_framed<T: Serialize>(
+    w: &mut impl Write,
+    body: &T,
+    blobs: &[&[u8]],
+    max_frame: u32,
+) -> Result<(), ProtocolError> {
+    let frames: Vec<u32> = blobs
+        .iter()
+        .map(|b| frames_of(b.len(), max_frame))
+        .collect();
     if let Some(&n) = frames.iter().find(|&&n| n > MAX_FRAMES_PER_BLOB) {
         return Err(ProtocolError::FrameTooLarge(
-            u64::from(n).saturating_mul(u64::from(MAX_FRAME)),
+            u64::from(n).saturating_mul(u64::from(max_frame)),
         ));
     }
     let env = Envelope {
@@ -167,13 +190,13 @@ pub fn write_message<T: Serialize>(
         },
         body,
     };
-    write_frame(w, &serde_json::to_vec(&env)?)?;
+    write_frame_within(w, &serde_json::to_vec(&env)?, MAX_FRAME)?;
     for b in blobs {
         if b.is_empty() {
-            write_frame(w, b)?;
+            write_frame_within(w, b, max_frame)?;
         }
-        for piece in b.chunks(MAX_FRAME as usize) {
-            write_frame(w, piece)?;
+        for piece in b.chunks(max_frame as usize) {
+            write_frame_within(w, piece, max_frame)?;
         }
     }
     w.flush()?;
@@ -206,6 +229,16 @@ pub fn read_message_within<T: DeserializeOwned>(
     r: &mut impl Read,
     max_bytes: u64,
 ) -> Result<(T, Vec<Vec<u8>>), ProtocolError> {
+    read_message_framed(r, max_bytes, MAX_FRAME)
+}
+
+/// [`read_message_within`] for blob frames of at most `max_frame` bytes (see
+/// [`write_message_framed`]).
+fn read_message_framed<T: DeserializeOwned>(
+    r: &mut impl Read,
+    max_bytes: u64,
+    max_frame: u32,
+) -> Result<(T, Vec<Vec<u8>>), ProtocolError> {
     let head = read_frame(r, 64 << 20)?;
     let env: Envelope<T> = serde_json::from_slice(&head)?;
     if env.blobs > MAX_BLOBS {
@@ -225,8 +258,9 @@ pub fn read_message_within<T: DeserializeOwned>(
     let mut total = 0u64;
     let mut frame = |r: &mut _| -> Result<Vec<u8>, ProtocolError> {
         let left = max_bytes.saturating_sub(total);
-        let f = read_frame(r, u32::try_from(left).unwrap_or(u32::MAX)).map_err(|e| match e {
-            ProtocolError::FrameTooLarge(_) if left < u64::from(MAX_FRAME) => {
+        let cap = u32::try_from(left).unwrap_or(u32::MAX).min(max_frame);
+        let f = read_frame(r, cap).map_err(|e| match e {
+            ProtocolError::FrameTooLarge(_) if left < u64::from(max_frame) => {
                 ProtocolError::MessageTooLarge(max_bytes)
             }
             e => e,
@@ -364,6 +398,60 @@ pub enum Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+            .collect()
+    }
+
+    /// The shared framing spec (`sandbox/protocol/framing.json`, which kiln_torch.py's
+    /// tests read too): the same limits, every vector written to the byte and read back,
+    /// every refused stream refused.
+    #[test]
+    fn framing_matches_the_shared_spec() {
+        let spec: serde_json::Value =
+            serde_json::from_str(include_str!("../protocol/framing.json")).expect("spec");
+        assert_eq!(spec["max_frame"], MAX_FRAME);
+        assert_eq!(spec["max_frames_per_blob"], MAX_FRAMES_PER_BLOB);
+        assert_eq!(spec["max_blobs"], MAX_BLOBS);
+        let messages = spec["messages"].as_array().expect("messages");
+        assert!(!messages.is_empty());
+        for v in messages {
+            let name = v["name"].as_str().expect("name");
+            let max_frame = v["max_frame"].as_u64().expect("max_frame") as u32;
+            let blobs: Vec<Vec<u8>> = v["blobs_hex"]
+                .as_array()
+                .expect("blobs")
+                .iter()
+                .map(|b| hex(b.as_str().expect("hex")))
+                .collect();
+            let refs: Vec<&[u8]> = blobs.iter().map(Vec::as_slice).collect();
+            let stream = hex(v["stream_hex"].as_str().expect("stream"));
+            let mut written = Vec::new();
+            write_message_framed(&mut written, &v["body"], &refs, max_frame).expect(name);
+            assert_eq!(written, stream, "{name}: written");
+            let (body, got): (serde_json::Value, _) =
+                read_message_framed(&mut stream.as_slice(), MAX_MESSAGE_BYTES, max_frame)
+                    .expect(name);
+            assert_eq!(body, v["body"], "{name}: body");
+            assert_eq!(got, blobs, "{name}: blobs");
+        }
+        let refused = spec["refused"].as_array().expect("refused");
+        assert!(!refused.is_empty());
+        for v in refused {
+            let name = v["name"].as_str().expect("name");
+            let max_frame = v["max_frame"].as_u64().expect("max_frame") as u32;
+            let stream = hex(v["stream_hex"].as_str().expect("stream"));
+            let got = read_message_framed::<serde_json::Value>(
+                &mut stream.as_slice(),
+                MAX_MESSAGE_BYTES,
+                max_frame,
+            );
+            assert!(got.is_err(), "{name}: accepted {got:?}");
+        }
+    }
 
     #[test]
     fn message_round_trips_with_blobs() {

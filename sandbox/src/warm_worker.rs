@@ -23,7 +23,7 @@ use crate::error::SandboxError;
 use crate::jail::{self, JailedChild, LayerStatus, Limits, Role};
 use crate::jailed_worker::{
     JobDir, budget_timeout, evaluate_request, evaluation_budget, jail_spec, precheck,
-    protocol_error, with_layers,
+    protocol_error, reply_answering_references, with_layers,
 };
 use crate::protocol::{self, ProtocolError, Response};
 use crate::reference_runner::ReferenceRunner;
@@ -171,33 +171,16 @@ impl WarmWorker {
                 }
                 return Err(protocol_error(e, &mut dead.child));
             }
-            let reply = loop {
-                let got = protocol::read_message_within::<Response>(
-                    &mut w.child.stdout,
-                    protocol::reference_bound(problem, kiln_types::Role::Input),
-                );
-                if !matches!(got, Ok((Response::Reference, _))) {
-                    break got;
-                }
-                let blobs = got.map(|(_, b)| b).unwrap_or_default();
-                let (answer, outputs) =
-                    crate::api::reference_answer(problem, runner.as_deref_mut(), &blobs);
-                let outputs: Vec<&[u8]> = outputs.iter().map(Vec::as_slice).collect();
-                let sent = w
-                    .child
-                    .stdin
-                    .as_mut()
-                    .ok_or_else(|| ProtocolError::Io(std::io::ErrorKind::BrokenPipe.into()))
-                    .and_then(|s| protocol::write_message(s, &answer, &outputs));
-                if let Err(e) = sent {
-                    break Err(e);
-                }
-            };
+            let reply = reply_answering_references(&mut w.child, problem, runner.as_deref_mut());
             if w.child.timed_out() {
                 let layers = w.layers.clone();
                 self.retire();
                 self.stats.evaluations += 1;
-                return Ok(budget_timeout("cuda", budget, &layers));
+                return Ok(budget_timeout(
+                    kiln_types::BackendKind::Cuda,
+                    budget,
+                    &layers,
+                ));
             }
             let (response, _) = match reply {
                 Ok(r) => r,

@@ -184,7 +184,10 @@ fn every_suite_kernel_still_compiles_with_the_headers_and_prelude() {
         }
         let p = kiln_types::ProblemSpec::load_dir(&dir).expect("problem loads");
         for (what, c) in [
-            ("reference", p.reference_candidate("cuda")),
+            (
+                "reference",
+                p.reference_candidate(kiln_types::BackendKind::Cuda),
+            ),
             ("seed", p.seed_candidate("cuda")),
         ] {
             let Some(c) = c else { continue };

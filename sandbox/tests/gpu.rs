@@ -99,7 +99,7 @@ fn rand_seed() -> u64 {
 
 fn kernel_candidate(p: &ProblemSpec, which: &str) -> Candidate {
     let c = match which {
-        "reference" => p.reference_candidate("cuda"),
+        "reference" => p.reference_candidate(kiln_types::BackendKind::Cuda),
         _ => p.seed_candidate("cuda"),
     };
     Candidate {
@@ -848,7 +848,7 @@ fn gpu_compare_kernel_matches_the_host_rules() {
     let disagree = (0..n)
         .filter(|&i| {
             got[i].to_bits() != other[i].to_bits()
-                && !compare::close(f64::from(got[i]), f64::from(other[i]), tol)
+                && !tol.accepts(f64::from(got[i]), f64::from(other[i]))
         })
         .count() as u64;
     assert_eq!(c.disagreements, disagree);

@@ -11,6 +11,7 @@ from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "kiln_torch.py")
+FRAMING_SPEC = os.path.join(HERE, "..", "..", "sandbox", "protocol", "framing.json")
 spec = importlib.util.spec_from_file_location("kiln_torch", SCRIPT)
 helper = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(helper)
@@ -77,25 +78,48 @@ class Framing(unittest.TestCase):
         self.assertEqual(helper.read_message(buf), ({"cmd": "x", "n": 3}, [b"abc", b""]))
 
     def test_a_blob_longer_than_a_frame_spans_frames(self):
-        # MAX_FRAME made 4 bytes: a 10-byte blob is 3 frames, as kiln's protocol.rs writes it.
-        with mock.patch.object(helper, "MAX_FRAME", 4):
-            buf = io.BytesIO()
-            helper.write_message(buf, {"cmd": "x"}, [b"ab", b"0123456789", b""])
-            buf.seek(0)
-            (n,) = helper.struct.unpack("<I", buf.read(4))
-            env = json.loads(buf.read(n))
-            self.assertEqual(env["frames"], [1, 3, 1])
-            sizes = []
-            while True:
-                head = buf.read(4)
-                if not head:
-                    break
-                (k,) = helper.struct.unpack("<I", head)
-                sizes.append(k)
-                buf.read(k)
-            self.assertEqual(sizes, [2, 4, 4, 2, 0])
+        # Frames of 4 bytes: a 10-byte blob is 3 frames, as kiln's protocol.rs writes it.
+        buf = io.BytesIO()
+        helper.write_message(buf, {"cmd": "x"}, [b"ab", b"0123456789", b""], max_frame=4)
         buf.seek(0)
-        self.assertEqual(helper.read_message(buf), ({"cmd": "x"}, [b"ab", b"0123456789", b""]))
+        (n,) = helper.struct.unpack("<I", buf.read(4))
+        env = json.loads(buf.read(n))
+        self.assertEqual(env["frames"], [1, 3, 1])
+        sizes = []
+        while True:
+            head = buf.read(4)
+            if not head:
+                break
+            (k,) = helper.struct.unpack("<I", head)
+            sizes.append(k)
+            buf.read(k)
+        self.assertEqual(sizes, [2, 4, 4, 2, 0])
+        buf.seek(0)
+        self.assertEqual(helper.read_message(buf, max_frame=4), ({"cmd": "x"}, [b"ab", b"0123456789", b""]))
+
+    def test_framing_matches_the_shared_spec(self):
+        """sandbox/protocol/framing.json, which sandbox/src/protocol.rs's tests read too:
+        the same limits, every vector written to the byte and read back, every refused
+        stream refused."""
+        with open(FRAMING_SPEC) as f:
+            spec = json.load(f)
+        self.assertEqual(spec["max_frame"], helper.MAX_FRAME)
+        self.assertEqual(spec["max_frames_per_blob"], helper.MAX_FRAMES_PER_BLOB)
+        self.assertEqual(spec["max_blobs"], helper.MAX_BLOBS)
+        self.assertTrue(spec["messages"] and spec["refused"])
+        for v in spec["messages"]:
+            with self.subTest(v["name"]):
+                blobs = [bytes.fromhex(b) for b in v["blobs_hex"]]
+                buf = io.BytesIO()
+                helper.write_message(buf, v["body"], blobs, max_frame=v["max_frame"])
+                self.assertEqual(buf.getvalue().hex(), v["stream_hex"])
+                body, got = helper.read_message(io.BytesIO(bytes.fromhex(v["stream_hex"])), max_frame=v["max_frame"])
+                self.assertEqual(body, v["body"])
+                self.assertEqual([bytes(b) for b in got], blobs)
+        for v in spec["refused"]:
+            with self.subTest(v["name"]):
+                with self.assertRaises((ValueError, EOFError)):
+                    helper.read_message(io.BytesIO(bytes.fromhex(v["stream_hex"])), max_frame=v["max_frame"])
 
     def test_bad_frame_counts_are_refused(self):
         for frames in ([1], [1, 0], [1, helper.MAX_FRAMES_PER_BLOB + 1]):

@@ -6,6 +6,7 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
+use kiln_types::BackendKind;
 use kiln_types::{Evaluation, ProblemSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -122,7 +123,7 @@ pub async fn speedups(
 /// The roofline floor on this GPU: the memory floor, and the compute floor at the cuda
 /// backend's peak (tensor cores) and at the fp32 FMA rate; µs. `None` without peaks.
 pub fn floor(s: &AppState, spec: &ProblemSpec) -> Value {
-    let Some(cuda) = s.sched.backends.get("cuda") else {
+    let Some(cuda) = s.sched.backends.get(BackendKind::Cuda.as_str()) else {
         return Value::Null;
     };
     let (bytes_per_s, flops) = cuda.peaks();
@@ -162,7 +163,7 @@ mod tests {
     use crate::store::{GpuKey, measured_reference, open_temp, sample_spec};
 
     fn timed_on(uuid: Option<&str>, median_us: f64) -> Evaluation {
-        let mut e = Evaluation::early(Verdict::Ok, "cuda", "ok");
+        let mut e = Evaluation::early(Verdict::Ok, BackendKind::Cuda, "ok");
         e.timing = Some(TimingStats {
             median_us,
             ..TimingStats::default()

@@ -2,6 +2,7 @@
 //! evaluation (optionally waiting for the evaluation), list candidates, queue another
 //! evaluation of a stored candidate, read a job (optionally waiting for its end).
 
+use kiln_types::BackendKind;
 use std::time::Duration;
 
 use axum::Json;
@@ -112,12 +113,12 @@ pub async fn submit(
             format!(
                 "problem {:?} has no reference for the {backend} backend (it has: {})",
                 problem.name,
-                problem.backends().join(", ")
+                BackendKind::list(&problem.backends())
             ),
         ));
     }
-    check_lane(&s, backend, options.as_ref())?;
-    let class = s.sched.class_of(backend).unwrap_or_default();
+    check_lane(&s, backend.as_str(), options.as_ref())?;
+    let class = s.sched.class_of(backend.as_str()).unwrap_or_default();
     let submitted = s
         .store
         .submit_with(&candidate, None, options.as_ref(), class)
@@ -136,7 +137,7 @@ pub async fn submit(
     tracing::info!(candidate = %submitted.id, job = submitted.job_id, problem = %candidate.problem, "candidate queued");
     announce_queued(&s, submitted.job_id, &submitted.id, &candidate.problem);
     let mut body = json!({"id": submitted.id, "job_id": submitted.job_id, "duplicate": false, "state": "queued"});
-    if !s.sched.usable_backends().contains(&backend) {
+    if !s.sched.usable_backends().contains(&backend.as_str()) {
         let why = s
             .facts
             .backends
@@ -211,7 +212,7 @@ async fn with_speedups(
     let timed = record
         .evaluation
         .as_ref()
-        .filter(|e| e.backend == "cuda" && e.timing.is_some());
+        .filter(|e| e.backend == BackendKind::Cuda && e.timing.is_some());
     if let (Some(e), Some(obj)) = (timed, v.as_object_mut()) {
         obj.insert(
             "speedups".into(),
@@ -272,7 +273,11 @@ pub async fn requeue(
         .get_candidate(&id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("candidate {id:?} not found")))?;
-    check_lane(&s, rec.candidate.language.backend(), options.as_ref())?;
+    check_lane(
+        &s,
+        rec.candidate.language.backend().as_str(),
+        options.as_ref(),
+    )?;
     let class = s.sched.class_of(&rec.backend).unwrap_or_default();
     let job_id = s.store.queue_job(&id, options.as_ref(), class).await?;
     tracing::info!(candidate = %id, job = job_id, "candidate queued again");

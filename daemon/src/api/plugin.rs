@@ -3,6 +3,7 @@
 //! The token is minted per search run; only its hash is stored. A request carrying it may
 //! touch only its own search. Shapes are `kiln_types::plugin` (docs/plugins.md).
 
+use kiln_types::BackendKind;
 use std::time::Duration;
 
 use axum::Json;
@@ -77,16 +78,16 @@ impl FromRequestParts<AppState> for PluginAuth {
 /// Where a new search of `problem` evaluates: the cuda backend before the host backend,
 /// each when the problem has a reference for it and this node's lanes take it (their
 /// class) or, in a cluster, a live node's lanes do (the class with the most lanes).
-pub async fn search_route(s: &AppState, problem: &ProblemSpec) -> Option<(&'static str, String)> {
+pub async fn search_route(s: &AppState, problem: &ProblemSpec) -> Option<(BackendKind, String)> {
     let live = match s.store.cluster() {
         Some(pg) => pg.live_lanes().await.unwrap_or_default(),
         None => Vec::new(),
     };
-    for b in ["cuda", "host"] {
+    for b in BackendKind::ALL {
         if !problem.reference.has(b) {
             continue;
         }
-        if let Some(class) = s.sched.class_of(b) {
+        if let Some(class) = s.sched.class_of(b.as_str()) {
             return Some((b, class.to_string()));
         }
         if let Some(l) = live.iter().find(|l| l.backend == b) {
@@ -97,15 +98,19 @@ pub async fn search_route(s: &AppState, problem: &ProblemSpec) -> Option<(&'stat
 }
 
 /// The backend of a GPU class (`cuda/…` → `cuda`).
-pub fn class_backend(class: &str) -> Option<&'static str> {
+pub fn class_backend(class: &str) -> Option<BackendKind> {
     let prefix = class.split('/').next()?;
-    ["cuda", "host"].into_iter().find(|b| *b == prefix)
+    prefix.parse::<BackendKind>().ok()
 }
 
 /// The device a search's proposer is told about: for cuda, lane 0's GPU (a GPU left out
 /// of `[gpu] devices` runs nothing, so NVML's first GPU may be the wrong one).
-fn device_for(s: &AppState, backend: &str) -> Device {
-    let lane0 = s.sched.backends.get("cuda").map(|b| b.lane_label(0));
+fn device_for(s: &AppState, backend: BackendKind) -> Device {
+    let lane0 = s
+        .sched
+        .backends
+        .get(BackendKind::Cuda.as_str())
+        .map(|b| b.lane_label(0));
     let gpu = s
         .facts
         .gpu
@@ -113,7 +118,7 @@ fn device_for(s: &AppState, backend: &str) -> Device {
         .iter()
         .find(|g| g.uuid.is_some() && g.uuid == lane0)
         .or_else(|| s.facts.gpu.gpus.first());
-    if backend == "cuda"
+    if backend == BackendKind::Cuda
         && let Some(g) = gpu
     {
         return Device {
@@ -162,7 +167,7 @@ pub async fn context(
             })?,
     };
     let seed = problem
-        .seed_candidate(backend)
+        .seed_candidate(backend.as_str())
         .map(|c| serde_json::to_value(c).unwrap_or_default());
     let config = match &search.config {
         Value::Null => String::new(),

@@ -6,6 +6,7 @@
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use kiln_types::BackendKind;
 use kiln_types::summary::Report;
 
 use super::{ApiError, AppState};
@@ -64,8 +65,8 @@ async fn search_inputs(s: &AppState, id: &str) -> Result<SearchInputs, ApiError>
     let backend = timeline
         .iter()
         .find_map(|e| e.evaluation.as_ref().map(|e| e.backend.clone()))
-        .or_else(|| routed.map(str::to_string));
-    let on_cuda = backend.as_deref() == Some("cuda");
+        .or_else(|| routed.map(|b| b.to_string()));
+    let on_cuda = backend.as_deref().is_some_and(|b| b == BackendKind::Cuda);
     let seed_id = problem
         .as_ref()
         .zip(backend.as_deref())

@@ -7,6 +7,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use base64::Engine;
+use kiln_types::BackendKind;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -76,7 +77,7 @@ pub async fn start(
                     format!(
                         "problem {:?} has no {backend} reference (it has: {})",
                         problem.name,
-                        problem.backends().join(", ")
+                        BackendKind::list(&problem.backends())
                     ),
                 ));
             }
@@ -90,7 +91,7 @@ pub async fn start(
                     format!(
                         "no usable backend here or in the cluster for problem {:?} (it has references for: {})",
                         problem.name,
-                        problem.backends().join(", ")
+                        BackendKind::list(&problem.backends())
                     ),
                 ));
             }

@@ -4,6 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
+use kiln_types::BackendKind;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -94,7 +95,7 @@ fn gpus_with_lanes(inventory: &GpuInventory, lanes: &[LaneInfo]) -> Value {
     let lane_of = |g: &crate::gpu::GpuInfo| {
         lanes
             .iter()
-            .find(|l| l.backend == "cuda" && Some(l.label.as_str()) == g.uuid.as_deref())
+            .find(|l| l.backend == BackendKind::Cuda && Some(l.label.as_str()) == g.uuid.as_deref())
             .map(|l| l.lane)
     };
     Value::Array(

@@ -7,6 +7,7 @@
 //! one job at a time; lanes share nothing, so a fault or timeout on one replaces that
 //! lane's worker alone.
 
+use kiln_types::BackendKind;
 use std::sync::Mutex;
 
 use kiln_sandbox::kiln_gpu::telemetry::{ClockControl, ClockError, NvmlClocks, init_nvml};
@@ -149,8 +150,8 @@ impl CudaBackend {
 }
 
 impl Backend for CudaBackend {
-    fn name(&self) -> &'static str {
-        "cuda"
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
     }
 
     fn peaks(&self) -> (f64, f64) {
@@ -211,7 +212,7 @@ impl Backend for CudaBackend {
             .ok_or_else(|| BackendError(format!("no GPU lane {lane}")))?;
         let mut worker = l.worker.lock().unwrap_or_else(|p| p.into_inner());
         // A problem whose only reference is PyTorch: the lane's runner answers the worker.
-        let mut runner = match problem.reference.kernel("cuda") {
+        let mut runner = match problem.reference.kernel(BackendKind::Cuda) {
             Some(_) => None,
             None => Some(
                 l.torch
@@ -334,9 +335,13 @@ mod tests {
             let uuid = format!("GPU-fake-{}", self.lane);
             let mut e = if candidate.source.contains("FAULT") {
                 self.warm = false;
-                Evaluation::early(Verdict::RuntimeFault, "cuda", "CUDA_ERROR_ILLEGAL_ADDRESS")
+                Evaluation::early(
+                    Verdict::RuntimeFault,
+                    BackendKind::Cuda,
+                    "CUDA_ERROR_ILLEGAL_ADDRESS",
+                )
             } else {
-                let mut e = Evaluation::early(Verdict::Ok, "cuda", "ok");
+                let mut e = Evaluation::early(Verdict::Ok, BackendKind::Cuda, "ok");
                 e.timing = Some(TimingStats {
                     median_us: 10.0,
                     ..TimingStats::default()
@@ -388,7 +393,7 @@ mod tests {
             })
             .collect();
         let status = BackendStatus {
-            name: "cuda".into(),
+            name: BackendKind::Cuda,
             usable: true,
             detail: "fake".into(),
         };

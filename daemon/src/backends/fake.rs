@@ -5,6 +5,7 @@
 //! after a set delay ([`FakeLanes::with_delays`], which delays compiles too and counts
 //! those in flight).
 
+use kiln_types::BackendKind;
 use std::sync::Arc;
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
@@ -41,6 +42,7 @@ pub struct Seen {
 /// The fake backend (see the module docs).
 pub struct FakeLanes {
     name: &'static str,
+    kind: BackendKind,
     n: usize,
     seen: Mutex<Seen>,
     changed: Condvar,
@@ -49,19 +51,29 @@ pub struct FakeLanes {
 }
 
 impl FakeLanes {
-    pub fn new(name: &'static str, n: usize) -> Arc<FakeLanes> {
-        Self::with_delays(name, n, Duration::ZERO, Duration::ZERO)
+    /// A fake of backend `kind` with `n` lanes.
+    pub fn new(kind: BackendKind, n: usize) -> Arc<FakeLanes> {
+        Self::with_delays(kind, n, Duration::ZERO, Duration::ZERO)
+    }
+
+    /// A cuda fake under a name of its own (its lane counters and metrics, which are
+    /// process-wide, then stay apart from other tests').
+    pub fn named(name: &'static str, n: usize) -> Arc<FakeLanes> {
+        let mut f = Self::with_delays(BackendKind::Cuda, n, Duration::ZERO, Duration::ZERO);
+        Arc::get_mut(&mut f).expect("new").name = name;
+        f
     }
 
     /// A fake whose every compile takes `compile` and every evaluation `evaluation`.
     pub fn with_delays(
-        name: &'static str,
+        kind: BackendKind,
         n: usize,
         compile: Duration,
         evaluation: Duration,
     ) -> Arc<FakeLanes> {
         Arc::new(FakeLanes {
-            name,
+            name: kind.as_str(),
+            kind,
             n,
             seen: Mutex::new(Seen {
                 busy: vec![false; n],
@@ -79,13 +91,17 @@ impl FakeLanes {
 }
 
 impl Backend for FakeLanes {
+    fn kind(&self) -> BackendKind {
+        self.kind
+    }
+
     fn name(&self) -> &'static str {
         self.name
     }
 
     fn status(&self) -> BackendStatus {
         BackendStatus {
-            name: self.name.into(),
+            name: self.kind,
             usable: true,
             detail: format!("fake, {} lanes", self.n),
         }
@@ -150,7 +166,7 @@ impl Backend for FakeLanes {
             seen = self.seen();
         }
         seen.busy[lane] = false;
-        let mut e = Evaluation::early(Verdict::Ok, self.name, "ok");
+        let mut e = Evaluation::early(Verdict::Ok, self.kind, "ok");
         e.timing = Some(TimingStats {
             median_us: 10.0,
             ..TimingStats::default()

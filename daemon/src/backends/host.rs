@@ -2,6 +2,7 @@
 //! evaluation in a fresh jailed `kiln-worker` (`kiln_sandbox::evaluate_with`). One lane,
 //! with its warm torch reference runner (CPU) for problems whose reference is PyTorch.
 
+use kiln_types::BackendKind;
 use std::sync::Mutex;
 
 use kiln_sandbox::{BackendStatus, CompileOutcome, ReferenceRunner, SandboxConfig};
@@ -22,8 +23,8 @@ pub struct HostBackend {
 }
 
 impl Backend for HostBackend {
-    fn name(&self) -> &'static str {
-        "host"
+    fn kind(&self) -> BackendKind {
+        BackendKind::Host
     }
 
     fn peaks(&self) -> (f64, f64) {
@@ -55,7 +56,7 @@ impl Backend for HostBackend {
         artifact: &[u8],
         plan: &EvalPlan,
     ) -> Result<Evaluation, BackendError> {
-        if problem.reference.kernel("host").is_some() {
+        if problem.reference.kernel(BackendKind::Host).is_some() {
             return kiln_sandbox::evaluate(
                 &self.cfg, problem, reference, candidate, artifact, plan,
             )

@@ -74,7 +74,7 @@ mod tests {
         // fake's lanes are GPU-fake-0 and GPU-fake-1. (Its own backend name: the busy
         // counters are process-wide.)
         let inv = fake_inventory(&["NVIDIA H200", "NVIDIA H100", "NVIDIA H200"]);
-        let cuda: Arc<dyn Backend> = FakeLanes::new("lanes-test", 2);
+        let cuda: Arc<dyn Backend> = FakeLanes::named("lanes-test", 2);
         crate::metrics::add_lane_busy("lanes-test", 1, 2.5);
         let table = lane_table(&[cuda], &inv);
         assert_eq!(table.len(), 2);
@@ -95,7 +95,7 @@ mod tests {
         assert_eq!((table[0].gpu, table[0].lane), (Some(0), 0));
         // A lane on a GPU NVML does not list keeps its label, without a GPU.
         let none = lane_table(
-            &[FakeLanes::new("cuda", 1) as Arc<dyn Backend>],
+            &[FakeLanes::new(kiln_types::BackendKind::Cuda, 1) as Arc<dyn Backend>],
             &fake_inventory(&[]),
         );
         assert_eq!((none[0].label.as_str(), none[0].gpu), ("GPU-fake-0", None));

@@ -20,6 +20,7 @@ pub mod lanes;
 pub mod start;
 
 use kiln_sandbox::{BackendStatus, CompileOutcome};
+use kiln_types::BackendKind;
 use kiln_types::{Candidate, EvalPlan, Evaluation, Language, ProblemSpec};
 use thiserror::Error;
 
@@ -30,8 +31,12 @@ pub struct BackendError(pub String);
 
 /// An evaluation backend.
 pub trait Backend: Send + Sync {
-    /// The backend's name as used in jobs (`host`, `cuda`).
-    fn name(&self) -> &'static str;
+    /// Which backend this is.
+    fn kind(&self) -> BackendKind;
+    /// The backend's name as used in jobs, metrics and lane labels (`host`, `cuda`).
+    fn name(&self) -> &'static str {
+        self.kind().as_str()
+    }
     /// Whether it can run here.
     fn status(&self) -> BackendStatus;
     /// Compiles a candidate (or a problem's reference) for `problem` in the jail. Blocking.
@@ -196,12 +201,12 @@ mod tests {
     struct Named(&'static str);
 
     impl Backend for Named {
-        fn name(&self) -> &'static str {
-            "cuda"
+        fn kind(&self) -> BackendKind {
+            BackendKind::Cuda
         }
         fn status(&self) -> BackendStatus {
             BackendStatus {
-                name: "cuda".into(),
+                name: BackendKind::Cuda,
                 usable: false,
                 detail: String::new(),
             }

@@ -13,6 +13,7 @@
 //! `[gpu] python`), asked once for its version; the cuda backend compiles Triton
 //! candidates with it.
 
+use kiln_types::BackendKind;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -137,7 +138,7 @@ pub fn build(
     let gpu = gpu::inventory();
     let mut status: Vec<BackendStatus> = kiln_sandbox::backend_status();
     let mut backends: Vec<Arc<dyn Backend>> = Vec::new();
-    if let Some(host) = status.iter_mut().find(|b| b.name == "host") {
+    if let Some(host) = status.iter_mut().find(|b| b.name == BackendKind::Host) {
         if host.usable && !payload_ok {
             host.usable = false;
             host.detail = format!(
@@ -156,7 +157,7 @@ pub fn build(
             torch: torch_helper(config).map(|h| Mutex::new(kiln_sandbox::ReferenceRunner::cpu(h))),
         }));
     }
-    if let Some(cuda) = status.iter_mut().find(|b| b.name == "cuda")
+    if let Some(cuda) = status.iter_mut().find(|b| b.name == BackendKind::Cuda)
         && cuda.usable
     {
         let policy = clocks::policy(&config.gpu.clock_policy, config.gpu.lock_mhz);

@@ -6,6 +6,7 @@
 //! replaces the label (tests, or fleets whose machines differ in ways kiln cannot see).
 //! A search is pinned to one class and its candidates are never timed on another.
 
+use kiln_types::BackendKind;
 use std::sync::Arc;
 
 use crate::backends::Backend;
@@ -38,7 +39,7 @@ fn cpu_model() -> String {
 pub fn class_of(backend: &dyn Backend, gpu: &GpuInventory, config: &Config) -> (String, String) {
     let name = backend.name();
     if !config.cluster.gpu_class.is_empty() {
-        let device = if name == "cuda" {
+        let device = if backend.kind() == BackendKind::Cuda {
             first_gpu(backend, gpu).unwrap_or_else(|| "GPU".into())
         } else {
             "host CPU".into()
@@ -48,7 +49,7 @@ pub fn class_of(backend: &dyn Backend, gpu: &GpuInventory, config: &Config) -> (
             device,
         );
     }
-    if name == "cuda" {
+    if backend.kind() == BackendKind::Cuda {
         let model = first_gpu(backend, gpu).unwrap_or_default();
         let driver = gpu.driver_version.clone().unwrap_or_default();
         let class = format!(
@@ -94,7 +95,7 @@ pub fn node_lanes(
         })
         .collect();
     out.sort_by(|a, b| a.backend.cmp(&b.backend));
-    if let Some(cuda) = out.iter().find(|l| l.backend == "cuda") {
+    if let Some(cuda) = out.iter().find(|l| l.backend == BackendKind::Cuda) {
         let models: std::collections::BTreeSet<&str> =
             gpu.gpus.iter().map(|g| g.name.as_str()).collect();
         if models.len() > 1 {

@@ -452,7 +452,11 @@ mod tests {
     }
 
     fn timed() -> Evaluation {
-        let mut e = Evaluation::early(Verdict::Ok, "cuda", "correct on 3 trials");
+        let mut e = Evaluation::early(
+            Verdict::Ok,
+            kiln_types::BackendKind::Cuda,
+            "correct on 3 trials",
+        );
         e.timing = Some(TimingStats {
             median_us: 10.0,
             mean_us: 10.1,
@@ -527,7 +531,11 @@ mod tests {
 
     #[test]
     fn trial_errors_of_a_wrong_answer_and_a_waiting_candidate() {
-        let mut e = Evaluation::early(Verdict::WrongAnswer, "cuda", "y differs");
+        let mut e = Evaluation::early(
+            Verdict::WrongAnswer,
+            kiln_types::BackendKind::Cuda,
+            "y differs",
+        );
         e.evidence.trials_run = 2;
         e.evidence.trials_passed = 1;
         e.evidence.deciding_trial = Some("trial 2 (shifted)".into());

@@ -1,6 +1,7 @@
 //! Synthetic store data for the report tests: timelines of any length with every kind of
 //! verdict, baselines, floors and a MAP-Elites / idea-branch summary.
 
+use kiln_types::BackendKind;
 use kiln_types::summary::{Cell, Grid, Report, Round, Tried};
 use kiln_types::{BaselineResult, BaselineStatus, Evaluation, PrecisionTier, TimingStats, Verdict};
 
@@ -10,7 +11,7 @@ use crate::store::{BaselineSet, SearchRecord, TimelineEntry};
 /// One finished entry (`None`: the job failed), submitted at 1000 ms, ended at `at`.
 pub fn entry(seq: u64, at: i64, verdict: Option<Verdict>, us: f64) -> TimelineEntry {
     let evaluation = verdict.map(|v| {
-        let mut e = Evaluation::early(v, "host", "x");
+        let mut e = Evaluation::early(v, BackendKind::Host, "x");
         if v == Verdict::Ok {
             e.timing = Some(TimingStats {
                 median_us: us,

@@ -4,6 +4,7 @@
 //! grid per island; the lineage of the best kernel; the strategy's rounds. While the
 //! search runs the page reloads itself every [`REFRESH_SECS`] seconds.
 
+use kiln_types::BackendKind;
 use std::collections::BTreeMap;
 
 use kiln_types::summary::Report;
@@ -386,7 +387,11 @@ pub fn page(inp: &SearchInputs) -> String {
     if inp.baselines.is_none() {
         body.push_str(&format!(
             "<p class=\"muted\">No baselines are drawn: {}.</p>",
-            if inp.backend.as_deref() == Some("cuda") {
+            if inp
+                .backend
+                .as_deref()
+                .is_some_and(|b| b == BackendKind::Cuda)
+            {
                 "none were measured for this problem on this GPU (kiln problems baseline NAME)"
             } else {
                 "they are measured on the GPU, and this search ran on another backend"

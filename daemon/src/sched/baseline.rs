@@ -5,6 +5,7 @@
 //! time), every kind the problem asks for timed by the backend on that lane
 //! ([`crate::backends::Backend::baselines`]) — and stores the result under that model.
 
+use kiln_types::BackendKind;
 use std::sync::{Arc, OnceLock};
 
 use kiln_types::{Candidate, ProblemSpec};
@@ -112,7 +113,7 @@ impl Scheduler {
             .ok_or_else(|| BaselineError::NotFound(format!("problem {problem:?} not found")))?;
         let backend = self
             .backends
-            .get("cuda")
+            .get(BackendKind::Cuda.as_str())
             .filter(|b| b.status().usable)
             .cloned();
         let uuid = match gpu {
@@ -168,19 +169,19 @@ impl Scheduler {
                 key.model
             )));
         }
-        if !spec.reference.has("cuda") {
+        if !spec.reference.has(BackendKind::Cuda) {
             return Err(BaselineError::Unavailable(format!(
                 "problem {problem:?} has no cuda or torch reference"
             )));
         }
         // A torch-only reference has no kernel to compile: its baselines are torch's.
-        let art = match spec.reference_candidate("cuda") {
+        let art = match spec.reference_candidate(BackendKind::Cuda) {
             Some(c) => self.reference_artifact(&backend, &spec, &c).await?.bytes,
             None => Vec::new(),
         };
         let slots = self
             .lane_slots
-            .get("cuda")
+            .get(BackendKind::Cuda.as_str())
             .cloned()
             .ok_or_else(|| BaselineError::Unavailable("no cuda lane".into()))?;
         // A lane, held as a job holds it: no candidate is timed on it while baselines are.

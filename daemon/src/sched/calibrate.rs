@@ -52,7 +52,7 @@ impl Scheduler {
             .filter(|b| b.status().usable)
             .ok_or_else(|| format!("no usable {backend} backend here"))?;
         let candidate = problem
-            .reference_candidate(backend)
+            .reference_candidate(be.kind())
             .ok_or_else(|| format!("the calibration problem has no {backend} reference"))?;
         let artifact = match self.compile_cached(&be, &problem, &candidate).await {
             Ok(Ok(a)) => a,

@@ -361,10 +361,10 @@ impl Scheduler {
             })?;
 
         let t0 = Instant::now();
-        if !problem.reference.has(backend.name()) {
+        if !problem.reference.has(backend.kind()) {
             let eval = Evaluation::early(
                 kiln_types::Verdict::InvalidLaunch,
-                backend.name(),
+                backend.kind(),
                 format!(
                     "problem {:?} has no reference for the {} backend",
                     problem.name,
@@ -375,7 +375,7 @@ impl Scheduler {
         }
         // A torch reference (no kernel for this backend) is run by the backend's reference
         // runner: nothing to compile, an empty artifact.
-        let reference = match problem.reference_candidate(backend.name()) {
+        let reference = match problem.reference_candidate(backend.kind()) {
             Some(c) => match self.compile_cached(&backend, &problem, &c).await? {
                 Ok(a) => a.bytes,
                 Err(failure) => {

@@ -60,7 +60,7 @@ mod tests {
     }
 
     fn ok(hi: f64) -> Evaluation {
-        let mut e = Evaluation::early(Verdict::Ok, "host", "ok");
+        let mut e = Evaluation::early(Verdict::Ok, kiln_types::BackendKind::Host, "ok");
         e.timing = Some(TimingStats {
             median_us: hi - 1.0,
             mean_us: hi - 1.0,

@@ -3,6 +3,7 @@
 //! over all lanes, a pinned job runs on its lane, and baselines are measured on a lane of
 //! the GPU model asked for and cached under that model.
 
+use kiln_types::BackendKind;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,7 +89,7 @@ async fn ended(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_lane_is_used_and_none_runs_two_evaluations_at_once() {
-    let fake = FakeLanes::new("host", 4);
+    let fake = FakeLanes::new(BackendKind::Host, 4);
     let (_d, store, sched, events) = start(fake.clone()).await;
     let mut rx = events.subscribe();
     for i in 0..16 {
@@ -117,7 +118,7 @@ async fn every_lane_is_used_and_none_runs_two_evaluations_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_searchs_candidates_spread_over_all_lanes() {
-    let fake = FakeLanes::new("host", 3);
+    let fake = FakeLanes::new(BackendKind::Host, 3);
     let (_d, store, sched, events) = start(fake.clone()).await;
     let search = sample_search(&store, "p").await;
     let mut rx = events.subscribe();
@@ -150,7 +151,7 @@ async fn a_searchs_candidates_spread_over_all_lanes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pinned_job_runs_on_its_lane_and_a_missing_lane_fails_clearly() {
-    let fake = FakeLanes::new("host", 2);
+    let fake = FakeLanes::new(BackendKind::Host, 2);
     let (_d, store, sched, events) = start(fake.clone()).await;
     let mut rx = events.subscribe();
     // Fill both lanes first (the first wave waits for both), then the pinned ones.
@@ -198,7 +199,7 @@ async fn a_pinned_job_runs_on_its_lane_and_a_missing_lane_fails_clearly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn baselines_are_measured_and_cached_per_lane_gpu_model() {
     // Lane i runs on GPU-fake-i: an H100, then two H200s.
-    let fake = FakeLanes::new("cuda", 3);
+    let fake = FakeLanes::new(BackendKind::Cuda, 3);
     let (_d, store, sched, _events) = start(fake.clone()).await;
     let inv = fake_inventory(&["NVIDIA H100", "NVIDIA H200", "NVIDIA H200"]);
     let key = |model: &str| GpuKey {
@@ -260,7 +261,7 @@ async fn baselines_are_measured_and_cached_per_lane_gpu_model() {
 /// `compile_ms` and evaluations `eval_ms` (four compile slots).
 async fn most_compiling(compile_ms: u64, eval_ms: u64) -> usize {
     let fake = FakeLanes::with_delays(
-        "host",
+        BackendKind::Host,
         1,
         Duration::from_millis(compile_ms),
         Duration::from_millis(eval_ms),

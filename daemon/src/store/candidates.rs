@@ -1,5 +1,6 @@
 //! Candidates, content-addressed, and their submission as jobs.
 
+use kiln_types::BackendKind;
 use kiln_types::{Candidate, Evaluation, JobOptions};
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
@@ -41,7 +42,7 @@ impl CandidateRecord {
     pub fn cuda_median_us(&self) -> Option<f64> {
         self.evaluation
             .as_ref()
-            .filter(|e| e.backend == "cuda")
+            .filter(|e| e.backend == BackendKind::Cuda)
             .and_then(|e| e.timing.as_ref())
             .map(|t| t.median_us)
     }
@@ -68,7 +69,7 @@ impl SqliteStore {
     ) -> Result<Submitted> {
         let options = options_json(options)?;
         let id = candidate.content_hash();
-        let backend = candidate.language.backend();
+        let backend = candidate.language.backend().as_str();
         let json = serde_json::to_string(candidate).map_err(|e| corrupt("candidate", e))?;
         let mut conn = self.lock();
         let tx = conn.transaction()?;

@@ -1,5 +1,6 @@
 //! Registered problems, stored as their full spec (sources inlined).
 
+use kiln_types::BackendKind;
 use kiln_types::ProblemSpec;
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
@@ -23,7 +24,7 @@ pub struct ProblemSummary {
     /// One-line summary.
     pub summary: String,
     /// Backends with a reference.
-    pub backends: Vec<String>,
+    pub backends: Vec<BackendKind>,
     /// Registration time, ms since the epoch.
     pub created_at: i64,
 }

@@ -13,28 +13,36 @@
 //! - with another run (`other`): elements whose bits differ, and those of them that are
 //!   also outside the tolerance of each other.
 //!
-//! These are exactly the rules of the host backend's `compare` module, so a verdict does
-//! not depend on where it was computed. Sums of squares are accumulated in f64 per thread,
+//! These are exactly the rules of the host backend's `compare` module (the tolerance rule
+//! itself is kiln_types' `Tolerance`, in both), so a verdict does not depend on where it
+//! was computed. Sums of squares are accumulated in f64 per thread,
 //! reduced per block in shared memory and across blocks with atomics, so their last bits
 //! may differ from run to run; counts and maxima are exact. [`Gpu::window`] downloads a
 //! few elements around an index so the caller can list the first mismatches by value.
 
-use kiln_types::Dtype;
+use kiln_types::{Dtype, Tolerance};
 
 use crate::device::{DeviceBuffer, Gpu};
 use crate::error::GpuError;
 use crate::inputs::{dtype_code, poison_pattern};
 use crate::launch::{ArgValue, CheckedLaunch, CheckedLaunches};
 
-/// The comparison kernels' names, all in [`COMPARE_SOURCE`].
+/// The comparison kernels' names, all in [`compare_source`].
 pub const COMPARE_KERNELS: &[&str] = &["kiln_compare"];
 
 /// Slots of the result array the kernel accumulates into.
 const SLOTS: usize = 11;
 const NONE: u64 = u64::MAX;
 
-/// CUDA source of the comparison kernel. No headers.
-pub const COMPARE_SOURCE: &str = r#"
+/// CUDA source of the comparison kernel: [`COMPARE_VALUES`], the tolerance rule
+/// ([`Tolerance::CUDA_RULE`], kiln_types' one statement of it) and [`COMPARE_KERNEL`]. No
+/// headers.
+pub fn compare_source() -> String {
+    [COMPARE_VALUES, Tolerance::CUDA_RULE, COMPARE_KERNEL].concat()
+}
+
+/// The comparison kernel's reading of elements by dtype.
+const COMPARE_VALUES: &str = r#"
 typedef unsigned long long u64;
 
 // dtype: 0 f32, 1 f64, 2 f16, 3 bf16, 4 i32, 5 i64, 6 u8 (as kiln_fill)
@@ -62,16 +70,10 @@ __device__ __forceinline__ double kiln_value(u64 b, int dt) {
     default: return (double)(unsigned char)b;
     }
 }
-__device__ __forceinline__ bool kiln_isnan(double x) { return x != x; }
-__device__ __forceinline__ bool kiln_isinf(double x) {
-    return fabs(x) == __longlong_as_double(0x7FF0000000000000LL);
-}
-__device__ __forceinline__ bool kiln_close(double g, double w, double atol, double rtol) {
-    if (kiln_isnan(g) || kiln_isnan(w)) return kiln_isnan(g) && kiln_isnan(w);
-    if (kiln_isinf(g) || kiln_isinf(w)) return g == w;
-    return fabs(g - w) <= atol + rtol * fabs(w);
-}
+"#;
 
+/// The comparison kernel itself (uses `kiln_close`, the tolerance rule).
+const COMPARE_KERNEL: &str = r#"
 // out[0] mismatches, [1] non-finite mismatches, [2] first mismatch (min index),
 // [3] unwritten, [4] first unwritten, [5] bitwise diffs vs other, [6] of those outside
 // tolerance, [7] sum (g-w)^2 (double bits), [8] sum w^2 (double bits), [9] max abs
@@ -306,10 +308,15 @@ mod tests {
 
     #[test]
     fn source_names_every_kernel_and_needs_no_headers() {
+        let source = compare_source();
         for k in COMPARE_KERNELS {
-            assert!(COMPARE_SOURCE.contains(&format!("void {k}(")), "{k}");
+            assert!(source.contains(&format!("void {k}(")), "{k}");
         }
-        assert!(!COMPARE_SOURCE.contains("#include"));
+        assert!(!source.contains("#include"));
+        assert!(
+            source.contains("bool kiln_close("),
+            "the tolerance rule is in"
+        );
     }
 
     #[test]

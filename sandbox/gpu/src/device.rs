@@ -533,7 +533,7 @@ impl Gpu {
                 crate::inputs::TRUSTED_KERNELS,
             )?;
             let compare = trusted_module(
-                crate::compare::COMPARE_SOURCE,
+                &crate::compare::compare_source(),
                 crate::compare::COMPARE_KERNELS,
             )?;
             let flush_bytes = usize::try_from(crate::timing::l2_flush_bytes(facts.limits.l2_bytes))

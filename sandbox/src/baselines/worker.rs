@@ -31,9 +31,16 @@ pub fn measure(
     plan: &EvalPlan,
 ) -> Result<Vec<BaselineResult>, SandboxError> {
     if let Err(e) = kiln_gpu::available() {
-        return Err(SandboxError::BackendUnavailable("cuda".into(), e.reason));
+        return Err(SandboxError::BackendUnavailable(
+            kiln_types::BackendKind::Cuda.to_string(),
+            e.reason,
+        ));
     }
-    if problem.reference.kernel("cuda").is_none() {
+    if problem
+        .reference
+        .kernel(kiln_types::BackendKind::Cuda)
+        .is_none()
+    {
         return Err(SandboxError::Problem(
             problem.name.clone(),
             "no cuda reference".into(),

@@ -9,18 +9,6 @@ use super::data;
 /// How many mismatching elements are listed by index.
 const FIRST: usize = 8;
 
-/// True if and only if `got` is within tolerance of `want`. NaN must meet NaN and an
-/// infinity the same infinity.
-pub fn close(got: f64, want: f64, tol: Tolerance) -> bool {
-    if got.is_nan() || want.is_nan() {
-        return got.is_nan() && want.is_nan();
-    }
-    if got.is_infinite() || want.is_infinite() {
-        return got == want;
-    }
-    (got - want).abs() <= tol.atol + tol.rtol * want.abs()
-}
-
 /// Error metrics of one output tensor. Non-finite pairs are counted separately; the norms
 /// are over the finite pairs.
 pub fn metrics(name: &str, got: &[u8], want: &[u8], dtype: Dtype, tol: Tolerance) -> ErrorMetrics {
@@ -32,7 +20,7 @@ pub fn metrics(name: &str, got: &[u8], want: &[u8], dtype: Dtype, tol: Tolerance
     let (mut diff2, mut want2) = (0.0f64, 0.0f64);
     for i in 0..n {
         let (g, w) = (data::get(got, dtype, i), data::get(want, dtype, i));
-        let ok = close(g, w, tol);
+        let ok = tol.accepts(g, w);
         if !ok {
             m.mismatches += 1;
             if m.first_mismatches.len() < FIRST {
@@ -77,7 +65,7 @@ pub fn bitwise_diffs(a: &[u8], b: &[u8], dtype: Dtype) -> u64 {
 /// True if and only if every element of `a` is within tolerance of `b` (run-to-run check).
 pub fn agree(a: &[u8], b: &[u8], dtype: Dtype, tol: Tolerance) -> bool {
     let n = a.len() / dtype.size() as usize;
-    (0..n).all(|i| close(data::get(a, dtype, i), data::get(b, dtype, i), tol))
+    (0..n).all(|i| tol.accepts(data::get(a, dtype, i), data::get(b, dtype, i)))
 }
 
 /// The precision tier for a relative L2 error against the f64-accumulating reference.
@@ -142,7 +130,7 @@ mod tests {
         assert_eq!(m.nonfinite_mismatches, 2);
         assert_eq!(m.first_mismatches[0].index, 1);
         assert!((m.max_abs - 0.5).abs() < 1e-12);
-        assert!(close(f64::NAN, f64::NAN, tol));
+        assert!(tol.accepts(f64::NAN, f64::NAN));
         assert_eq!(bitwise_diffs(&got, &want, Dtype::F32), 3);
         assert_eq!(tier(3e-4), PrecisionTier::Tf32Like);
     }

@@ -479,8 +479,8 @@ mod tests {
     impl Target for Scripted {
         type Inputs = Set;
         type Kept = Set;
-        fn backend(&self) -> &'static str {
-            "scripted"
+        fn backend(&self) -> kiln_types::BackendKind {
+            kiln_types::BackendKind::Host
         }
         fn draw(&mut self, _: u64, purpose: &str, i: u64, _: InputVariant) -> Result<Set, String> {
             Ok((purpose.to_string(), i))

@@ -66,7 +66,8 @@ pub fn plan() -> EvalPlan {
 
 /// The problem's host reference as a candidate (as kilnd builds it).
 pub fn reference_candidate(p: &ProblemSpec) -> Candidate {
-    p.reference_candidate("host").expect("a host reference")
+    p.reference_candidate(kiln_types::BackendKind::Host)
+        .expect("a host reference")
 }
 
 /// The compiled reference of a problem, compiled once per test binary.

@@ -52,19 +52,18 @@ pub enum Language {
 
 impl Language {
     /// The backend that runs candidates in this language.
-    pub fn backend(self) -> &'static str {
+    pub fn backend(self) -> crate::BackendKind {
         match self {
-            Language::Cuda | Language::Triton => "cuda",
-            Language::C => "host",
+            Language::Cuda | Language::Triton => crate::BackendKind::Cuda,
+            Language::C => crate::BackendKind::Host,
         }
     }
 
     /// The language of a backend's trusted reference kernels (`cuda`: CUDA C, `host`: C).
-    pub fn of_reference(backend: &str) -> Language {
-        if backend == "cuda" {
-            Language::Cuda
-        } else {
-            Language::C
+    pub fn of_reference(backend: crate::BackendKind) -> Language {
+        match backend {
+            crate::BackendKind::Cuda => Language::Cuda,
+            crate::BackendKind::Host => Language::C,
         }
     }
 
@@ -787,7 +786,7 @@ mod tests {
                 "num_warps":8,"num_stages":2}"#,
         );
         assert_eq!(c.validate(), Ok(()));
-        assert_eq!(c.language.backend(), "cuda");
+        assert_eq!(c.language.backend(), crate::BackendKind::Cuda);
         let l = &c.launches[0];
         assert_eq!(l.constexprs["BLOCK"], Constexpr::Int(4096));
         assert_eq!(l.constexprs["EPS"], Constexpr::Float(1e-5));

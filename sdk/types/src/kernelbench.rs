@@ -376,8 +376,11 @@ mod tests {
         assert_eq!(torch.forward, ["x"]);
         assert_eq!(torch.state.get("ln.weight").map(String::as_str), Some("w"));
         assert_eq!(torch.init_inputs, "[8, [2, 3]]");
-        assert!(spec.reference.kernel("cuda").is_none());
-        assert_eq!(spec.backends(), ["cuda", "host"]);
+        assert!(spec.reference.kernel(crate::BackendKind::Cuda).is_none());
+        assert_eq!(
+            spec.backends(),
+            [crate::BackendKind::Cuda, crate::BackendKind::Host]
+        );
         assert!(spec.tensor("x").is_some_and(|t| t.shifted_trial));
         assert!(
             spec.tensor("w").is_some_and(|t| !t.shifted_trial),

@@ -3,6 +3,7 @@
 //! kilnd, the `kiln` CLI, `kiln-worker` and the plugin SDK (`kiln-sdk`) all speak in these
 //! types, so a candidate or a verdict means the same thing wherever it travels.
 //!
+//! - [`backend`]: the backends (`host`, `cuda`) by name.
 //! - [`candidate`]: what a proposer submits — device code plus a declarative launch list.
 //! - [`problem`]: a problem's spec as read from `problem.toml`, with its sources inlined.
 //! - [`verdict`]: the verdicts of the evaluation contract, their evidence and timing statistics.
@@ -18,6 +19,7 @@
 //! summary document, which is only displayed and is read leniently.
 #![deny(missing_docs)]
 
+pub mod backend;
 pub mod baseline;
 pub mod candidate;
 pub mod eval_plan;
@@ -28,6 +30,7 @@ pub mod problem;
 pub mod summary;
 pub mod verdict;
 
+pub use backend::{BackendKind, UnknownBackend};
 pub use baseline::{BaselineOp, BaselineResult, BaselineStatus};
 pub use candidate::{Arg, Candidate, CandidateError, Language, Launch, ScratchBuffer};
 pub use eval_plan::{

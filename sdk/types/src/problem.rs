@@ -10,6 +10,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::BackendKind;
 use crate::candidate::{Launch, ScratchBuffer};
 
 /// Largest tensor accepted, in elements (4 Gi).
@@ -142,7 +143,7 @@ impl TensorSpec {
 }
 
 /// Absolute and relative tolerance: an element passes if
-/// `|got - want| <= atol + rtol * |want|`.
+/// `|got - want| <= atol + rtol * |want|` (see [`Tolerance::accepts`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Tolerance {
@@ -150,6 +151,38 @@ pub struct Tolerance {
     pub atol: f64,
     /// Relative tolerance.
     pub rtol: f64,
+}
+
+impl Tolerance {
+    /// True if and only if `got` is within tolerance of `want`:
+    /// `|got - want| <= atol + rtol * |want|`, where NaN must meet NaN and an infinity the
+    /// same infinity. The one statement of the rule: the CPU comparison calls this, and
+    /// the GPU comparison kernel compiles [`Tolerance::CUDA_RULE`], this same function in
+    /// CUDA (kept beside it; the GPU tests check both give the same counts).
+    pub fn accepts(&self, got: f64, want: f64) -> bool {
+        if got.is_nan() || want.is_nan() {
+            return got.is_nan() && want.is_nan();
+        }
+        if got.is_infinite() || want.is_infinite() {
+            return got == want;
+        }
+        (got - want).abs() <= self.atol + self.rtol * want.abs()
+    }
+
+    /// [`Tolerance::accepts`] in CUDA, as the GPU comparison kernel compiles it
+    /// (`kiln_close(got, want, atol, rtol)`, with the `kiln_isnan` and `kiln_isinf` it
+    /// uses; no headers).
+    pub const CUDA_RULE: &'static str = r#"
+__device__ __forceinline__ bool kiln_isnan(double x) { return x != x; }
+__device__ __forceinline__ bool kiln_isinf(double x) {
+    return fabs(x) == __longlong_as_double(0x7FF0000000000000LL);
+}
+__device__ __forceinline__ bool kiln_close(double g, double w, double atol, double rtol) {
+    if (kiln_isnan(g) || kiln_isnan(w)) return kiln_isnan(g) && kiln_isnan(w);
+    if (kiln_isinf(g) || kiln_isinf(w)) return g == w;
+    return fabs(g - w) <= atol + rtol * fabs(w);
+}
+"#;
 }
 
 /// The least work any correct kernel must do, for the floor check.
@@ -201,31 +234,26 @@ pub struct References {
     pub torch: Option<TorchReference>,
 }
 
-/// Backends a problem may name a kernel for.
-pub const KERNEL_BACKENDS: &[&str] = &["cuda", "host"];
-
 impl References {
-    /// The reference kernel for `backend` (`host`, `cuda`), if the problem has one.
-    pub fn kernel(&self, backend: &str) -> Option<&KernelSource> {
+    /// The reference kernel for `backend`, if the problem has one.
+    pub fn kernel(&self, backend: BackendKind) -> Option<&KernelSource> {
         match backend {
-            "cuda" => self.cuda.as_ref(),
-            "host" => self.host.as_ref(),
-            _ => None,
+            BackendKind::Cuda => self.cuda.as_ref(),
+            BackendKind::Host => self.host.as_ref(),
         }
     }
 
     /// True when `backend` can evaluate the problem: a kernel of its own, or the torch
     /// reference (host and cuda).
-    pub fn has(&self, backend: &str) -> bool {
-        self.kernel(backend).is_some()
-            || (self.torch.is_some() && KERNEL_BACKENDS.contains(&backend))
+    pub fn has(&self, backend: BackendKind) -> bool {
+        self.kernel(backend).is_some() || self.torch.is_some()
     }
 
     /// The reference kernels, by backend.
-    pub fn kernels(&self) -> impl Iterator<Item = (&str, &KernelSource)> {
-        [("cuda", self.cuda.as_ref()), ("host", self.host.as_ref())]
+    pub fn kernels(&self) -> impl Iterator<Item = (BackendKind, &KernelSource)> {
+        BackendKind::ALL
             .into_iter()
-            .filter_map(|(b, k)| k.map(|k| (b, k)))
+            .filter_map(|b| self.kernel(b).map(|k| (b, k)))
     }
 
     /// True when the problem has no reference at all.
@@ -529,11 +557,10 @@ impl ProblemSpec {
 
     /// Backends this problem can be evaluated on (a kernel reference, or the torch
     /// reference for both).
-    pub fn backends(&self) -> Vec<String> {
-        KERNEL_BACKENDS
-            .iter()
-            .filter(|b| self.reference.has(b))
-            .map(|b| b.to_string())
+    pub fn backends(&self) -> Vec<BackendKind> {
+        BackendKind::ALL
+            .into_iter()
+            .filter(|&b| self.reference.has(b))
             .collect()
     }
 
@@ -547,8 +574,8 @@ impl ProblemSpec {
 
     /// The reference kernel for `backend` as a candidate (to compile or profile it like
     /// one), if the problem has one; `None` for a torch-only reference (nothing to compile).
-    pub fn reference_candidate(&self, backend: &str) -> Option<crate::Candidate> {
-        Some(self.kernel_candidate(self.reference.kernel(backend)?, backend))
+    pub fn reference_candidate(&self, backend: BackendKind) -> Option<crate::Candidate> {
+        Some(self.kernel_candidate(self.reference.kernel(backend)?, backend.as_str()))
     }
 
     fn kernel_candidate(&self, ks: &KernelSource, backend: &str) -> crate::Candidate {
@@ -556,7 +583,8 @@ impl ProblemSpec {
             problem: self.name.clone(),
             language: match backend {
                 "triton" => crate::Language::Triton,
-                other => crate::Language::of_reference(other),
+                "cuda" => crate::Language::Cuda,
+                _ => crate::Language::C,
             },
             source: ks.source.clone(),
             launches: ks.launches.clone(),
@@ -604,7 +632,7 @@ launches = [{ kernel = "ref_add", args = ["a", "y", { i32 = 32 }] }]
         let spec = ProblemSpec::from_toml(TOML).expect("parses");
         spec.validate().expect("valid");
         assert_eq!(spec.tensor("a").map(TensorSpec::bytes), Some(128));
-        assert_eq!(spec.backends(), vec!["host".to_string()]);
+        assert_eq!(spec.backends(), vec![BackendKind::Host]);
     }
 
     const TORCH: &str = r#"
@@ -640,9 +668,9 @@ outputs = ["out"]
     fn a_torch_reference_serves_both_backends_and_names_every_tensor_once() {
         let spec = ProblemSpec::from_toml(TORCH).expect("parses");
         spec.validate().expect("valid");
-        assert_eq!(spec.backends(), ["cuda", "host"]);
+        assert_eq!(spec.backends(), [BackendKind::Cuda, BackendKind::Host]);
         assert!(
-            spec.reference_candidate("host").is_none(),
+            spec.reference_candidate(BackendKind::Host).is_none(),
             "nothing to compile"
         );
         for (from, to, needle) in [
@@ -688,7 +716,7 @@ outputs = ["out"]
         let spec = ProblemSpec::load_dir(&dir).expect("loads");
         assert!(
             spec.reference
-                .kernel("host")
+                .kernel(BackendKind::Host)
                 .is_some_and(|k| k.source.contains("ref_add"))
         );
         std::fs::write(

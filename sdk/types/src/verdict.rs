@@ -459,11 +459,15 @@ pub struct Evaluation {
 
 impl Evaluation {
     /// An evaluation that ended before any run, with only a verdict and a message.
-    pub fn early(verdict: Verdict, backend: &str, message: impl Into<String>) -> Self {
+    pub fn early(
+        verdict: Verdict,
+        backend: crate::BackendKind,
+        message: impl Into<String>,
+    ) -> Self {
         Evaluation {
             verdict,
             message: message.into(),
-            backend: backend.to_string(),
+            backend: backend.as_str().to_string(),
             compile: None,
             evidence: Evidence::default(),
             timing: None,

@@ -114,7 +114,7 @@ impl PgStore {
     ) -> Result<Submitted> {
         let options = options_json(options)?;
         let id = candidate.content_hash();
-        let backend = candidate.language.backend();
+        let backend = candidate.language.backend().as_str();
         let json = serde_json::to_string(candidate).map_err(|e| corrupt("candidate", e))?;
         let mut c = self.conn().await?;
         let tx = c.transaction().await.map_err(pg_err)?;

@@ -125,7 +125,8 @@ impl FakeBridge {
                 .and_then(|v| v.parse::<f64>().ok());
             match block {
                 Some(b) if b > 0.0 => {
-                    let mut e = Evaluation::early(Verdict::Ok, "host", "correct");
+                    let mut e =
+                        Evaluation::early(Verdict::Ok, kiln_types::BackendKind::Host, "correct");
                     e.timing = Some(kiln_types::TimingStats {
                         median_us: 100.0 / b,
                         mean_us: 100.0 / b,
@@ -134,7 +135,11 @@ impl FakeBridge {
                     });
                     e
                 }
-                _ => Evaluation::early(Verdict::CompileError, "host", "BLOCK is not defined"),
+                _ => Evaluation::early(
+                    Verdict::CompileError,
+                    kiln_types::BackendKind::Host,
+                    "BLOCK is not defined",
+                ),
             }
         })
     }

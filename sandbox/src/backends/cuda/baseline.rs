@@ -84,7 +84,7 @@ pub fn run(job: Job) -> Result<Vec<BaselineResult>, String> {
     let problem = job.problem;
     let ref_ks = problem
         .reference
-        .kernel("cuda")
+        .kernel(kiln_types::BackendKind::Cuda)
         .ok_or_else(|| format!("problem {} has no cuda reference", problem.name))?;
     super::context::start_kernel_tracer();
     let gpu = Gpu::open(0).map_err(|e| format!("cannot open the GPU: {e}"))?;

@@ -173,7 +173,7 @@ pub fn run(a: &Args) -> Result<Launched, String> {
     problem.validate().map_err(|e| e.to_string())?;
     let candidate = match a.which {
         Which::Seed => problem.seed_candidate("cuda"),
-        Which::Reference => problem.reference_candidate("cuda"),
+        Which::Reference => problem.reference_candidate(kiln_types::BackendKind::Cuda),
     }
     .ok_or_else(|| format!("problem {} has no cuda {:?} kernel", problem.name, a.which))?;
     if candidate.source.is_empty() {

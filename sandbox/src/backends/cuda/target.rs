@@ -32,8 +32,8 @@ use kiln_types::{
 use super::telemetry::Telemetry;
 use super::timer_log::TimerLog;
 use crate::backends::host::evaluate::TorchAsk;
+use crate::contract::data;
 use crate::contract::{CheckError, InputVariant, RunFailure, Session, Target, Unwritten};
-use crate::contract::{compare, data};
 use kiln_gpu::artifact::Artifact;
 
 /// Largest total scratch a candidate may ask for, bytes.
@@ -160,7 +160,7 @@ pub struct GpuTarget<'g> {
 }
 
 fn early(v: Verdict, msg: String) -> Evaluation {
-    Evaluation::early(v, "cuda", msg)
+    Evaluation::early(v, kiln_types::BackendKind::Cuda, msg)
 }
 
 /// The contract's failure for a GPU error while candidate code ran.
@@ -189,7 +189,7 @@ pub(super) fn evaluate_on(
     job: Job,
 ) -> Result<Evaluation, String> {
     let problem = job.problem;
-    let ref_ks = problem.reference.kernel("cuda");
+    let ref_ks = problem.reference.kernel(kiln_types::BackendKind::Cuda);
     if ref_ks.is_none() && (problem.reference.torch.is_none() || job.torch.is_none()) {
         return Err(format!(
             "problem {} has no cuda reference (and no torch reference runner)",
@@ -607,7 +607,7 @@ impl GpuTarget<'_> {
             let n = g.len() / t.dtype.size() as usize;
             for i in 0..n {
                 let (gv, wv) = (data::get(&g, t.dtype, i), data::get(&w, t.dtype, i));
-                if !compare::close(gv, wv, tol) {
+                if !tol.accepts(gv, wv) {
                     m.first_mismatches.push(Mismatch {
                         index: first + i as u64,
                         got: gv,
@@ -730,8 +730,8 @@ impl Target for GpuTarget<'_> {
     type Inputs = GpuInputs;
     type Kept = usize;
 
-    fn backend(&self) -> &'static str {
-        "cuda"
+    fn backend(&self) -> kiln_types::BackendKind {
+        kiln_types::BackendKind::Cuda
     }
 
     fn draw(

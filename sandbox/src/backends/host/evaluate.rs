@@ -84,7 +84,7 @@ pub enum Reference<'a, 'b> {
 /// scratch space), never the candidate's fault.
 pub fn evaluate(job: Job) -> Result<Evaluation, String> {
     let problem = job.problem;
-    let ref_ks = problem.reference.kernel("host");
+    let ref_ks = problem.reference.kernel(kiln_types::BackendKind::Host);
     if ref_ks.is_none() && (problem.reference.torch.is_none() || job.torch.is_none()) {
         return Err(format!(
             "problem {} has no host reference (and no torch reference runner)",
@@ -188,7 +188,7 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
 }
 
 fn early(v: Verdict, msg: String) -> Evaluation {
-    Evaluation::early(v, "host", msg)
+    Evaluation::early(v, kiln_types::BackendKind::Host, msg)
 }
 
 impl HostTarget<'_, '_> {
@@ -308,8 +308,8 @@ impl Target for HostTarget<'_, '_> {
     type Inputs = Inputs;
     type Kept = Outputs;
 
-    fn backend(&self) -> &'static str {
-        "host"
+    fn backend(&self) -> kiln_types::BackendKind {
+        kiln_types::BackendKind::Host
     }
 
     fn draw(

@@ -85,7 +85,7 @@ pub async fn setup(
         // An imported (torch-reference) problem has no seed: its hand-written twin's.
         None => twin_seed(client, &spec, key).await?,
     };
-    if seed.language.backend() != backend {
+    if seed.language.backend() != backend.as_str() {
         bail!(
             "{} candidates run on the {} backend, not {backend}",
             seed.language.as_str(),
