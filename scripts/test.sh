@@ -45,8 +45,9 @@ if [ -z "${KILN_PYTHON:-}" ] && [ -x /opt/kiln-torch/bin/python ]; then
 fi
 echo "== torch for the torch-reference tests: ${KILN_PYTHON:-none (those tests skip)}"
 
-stage "script tests (the torch helper: torch-free, and with KILN_PYTHON one with torch; the corpus extractor; every path the docs name exists)"
+stage "script tests (the corpus extractor; every path the docs name exists) and the torch runner's (torch-free, and with KILN_PYTHON one with torch)"
 python3 -m unittest discover -s scripts/tests -t scripts/tests
+python3 -m unittest discover -s daemon/torch-runner/tests -t daemon/torch-runner/tests
 
 stage "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -36,7 +36,7 @@ fn import_command(python: &str, paths: &[PathBuf], out: &Path, extra: &[&str]) -
         .arg("--out")
         .arg(out)
         .args(["--python", python, "--helper"])
-        .arg(repo().join("scripts/kiln_torch.py"))
+        .arg(repo().join("daemon/torch-runner/kiln_torch.py"))
         .args(extra)
         .output()
         .expect("kiln runs")

@@ -1,4 +1,4 @@
-//! kiln's trusted torch helper (`scripts/kiln_torch.py`) as a child process: where it is
+//! kiln's trusted torch helper (`daemon/torch-runner/kiln_torch.py`) as a child process: where it is
 //! ([`TorchHelper::find`]), starting it ([`HelperProcess::start`]) and one framed call at
 //! a time with a deadline ([`HelperProcess::call`]); and its `describe` of KernelBench
 //! files for the importer ([`describe`]).
@@ -44,7 +44,8 @@ pub struct TorchHelper {
 
 impl TorchHelper {
     /// The helper next to `worker_exe`, in `../share/kiln/` beside it (installed
-    /// layouts), or in `scripts/` above it (a build tree's `target/{debug,release}`);
+    /// layouts), or in `daemon/torch-runner/` above it (a build tree's
+    /// `target/{debug,release}`);
     /// `None` when none exists.
     pub fn find(worker_exe: &Path, python: &str, timeout: Duration) -> Option<TorchHelper> {
         let dir = worker_exe.parent()?;
@@ -54,7 +55,7 @@ impl TorchHelper {
                 [
                     d.join(HELPER_NAME),
                     d.join("share/kiln").join(HELPER_NAME),
-                    d.join("scripts").join(HELPER_NAME),
+                    d.join("daemon/torch-runner").join(HELPER_NAME),
                 ]
             })
             .find(|p| p.is_file())?;

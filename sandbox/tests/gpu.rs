@@ -1033,7 +1033,7 @@ fn baseline_torch_eager_when_torch_is_here() {
     let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".into());
     let helper =
         kiln_sandbox::TorchHelper::find(&cfg.worker_exe, &python, Duration::from_secs(600))
-            .expect("kiln_torch.py beside kiln-worker or in scripts/");
+            .expect("kiln_torch.py beside kiln-worker or in daemon/torch-runner/");
     let p = problem("softmax-4096x65536");
     let r = torch_kinds(&cfg, &helper, &p);
     println!("BASELINE torch {r:#?}");
@@ -1058,7 +1058,7 @@ fn baseline_torch_module_of_imported_seed_problems() {
     let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".into());
     let helper =
         kiln_sandbox::TorchHelper::find(&cfg.worker_exe, &python, Duration::from_secs(900))
-            .expect("kiln_torch.py beside kiln-worker or in scripts/");
+            .expect("kiln_torch.py beside kiln-worker or in daemon/torch-runner/");
     for name in ["kb-softmax-4096x65536", "kb-layernorm-16x64x256x256"] {
         let p = problem(name);
         let r = torch_kinds(&cfg, &helper, &p);

@@ -32,7 +32,7 @@ fn python() -> Option<PathBuf> {
 fn helper() -> Option<TorchHelper> {
     Some(TorchHelper {
         python: python()?,
-        script: Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kiln_torch.py"),
+        script: Path::new(env!("CARGO_MANIFEST_DIR")).join("../daemon/torch-runner/kiln_torch.py"),
         timeout: Duration::from_secs(120),
     })
 }

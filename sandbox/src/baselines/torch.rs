@@ -212,7 +212,7 @@ mod tests {
         // python3 without torch (CI's own python), or torch without a GPU: `unavailable`.
         // Skipped where python3 is absent.
         let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../scripts")
+            .join("../daemon/torch-runner")
             .join(crate::torch_helper::HELPER_NAME);
         if std::process::Command::new("python3")
             .arg("--version")

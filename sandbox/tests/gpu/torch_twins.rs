@@ -24,7 +24,7 @@ fn runner(cfg: &SandboxConfig) -> Option<ReferenceRunner> {
         return None;
     };
     let Some(helper) = TorchHelper::find(&cfg.worker_exe, &python, Duration::from_secs(900)) else {
-        println!("SKIP: kiln_torch.py is not beside kiln-worker or in scripts/");
+        println!("SKIP: kiln_torch.py is not beside kiln-worker or in daemon/torch-runner/");
         return None;
     };
     Some(ReferenceRunner::gpu(helper, cfg.gpu_uuid.as_deref()))

@@ -63,7 +63,7 @@ pub enum ImportCmd {
         #[arg(long, env = "KILN_PYTHON", default_value = "python3")]
         python: String,
         /// kiln's torch helper (default: kiln_torch.py beside kiln-worker, in share/kiln or
-        /// scripts/ above it).
+        /// daemon/torch-runner/ above it).
         #[arg(long)]
         helper: Option<PathBuf>,
         /// Run a module once on the CPU (to see whether the tolerance accepts an all-zero

@@ -1,4 +1,4 @@
-"""Tests of scripts/kiln_torch.py that need no torch and no GPU (stdlib only)."""
+"""Tests of daemon/torch-runner/kiln_torch.py that need no torch and no GPU (stdlib only)."""
 
 import importlib.util
 import io
@@ -11,7 +11,7 @@ from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "kiln_torch.py")
-FRAMING_SPEC = os.path.join(HERE, "..", "..", "sandbox", "protocol", "framing.json")
+FRAMING_SPEC = os.path.join(HERE, "..", "..", "..", "sandbox", "protocol", "framing.json")
 spec = importlib.util.spec_from_file_location("kiln_torch", SCRIPT)
 helper = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(helper)
