@@ -157,7 +157,7 @@ class Serve(unittest.TestCase):
 
     @unittest.skipUnless(os.environ.get("KILN_PYTHON"), "KILN_PYTHON (a python with torch) is not set")
     def test_the_module_as_baseline_and_as_reference_on_the_cpu(self):
-        src = os.path.join(HERE, "..", "..", "problems", "kernelbench-format", "tiny", "linear_relu_4x16x8.py")
+        src = os.path.join(HERE, "..", "..", "..", "problems", "kernelbench-format", "tiny", "linear_relu_4x16x8.py")
         out = subprocess.run([os.environ["KILN_PYTHON"], SCRIPT, "describe", src], capture_output=True,
                              timeout=300, check=True).stdout
         d = json.loads(out)
