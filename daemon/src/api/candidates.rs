@@ -2,13 +2,12 @@
 //! evaluation (optionally waiting for the evaluation), list candidates, queue another
 //! evaluation of a stored candidate, read a job (optionally waiting for its end).
 
-use kiln_types::BackendKind;
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use kiln_types::{Candidate, JobOptions};
+use kiln_types::{BackendKind, Candidate, JobOptions};
 use serde::Deserialize;
 use serde_json::{Value, json};
 

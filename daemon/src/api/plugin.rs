@@ -3,7 +3,6 @@
 //! The token is minted per search run; only its hash is stored. A request carrying it may
 //! touch only its own search. Shapes are `kiln_types::plugin` (docs/plugins.md).
 
-use kiln_types::BackendKind;
 use std::time::Duration;
 
 use axum::Json;
@@ -15,7 +14,7 @@ use kiln_types::plugin::{
     ArchiveEntry, ArchiveReply, Budget, Checkpoint, Context, Device, Finish, Finished,
     MAX_CHECKPOINT_BYTES, MAX_LOG_BYTES, MAX_PROMPT_BYTES, Submitted, WaitReply, WaitRequest,
 };
-use kiln_types::{Candidate, ProblemSpec};
+use kiln_types::{BackendKind, Candidate, ProblemSpec};
 use serde_json::{Value, json};
 
 use super::error::JsonBody;

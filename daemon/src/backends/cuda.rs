@@ -7,7 +7,6 @@
 //! one job at a time; lanes share nothing, so a fault or timeout on one replaces that
 //! lane's worker alone.
 
-use kiln_types::BackendKind;
 use std::sync::Mutex;
 
 use kiln_sandbox::kiln_gpu::telemetry::{ClockControl, ClockError, NvmlClocks, init_nvml};
@@ -15,7 +14,7 @@ use kiln_sandbox::{
     BackendStatus, CompileOutcome, ReferenceRunner, SandboxConfig, SandboxError, TorchHelper,
     TorchSource, WarmWorker, WarmWorkerStats,
 };
-use kiln_types::{Candidate, EvalPlan, Evaluation, ProblemSpec};
+use kiln_types::{BackendKind, Candidate, EvalPlan, Evaluation, ProblemSpec};
 use serde_json::json;
 
 use super::{Backend, BackendError, compile_in_jail};

@@ -5,12 +5,12 @@
 //! after a set delay ([`FakeLanes::with_delays`], which delays compiles too and counts
 //! those in flight).
 
-use kiln_types::BackendKind;
 use std::sync::Arc;
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use kiln_sandbox::{BackendStatus, CompileOutcome};
+use kiln_types::BackendKind;
 use kiln_types::{
     BaselineResult, Candidate, CompileInfo, EvalPlan, Evaluation, ProblemSpec, TimingStats, Verdict,
 };

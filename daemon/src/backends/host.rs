@@ -2,11 +2,10 @@
 //! evaluation in a fresh jailed `kiln-worker` (`kiln_sandbox::evaluate_with`). One lane,
 //! with its warm torch reference runner (CPU) for problems whose reference is PyTorch.
 
-use kiln_types::BackendKind;
 use std::sync::Mutex;
 
 use kiln_sandbox::{BackendStatus, CompileOutcome, ReferenceRunner, SandboxConfig};
-use kiln_types::{Candidate, EvalPlan, Evaluation, ProblemSpec};
+use kiln_types::{BackendKind, Candidate, EvalPlan, Evaluation, ProblemSpec};
 
 use super::{Backend, BackendError, compile_in_jail};
 

@@ -13,13 +13,13 @@
 //! `[gpu] python`), asked once for its version; the cuda backend compiles Triton
 //! candidates with it.
 
-use kiln_types::BackendKind;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kiln_sandbox::backends::triton::setup::TritonSetup;
 use kiln_sandbox::{BackendStatus, SandboxConfig, WarmWorker};
+use kiln_types::BackendKind;
 use serde_json::{Value, json};
 
 use super::Backend;

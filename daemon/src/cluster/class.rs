@@ -6,7 +6,6 @@
 //! replaces the label (tests, or fleets whose machines differ in ways kiln cannot see).
 //! A search is pinned to one class and its candidates are never timed on another.
 
-use kiln_types::BackendKind;
 use std::sync::Arc;
 
 use crate::backends::Backend;
@@ -14,6 +13,7 @@ use crate::config::Config;
 use crate::gpu::GpuInventory;
 use crate::store::LaneClass;
 use crate::store::postgres::NodeLane;
+use kiln_types::BackendKind;
 
 /// A label part without `/` (which separates the parts) or surrounding space.
 fn part(s: &str) -> String {

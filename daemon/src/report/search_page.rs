@@ -4,9 +4,9 @@
 //! grid per island; the lineage of the best kernel; the strategy's rounds. While the
 //! search runs the page reloads itself every [`REFRESH_SECS`] seconds.
 
-use kiln_types::BackendKind;
 use std::collections::BTreeMap;
 
+use kiln_types::BackendKind;
 use kiln_types::summary::Report;
 
 use super::html::{self, esc, esc_cut, figure, id, swatch};

@@ -5,10 +5,9 @@
 //! time), every kind the problem asks for timed by the backend on that lane
 //! ([`crate::backends::Backend::baselines`]) — and stores the result under that model.
 
-use kiln_types::BackendKind;
 use std::sync::{Arc, OnceLock};
 
-use kiln_types::{Candidate, ProblemSpec};
+use kiln_types::{BackendKind, Candidate, ProblemSpec};
 use thiserror::Error;
 
 use super::{Lanes, Scheduler};

@@ -3,12 +3,11 @@
 //! over all lanes, a pinned job runs on its lane, and baselines are measured on a lane of
 //! the GPU model asked for and cached under that model.
 
-use kiln_types::BackendKind;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kiln_types::{Candidate, JobOptions};
+use kiln_types::{BackendKind, Candidate, JobOptions};
 
 use super::Scheduler;
 use super::baseline::BaselineError;

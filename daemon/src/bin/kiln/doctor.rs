@@ -9,6 +9,7 @@
 
 use anyhow::{Context, Result};
 use kiln_daemon::client::Client;
+use kiln_types::BackendKind;
 use serde_json::{Value, json};
 
 use crate::Output;
@@ -27,7 +28,10 @@ pub struct DoctorArgs {
 
 /// The known kernel per backend: a problem of the seed suite with a tiny seed kernel. The
 /// Triton seed of the cuda problem runs too when kilnd found triton.
-const KNOWN: &[(&str, &str)] = &[("host", "vecadd-4096"), ("cuda", "vecadd-cuda-1m")];
+const KNOWN: &[(BackendKind, &str)] = &[
+    (BackendKind::Host, "vecadd-4096"),
+    (BackendKind::Cuda, "vecadd-cuda-1m"),
+];
 
 /// Submits the seed of `problem` for `backend` as a fresh candidate (a comment makes it
 /// new, so it really compiles and runs), pinned to `lane` when given, and waits for its
@@ -128,11 +132,10 @@ pub fn gpu_lines(info: &Value) -> Vec<String> {
     let selected = info["gpu_devices"]
         .as_array()
         .is_some_and(|d| !d.is_empty());
-    let cuda_usable = info["backends"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|b| b["name"] == "cuda" && b["usable"].as_bool() == Some(true));
+    let cuda_usable =
+        info["backends"].as_array().into_iter().flatten().any(|b| {
+            b["name"] == BackendKind::Cuda.as_str() && b["usable"].as_bool() == Some(true)
+        });
     let mut lines = vec![format!(
         "gpus: {} ({} with a lane)",
         gpus.len(),
@@ -142,7 +145,7 @@ pub fn gpu_lines(info: &Value) -> Vec<String> {
     for g in &gpus {
         let lane = match g["lane"].as_u64() {
             Some(l) => {
-                let worker = lanes_of(info, "cuda")
+                let worker = lanes_of(info, BackendKind::Cuda.as_str())
                     .find(|x| x["lane"].as_u64() == Some(l))
                     .map_or(String::new(), |x| {
                         format!(
@@ -168,7 +171,7 @@ pub fn gpu_lines(info: &Value) -> Vec<String> {
             text(&g["uuid"]),
         ));
     }
-    for l in lanes_of(info, "cuda").filter(|l| l["gpu"].is_null()) {
+    for l in lanes_of(info, BackendKind::Cuda.as_str()).filter(|l| l["gpu"].is_null()) {
         lines.push(format!(
             "  lane {} on {} (a GPU NVML does not list)",
             text(&l["lane"]),
@@ -232,12 +235,18 @@ pub async fn doctor(
         .unwrap_or_default();
     let mut runs: Vec<Value> = Vec::new();
     let mut known: Vec<&str> = usable.iter().map(String::as_str).collect();
-    if usable.iter().any(|b| b == "cuda") && info["triton"]["usable"].as_bool() == Some(true) {
+    if usable.iter().any(|b| *b == BackendKind::Cuda)
+        && info["triton"]["usable"].as_bool() == Some(true)
+    {
         known.push("triton");
     }
     if !args.no_run {
         for b in known {
-            let key = if b == "triton" { "cuda" } else { b };
+            let key = if b == "triton" {
+                BackendKind::Cuda.as_str()
+            } else {
+                b
+            };
             let Some((_, problem)) = KNOWN.iter().find(|(k, _)| *k == key) else {
                 continue;
             };
@@ -253,7 +262,7 @@ pub async fn doctor(
                 continue;
             }
             // cuda: one run per lane, all at once (each GPU is tried); host: one run.
-            let lanes: Vec<Option<u64>> = if b == "cuda" {
+            let lanes: Vec<Option<u64>> = if b == BackendKind::Cuda {
                 lanes_of(&info, b).map(|l| l["lane"].as_u64()).collect()
             } else {
                 vec![None]

@@ -23,6 +23,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use kiln_daemon::client::Client;
+use kiln_types::BackendKind;
 use kiln_types::JobOptions;
 use serde_json::{Value, json};
 
@@ -434,7 +435,14 @@ pub async fn run(client: &Client, out: Output, a: AgreementArgs) -> Result<std::
     // The timer floor, measured once (on the first problem's GPU) when ncu is there.
     let mut floor_measured: Option<Result<(Floor, String), String>> = None;
     for problem in &problems {
-        let setup = common::setup(client, Some(problem), Some("cuda"), None, |_| "").await?;
+        let setup = common::setup(
+            client,
+            Some(problem),
+            Some(BackendKind::Cuda.as_str()),
+            None,
+            |_| "",
+        )
+        .await?;
         info = setup.info.clone();
         let shown = client.get(&format!("/v1/problems/{problem}")).await?;
         let spec = shown["spec"].clone();
@@ -507,7 +515,7 @@ pub async fn run(client: &Client, out: Output, a: AgreementArgs) -> Result<std::
             }
             Some(ncu) => {
                 // Lane 0's GPU (kilnd's lanes; NVML's first GPU from an older kilnd).
-                let lanes = common::lanes(&info, "cuda");
+                let lanes = common::lanes(&info, BackendKind::Cuda.as_str());
                 let gpu_uuid = lanes
                     .first()
                     .and_then(|l| l["label"].as_str())

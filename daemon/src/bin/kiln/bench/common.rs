@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use futures_util::StreamExt;
 use kiln_daemon::client::Client;
-use kiln_types::{Candidate, JobOptions, ProblemSpec, RaceAgainst};
+use kiln_types::{BackendKind, Candidate, JobOptions, ProblemSpec, RaceAgainst};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -44,10 +44,14 @@ pub async fn setup(
         .collect();
     let backend = match (backend, language) {
         (Some(b), _) => b.to_string(),
-        (None, Some("triton" | "cuda")) => "cuda".into(),
-        (None, Some("c")) => "host".into(),
-        (None, _) if usable.iter().any(|b| b == "cuda") => "cuda".into(),
-        (None, _) => "host".into(),
+        (None, Some(l)) => serde_json::from_value::<kiln_types::Language>(Value::from(l))
+            .with_context(|| format!("unknown language {l:?}"))?
+            .backend()
+            .to_string(),
+        (None, None) if usable.iter().any(|b| *b == BackendKind::Cuda) => {
+            BackendKind::Cuda.to_string()
+        }
+        (None, None) => BackendKind::Host.to_string(),
     };
     if language == Some("triton") && info["triton"]["usable"].as_bool() != Some(true) {
         bail!(
@@ -103,7 +107,7 @@ pub async fn setup(
 /// The default problem of the benchmarks that time a kernel of some size: the softmax
 /// seed problem of the backend.
 pub fn softmax_problem(backend: &str) -> &'static str {
-    if backend == "cuda" {
+    if backend == BackendKind::Cuda {
         "softmax-4096x65536"
     } else {
         "softmax-256x4096"

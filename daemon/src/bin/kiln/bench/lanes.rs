@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use clap::Args;
 use kiln_daemon::client::Client;
-use kiln_types::{Candidate, JobOptions};
+use kiln_types::{BackendKind, Candidate, JobOptions};
 use serde_json::{Value, json};
 
 use super::common::{self, Finished, Work};
@@ -268,7 +268,7 @@ async fn isolation(
     timeout: Duration,
 ) -> Result<Value> {
     let (backend, id, ids) = (kernel.backend, kernel.id, kernel.lanes);
-    if backend != "cuda" || ids.is_empty() {
+    if backend != BackendKind::Cuda || ids.is_empty() {
         return Ok(json!({"skipped": format!(
             "needs the cuda backend (this is {backend} with {} lane(s))",
             ids.len()

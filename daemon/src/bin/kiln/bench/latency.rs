@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use clap::Args;
 use kiln_daemon::client::Client;
+use kiln_types::BackendKind;
 use kiln_types::JobOptions;
 use serde_json::{Value, json};
 
@@ -38,7 +39,7 @@ pub struct LatencyArgs {
 }
 
 fn default_problem(backend: &str) -> &'static str {
-    if backend == "cuda" {
+    if backend == BackendKind::Cuda {
         "vecadd-cuda-1m"
     } else {
         "vecadd-4096"
