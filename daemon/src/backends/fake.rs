@@ -59,9 +59,7 @@ impl FakeLanes {
     /// A cuda fake under a name of its own (its lane counters and metrics, which are
     /// process-wide, then stay apart from other tests').
     pub fn named(name: &'static str, n: usize) -> Arc<FakeLanes> {
-        let mut f = Self::with_delays(BackendKind::Cuda, n, Duration::ZERO, Duration::ZERO);
-        Arc::get_mut(&mut f).expect("new").name = name;
-        f
+        Self::build(name, BackendKind::Cuda, n, Duration::ZERO, Duration::ZERO)
     }
 
     /// A fake whose every compile takes `compile` and every evaluation `evaluation`.
@@ -71,8 +69,18 @@ impl FakeLanes {
         compile: Duration,
         evaluation: Duration,
     ) -> Arc<FakeLanes> {
+        Self::build(kind.as_str(), kind, n, compile, evaluation)
+    }
+
+    fn build(
+        name: &'static str,
+        kind: BackendKind,
+        n: usize,
+        compile: Duration,
+        evaluation: Duration,
+    ) -> Arc<FakeLanes> {
         Arc::new(FakeLanes {
-            name: kind.as_str(),
+            name,
             kind,
             n,
             seen: Mutex::new(Seen {

@@ -581,10 +581,11 @@ impl ProblemSpec {
     fn kernel_candidate(&self, ks: &KernelSource, backend: &str) -> crate::Candidate {
         crate::Candidate {
             problem: self.name.clone(),
-            language: match backend {
-                "triton" => crate::Language::Triton,
-                "cuda" => crate::Language::Cuda,
-                _ => crate::Language::C,
+            // A seed's key is a backend or the `triton` language (checked at load).
+            language: if backend == "triton" {
+                crate::Language::Triton
+            } else {
+                crate::Language::of_reference(backend.parse().unwrap_or(BackendKind::Host))
             },
             source: ks.source.clone(),
             launches: ks.launches.clone(),
