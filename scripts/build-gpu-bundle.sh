@@ -25,7 +25,7 @@ out=$top/gpu-bundle
 cd "$top"
 
 cargo build --release -p kiln-gpu --example gpu_probe
-cargo build --release -p kiln-sandbox -p kiln-daemon -p kiln-plugin-host --bins
+cargo build --release -p kiln-sandbox -p kiln-daemon -p kiln-cli -p kiln-plugin-host --bins
 # A test binary (PACKAGE TEST): its path comes from cargo's JSON messages.
 test_binary() {
     cargo test --release -p "$1" --test "$2" --no-run --message-format=json |

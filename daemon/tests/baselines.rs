@@ -11,7 +11,7 @@ use std::process::Command;
 use common::{Daemon, write_double_problem};
 
 fn kiln(d: &Daemon, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln"))
+    Command::new(common::kiln_cli())
         .env("KILN_SOCKET", &d.socket)
         .args(args)
         .output()

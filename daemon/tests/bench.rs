@@ -12,7 +12,7 @@ use common::{Daemon, write_double_problem};
 use serde_json::Value;
 
 fn kiln(d: &Daemon, args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+    let out = Command::new(common::kiln_cli())
         .env("KILN_SOCKET", &d.socket)
         .args(args)
         .output()
@@ -201,7 +201,7 @@ fn stability_smoke_reports_cv_of_contract_and_plain() {
 #[test]
 fn bench_text_output_is_a_table() {
     let d = daemon_with_problem("bench-text");
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+    let out = Command::new(common::kiln_cli())
         .env("KILN_SOCKET", &d.socket)
         .args([
             "bench",
@@ -230,7 +230,7 @@ fn bench_text_output_is_a_table() {
 #[test]
 fn bench_on_an_unknown_problem_says_how_to_register_it() {
     let d = Daemon::start("");
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+    let out = Command::new(common::kiln_cli())
         .env("KILN_SOCKET", &d.socket)
         .args([
             "bench",
@@ -258,7 +258,7 @@ fn cluster_smoke_reports_each_node_count() {
         eprintln!("skipping kiln bench cluster: PostgreSQL's server binaries are not installed");
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+    let out = Command::new(common::kiln_cli())
         .args(["bench", "cluster", "--smoke", "-o", "json"])
         .arg("--kilnd")
         .arg(env!("CARGO_BIN_EXE_kilnd"))

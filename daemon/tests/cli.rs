@@ -7,7 +7,7 @@ use std::process::Command;
 use common::{Daemon, write_double_problem};
 
 fn kiln(d: &Daemon, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln"))
+    Command::new(common::kiln_cli())
         .env("KILN_SOCKET", &d.socket)
         .args(args)
         .output()
@@ -31,7 +31,7 @@ fn status_json_is_valid_json() {
 #[test]
 fn status_without_a_daemon_says_how_to_start_one() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+    let out = Command::new(common::kiln_cli())
         .args(["--socket"])
         .arg(dir.path().join("none.sock"))
         .arg("status")

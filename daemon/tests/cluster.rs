@@ -578,7 +578,7 @@ fn cluster_gateway_queues_for_others_and_a_drifting_node_stops_claiming() {
             "{metrics}"
         );
         // kiln doctor says so, and fails.
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
+        let out = std::process::Command::new(common::kiln_cli())
             .env("KILN_SOCKET", &a.socket)
             .args(["doctor", "--no-run", "-o", "json"])
             .output()

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 /// Runs the `kiln` CLI against the daemon; its stdout, stderr and success.
 fn kiln(d: &Daemon, args: &[&str]) -> (String, String, bool) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
+    let out = Command::new(common::kiln_cli())
         .arg("--socket")
         .arg(&d.socket)
         .args(args)

@@ -9,6 +9,18 @@ use std::time::{Duration, Instant};
 use kiln_daemon::client::Client;
 use serde_json::{Value, json};
 
+/// The `kiln` CLI binary (crate kiln-cli), built beside kilnd by `cargo test --workspace`
+/// (kiln-cli's own tests need it) or `cargo build --workspace`.
+pub fn kiln_cli() -> PathBuf {
+    let path = Path::new(env!("CARGO_BIN_EXE_kilnd")).with_file_name("kiln");
+    assert!(
+        path.exists(),
+        "{} is missing: build the CLI first (cargo build -p kiln-cli)",
+        path.display()
+    );
+    path
+}
+
 /// A running kilnd, killed on drop.
 pub struct Daemon {
     pub dir: tempfile::TempDir,

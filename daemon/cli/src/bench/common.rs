@@ -743,7 +743,7 @@ mod tests {
     fn twin_seed_is_renamed_to_the_imported_tensors() {
         let dir = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../problems/softmax-4096x65536"
+            "/../../problems/softmax-4096x65536"
         );
         let hand = ProblemSpec::load_dir(std::path::Path::new(dir)).expect("problem");
         let mut kb = hand.clone();

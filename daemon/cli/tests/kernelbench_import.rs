@@ -25,7 +25,7 @@ fn python() -> Option<String> {
 }
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// The import with JSON output and `extra` arguments.
