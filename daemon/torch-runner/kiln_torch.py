@@ -6,7 +6,7 @@ its own process group, killed past each call's deadline; see docs/security.md):
 
     python3 kiln_torch.py serve
 
-and talks kiln's framing on stdin/stdout (sandbox/src/protocol.rs): each message is a
+and talks kiln's framing on stdin/stdout (sandbox/protocol, crate kiln-protocol): each message is a
 u32 little-endian length and a JSON envelope {"blobs": N, "body": {...}}, then N raw
 frames (tensor bytes). One answer per request; an answer with "error" is a refusal or a
 failure, with the reason. Prints of the code it runs go to stderr, never to the protocol.

@@ -22,8 +22,8 @@ use crate::jailed_worker::{
     protocol_error, reply_answering_references, with_layers,
 };
 use crate::protocol::{self, PROTOCOL_VERSION, Request, Response};
-use crate::reference_runner::ReferenceRunner;
 use crate::warm_worker::WarmWorker;
+use kiln_torch_runner::ReferenceRunner;
 
 /// The result of [`compile`].
 #[derive(Debug, Clone)]

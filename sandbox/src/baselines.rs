@@ -19,7 +19,7 @@ use kiln_types::{BaselineResult, EvalPlan, ProblemSpec};
 
 use crate::config::SandboxConfig;
 use crate::error::SandboxError;
-use crate::torch_helper::TorchHelper;
+use kiln_torch_runner::helper::TorchHelper;
 
 /// Where the torch helper's kinds come from: the helper, or why there is none.
 #[derive(Debug, Clone)]

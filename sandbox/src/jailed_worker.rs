@@ -15,7 +15,7 @@ use crate::contract::timing;
 use crate::error::SandboxError;
 use crate::jail::{self, CgroupSpec, JailSpec, JailedChild, LayerStatus, Limits, Role};
 use crate::protocol::{self, PROTOCOL_VERSION, ProtocolError, Request, Response, RunLimits};
-use crate::reference_runner::ReferenceRunner;
+use kiln_torch_runner::ReferenceRunner;
 
 /// A job's directory, removed on drop.
 pub(crate) struct JobDir {

@@ -12,10 +12,10 @@
 //!   `jailed_worker`.
 //! - [`measure_baselines`]: every baseline kind through one path ([`baselines`]): the
 //!   reference, cuBLAS, cuDNN in a jailed GPU worker, torch eager and `torch.compile` in
-//!   kiln's trusted torch helper ([`torch_helper`]).
+//!   kiln's trusted torch runner (crate `kiln_torch_runner`).
 //! - [`jail`]: start a command isolated from the host (namespaces, private root, rlimits,
 //!   cgroup, `no_new_privs`, seccomp, parent-death signal, tree kill on a deadline).
-//! - [`protocol`]: the framed messages between caller and worker.
+//! - [`protocol`]: the messages between caller and worker (framed by `kiln_protocol`).
 //! - [`contract`]: the evaluation contract (what it checks and in what order: its module doc), generic over a backend, with
 //!   the backend-neutral input data and comparison code.
 //! - [`backends`]: the backends inside `kiln-worker`: [`backends::host`] (C on the CPU),
@@ -57,8 +57,6 @@ pub mod jail;
 mod jailed_worker;
 pub mod plugin_host;
 pub mod protocol;
-pub mod reference_runner;
-pub mod torch_helper;
 mod warm_worker;
 pub mod worker;
 
@@ -71,8 +69,6 @@ pub use error::SandboxError;
 pub use jail::{JailReport, LayerStatus};
 /// The GPU mechanics crate, for callers that need its types (clock policy, facts).
 pub use kiln_gpu;
-pub use reference_runner::ReferenceRunner;
-pub use torch_helper::TorchHelper;
 
 /// A content hash of this build's compile path (the backends' compile code, kiln-gpu's
 /// NVRTC recipe, stand-in headers and artifact format), computed by `build.rs`: part of

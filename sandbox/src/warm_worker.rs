@@ -26,7 +26,7 @@ use crate::jailed_worker::{
     protocol_error, reply_answering_references, with_layers,
 };
 use crate::protocol::{self, ProtocolError, Response};
-use crate::reference_runner::ReferenceRunner;
+use kiln_torch_runner::ReferenceRunner;
 
 /// How long a warm worker may sit idle before its jail's watchdog ends it.
 const IDLE: Duration = Duration::from_secs(3600);

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use kiln_sandbox::{ReferenceRunner, SandboxConfig, TorchHelper};
+use kiln_sandbox::SandboxConfig;
+use kiln_torch_runner::{ReferenceRunner, TorchHelper};
 use kiln_types::{Candidate, Evaluation, Language, ProblemSpec, Verdict};
 
 fn python() -> Option<PathBuf> {
@@ -56,7 +57,7 @@ fn imported() -> &'static Path {
             .collect();
         files.sort();
         let helper = helper().expect("a python with torch");
-        let described = kiln_sandbox::torch_helper::describe(
+        let described = kiln_torch_runner::helper::describe(
             &helper,
             &files,
             (256 << 20, 1 << 32),

@@ -272,7 +272,7 @@ fn import_kernelbench(
     anyhow::ensure!(!files.is_empty(), "no .py files in {paths:?}");
     let script = match helper {
         Some(h) => h,
-        None => kiln_sandbox::TorchHelper::find(
+        None => kiln_torch_runner::TorchHelper::find(
             &kiln_sandbox::default_worker_exe(),
             python,
             std::time::Duration::from_secs(1),
@@ -280,8 +280,8 @@ fn import_kernelbench(
         .map(|h| h.script)
         .context("kiln_torch.py not found beside kiln-worker: pass --helper PATH")?,
     };
-    let helper = kiln_sandbox::TorchHelper {
-        python: kiln_sandbox::torch_helper::resolve(python),
+    let helper = kiln_torch_runner::TorchHelper {
+        python: kiln_torch_runner::helper::resolve(python),
         script,
         timeout: std::time::Duration::from_secs(3600),
     };
@@ -293,7 +293,7 @@ fn import_kernelbench(
             helper.script.display()
         );
     }
-    let described = kiln_sandbox::torch_helper::describe(&helper, &files, run_limits, tol)?;
+    let described = kiln_torch_runner::helper::describe(&helper, &files, run_limits, tol)?;
     let (mut taken, mut refused) = (Vec::new(), Vec::new());
     for d in &described {
         match &d.refused {

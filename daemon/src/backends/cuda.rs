@@ -11,9 +11,10 @@ use std::sync::Mutex;
 
 use kiln_sandbox::kiln_gpu::telemetry::{ClockControl, ClockError, NvmlClocks, init_nvml};
 use kiln_sandbox::{
-    BackendStatus, CompileOutcome, ReferenceRunner, SandboxConfig, SandboxError, TorchHelper,
-    TorchSource, WarmWorker, WarmWorkerStats,
+    BackendStatus, CompileOutcome, SandboxConfig, SandboxError, TorchSource, WarmWorker,
+    WarmWorkerStats,
 };
+use kiln_torch_runner::{ReferenceRunner, TorchHelper};
 use kiln_types::{BackendKind, Candidate, EvalPlan, Evaluation, ProblemSpec};
 use serde_json::json;
 

@@ -4,7 +4,8 @@
 
 use std::sync::Mutex;
 
-use kiln_sandbox::{BackendStatus, CompileOutcome, ReferenceRunner, SandboxConfig};
+use kiln_sandbox::{BackendStatus, CompileOutcome, SandboxConfig};
+use kiln_torch_runner::ReferenceRunner;
 use kiln_types::{BackendKind, Candidate, EvalPlan, Evaluation, ProblemSpec};
 
 use super::{Backend, BackendError, compile_in_jail};

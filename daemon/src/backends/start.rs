@@ -98,11 +98,11 @@ pub fn sandbox_config(config: &Config, state_dir: &Path) -> SandboxConfig {
 }
 
 /// The torch helper `[gpu] python` runs, or why there is none.
-pub fn torch_helper(config: &Config) -> Result<kiln_sandbox::TorchHelper, String> {
+pub fn torch_helper(config: &Config) -> Result<kiln_torch_runner::TorchHelper, String> {
     if config.gpu.python.is_empty() {
         return Err("[gpu] python is empty: the torch helper is off".into());
     }
-    kiln_sandbox::TorchHelper::find(
+    kiln_torch_runner::TorchHelper::find(
         &kiln_sandbox::default_worker_exe(),
         &config.gpu.python,
         Duration::from_secs(config.gpu.torch_timeout_secs.max(1)),
@@ -110,7 +110,7 @@ pub fn torch_helper(config: &Config) -> Result<kiln_sandbox::TorchHelper, String
     .ok_or_else(|| {
         format!(
             "{} not found beside kiln-worker (see daemon/packaging)",
-            kiln_sandbox::torch_helper::HELPER_NAME
+            kiln_torch_runner::HELPER_NAME
         )
     })
 }
@@ -154,7 +154,8 @@ pub fn build(
                 config.evaluation.host_peak_bytes_per_s,
                 config.evaluation.host_peak_flops,
             ),
-            torch: torch_helper(config).map(|h| Mutex::new(kiln_sandbox::ReferenceRunner::cpu(h))),
+            torch: torch_helper(config)
+                .map(|h| Mutex::new(kiln_torch_runner::ReferenceRunner::cpu(h))),
         }));
     }
     if let Some(cuda) = status.iter_mut().find(|b| b.name == BackendKind::Cuda)
@@ -191,7 +192,7 @@ pub fn build(
             let runner = torch.clone().map(|h| {
                 let uuid = (d.uuid.starts_with("GPU-") || d.uuid.starts_with("MIG-"))
                     .then_some(d.uuid.as_str());
-                Mutex::new(kiln_sandbox::ReferenceRunner::gpu(h, uuid))
+                Mutex::new(kiln_torch_runner::ReferenceRunner::gpu(h, uuid))
             });
             lanes.push(GpuLane::new(
                 &d.uuid,

@@ -98,7 +98,7 @@ class Framing(unittest.TestCase):
         self.assertEqual(helper.read_message(buf, max_frame=4), ({"cmd": "x"}, [b"ab", b"0123456789", b""]))
 
     def test_framing_matches_the_shared_spec(self):
-        """sandbox/protocol/framing.json, which sandbox/src/protocol.rs's tests read too:
+        """sandbox/protocol/framing.json, which the kiln-protocol crate's tests read too:
         the same limits, every vector written to the byte and read back, every refused
         stream refused."""
         with open(FRAMING_SPEC) as f:

@@ -1,7 +1,7 @@
 //! The torch helper's baseline kinds (torch eager, `torch.compile`) timed by the
 //! baselines' one driver ([`super::driver`]).
 //!
-//! The helper ([`crate::torch_helper`]) only runs what it is asked: it sets up the op of
+//! The helper ([`kiln_torch_runner::helper`]) only runs what it is asked: it sets up the op of
 //! `[baseline.torch]` (a name from its fixed registry, or the problem's own PyTorch module
 //! when the problem has a `[reference.torch]`), draws inputs from the problem's
 //! distributions, checks each precision variant against its own f64 run, and takes one
@@ -17,7 +17,7 @@ use kiln_types::{EvalPlan, ProblemSpec};
 use serde_json::{Value, json};
 
 use super::driver::{self, SampleSpec, Sampler};
-use crate::torch_helper::{HelperError, HelperProcess, TorchHelper};
+use kiln_torch_runner::helper::{HelperError, HelperProcess, TorchHelper};
 
 /// Launches a torch op is budgeted for when sizing the blocking kernel (a module's
 /// forward may launch dozens).
@@ -213,7 +213,7 @@ mod tests {
         // Skipped where python3 is absent.
         let script = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../daemon/torch-runner")
-            .join(crate::torch_helper::HELPER_NAME);
+            .join(kiln_torch_runner::HELPER_NAME);
         if std::process::Command::new("python3")
             .arg("--version")
             .output()

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use kiln_sandbox::{ReferenceRunner, TorchHelper};
+use kiln_torch_runner::{ReferenceRunner, TorchHelper};
 use kiln_types::{Arg, Role};
 
 use super::*;

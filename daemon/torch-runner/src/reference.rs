@@ -1,7 +1,7 @@
 //! [`ReferenceRunner`]: the warm trusted runner of a problem's torch reference
 //! (`[reference.torch]`), one per lane, started on first use and kept.
 //!
-//! It is kiln's torch helper (`kiln_torch.py serve`, see [`crate::torch_helper`]) in a
+//! It is kiln's torch helper (`kiln_torch.py serve`, see [`crate::helper`]) in a
 //! process of its own, outside the jail and out of reach of candidate code: candidates run
 //! in jailed workers (host: in runner processes stopped between runs), and the worker asks
 //! its caller — this side — for the reference's outputs only between candidate runs
@@ -21,7 +21,7 @@ use std::time::Duration;
 use kiln_types::{ProblemSpec, Role};
 use serde_json::json;
 
-use crate::torch_helper::{HelperProcess, TorchHelper};
+use crate::helper::{HelperProcess, TorchHelper};
 
 /// The warm reference runner of one lane.
 pub struct ReferenceRunner {

@@ -7,7 +7,7 @@
 //! jail (python and torch need their whole prefix, which no jail shows) with a cleared
 //! environment (PATH, HOME, `CUDA_VISIBLE_DEVICES` naming the lane's GPU or nothing),
 //! in its own process group, killed whole when a call passes its deadline or the process
-//! is dropped. It talks kiln's framing ([`crate::protocol`]): a JSON envelope, then raw
+//! is dropped. It talks kiln's framing ([`kiln_protocol`]): a JSON envelope, then raw
 //! blobs (tensor bytes), on its stdin and stdout; its own stdout prints go to stderr.
 //! docs/security.md says what it may run: the problem's own PyTorch code (trusted, from
 //! the problem's author) and kiln's fixed op registry, never candidate code.
@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::protocol;
+use kiln_protocol as protocol;
 
 /// File name of the helper, installed next to `kiln-worker` (or `share/kiln/` above it).
 pub const HELPER_NAME: &str = "kiln_torch.py";
