@@ -7,7 +7,13 @@ use std::path::{Path, PathBuf};
 
 /// Files and folders (relative to this crate) whose contents make up the compile path.
 const COMPILE_PATH: &[&str] = &[
-    "src/backends",
+    "src/engine/cuda",
+    "src/engine/cuda.rs",
+    "src/engine/host",
+    "src/engine/host.rs",
+    "src/engine/triton",
+    "src/engine/triton.rs",
+    "src/engine/limits.rs",
     "src/worker.rs",
     "gpu/src/nvrtc.rs",
     "gpu/src/cxx.rs",

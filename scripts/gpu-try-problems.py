@@ -226,7 +226,7 @@ def compare(got: cp.ndarray, want: cp.ndarray, atol: float, rtol: float) -> dict
 
 
 def tier(rel_l2: float) -> str:
-    # sandbox/src/contract/compare.rs
+    # sandbox/src/engine/contract/compare.rs
     if rel_l2 <= 1e-5:
         return "fp32-faithful"
     if rel_l2 <= 1e-3:

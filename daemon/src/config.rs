@@ -420,7 +420,7 @@ impl Default for GpuConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct CudaConfig {
     /// The toolkit's include folders (absolute); empty = discovered (see
-    /// `kiln_sandbox::backends::cuda::toolkit`).
+    /// `kiln_sandbox::engine::cuda::toolkit`).
     pub include_dirs: Vec<String>,
 }
 

@@ -11,10 +11,10 @@ use std::time::Duration;
 use kiln_types::{Candidate, CompileInfo, EvalPlan, Evaluation, Language, ProblemSpec, Verdict};
 use serde::{Deserialize, Serialize};
 
-use crate::backends::host::flags;
-use crate::backends::triton::compile::TritonJob;
-use crate::backends::triton::spec as triton_spec;
 use crate::config::{SandboxConfig, which};
+use crate::engine::host::flags;
+use crate::engine::triton::compile::TritonJob;
+use crate::engine::triton::spec as triton_spec;
 use crate::error::SandboxError;
 use crate::jail::{self, LayerStatus, Limits, Role};
 use crate::jailed_worker::{
@@ -63,7 +63,7 @@ pub fn backend_status() -> Vec<BackendStatus> {
             },
         },
         {
-            let (usable, detail) = crate::backends::cuda::setup::status();
+            let (usable, detail) = crate::engine::cuda::setup::status();
             BackendStatus {
                 name: kiln_types::BackendKind::Cuda,
                 usable,
@@ -246,7 +246,7 @@ pub fn compile(
                 .status
                 .and_then(|s| s.code())
                 .filter(|&c| c > 128)
-                .and_then(|c| crate::backends::limits::signal_limit(c - 128));
+                .and_then(|c| crate::engine::limits::signal_limit(c - 128));
             if let Some(limit) = limit {
                 let msg = if limit.contains("RLIMIT_CPU") {
                     format!(

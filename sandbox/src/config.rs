@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backends::cuda::toolkit::{self, ToolkitHeaders};
+use crate::engine::cuda::toolkit::{self, ToolkitHeaders};
 
 /// How the sandbox runs jobs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -50,18 +50,18 @@ pub struct SandboxConfig {
     #[serde(default)]
     pub cupti: kiln_gpu::cupti::CuptiSetting,
     /// The CUDA toolkit headers cuda compiles get (bound read-only into the compile jail);
-    /// see [`crate::backends::cuda::toolkit`]. [`SandboxConfig::new`] discovers them.
+    /// see [`crate::engine::cuda::toolkit`]. [`SandboxConfig::new`] discovers them.
     #[serde(default)]
     pub cuda_headers: ToolkitHeaders,
     /// The python with triton that compiles Triton candidates (found by kilnd at start,
-    /// see [`crate::backends::triton::setup`]); `None`: Triton candidates cannot be
+    /// see [`crate::engine::triton::setup`]); `None`: Triton candidates cannot be
     /// compiled here.
     #[serde(default)]
-    pub triton: Option<crate::backends::triton::setup::TritonSetup>,
+    pub triton: Option<crate::engine::triton::setup::TritonSetup>,
 }
 
 fn default_arch() -> String {
-    crate::backends::cuda::setup::DEFAULT_ARCH.to_string()
+    crate::engine::cuda::setup::DEFAULT_ARCH.to_string()
 }
 
 impl SandboxConfig {
@@ -131,7 +131,7 @@ impl SandboxConfig {
     pub fn use_gpu(&mut self, device: &kiln_gpu::DeviceFacts) {
         self.cuda_arch = device.arch.clone();
         self.gpu_uuid = Some(device.uuid.clone());
-        self.gpu_minor = crate::backends::cuda::setup::minor_number(&device.uuid);
+        self.gpu_minor = crate::engine::cuda::setup::minor_number(&device.uuid);
     }
 }
 

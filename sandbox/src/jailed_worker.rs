@@ -11,7 +11,7 @@ use std::time::Duration;
 use kiln_types::{Candidate, EvalPlan, Evaluation, ProblemSpec, Verdict};
 
 use crate::config::SandboxConfig;
-use crate::contract::timing;
+use crate::engine::contract::timing;
 use crate::error::SandboxError;
 use crate::jail::{self, CgroupSpec, JailSpec, JailedChild, LayerStatus, Limits, Role};
 use crate::protocol::{self, PROTOCOL_VERSION, ProtocolError, Request, Response, RunLimits};
@@ -83,7 +83,7 @@ pub(crate) fn jail_spec(
     let mut ro_paths: Vec<PathBuf> = RO_PATHS.iter().map(PathBuf::from).collect();
     let (mut devices, mut optional_ro_paths) = (Vec::new(), Vec::new());
     if cuda {
-        use crate::backends::cuda::setup;
+        use crate::engine::cuda::setup;
         if let Some(lp) = &cfg.library_path {
             env.push(("LD_LIBRARY_PATH".into(), lp.clone()));
             ro_paths.extend(setup::library_dirs(Some(lp)));

@@ -16,12 +16,12 @@
 //! - [`jail`]: start a command isolated from the host (namespaces, private root, rlimits,
 //!   cgroup, `no_new_privs`, seccomp, parent-death signal, tree kill on a deadline).
 //! - [`protocol`]: the messages between caller and worker (framed by `kiln_protocol`).
-//! - [`contract`]: the evaluation contract (what it checks and in what order: its module doc), generic over a backend, with
-//!   the backend-neutral input data and comparison code.
-//! - [`backends`]: the backends inside `kiln-worker`: [`backends::host`] (C on the CPU),
-//!   [`backends::cuda`] (NVRTC, kernels on the worker's GPU through `kiln-gpu`) and
-//!   [`backends::triton`] (Triton's compiler in the compile jail; its CUBINs then run on
-//!   the cuda backend).
+//! - [`engine`]: the evaluation engine inside `kiln-worker`: the contract
+//!   ([`engine::contract`]: what it checks and in what order, generic over a backend, with
+//!   the backend-neutral input data and comparison code) and each backend's worker side,
+//!   [`engine::host`] (C on the CPU), [`engine::cuda`] (NVRTC, kernels on the worker's GPU
+//!   through `kiln-gpu`) and [`engine::triton`] (Triton's compiler in the compile jail; its
+//!   CUBINs then run on the cuda engine).
 //! - [`worker`]: `kiln-worker serve`, which dispatches each request to a backend.
 //! - [`plugin_host`]: one search's `kiln-plugin-host`, started in the jail.
 //!
@@ -48,10 +48,9 @@
 #![deny(missing_docs)]
 
 mod api;
-pub mod backends;
 pub mod baselines;
 mod config;
-pub mod contract;
+pub mod engine;
 mod error;
 pub mod jail;
 mod jailed_worker;

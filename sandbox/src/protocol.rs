@@ -35,10 +35,10 @@
 //! the candidate's `language` picks the backend inside the worker.
 //!
 //! Candidate code never writes to these pipes. Host candidates run in a separate runner
-//! process (see `backends::host::runner`), whose own pipes carry single bytes (`G`o /
+//! process (see `engine::host::runner`), whose own pipes carry single bytes (`G`o /
 //! `D`one) plus one JSON setup frame and one JSON ready frame, in the same framing. A GPU
 //! worker's device `printf` lands on its fd 1, so the protocol moves to a duplicate
-//! descriptor first (see `backends::cuda::printf`).
+//! descriptor first (see `engine::cuda::printf`).
 
 use std::path::PathBuf;
 
@@ -100,7 +100,7 @@ pub enum Request {
         include_dirs: Vec<PathBuf>,
         /// For a Triton candidate: the python, Triton version and compile plan.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        triton: Option<crate::backends::triton::compile::TritonJob>,
+        triton: Option<crate::engine::triton::compile::TritonJob>,
     },
     /// Evaluate a compiled candidate; blobs: reference artifact, candidate artifact.
     Evaluate {
@@ -116,7 +116,7 @@ pub enum Request {
         limits: RunLimits,
     },
     /// Time the problem's baselines on the worker's GPU (cuda only); blob: the compiled
-    /// reference. See `backends::cuda::baseline`.
+    /// reference. See `engine::cuda::baseline`.
     Baselines {
         /// Protocol version the caller speaks.
         version: u32,

@@ -2,7 +2,7 @@
 //!
 //! Starting a jail, a CUDA context and kiln's trusted kernels costs hundreds of
 //! milliseconds; a warm worker pays it once per worker process, not once per candidate.
-//! The worker process holds the context ([`crate::backends::cuda::context::GpuContext`])
+//! The worker process holds the context ([`crate::engine::cuda::context::GpuContext`])
 //! and serves one evaluate request after another. [`WarmWorker`] replaces the process:
 //! - after any fault or timeout (the worker answers `retire: true` and exits: a sticky
 //!   CUDA error poisons the context for good);

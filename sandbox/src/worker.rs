@@ -3,9 +3,9 @@
 //! one response per request to stdout.
 //!
 //! Host candidates never run in this process: compiles run the system compiler as a
-//! child, evaluations run candidate code in runner children (see `backends::host::runner`).
+//! child, evaluations run candidate code in runner children (see `engine::host::runner`).
 //! Cuda candidates compile in-process (NVRTC) and run on the GPU this worker holds; Triton
-//! candidates compile in a python child (Triton's own compiler, see `backends::triton`)
+//! candidates compile in a python child (Triton's own compiler, see `engine::triton`)
 //! and run on the GPU as CUDA launches of their CUBINs. A GPU worker is warm: it keeps its
 //! CUDA context ([`cuda::context::GpuContext`]) from one evaluation to the next. A fault or timeout poisons the context; the worker then answers with
 //! `retire: true` and exits, and the caller starts a fresh one.
@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use kiln_types::Language;
 
-use crate::backends::{cuda, host, triton};
+use crate::engine::{cuda, host, triton};
 use crate::protocol::{self, PROTOCOL_VERSION, ProtocolError, Request, Response};
 
 /// The exit status of a worker that reached its CPU-time limit: 128 + SIGXCPU, as a shell

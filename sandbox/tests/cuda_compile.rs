@@ -364,7 +364,7 @@ fn the_timer_floors_empty_kernel_compiles_in_the_jail_under_its_own_name() {
     if !nvrtc() {
         return;
     }
-    use kiln_sandbox::backends::cuda::launch_timing::{FLOOR_KERNEL, floor_spec};
+    use kiln_sandbox::engine::cuda::launch_timing::{FLOOR_KERNEL, floor_spec};
     let (_dir, cfg) = common::setup();
     let spec: kiln_types::ProblemSpec = serde_json::from_value(floor_spec()).expect("spec");
     let seed = spec.seed_candidate("cuda").expect("a cuda seed");

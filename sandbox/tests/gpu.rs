@@ -636,8 +636,8 @@ fn cupti_gpu_launch_time_reads_the_empty_kernel_below_its_events() {
     // `kiln-worker launch --time` on the timer floor's empty kernel (kiln bench agreement's
     // calibration): kiln's own samples, CUPTI records found for every one.
     let Some((dir, cfg)) = gpu() else { return };
-    use kiln_sandbox::backends::cuda::launch_timing::floor_spec;
-    use kiln_sandbox::backends::cuda::launcher::Launched;
+    use kiln_sandbox::engine::cuda::launch_timing::floor_spec;
+    use kiln_sandbox::engine::cuda::launcher::Launched;
     let spec = dir.path().join("floor.json");
     std::fs::write(&spec, serde_json::to_vec(&floor_spec()).expect("json")).expect("write");
     let out = std::process::Command::new(&cfg.worker_exe)
@@ -765,7 +765,7 @@ fn gpu_fp16_matmul_is_ok_at_1e_2_and_reads_fp16_like() {
 #[test]
 fn gpu_compare_kernel_matches_the_host_rules() {
     use kiln_gpu::compare::Against;
-    use kiln_sandbox::contract::compare;
+    use kiln_sandbox::engine::contract::compare;
     use kiln_types::{Dtype, Tolerance};
     if let Err(e) = kiln_gpu::available() {
         println!("SKIP: cuda unavailable: {}", e.reason);
@@ -1421,8 +1421,9 @@ fn gpu_fill_throughput_and_bit_exact_host_mirror() {
                 }
                 // f16: within half an f16 ulp of the f32 value (cvt.rn rounds it).
                 _ => {
-                    let h =
-                        kiln_sandbox::contract::data::f16_to_f64(u16::from_le_bytes([b[0], b[1]]));
+                    let h = kiln_sandbox::engine::contract::data::f16_to_f64(u16::from_le_bytes([
+                        b[0], b[1],
+                    ]));
                     // Below 2^-14 (f16's smallest normal) the spacing is that of the subnormals, 2^-24.
                     let ulp = 2f64.powi(want.abs().max(2f64.powi(-14)).log2().floor() as i32 - 10);
                     (h - want).abs() <= ulp / 2.0

@@ -14,9 +14,9 @@ mod plans;
 use std::time::{Duration, Instant};
 
 use kiln_sandbox::SandboxConfig;
-use kiln_sandbox::backends::triton::artifact::Artifact;
-use kiln_sandbox::backends::triton::lower::lower;
-use kiln_sandbox::backends::triton::setup::TritonSetup;
+use kiln_sandbox::engine::triton::artifact::Artifact;
+use kiln_sandbox::engine::triton::lower::lower;
+use kiln_sandbox::engine::triton::setup::TritonSetup;
 use kiln_types::{Candidate, Evaluation, ProblemSpec, Verdict};
 
 /// A sandbox config with a Triton, or `None` (printed) when there is no python with triton.

@@ -280,7 +280,7 @@ fn lane_config(cfg: &SandboxConfig, uuid: &str) -> SandboxConfig {
     let mut c = cfg.clone();
     if uuid.starts_with("GPU-") || uuid.starts_with("MIG-") {
         c.gpu_uuid = Some(uuid.to_string());
-        c.gpu_minor = kiln_sandbox::backends::cuda::setup::minor_number(uuid);
+        c.gpu_minor = kiln_sandbox::engine::cuda::setup::minor_number(uuid);
     }
     c
 }

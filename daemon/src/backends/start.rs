@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kiln_sandbox::backends::triton::setup::TritonSetup;
+use kiln_sandbox::engine::triton::setup::TritonSetup;
 use kiln_sandbox::{BackendStatus, SandboxConfig, WarmWorker};
 use kiln_types::BackendKind;
 use serde_json::{Value, json};
@@ -50,7 +50,7 @@ pub struct Built {
 /// What `/v1/info` and `kiln doctor` show about the toolkit headers: where kiln looked,
 /// what it uses, the headers' CUDA version next to NVRTC's, and a warning when they differ
 /// or the headers lack a part of the toolkit
-/// ([`kiln_sandbox::backends::cuda::toolkit::ToolkitHeaders::gaps`]).
+/// ([`kiln_sandbox::engine::cuda::toolkit::ToolkitHeaders::gaps`]).
 pub fn cuda_headers(cfg: &SandboxConfig) -> Value {
     let h = &cfg.cuda_headers;
     let nvrtc = kiln_sandbox::kiln_gpu::facts::nvrtc_version().map(|(a, b)| format!("{a}.{b}"));

@@ -4,7 +4,7 @@
 //!
 //! # Brief overview
 //!
-//! - [`runner::run`]: check, compile, link, instantiate, call `run`, classify the end.
+//! - [`component::run`]: check, compile, link, instantiate, call `run`, classify the end.
 //! - [`abi::check`]: the `kiln:abi-version` section, read before anything is compiled.
 //! - [`bridge::kilnd::KilndBridge`]: the real bridge, HTTP/1.1 JSON on kilnd's socket;
 //!   [`bridge::fake::FakeBridge`]: an in-memory one for tests.
@@ -12,7 +12,7 @@
 //! - [`limits::Limits`], [`outcome::Outcome`] (with the exit codes) and
 //!   [`outcome::Report`].
 //!
-//! The binary `kiln-plugin-host` (src/main.rs) wraps [`runner::run`] with a CLI, the
+//! The binary `kiln-plugin-host` (src/main.rs) wraps [`component::run`] with a CLI, the
 //! bearer token, a last-resort wall-clock watchdog and the final report. kilnd starts
 //! it as its own jailed process, one per search: nothing a plugin does can reach kilnd
 //! except through the bridge's endpoints for its own search.
@@ -20,11 +20,11 @@
 
 pub mod abi;
 pub mod bridge;
+pub mod component;
 pub mod http;
 pub mod limits;
 pub mod outcome;
 mod output;
 pub mod protocol;
-pub mod runner;
 mod state;
 pub mod wit;

@@ -14,7 +14,7 @@ pub const MAX_PROMPT_BYTES: usize = kiln_types::plugin::MAX_PROMPT_BYTES;
 /// Most bytes a plugin may pass kiln in one import call (wasmtime's host-call fuel, set
 /// on the store): above every limit of the ABI (16 MiB checkpoints, 4 MiB candidates), so
 /// those are checked and answered in kiln's words; past it wasmtime traps, and the outcome
-/// says so in kiln's words too (`runner::classify`).
+/// says so in kiln's words too (`component::classify`).
 pub const MAX_HOSTCALL_BYTES: usize = 64 << 20;
 /// Largest candidate JSON forwarded to kilnd, in bytes (kilnd's own body limit is 4 MiB).
 pub const MAX_CANDIDATE_BYTES: usize = 4 << 20;

@@ -21,9 +21,9 @@ use anyhow::{Context as _, bail};
 use clap::Parser;
 use kiln_plugin_host::bridge::Bridge;
 use kiln_plugin_host::bridge::kilnd::KilndBridge;
+use kiln_plugin_host::component;
 use kiln_plugin_host::limits::Limits;
 use kiln_plugin_host::outcome::{Outcome, Report};
-use kiln_plugin_host::runner;
 
 /// Grace after the wall-clock budget before the watchdog ends the process: the epoch
 /// deadline and the host calls' own checks should have ended the run by then (the
@@ -170,7 +170,7 @@ fn main() -> ExitCode {
         .ok();
 
     let report = match read_wasm(&args.wasm) {
-        Ok(wasm) => runner::run(&wasm, Box::new(bridge.clone()), &limits),
+        Ok(wasm) => component::run(&wasm, Box::new(bridge.clone()), &limits),
         Err(e) => Report::early(Outcome::Refused(format!("{e:#}"))),
     };
     tracing::info!(

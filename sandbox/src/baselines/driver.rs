@@ -1,7 +1,7 @@
 //! The one timing driver every baseline is measured by: the first run discarded, `warmup`
 //! untimed runs, then timed samples with a fresh input set for every sample (as for a
-//! candidate), until the contract's stop rule ([`crate::contract::timing::stop_rule`]) ends
-//! them; statistics by [`crate::contract::timing::stats`].
+//! candidate), until the contract's stop rule ([`crate::engine::contract::timing::stop_rule`]) ends
+//! them; statistics by [`crate::engine::contract::timing::stats`].
 //!
 //! A baseline provides only the mechanics ([`Sampler`]): one untimed run, a fresh input
 //! set, one timed sample. The GPU worker's samples go through `kiln_gpu`'s
@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use kiln_types::{TimingPlan, TimingStats};
 
-use crate::contract::timing::{stats, stop_rule};
+use crate::engine::contract::timing::{stats, stop_rule};
 
 /// How the torch helper takes one sample, as kiln sets it: bytes of the L2 flush buffer
 /// it writes with a new value before the sample, and nanoseconds of the blocking kernel

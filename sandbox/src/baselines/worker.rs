@@ -1,5 +1,5 @@
 //! The GPU worker's baseline kinds (the reference, cuBLAS, cuDNN: see
-//! [`crate::backends::cuda::baseline`]) timed in a fresh jailed `kiln-worker`, blocking.
+//! [`crate::engine::cuda::baseline`]) timed in a fresh jailed `kiln-worker`, blocking.
 
 use std::time::Duration;
 

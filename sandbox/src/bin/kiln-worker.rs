@@ -35,9 +35,9 @@ fn main() -> ExitCode {
             None => usage(),
         },
         Some("serve") => kiln_sandbox::worker::serve(tag),
-        Some("runner") => kiln_sandbox::backends::host::runner::main(),
+        Some("runner") => kiln_sandbox::engine::host::runner::main(),
         Some("probe") => 0,
-        Some("launch") => kiln_sandbox::backends::cuda::launcher::main(&args[2..]),
+        Some("launch") => kiln_sandbox::engine::cuda::launcher::main(&args[2..]),
         _ => usage(),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
@@ -45,7 +45,7 @@ fn main() -> ExitCode {
 
 fn usage() -> i32 {
     eprintln!("usage: kiln-worker jail SPEC-JSON | serve --tag=T | runner --tag=T | probe --tag=T");
-    eprintln!("       {}", kiln_sandbox::backends::cuda::launcher::USAGE);
+    eprintln!("       {}", kiln_sandbox::engine::cuda::launcher::USAGE);
     eprintln!(
         "kiln-worker is started by kilnd (launch: by kiln bench agreement); it is not meant to be run by hand."
     );

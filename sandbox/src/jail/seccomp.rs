@@ -37,7 +37,7 @@ use seccompiler::{
 
 use super::Role;
 
-/// The runner's fixed descriptors (see `backends::host::runner`).
+/// The runner's fixed descriptors (see `engine::host::runner`).
 pub mod runner_fds {
     /// Commands from the worker (`G`, `E`, `Q`) and the setup frame.
     pub const GO: i32 = 3;

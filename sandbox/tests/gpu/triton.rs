@@ -9,7 +9,7 @@
 
 use super::triton_plans as plans;
 use super::*;
-use kiln_sandbox::backends::triton::setup::TritonSetup;
+use kiln_sandbox::engine::triton::setup::TritonSetup;
 
 /// A GPU config with Triton, or `None` (printed).
 fn triton_gpu() -> Option<(tempfile::TempDir, SandboxConfig)> {

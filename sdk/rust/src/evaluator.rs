@@ -314,8 +314,8 @@ pub fn wait(ids: &[String], timeout: Duration) -> Result<Vec<Evaluation>, Evalua
 pub fn wait_all(ids: &[String], timeout: Duration) -> Result<Vec<Evaluation>, EvaluatorError> {
     // The host's clock, not `std::time::Instant`: std's clock would make the component
     // import `wasi:clocks`, which the host does not link.
-    let start = crate::host::now();
-    let elapsed = || crate::host::now().saturating_sub(start);
+    let start = crate::plugin_host::now();
+    let elapsed = || crate::plugin_host::now().saturating_sub(start);
     let mut done: Vec<Evaluation> = Vec::new();
     loop {
         let pending: Vec<String> = ids

@@ -12,7 +12,7 @@
 //! - [`evaluator`]: [`problem`], [`submit`], [`wait`], [`wait_all`], [`archive`].
 //! - [`CandidateBuilder`]: derive a candidate from the seed (new source, note, parent).
 //! - [`llm`]: chat completions through kilnd's gateway.
-//! - [`host`]: logging ([`info!`] and friends), monotonic time, the seeded [`Rng`],
+//! - [`plugin_host`]: logging ([`info!`] and friends), monotonic time, the seeded [`Rng`],
 //!   [`checkpoint`] / [`restore`], [`budget`].
 //! - [`knobs`]: the `// @knob` / `// @idea` annotation parser and rewriter for seed kernels.
 //! - [`stats`]: median, mean, confidence intervals, and whether two timings differ.
@@ -65,9 +65,9 @@ extern crate self as kiln_sdk;
 pub mod bindings;
 mod candidate;
 pub mod evaluator;
-pub mod host;
 pub mod knobs;
 pub mod llm;
+pub mod plugin_host;
 mod proposer;
 pub mod search;
 pub mod stats;
@@ -77,7 +77,9 @@ pub use evaluator::{
     Baseline, DeviceFacts, Entry, Evaluation, EvaluatorError, Problem, ProblemError, Submission,
     archive, best, problem, submit, wait, wait_all,
 };
-pub use host::{Budget, HostError, Level, Rng, budget, checkpoint, log, now, random_u64, restore};
+pub use plugin_host::{
+    Budget, HostError, Level, Rng, budget, checkpoint, log, now, random_u64, restore,
+};
 #[doc(hidden)]
 pub use proposer::__run;
 pub use proposer::{Proposer, Summary};

@@ -96,6 +96,36 @@ fn one() -> f64 {
     1.0
 }
 
+impl Init {
+    /// Checks the distribution's parameters: finite, a non-negative standard deviation, and
+    /// `low < high` for the ranges (an empty or inverted range draws nothing sensible).
+    pub fn check(&self) -> Result<(), String> {
+        match *self {
+            Init::Normal { mean, std } => {
+                if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
+                    return Err(format!(
+                        "normal(mean = {mean}, std = {std}) needs a finite mean and a finite, \
+                         non-negative std"
+                    ));
+                }
+            }
+            Init::Uniform { low, high } => {
+                if !(low.is_finite() && high.is_finite() && low < high) {
+                    return Err(format!(
+                        "uniform on [{low}, {high}) needs finite bounds with low < high"
+                    ));
+                }
+            }
+            Init::Randint { low, high } => {
+                if low >= high {
+                    return Err(format!("randint on [{low}, {high}) needs low < high"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for Init {
     fn default() -> Self {
         Init::Normal {
@@ -427,6 +457,35 @@ pub enum ProblemError {
 /// Largest source file a problem may ship.
 const MAX_PROBLEM_SOURCE: u64 = 1 << 20;
 
+/// The text of a file of a problem folder: a regular file (symbolic links followed) of at
+/// most [`MAX_PROBLEM_SOURCE`] bytes, else `FileTooLarge`, or `InvalidInput` for anything
+/// but a regular file.
+fn read_file(path: &Path) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    // Looked at before opening: opening a FIFO would wait for a writer.
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let too_large = || {
+        Error::new(
+            ErrorKind::FileTooLarge,
+            format!("larger than {MAX_PROBLEM_SOURCE} bytes"),
+        )
+    };
+    if meta.len() > MAX_PROBLEM_SOURCE {
+        return Err(too_large());
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_PROBLEM_SOURCE + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_PROBLEM_SOURCE {
+        return Err(too_large());
+    }
+    Ok(text)
+}
+
 impl ProblemSpec {
     /// Parses `problem.toml` text (sources not inlined).
     pub fn from_toml(text: &str) -> Result<Self, ProblemError> {
@@ -434,10 +493,11 @@ impl ProblemSpec {
     }
 
     /// Reads `DIR/problem.toml`, inlines the reference and seed sources it names (files
-    /// inside `DIR` only), and validates the result.
+    /// inside `DIR` only), and validates the result. Every file read must be a regular file
+    /// of at most 1 MiB (so a device or a FIFO named as a source cannot hang the reader).
     pub fn load_dir(dir: &Path) -> Result<Self, ProblemError> {
         let toml_path = dir.join("problem.toml");
-        let text = std::fs::read_to_string(&toml_path).map_err(|source| ProblemError::Read {
+        let text = read_file(&toml_path).map_err(|source| ProblemError::Read {
             path: toml_path.display().to_string(),
             source,
         })?;
@@ -460,19 +520,15 @@ impl ProblemSpec {
                 });
             }
             let path = dir.join(file);
-            let meta = std::fs::metadata(&path).map_err(|source| ProblemError::Read {
-                path: path.display().to_string(),
-                source,
-            })?;
-            if meta.len() > MAX_PROBLEM_SOURCE {
-                return Err(ProblemError::Invalid {
-                    name,
+            *source = read_file(&path).map_err(|source| match source.kind() {
+                std::io::ErrorKind::FileTooLarge => ProblemError::Invalid {
+                    name: name.clone(),
                     message: format!("{file} is larger than {MAX_PROBLEM_SOURCE} bytes"),
-                });
-            }
-            *source = std::fs::read_to_string(&path).map_err(|source| ProblemError::Read {
-                path: path.display().to_string(),
-                source,
+                },
+                _ => ProblemError::Read {
+                    path: path.display().to_string(),
+                    source,
+                },
             })?;
         }
         spec.validate()?;
@@ -517,9 +573,13 @@ impl ProblemSpec {
                     t.name
                 )));
             }
+            t.init
+                .check()
+                .map_err(|e| bad(format!("tensor {:?}: init: {e}", t.name)))?;
         }
-        if !(self.tolerance.atol >= 0.0 && self.tolerance.rtol >= 0.0) {
-            return Err(bad("tolerance must be non-negative".into()));
+        let Tolerance { atol, rtol } = self.tolerance;
+        if !(atol >= 0.0 && rtol >= 0.0 && atol.is_finite() && rtol.is_finite()) {
+            return Err(bad("tolerance must be non-negative and finite".into()));
         }
         if self.reference.is_empty() {
             return Err(bad("no reference kernel".into()));
@@ -537,6 +597,12 @@ impl ProblemSpec {
         }
         let references = self.reference.kernels().map(|(_, k)| k);
         for ks in references.chain(self.seed.values()) {
+            if let Some(s) = ks.scratch.iter().find(|s| self.tensor(&s.name).is_some()) {
+                return Err(bad(format!(
+                    "{}: scratch buffer {:?} has the name of a tensor",
+                    ks.file, s.name
+                )));
+            }
             for l in &ks.launches {
                 for a in &l.args {
                     if let crate::Arg::Buffer(n) = a
@@ -706,6 +772,86 @@ outputs = ["out"]
         let spec = ProblemSpec::from_toml(&text).expect("parses");
         let err = spec.validate().expect_err("unknown buffer");
         assert!(err.to_string().contains("zz"), "{err}");
+    }
+
+    #[test]
+    fn bad_input_distributions_and_tolerances_are_refused() {
+        for (from, to, needle) in [
+            (
+                "low = -1.0, high = 1.0",
+                "low = 1.0, high = 1.0",
+                "low < high",
+            ),
+            (
+                "low = -1.0, high = 1.0",
+                "low = -1.0, high = inf",
+                "finite bounds",
+            ),
+            (
+                "dist = \"uniform\", low = -1.0, high = 1.0",
+                "dist = \"normal\", std = -1.0",
+                "non-negative std",
+            ),
+            (
+                "dist = \"uniform\", low = -1.0, high = 1.0",
+                "dist = \"randint\", low = 3, high = 2",
+                "low < high",
+            ),
+            ("atol = 1e-6", "atol = inf", "non-negative and finite"),
+            ("rtol = 1e-6", "rtol = -1e-6", "non-negative and finite"),
+        ] {
+            let text = TOML.replacen(from, to, 1);
+            assert_ne!(text, TOML, "{from}");
+            let err = ProblemSpec::from_toml(&text)
+                .expect("parses")
+                .validate()
+                .expect_err(needle)
+                .to_string();
+            assert!(err.contains(needle), "{to}: {err}");
+        }
+        assert_eq!(Init::default().check(), Ok(()));
+        let randint = Init::Randint { low: 0, high: 2 };
+        assert_eq!(randint.check(), Ok(()));
+    }
+
+    #[test]
+    fn scratch_may_not_take_a_tensor_name() {
+        let text = TOML.replace(
+            "launches = [{ kernel = \"ref_add\"",
+            "scratch = [{ name = \"y\", dtype = \"f32\", elems = 4 }]\nlaunches = [{ kernel = \"ref_add\"",
+        );
+        assert_ne!(text, TOML);
+        let err = ProblemSpec::from_toml(&text)
+            .expect("parses")
+            .validate()
+            .expect_err("shadowing scratch")
+            .to_string();
+        assert!(err.contains("has the name of a tensor"), "{err}");
+    }
+
+    #[test]
+    fn load_dir_reads_only_small_regular_files() {
+        let dir = std::env::temp_dir().join(format!("kiln-types-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("problem.toml"), TOML).expect("write");
+        // A device named as the source: refused without reading it.
+        let _ = std::fs::remove_file(dir.join("reference.c"));
+        std::os::unix::fs::symlink("/dev/zero", dir.join("reference.c")).expect("symlink");
+        let err = ProblemSpec::load_dir(&dir).expect_err("device").to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+        std::fs::remove_file(dir.join("reference.c")).expect("rm");
+        let big = vec![b'x'; (MAX_PROBLEM_SOURCE + 1) as usize];
+        std::fs::write(dir.join("reference.c"), &big).expect("write");
+        let err = ProblemSpec::load_dir(&dir)
+            .expect_err("too large")
+            .to_string();
+        assert!(err.contains("reference.c is larger than"), "{err}");
+        std::fs::write(dir.join("problem.toml"), &big).expect("write");
+        let err = ProblemSpec::load_dir(&dir)
+            .expect_err("too large")
+            .to_string();
+        assert!(err.contains("problem.toml: larger than"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The outcome of evaluating one candidate (the contract: `kiln_sandbox::contract`).
+/// The outcome of evaluating one candidate (the contract: `kiln_sandbox::engine::contract`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {

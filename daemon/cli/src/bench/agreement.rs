@@ -213,7 +213,7 @@ pub fn per_run_us(rows: &[NcuRow], kernels: &[String], warmup: u32, runs: u32) -
 
 /// The median (0 for none).
 fn median(v: &[f64]) -> f64 {
-    kiln_sandbox::contract::timing::median(&mut v.to_vec())
+    kiln_sandbox::engine::contract::timing::median(&mut v.to_vec())
 }
 
 /// `ncu` as asked, else on PATH, else the CUDA toolkit's.

@@ -18,13 +18,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use kiln_sandbox::backends::cuda::launch_timing::LaunchTiming;
-use kiln_sandbox::backends::cuda::launcher::Launched;
+use kiln_sandbox::engine::cuda::launch_timing::LaunchTiming;
+use kiln_sandbox::engine::cuda::launcher::Launched;
 use serde_json::Value;
 
 /// The empty kernel's name (also what ncu's kernel filter selects), and its problem (never
 /// registered with kilnd).
-pub use kiln_sandbox::backends::cuda::launch_timing::{FLOOR_KERNEL as KERNEL, floor_spec as spec};
+pub use kiln_sandbox::engine::cuda::launch_timing::{FLOOR_KERNEL as KERNEL, floor_spec as spec};
 
 /// A floor difference larger than this (µs per launch, either way) is not applied: no
 /// timer costs that much on a kernel that does nothing, so something else went wrong.

@@ -5,9 +5,9 @@
 use std::time::{Duration, Instant};
 
 use kiln_plugin_host::bridge::fake::FakeBridge;
+use kiln_plugin_host::component;
 use kiln_plugin_host::limits::Limits;
 use kiln_plugin_host::outcome::Outcome;
-use kiln_plugin_host::runner;
 
 use crate::guests;
 use crate::run::{fake, quick_limits, run_with};
@@ -136,7 +136,7 @@ fn plugin_abuse_missing_abi_version_is_refused() {
         b"kiln:abi-versioN",
     );
     let bridge = fake("");
-    let report = runner::run(&wasm, Box::new(bridge.clone()), &quick_limits());
+    let report = component::run(&wasm, Box::new(bridge.clone()), &quick_limits());
     assert_refused(&report.outcome, &["no `kiln:abi-version` section"]);
     assert_untouched(&bridge);
 }
@@ -149,7 +149,7 @@ fn plugin_abuse_unsupported_abi_version_is_refused() {
     to.extend_from_slice(&[0, 0, 0, 2, 0, 0]);
     let wasm = guests::patched(&guests::bytes("kiln-example-minimal"), &from, &to);
     let bridge = fake("");
-    let report = runner::run(&wasm, Box::new(bridge.clone()), &quick_limits());
+    let report = component::run(&wasm, Box::new(bridge.clone()), &quick_limits());
     assert_refused(&report.outcome, &["needs ABI 0.2.0", "0.1.x"]);
     assert_untouched(&bridge);
 }
@@ -163,7 +163,7 @@ fn plugin_abuse_garbage_core_modules_and_truncated_components_are_refused() {
         (good[..good.len() / 2].to_vec(), "not a valid WebAssembly"),
     ];
     for (wasm, want) in cases {
-        let report = runner::run(&wasm, Box::new(fake("")), &quick_limits());
+        let report = component::run(&wasm, Box::new(fake("")), &quick_limits());
         assert_refused(&report.outcome, &[want]);
     }
 }

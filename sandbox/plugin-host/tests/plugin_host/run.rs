@@ -4,10 +4,10 @@
 use std::time::Duration;
 
 use kiln_plugin_host::bridge::fake::FakeBridge;
+use kiln_plugin_host::component;
 use kiln_plugin_host::limits::Limits;
 use kiln_plugin_host::outcome::{Outcome, Report};
 use kiln_plugin_host::protocol::ChatReply;
-use kiln_plugin_host::runner;
 
 use crate::guests;
 
@@ -18,7 +18,7 @@ pub fn fake(config: &str) -> FakeBridge {
 }
 
 pub fn run_with(krate: &str, bridge: &FakeBridge, limits: &Limits) -> Report {
-    runner::run(&guests::bytes(krate), Box::new(bridge.clone()), limits)
+    component::run(&guests::bytes(krate), Box::new(bridge.clone()), limits)
 }
 
 pub fn quick_limits() -> Limits {

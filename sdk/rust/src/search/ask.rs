@@ -59,7 +59,7 @@ pub fn ask(
 ) -> Result<Parsed, AskError> {
     let mut last = String::new();
     for attempt in 0..=fixes {
-        if attempt > 0 && crate::host::budget().tokens_left == Some(0) {
+        if attempt > 0 && crate::plugin_host::budget().tokens_left == Some(0) {
             return Err(AskError::BudgetExceeded);
         }
         let r = chat(&messages, options)?;

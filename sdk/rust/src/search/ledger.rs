@@ -79,7 +79,7 @@ impl Ledger {
         if self.exhausted {
             return true;
         }
-        let b = crate::host::budget();
+        let b = crate::plugin_host::budget();
         if b.candidates_left == Some(0) || b.time_left.is_some_and(|t| t.is_zero()) {
             self.exhausted = true;
         }
@@ -151,11 +151,11 @@ impl Ledger {
     /// ones. Each host call waits at most `slice` (it returns early once all are done).
     /// False when nothing came back in the batch timeout (or the time budget).
     fn wait_some(&mut self, pending: &mut Vec<String>, slice: Duration) -> bool {
-        let timeout = match crate::host::budget().time_left {
+        let timeout = match crate::plugin_host::budget().time_left {
             Some(t) => t.min(self.batch_timeout),
             None => self.batch_timeout,
         };
-        let start = crate::host::now();
+        let start = crate::plugin_host::now();
         loop {
             let got = match crate::evaluator::wait(pending, slice) {
                 Ok(g) => g,
@@ -171,7 +171,7 @@ impl Ledger {
                 }
                 return true;
             }
-            if crate::host::now().saturating_sub(start) >= timeout {
+            if crate::plugin_host::now().saturating_sub(start) >= timeout {
                 return false;
             }
         }

@@ -45,7 +45,7 @@ struct WithReport<'a, T> {
 fn store(bytes: serde_json::Result<Vec<u8>>) {
     match bytes {
         Ok(bytes) => {
-            if let Err(e) = crate::host::checkpoint(&bytes) {
+            if let Err(e) = crate::plugin_host::checkpoint(&bytes) {
                 crate::warn!("checkpoint not stored: {e}");
             }
         }
@@ -56,7 +56,7 @@ fn store(bytes: serde_json::Result<Vec<u8>>) {
 /// The state stored by [`save`] or [`save_with_report`] before a restart, if any and if
 /// it still parses.
 pub fn load<T: DeserializeOwned>() -> Option<T> {
-    let bytes = crate::host::restore()?;
+    let bytes = crate::plugin_host::restore()?;
     match parse_checkpoint(&bytes) {
         Ok(t) => Some(t),
         Err(e) => {

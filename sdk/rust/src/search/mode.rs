@@ -23,7 +23,7 @@ impl Mode {
     pub fn parse(word: Option<&str>) -> Result<Mode, String> {
         match word.unwrap_or("auto") {
             "offline" => Ok(Mode::Offline),
-            "llm" | "auto" => Ok(if crate::host::budget().tokens_left == Some(0) {
+            "llm" | "auto" => Ok(if crate::plugin_host::budget().tokens_left == Some(0) {
                 Mode::Offline
             } else {
                 Mode::Llm

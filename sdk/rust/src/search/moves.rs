@@ -3,8 +3,8 @@
 
 use kiln_types::Candidate;
 
-use crate::host::Rng;
 use crate::knobs::{self, Annotations};
+use crate::plugin_host::Rng;
 
 /// `(knob, value)` pairs.
 pub type Assignment = Vec<(String, String)>;

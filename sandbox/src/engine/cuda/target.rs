@@ -1,8 +1,8 @@
 //! [`GpuTarget`]: the evaluation contract's mechanics on the worker's GPU. `evaluate_on`
 //! sets a target up on the warm context ([`super::context::GpuContext`]) and hands it to
-//! [`crate::contract::Session`].
+//! [`crate::engine::contract::Session`].
 //!
-//! Memory discipline (`crate::contract`, docs/security.md section 4b): the problem's tensors are allocated per
+//! Memory discipline (`crate::engine::contract`, docs/security.md section 4b): the problem's tensors are allocated per
 //! evaluation and shared by the reference and the candidate; each has its own scratch.
 //! Inputs are drawn on the GPU (`Gpu::fill`) from the secret seed and hashed on the GPU
 //! with a secret key. Outputs are poisoned and the candidate's scratch zeroed before every
@@ -31,9 +31,9 @@ use kiln_types::{
 
 use super::telemetry::Telemetry;
 use super::timer_log::TimerLog;
-use crate::backends::host::evaluate::TorchAsk;
-use crate::contract::data;
-use crate::contract::{CheckError, InputVariant, RunFailure, Session, Target, Unwritten};
+use crate::engine::contract::data;
+use crate::engine::contract::{CheckError, InputVariant, RunFailure, Session, Target, Unwritten};
+use crate::engine::host::evaluate::TorchAsk;
 use kiln_gpu::artifact::Artifact;
 
 /// Largest total scratch a candidate may ask for, bytes.
@@ -100,7 +100,7 @@ pub enum Code<'a> {
     /// by their symbols.
     Artifact(&'a [u8]),
     /// Several images, each with the kernels taken from it as (name in the plan, symbol):
-    /// a lowered Triton candidate (`backends::triton::lower`).
+    /// a lowered Triton candidate (`engine::triton::lower`).
     Parts(&'a [(kiln_gpu::CompiledModule, Vec<(String, String)>)]),
 }
 

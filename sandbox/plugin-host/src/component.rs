@@ -1,4 +1,4 @@
-//! Runs one plugin to its end: check the ABI, fetch the context, compile, link the
+//! Runs one proposer component to its end: check the ABI, fetch the context, compile, link the
 //! minimal WASI plus the proposer world, instantiate under the limits, call `run`, and
 //! classify how it ended.
 //!

@@ -14,8 +14,8 @@
 //! the poison pattern, elements read back) and [`compare`] (error metrics, precision
 //! tiers).
 //!
-//! Backends: `backends::host::evaluate::HostTarget` (C in runner processes) and
-//! `backends::cuda::target::GpuTarget` (CUDA kernels on the worker's GPU).
+//! Backends: `engine::host::evaluate::HostTarget` (C in runner processes) and
+//! `engine::cuda::target::GpuTarget` (CUDA kernels on the worker's GPU).
 
 pub mod compare;
 pub mod data;

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::artifact::{self, Artifact, KernelEntry, Manifest};
 use super::spec::Plan;
-use crate::backends::host::compile::run_captured;
+use crate::engine::host::compile::run_captured;
 
 /// The driver script, written into scratch for each compile.
 pub const DRIVER: &str = include_str!("driver.py");
@@ -219,7 +219,7 @@ pub fn compile(
     let done =
         |artifact: Option<Vec<u8>>, log: String, message: String, verdict: Verdict| Compiled {
             artifact,
-            info: crate::backends::compile_info(started, log),
+            info: crate::engine::compile_info(started, log),
             message,
             verdict,
         };
@@ -281,9 +281,9 @@ pub fn compile(
             .map_or("status lost".into(), crate::jail::sys::describe_status);
         // Python reports an allocation the address-space limit refused as MemoryError.
         let limit = if log.contains("MemoryError") {
-            Some(crate::backends::limits::address_space())
+            Some(crate::engine::limits::address_space())
         } else {
-            crate::backends::limits::compiler_limit(run.status, &log)
+            crate::engine::limits::compiler_limit(run.status, &log)
         };
         let msg = match limit {
             Some(limit) => format!("the triton compiler {status}: {limit}"),

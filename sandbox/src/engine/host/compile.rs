@@ -105,7 +105,7 @@ pub fn compile(candidate: &Candidate, cc: &Path, timeout: Duration) -> Compiled 
     let started = Instant::now();
     let fail = |message: String, log: String, started: Instant| Compiled {
         artifact: None,
-        info: crate::backends::compile_info(started, log),
+        info: crate::engine::compile_info(started, log),
         message,
     };
     if let Err(e) = flags::check_all(&candidate.flags) {
@@ -169,7 +169,7 @@ pub fn compile(candidate: &Candidate, cc: &Path, timeout: Duration) -> Compiled 
                 .unwrap_or("")
                 .trim()
                 .to_string();
-            let message = match crate::backends::limits::compiler_limit(Some(s), &log) {
+            let message = match crate::engine::limits::compiler_limit(Some(s), &log) {
                 Some(limit) => format!("compiler {}: {limit}", sys::describe_status(s)),
                 None => format!("compiler {}: {first_error}", sys::describe_status(s)),
             };
@@ -180,7 +180,7 @@ pub fn compile(candidate: &Candidate, cc: &Path, timeout: Duration) -> Compiled 
     match fs::read(&out) {
         Ok(bytes) => Compiled {
             artifact: Some(bytes),
-            info: crate::backends::compile_info(started, log),
+            info: crate::engine::compile_info(started, log),
             message: String::new(),
         },
         Err(e) => fail(format!("compiler produced no artifact: {e}"), log, started),

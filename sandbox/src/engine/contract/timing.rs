@@ -1,4 +1,4 @@
-//! The timing phase of the contract (`crate::contract`), for every backend.
+//! The timing phase of the contract (`crate::engine::contract`), for every backend.
 //!
 //! 1. the timer's own overhead (host: the fastest of the empty round trips; GPU: none, events
 //!    time the GPU), subtracted from every sample;
@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use kiln_types::{ThrottlePolicy, TimingStats, Verdict};
 
 use super::{InputVariant, Session, Step, Stop, Target, rep_label};
-use crate::contract::data;
+use crate::engine::contract::data;
 
 pub mod plain;
 pub mod race;
@@ -429,7 +429,7 @@ pub fn stats(samples: &[f64]) -> TimingStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::{CheckError, InputVariant, RunFailure, Unwritten};
+    use crate::engine::contract::{CheckError, InputVariant, RunFailure, Unwritten};
     use kiln_types::{EvalPlan, ProblemSpec, TimingPlan};
 
     /// An input set of the scripted backend: the (purpose, index) it was drawn for.

@@ -1,6 +1,6 @@
 //! The host backend's side of the evaluation contract: [`HostTarget`] implements
-//! [`crate::contract::Target`] over two runner processes, and [`evaluate`] sets them up
-//! and hands them to the generic [`crate::contract::Session`], which owns the verdicts.
+//! [`crate::engine::contract::Target`] over two runner processes, and [`evaluate`] sets them up
+//! and hands them to the generic [`crate::engine::contract::Session`], which owns the verdicts.
 //!
 //! The reference and the candidate run in two separate runners with separate memfds: the
 //! reference's outputs are copied into this (trusted) process, compared after the
@@ -20,9 +20,11 @@ use kiln_types::{Candidate, Dtype, EvalPlan, Evaluation, ProblemSpec, Role, Verd
 
 use super::layout::{self, Kind, Layout};
 use super::runner_ctl::{RunEnd, Runner, RunnerConfig};
-use crate::contract::compare;
-use crate::contract::data;
-use crate::contract::{CheckError, InputVariant, Outputs, RunFailure, Session, Target, Unwritten};
+use crate::engine::contract::compare;
+use crate::engine::contract::data;
+use crate::engine::contract::{
+    CheckError, InputVariant, Outputs, RunFailure, Session, Target, Unwritten,
+};
 use crate::protocol::RunLimits;
 
 /// One drawn input set: (tensor name, bytes).

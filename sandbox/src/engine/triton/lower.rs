@@ -132,7 +132,7 @@ pub fn lower(candidate: &Candidate, artifact: &Artifact) -> Result<Lowered, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backends::triton::artifact::{KernelEntry, Manifest};
+    use crate::engine::triton::artifact::{KernelEntry, Manifest};
 
     fn entry(image: usize, num_warps: u32, scratch: u64) -> KernelEntry {
         KernelEntry {

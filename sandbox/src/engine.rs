@@ -1,12 +1,17 @@
-//! The backends inside `kiln-worker`: each one's compile step and its mechanics of the
-//! evaluation contract ([`crate::contract::Target`]).
+//! The evaluation engine: kiln's trusted code inside `kiln-worker` that compiles, runs,
+//! checks and times candidates. It is the worker's side of each backend (kilnd's side is
+//! `kiln_daemon::backends`); candidate code runs beside it, in the same jail.
 //!
+//! - [`contract`]: the evaluation contract, once for every backend, over a small
+//!   [`contract::Target`] trait (trials, inputs from the secret seed, comparison, timing,
+//!   the verdict);
 //! - [`host`]: C on the CPU (the system compiler; candidate code in runner processes);
 //! - [`cuda`]: CUDA C on the worker's GPU (NVRTC; kernels through `kiln-gpu`);
 //! - [`triton`]: Triton's Python, compiled by Triton in the compile jail, then run by
 //!   [`cuda`] as plain CUDA launches of its CUBINs;
 //! - [`limits`]: which resource limit ended a compile, for all of them.
 
+pub mod contract;
 pub mod cuda;
 pub mod host;
 pub mod limits;

@@ -66,16 +66,13 @@ pub fn compile(
                     cxx::compile::error_summary(log)
                 ),
                 CompileError::Nvrtc { code, .. } if code.contains("OUT_OF_MEMORY") => {
-                    format!(
-                        "nvrtc: {code}: {}",
-                        crate::backends::limits::address_space()
-                    )
+                    format!("nvrtc: {code}: {}", crate::engine::limits::address_space())
                 }
                 other => other.to_string(),
             };
             Ok(Compiled {
                 artifact: None,
-                info: crate::backends::compile_info(started, log),
+                info: crate::engine::compile_info(started, log),
                 message,
             })
         }

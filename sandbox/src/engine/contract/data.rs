@@ -19,7 +19,7 @@ pub const POISON_F64: u64 = 0x7FF4_A5A5_A5A5_A5A5;
 /// Byte pattern for integer outputs (0xA5 in every byte).
 pub const POISON_BYTE: u8 = 0xA5;
 
-/// The distribution of the contract's shifted/scaled trial (`crate::contract`): mean 1000,
+/// The distribution of the contract's shifted/scaled trial (`crate::engine::contract`): mean 1000,
 /// std 0.1, which breaks the naive `E[x²] − E[x]²` variance formula in f32.
 pub const SHIFTED: Init = Init::Normal {
     mean: 1000.0,

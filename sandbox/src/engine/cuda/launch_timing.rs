@@ -12,7 +12,7 @@ use kiln_gpu::cupti::TimerStatus;
 use kiln_gpu::timing::SampleTimes;
 use serde::{Deserialize, Serialize};
 
-use crate::contract::timing::median;
+use crate::engine::contract::timing::median;
 
 /// The empty kernel of the timer floor.
 pub const FLOOR_KERNEL: &str = "kiln_timer_floor";

@@ -34,7 +34,7 @@ use kiln_types::{Dtype, EvalPlan, ProblemSpec, Role, TimingPlan, TimingStats};
 
 use super::timer_log::TimerLog;
 use crate::baselines::driver::{self, Sampler};
-use crate::contract::{compare, data};
+use crate::engine::contract::{compare, data};
 
 /// Launches a library call is budgeted for when sizing the blocking kernel.
 const LIBRARY_LAUNCHES: usize = 8;
@@ -364,7 +364,7 @@ impl Bench {
             let t = self.gpu.time_sample_with(&cfg, None, enqueue)?;
             v.push(log.record(&t));
         }
-        Ok(crate::contract::timing::median(&mut v))
+        Ok(crate::engine::contract::timing::median(&mut v))
     }
 
     fn library_cfg(&self) -> SampleConfig {

@@ -1,5 +1,5 @@
 //! The cuda backend: CUDA C candidates compiled by NVRTC and run on the worker's GPU, under
-//! the same evaluation contract as every backend ([`crate::contract`]).
+//! the same evaluation contract as every backend ([`crate::engine::contract`]).
 //!
 //! - [`compile`]: NVRTC inside the jailed worker's compile role (`kiln_gpu::cxx`: toolkit
 //!   headers, stand-ins, kernels by C++ name); the artifact is the image with its kernel

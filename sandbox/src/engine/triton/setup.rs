@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backends::host::compile::run_captured;
+use crate::engine::host::compile::run_captured;
 
 /// Triton versions kiln has compiled and launched kernels of (see docs/api.md); others
 /// are used with a warning.
