@@ -1,6 +1,7 @@
-//! The store's conformance suite: every case runs against both implementations of
-//! [`Store`] — SQLite (one host) and PostgreSQL (a cluster's shared store, on a scratch
-//! server started by the test) — and must give the same answers. The cases after them
+//! The store's conformance suite: every case runs against both implementations of the
+//! shared records ([`Records`]) — SQLite (one host) and PostgreSQL (a cluster's shared
+//! store, on a scratch server started by the test) — and must give the same answers. A new
+//! store is run the way `conformance_through_the_records_trait` runs one. The cases after them
 //! are what only a shared store does (GPU-class routing, weighted fair queuing, leases
 //! that run out, two nodes, schema refusal).
 //!
@@ -15,7 +16,7 @@ use std::time::Duration;
 use kiln_daemon::cluster::scratch_db::ScratchDb;
 use kiln_daemon::store::postgres::{PgSettings, PgStore};
 use kiln_daemon::store::{
-    JobState, LaneClass, NewSearch, PutProblem, Recovery, SqliteStore, Store, StoreError,
+    JobState, LaneClass, NewSearch, PutProblem, Records, Recovery, SqliteStore, Store, StoreError,
 };
 use kiln_types::baseline::{BaselineStatus, precision};
 use kiln_types::{
@@ -1002,6 +1003,25 @@ async fn conformance_on_sqlite() {
         eprintln!("case {name} on SQLite");
         let f = sqlite("node-1");
         case(&f.store).await;
+    }
+}
+
+/// The suite as a new store would run it: the shared records through
+/// [`Store::with_records`] and the [`Records`] trait, in a database of their own beside
+/// the node's (here another SQLite file; a new store passes its own implementation).
+#[tokio::test]
+async fn conformance_through_the_records_trait() {
+    for (name, case) in CASES {
+        eprintln!("case {name} through Records");
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("local")).expect("local dir");
+        std::fs::create_dir(dir.path().join("records")).expect("records dir");
+        let local =
+            Arc::new(SqliteStore::open(&dir.path().join("local"), "node-1").expect("local"));
+        let records: Arc<dyn Records> =
+            Arc::new(SqliteStore::open(&dir.path().join("records"), "node-1").expect("records"));
+        let store = Store::with_records(local, records);
+        case(&store).await;
     }
 }
 

@@ -1,6 +1,7 @@
 //! The durable store: one interface, two implementations.
 //!
-//! [`Store`] is what the daemon uses. On one host (the default) everything lives in one
+//! [`Store`] is what the daemon uses; the shared records are reached through the
+//! [`Records`] trait, one implementation per store. On one host (the default) everything lives in one
 //! SQLite database under the state directory ([`SqliteStore`]); with `[cluster]
 //! database_url` the shared records — problems, candidates, jobs, evaluations,
 //! baselines, searches, plugins, checkpoints, LLM calls — live in PostgreSQL
@@ -96,28 +97,59 @@ fn corrupt(what: impl Into<String>, e: impl std::fmt::Display) -> StoreError {
 /// records when the node is part of a cluster.
 pub struct Store {
     local: Arc<SqliteStore>,
-    shared: Option<postgres::PgStore>,
+    /// Where the shared records live: the node's SQLite database, or PostgreSQL.
+    records: Arc<dyn Records>,
+    shared: Option<Arc<postgres::PgStore>>,
 }
 
-/// Declares the shared operations once: each runs on PostgreSQL when the node is in a
-/// cluster, else on the local SQLite database, with the same meaning.
-macro_rules! shared_ops {
+/// Declares the shared records' operations once: the [`Records`] trait (what a store must
+/// do, with the same meaning on every store; `daemon/tests/store_conformance.rs` holds
+/// each store to it), its two implementations (SQLite's synchronous calls, PostgreSQL's
+/// async ones) and [`Store`]'s methods, which call the node's [`Records`].
+macro_rules! records {
     ($($(#[$doc:meta])* fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty;)*) => {
+        /// The shared records' operations: problems, candidates, jobs, evaluations,
+        /// baselines, searches, plugins, checkpoints, LLM calls. A store is an
+        /// implementation of this trait that passes the conformance suite
+        /// (`daemon/tests/store_conformance.rs`); docs/architecture.md, "Adding a store".
+        #[async_trait::async_trait]
+        pub trait Records: Send + Sync {
+            $(
+                $(#[$doc])*
+                async fn $name(&self $(, $arg: $ty)*) -> Result<$ret>;
+            )*
+        }
+
+        #[async_trait::async_trait]
+        impl Records for SqliteStore {
+            $(
+                async fn $name(&self $(, $arg: $ty)*) -> Result<$ret> {
+                    SqliteStore::$name(self $(, $arg)*)
+                }
+            )*
+        }
+
+        #[async_trait::async_trait]
+        impl Records for postgres::PgStore {
+            $(
+                async fn $name(&self $(, $arg: $ty)*) -> Result<$ret> {
+                    postgres::PgStore::$name(self $(, $arg)*).await
+                }
+            )*
+        }
+
         impl Store {
             $(
                 $(#[$doc])*
                 pub async fn $name(&self $(, $arg: $ty)*) -> Result<$ret> {
-                    match &self.shared {
-                        Some(pg) => pg.$name($($arg),*).await,
-                        None => self.local.$name($($arg),*),
-                    }
+                    self.records.$name($($arg),*).await
                 }
             )*
         }
     };
 }
 
-shared_ops! {
+records! {
     /// Registers a problem (the same spec again is a no-op, a different one a conflict).
     fn put_problem(&self, spec: &ProblemSpec) -> PutProblem;
     /// The spec of a registered problem.
@@ -247,6 +279,7 @@ impl Store {
     /// The single-host store over an open SQLite database.
     pub fn single(local: Arc<SqliteStore>) -> Self {
         Store {
+            records: local.clone(),
             local,
             shared: None,
         }
@@ -255,9 +288,22 @@ impl Store {
     /// A cluster member's store: the shared records in PostgreSQL, the compile cache and
     /// clock journal in the node's SQLite database.
     pub fn with_shared(local: Arc<SqliteStore>, shared: postgres::PgStore) -> Self {
+        let shared = Arc::new(shared);
         Store {
             local,
+            records: shared.clone(),
             shared: Some(shared),
+        }
+    }
+
+    /// A store whose shared records live in another implementation of [`Records`] (a
+    /// new store under test, run through the conformance suite); the compile cache and
+    /// clock journal stay in `local`, and no cluster operations are offered.
+    pub fn with_records(local: Arc<SqliteStore>, records: Arc<dyn Records>) -> Self {
+        Store {
+            local,
+            records,
+            shared: None,
         }
     }
 
@@ -273,7 +319,12 @@ impl Store {
 
     /// The shared PostgreSQL store, when this node is part of a cluster.
     pub fn cluster(&self) -> Option<&postgres::PgStore> {
-        self.shared.as_ref()
+        self.shared.as_deref()
+    }
+
+    /// The shared records' store: PostgreSQL in a cluster, else the node's SQLite.
+    pub fn records(&self) -> &Arc<dyn Records> {
+        &self.records
     }
 
     /// A cached artifact (node-local).
