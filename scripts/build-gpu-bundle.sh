@@ -63,7 +63,7 @@ cp target/proposers/*.wasm "$out/proposers/"
 cp scripts/gpu-check.sh scripts/gpu-check-multi.sh scripts/gpu-libs.sh "$out/"
 # The timer floor outside kiln (built with nvcc there, when the host has it).
 cp -r scripts/timer-floor "$out/timer-floor"
-# The trusted torch helper (torch baselines), found beside kiln-worker.
+# The trusted torch runner (torch baselines), found beside kiln-worker.
 cp daemon/torch-runner/kiln_torch.py "$out/kiln_torch.py"
 chmod +x "$out/timer-floor/run.sh" "$out/gpu_probe" "$out/gpu-check.sh" "$out/gpu-check-multi.sh" "$out/kiln-worker" "$out/kilnd" "$out/kiln" "$out/kiln-plugin-host" "$out"/gpu-tests/*
 

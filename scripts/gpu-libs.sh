@@ -43,7 +43,7 @@ echo "python3: ${py:-not found}"
 for lib in libcuda.so.1 libnvidia-ml.so.1 libnvrtc.so.13 libcupti.so.13; do
     if found "$lib"; then echo "  $lib: found"; else echo "  $lib: NOT FOUND"; fi
 done
-# The python with torch (the torch helper: baselines, the torch reference runner, the
+# The python with torch (the torch runner: baselines, the torch reference runner, the
 # KernelBench import): $KILN_PYTHON, else the first of /opt/torch/.venv/bin/python3 and
 # python3 that imports torch. Exported, so the GPU tests' torch cases find it too.
 if [ -z "${KILN_PYTHON:-}" ]; then

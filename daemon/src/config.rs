@@ -388,9 +388,9 @@ pub struct GpuConfig {
     /// Also look for cuDNN/cuBLAS inside python's `nvidia` wheels (torch ships cuDNN
     /// there), by asking `python` once at start.
     pub discover_python_libraries: bool,
-    /// The python that runs the torch helper (torch baselines); empty = none.
+    /// The python that runs the torch runner (torch baselines); empty = none.
     pub python: String,
-    /// Wall-clock limit of the torch helper, seconds.
+    /// Wall-clock limit of the torch runner, seconds.
     pub torch_timeout_secs: u64,
     /// Where GPU workers find CUPTI for kernel timing: `auto` (the loader's path, then the
     /// CUDA toolkit's usual directories), `off` (events only), or an absolute directory

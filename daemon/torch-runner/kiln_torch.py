@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""kiln's trusted torch helper.
+"""kiln's trusted torch runner.
 
 kiln starts this script as a trusted child process (outside the jail, cleared environment,
 its own process group, killed past each call's deadline; see docs/security.md):

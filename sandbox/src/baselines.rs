@@ -3,7 +3,7 @@
 //!
 //! - [`worker`]: the GPU worker's kinds (the reference, cuBLAS, cuDNN) in a fresh jailed
 //!   `kiln-worker` on the lane's GPU;
-//! - [`torch`]: the torch helper's kinds (torch eager, `torch.compile`);
+//! - [`torch`]: the torch runner's kinds (torch eager, `torch.compile`);
 //! - [`driver`]: the one timing driver (warm-up, fresh inputs, the stop rule, statistics)
 //!   both use.
 //!
@@ -19,13 +19,13 @@ use kiln_types::{BaselineResult, EvalPlan, ProblemSpec};
 
 use crate::config::SandboxConfig;
 use crate::error::SandboxError;
-use kiln_torch_runner::helper::TorchHelper;
+use kiln_torch_runner::process::TorchRunner;
 
-/// Where the torch helper's kinds come from: the helper, or why there is none.
+/// Where the torch runner's kinds come from: the helper, or why there is none.
 #[derive(Debug, Clone)]
 pub enum TorchSource<'a> {
     /// Run them with this helper.
-    Helper(&'a TorchHelper),
+    Helper(&'a TorchRunner),
     /// They are not measured here, for this reason (reported as `unavailable`).
     Off(String),
 }
@@ -54,7 +54,7 @@ pub fn measure_baselines(
     };
     let kinds: Vec<BaselineKind> = BaselineKind::asked_by(problem)
         .into_iter()
-        .filter(|k| k.runner() == BaselineRunner::TorchHelper)
+        .filter(|k| k.runner() == BaselineRunner::TorchRunner)
         .collect();
     results.extend(match torch {
         TorchSource::Helper(h) => torch::measure(cfg.gpu_uuid.as_deref(), h, problem, plan, &kinds),

@@ -1032,7 +1032,7 @@ fn baseline_torch_eager_when_torch_is_here() {
     };
     let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".into());
     let helper =
-        kiln_torch_runner::TorchHelper::find(&cfg.worker_exe, &python, Duration::from_secs(600))
+        kiln_torch_runner::TorchRunner::find(&cfg.worker_exe, &python, Duration::from_secs(600))
             .expect("kiln_torch.py beside kiln-worker or in daemon/torch-runner/");
     let p = problem("softmax-4096x65536");
     let r = torch_kinds(&cfg, &helper, &p);
@@ -1057,7 +1057,7 @@ fn baseline_torch_module_of_imported_seed_problems() {
     };
     let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".into());
     let helper =
-        kiln_torch_runner::TorchHelper::find(&cfg.worker_exe, &python, Duration::from_secs(900))
+        kiln_torch_runner::TorchRunner::find(&cfg.worker_exe, &python, Duration::from_secs(900))
             .expect("kiln_torch.py beside kiln-worker or in daemon/torch-runner/");
     for name in ["kb-softmax-4096x65536", "kb-layernorm-16x64x256x256"] {
         let p = problem(name);
@@ -1086,10 +1086,10 @@ fn baseline_torch_module_of_imported_seed_problems() {
     }
 }
 
-/// The torch helper's kinds (torch eager, torch.compile) of `p` on the test GPU.
+/// The torch runner's kinds (torch eager, torch.compile) of `p` on the test GPU.
 fn torch_kinds(
     cfg: &SandboxConfig,
-    helper: &kiln_torch_runner::TorchHelper,
+    helper: &kiln_torch_runner::TorchRunner,
     p: &ProblemSpec,
 ) -> Vec<BaselineResult> {
     use kiln_types::baseline::BaselineKind;
@@ -1119,7 +1119,7 @@ fn baseline_table_seed_problems() {
     };
     let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".into());
     let helper =
-        kiln_torch_runner::TorchHelper::find(&cfg.worker_exe, &python, Duration::from_secs(900));
+        kiln_torch_runner::TorchRunner::find(&cfg.worker_exe, &python, Duration::from_secs(900));
     let mut worker = WarmWorker::new(cfg.clone(), 50);
     let mut rows = Vec::new();
     for name in [

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use kiln_sandbox::SandboxConfig;
-use kiln_torch_runner::{ReferenceRunner, TorchHelper};
+use kiln_torch_runner::{ReferenceRunner, TorchRunner};
 use kiln_types::{Candidate, Evaluation, Language, ProblemSpec, Verdict};
 
 fn python() -> Option<PathBuf> {
@@ -30,8 +30,8 @@ fn python() -> Option<PathBuf> {
     Some(PathBuf::from(python))
 }
 
-fn helper() -> Option<TorchHelper> {
-    Some(TorchHelper {
+fn helper() -> Option<TorchRunner> {
+    Some(TorchRunner {
         python: python()?,
         script: Path::new(env!("CARGO_MANIFEST_DIR")).join("../daemon/torch-runner/kiln_torch.py"),
         timeout: Duration::from_secs(120),
@@ -57,7 +57,7 @@ fn imported() -> &'static Path {
             .collect();
         files.sort();
         let helper = helper().expect("a python with torch");
-        let described = kiln_torch_runner::helper::describe(
+        let described = kiln_torch_runner::process::describe(
             &helper,
             &files,
             (256 << 20, 1 << 32),

@@ -162,7 +162,7 @@ fn kernel_timer(config: &crate::config::Config) -> Value {
 }
 
 /// Where cuBLAS and cuDNN were found for the GPU workers (files only; nothing loaded),
-/// and the torch helper's python.
+/// and the torch runner's python.
 fn baseline_libraries(config: &crate::config::Config) -> Value {
     let dirs = worker_library_dirs(config);
     let libs = kiln_sandbox::kiln_gpu::baseline::library_report(&dirs);

@@ -14,7 +14,7 @@ use kiln_sandbox::{
     BackendStatus, CompileOutcome, SandboxConfig, SandboxError, TorchSource, WarmWorker,
     WarmWorkerStats,
 };
-use kiln_torch_runner::{ReferenceRunner, TorchHelper};
+use kiln_torch_runner::{ReferenceRunner, TorchRunner};
 use kiln_types::{BackendKind, Candidate, EvalPlan, Evaluation, ProblemSpec};
 use serde_json::json;
 
@@ -122,8 +122,8 @@ pub struct CudaBackend {
     cfg: SandboxConfig,
     lanes: Vec<GpuLane>,
     status: BackendStatus,
-    /// The torch helper for the torch baseline kinds, or why there is none.
-    torch: Result<TorchHelper, String>,
+    /// The torch runner for the torch baseline kinds, or why there is none.
+    torch: Result<TorchRunner, String>,
     /// Architecture, NVRTC and header identity of CUDA compiles (see
     /// [`super::compile_identity`]).
     identity: String,
@@ -136,7 +136,7 @@ impl CudaBackend {
         cfg: SandboxConfig,
         lanes: Vec<GpuLane>,
         status: BackendStatus,
-        torch: Result<TorchHelper, String>,
+        torch: Result<TorchRunner, String>,
         identity: String,
     ) -> CudaBackend {
         CudaBackend {
@@ -401,7 +401,7 @@ mod tests {
             SandboxConfig::new(dir.path()),
             lanes,
             status,
-            Err("no torch helper in this test".into()),
+            Err("no torch runner in this test".into()),
             String::new(),
         );
         // A cuda reference kernel (a torch-only reference would need the lane's runner).

@@ -97,12 +97,12 @@ pub fn sandbox_config(config: &Config, state_dir: &Path) -> SandboxConfig {
     cfg
 }
 
-/// The torch helper `[gpu] python` runs, or why there is none.
-pub fn torch_helper(config: &Config) -> Result<kiln_torch_runner::TorchHelper, String> {
+/// The torch runner `[gpu] python` runs, or why there is none.
+pub fn torch_runner(config: &Config) -> Result<kiln_torch_runner::TorchRunner, String> {
     if config.gpu.python.is_empty() {
-        return Err("[gpu] python is empty: the torch helper is off".into());
+        return Err("[gpu] python is empty: the torch runner is off".into());
     }
-    kiln_torch_runner::TorchHelper::find(
+    kiln_torch_runner::TorchRunner::find(
         &kiln_sandbox::default_worker_exe(),
         &config.gpu.python,
         Duration::from_secs(config.gpu.torch_timeout_secs.max(1)),
@@ -110,7 +110,7 @@ pub fn torch_helper(config: &Config) -> Result<kiln_torch_runner::TorchHelper, S
     .ok_or_else(|| {
         format!(
             "{} not found beside kiln-worker (see daemon/packaging)",
-            kiln_torch_runner::HELPER_NAME
+            kiln_torch_runner::SCRIPT_NAME
         )
     })
 }
@@ -154,7 +154,7 @@ pub fn build(
                 config.evaluation.host_peak_bytes_per_s,
                 config.evaluation.host_peak_flops,
             ),
-            torch: torch_helper(config)
+            torch: torch_runner(config)
                 .map(|h| Mutex::new(kiln_torch_runner::ReferenceRunner::cpu(h))),
         }));
     }
@@ -174,7 +174,7 @@ pub fn build(
         let chosen = selection::select(&found, &gpu, &config.gpu.devices)?;
         let mut compile_cfg = cfg.clone();
         let mut lanes = Vec::new();
-        let torch = torch_helper(config);
+        let torch = torch_runner(config);
         for d in &chosen {
             let mut gpu_cfg = cfg.clone();
             gpu_cfg.use_gpu(d);

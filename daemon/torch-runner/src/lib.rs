@@ -1,7 +1,7 @@
 //! kiln's trusted torch runner, from kilnd's side: the Python beside this crate
 //! (`kiln_torch.py`) run as a child process outside every jail.
 //!
-//! - [`helper`]: the process itself ([`TorchHelper`] finds it, [`helper::HelperProcess`]
+//! - [`process`]: the process itself ([`TorchRunner`] finds it, [`process::RunnerProcess`]
 //!   starts it and makes one framed call at a time with a deadline), and `describe`, which
 //!   reads KernelBench files for the importer.
 //! - [`reference`]: [`ReferenceRunner`], a lane's warm runner of a problem's PyTorch
@@ -12,8 +12,8 @@
 //! reaches it (docs/security.md). It speaks kiln's framing ([`kiln_protocol`]).
 #![deny(missing_docs)]
 
-pub mod helper;
+pub mod process;
 pub mod reference;
 
-pub use helper::{HELPER_NAME, TorchHelper};
+pub use process::{SCRIPT_NAME, TorchRunner};
 pub use reference::ReferenceRunner;

@@ -1,7 +1,7 @@
 //! [`ReferenceRunner`]: the warm trusted runner of a problem's torch reference
 //! (`[reference.torch]`), one per lane, started on first use and kept.
 //!
-//! It is kiln's torch helper (`kiln_torch.py serve`, see [`crate::helper`]) in a
+//! It is kiln's torch runner (`kiln_torch.py serve`, see [`crate::process`]) in a
 //! process of its own, outside the jail and out of reach of candidate code: candidates run
 //! in jailed workers (host: in runner processes stopped between runs), and the worker asks
 //! its caller — this side — for the reference's outputs only between candidate runs
@@ -21,16 +21,16 @@ use std::time::Duration;
 use kiln_types::{ProblemSpec, Role};
 use serde_json::json;
 
-use crate::helper::{HelperProcess, TorchHelper};
+use crate::process::{RunnerProcess, TorchRunner};
 
 /// The warm reference runner of one lane.
 pub struct ReferenceRunner {
-    helper: TorchHelper,
+    helper: TorchRunner,
     device: &'static str,
     /// `CUDA_VISIBLE_DEVICES` for the runner: `Some("")` hides every GPU (the CPU runner),
     /// `Some(uuid)` shows the lane's GPU, `None` leaves the variable unset.
     gpu: Option<String>,
-    process: Option<HelperProcess>,
+    process: Option<RunnerProcess>,
     started: u32,
 }
 
@@ -46,7 +46,7 @@ pub struct ReferenceOutputs {
 
 impl ReferenceRunner {
     /// A runner on the CPU (the host backend's lane); nothing starts until the first call.
-    pub fn cpu(helper: TorchHelper) -> ReferenceRunner {
+    pub fn cpu(helper: TorchRunner) -> ReferenceRunner {
         ReferenceRunner {
             helper,
             device: "cpu",
@@ -58,7 +58,7 @@ impl ReferenceRunner {
 
     /// A runner on a GPU lane: the GPU with `uuid` (`None`: the default GPU); nothing
     /// starts until the first call.
-    pub fn gpu(helper: TorchHelper, uuid: Option<&str>) -> ReferenceRunner {
+    pub fn gpu(helper: TorchRunner, uuid: Option<&str>) -> ReferenceRunner {
         ReferenceRunner {
             helper,
             device: "cuda",
@@ -110,10 +110,10 @@ impl ReferenceRunner {
         })
     }
 
-    fn ensure(&mut self, timeout: Duration) -> Result<&mut HelperProcess, String> {
+    fn ensure(&mut self, timeout: Duration) -> Result<&mut RunnerProcess, String> {
         if self.process.is_none() {
             // The host lane's runner sees no GPU at all; a GPU lane's only its own.
-            let mut p = HelperProcess::start(&self.helper, self.gpu.as_deref())
+            let mut p = RunnerProcess::start(&self.helper, self.gpu.as_deref())
                 .map_err(|e| e.to_string())?;
             p.call(
                 &json!({"cmd": "hello", "device": self.device}),

@@ -64,7 +64,7 @@ impl SampleConfig {
 }
 
 /// Bytes of the L2 flush buffer for a GPU with `l2_bytes` of L2: twice the L2, at least
-/// 16 MiB. Every L2 flush kiln takes (its own, and the torch helper's) is this size.
+/// 16 MiB. Every L2 flush kiln takes (its own, and the torch runner's) is this size.
 pub fn l2_flush_bytes(l2_bytes: u64) -> u64 {
     l2_bytes.saturating_mul(2).max(16 << 20)
 }

@@ -5,7 +5,7 @@
 //!
 //! A baseline provides only the mechanics ([`Sampler`]): one untimed run, a fresh input
 //! set, one timed sample. The GPU worker's samples go through `kiln_gpu`'s
-//! `Gpu::time_sample_with` (L2 flush, blocking kernel, events); the torch helper's through
+//! `Gpu::time_sample_with` (L2 flush, blocking kernel, events); the torch runner's through
 //! its `sample` command, with the flush size and blocker length kiln passes
 //! ([`SampleSpec`]).
 
@@ -15,7 +15,7 @@ use kiln_types::{TimingPlan, TimingStats};
 
 use crate::engine::contract::timing::{stats, stop_rule};
 
-/// How the torch helper takes one sample, as kiln sets it: bytes of the L2 flush buffer
+/// How the torch runner takes one sample, as kiln sets it: bytes of the L2 flush buffer
 /// it writes with a new value before the sample, and nanoseconds of the blocking kernel
 /// that holds the start event back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

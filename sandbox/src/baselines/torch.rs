@@ -1,4 +1,4 @@
-//! The torch helper's baseline kinds (torch eager, `torch.compile`) timed by the
+//! The torch runner's baseline kinds (torch eager, `torch.compile`) timed by the
 //! baselines' one driver ([`super::driver`]).
 //!
 //! The helper ([`kiln_torch_runner::helper`]) only runs what it is asked: it sets up the op of
@@ -17,7 +17,7 @@ use kiln_types::{EvalPlan, ProblemSpec};
 use serde_json::{Value, json};
 
 use super::driver::{self, SampleSpec, Sampler};
-use kiln_torch_runner::helper::{HelperError, HelperProcess, TorchHelper};
+use kiln_torch_runner::process::{RunnerError, RunnerProcess, TorchRunner};
 
 /// Launches a torch op is budgeted for when sizing the blocking kernel (a module's
 /// forward may launch dozens).
@@ -26,7 +26,7 @@ const TORCH_LAUNCHES: usize = 32;
 /// Times the problem's torch kinds in `kinds` with one helper process seeing `gpu`.
 pub fn measure(
     gpu: Option<&str>,
-    helper: &TorchHelper,
+    helper: &TorchRunner,
     problem: &ProblemSpec,
     plan: &EvalPlan,
     kinds: &[BaselineKind],
@@ -40,7 +40,7 @@ pub fn measure(
             .map(|k| k.not_measured("", status, detail.clone()))
             .collect()
     };
-    let mut p = match HelperProcess::start(helper, gpu) {
+    let mut p = match RunnerProcess::start(helper, gpu) {
         Ok(p) => p,
         Err(e) => return all(BaselineStatus::Unavailable, e.to_string()),
     };
@@ -50,7 +50,7 @@ pub fn measure(
         helper.timeout,
     ) {
         Ok((v, _)) => v,
-        Err(HelperError::Answer(why)) => return all(BaselineStatus::Unavailable, why),
+        Err(RunnerError::Answer(why)) => return all(BaselineStatus::Unavailable, why),
         Err(e) => return all(BaselineStatus::Failed, e.to_string()),
     };
     let spec = SampleSpec {
@@ -78,7 +78,7 @@ pub fn measure(
 
 /// One kind: set up, then per precision variant a check and the driver's timing.
 fn measure_kind(
-    p: &mut HelperProcess,
+    p: &mut RunnerProcess,
     timeout: Duration,
     kind: BaselineKind,
     problem: &ProblemSpec,
@@ -132,27 +132,27 @@ fn measure_kind(
 
 /// The driver's mechanics over the helper's `run`, `fresh` and `sample` commands.
 struct HelperSampler<'a> {
-    p: &'a mut HelperProcess,
+    p: &'a mut RunnerProcess,
     timeout: Duration,
     spec: SampleSpec,
 }
 
 impl Sampler for HelperSampler<'_> {
-    type Error = HelperError;
+    type Error = RunnerError;
 
-    fn run(&mut self) -> Result<(), HelperError> {
+    fn run(&mut self) -> Result<(), RunnerError> {
         self.p
             .call(&json!({"cmd": "run"}), &[], self.timeout)
             .map(|_| ())
     }
 
-    fn fresh_inputs(&mut self, set: u64) -> Result<(), HelperError> {
+    fn fresh_inputs(&mut self, set: u64) -> Result<(), RunnerError> {
         self.p
             .call(&json!({"cmd": "fresh", "set": set}), &[], self.timeout)
             .map(|_| ())
     }
 
-    fn sample(&mut self) -> Result<f64, HelperError> {
+    fn sample(&mut self) -> Result<f64, RunnerError> {
         let body = json!({"cmd": "sample", "flush_bytes": self.spec.flush_bytes,
                           "blocker_ns": self.spec.blocker_ns});
         let (v, _) = self.p.call(&body, &[], self.timeout)?;
@@ -161,11 +161,11 @@ impl Sampler for HelperSampler<'_> {
 }
 
 /// The `us` of a sample answer, positive and finite.
-fn sample_us(v: &Value) -> Result<f64, HelperError> {
+fn sample_us(v: &Value) -> Result<f64, RunnerError> {
     v["us"]
         .as_f64()
         .filter(|us| us.is_finite() && *us > 0.0)
-        .ok_or_else(|| HelperError::Answer(format!("the helper's sample is not a time: {v}")))
+        .ok_or_else(|| RunnerError::Answer(format!("the helper's sample is not a time: {v}")))
 }
 
 #[cfg(test)]
@@ -191,7 +191,7 @@ mod tests {
 
     #[test]
     fn missing_python_is_unavailable_for_every_kind() {
-        let helper = TorchHelper {
+        let helper = TorchRunner {
             python: PathBuf::from("/nonexistent/python3"),
             script: PathBuf::from("/nonexistent/helper.py"),
             timeout: Duration::from_secs(5),
@@ -213,7 +213,7 @@ mod tests {
         // Skipped where python3 is absent.
         let script = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../daemon/torch-runner")
-            .join(kiln_torch_runner::HELPER_NAME);
+            .join(kiln_torch_runner::SCRIPT_NAME);
         if std::process::Command::new("python3")
             .arg("--version")
             .output()
@@ -222,7 +222,7 @@ mod tests {
             eprintln!("skipped: no python3");
             return;
         }
-        let helper = TorchHelper {
+        let helper = TorchRunner {
             python: PathBuf::from("python3"),
             script,
             timeout: Duration::from_secs(60),

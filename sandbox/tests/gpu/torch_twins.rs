@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use kiln_torch_runner::{ReferenceRunner, TorchHelper};
+use kiln_torch_runner::{ReferenceRunner, TorchRunner};
 use kiln_types::{Arg, Role};
 
 use super::*;
@@ -23,7 +23,7 @@ fn runner(cfg: &SandboxConfig) -> Option<ReferenceRunner> {
         println!("SKIP: KILN_PYTHON (a python with torch) is not set");
         return None;
     };
-    let Some(helper) = TorchHelper::find(&cfg.worker_exe, &python, Duration::from_secs(900)) else {
+    let Some(helper) = TorchRunner::find(&cfg.worker_exe, &python, Duration::from_secs(900)) else {
         println!("SKIP: kiln_torch.py is not beside kiln-worker or in daemon/torch-runner/");
         return None;
     };

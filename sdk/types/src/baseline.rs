@@ -53,8 +53,8 @@ pub enum BaselineKind {
 pub enum BaselineRunner {
     /// kiln's jailed GPU worker (`Request::Baselines`).
     GpuWorker,
-    /// kiln's trusted torch helper (`kiln_torch.py`).
-    TorchHelper,
+    /// kiln's trusted torch runner (`kiln_torch.py`).
+    TorchRunner,
 }
 
 impl BaselineKind {
@@ -104,7 +104,7 @@ impl BaselineKind {
             BaselineKind::Reference | BaselineKind::Cublas | BaselineKind::Cudnn => {
                 BaselineRunner::GpuWorker
             }
-            BaselineKind::TorchEager | BaselineKind::TorchCompile => BaselineRunner::TorchHelper,
+            BaselineKind::TorchEager | BaselineKind::TorchCompile => BaselineRunner::TorchRunner,
         }
     }
 

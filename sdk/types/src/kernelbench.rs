@@ -1,8 +1,8 @@
 //! KernelBench-format Python files as ordinary kiln problem folders (what
 //! `kiln problems import kernelbench` writes).
 //!
-//! kiln's torch helper (`kiln_torch.py describe`, run by
-//! `kiln_torch_runner::helper::describe`) runs a file's `get_inputs()`,
+//! kiln's torch runner (`kiln_torch.py describe`, run by
+//! `kiln_torch_runner::process::describe`) runs a file's `get_inputs()`,
 //! `get_init_inputs()` and module on torch's meta device and answers a [`Description`]: the
 //! tensors (forward arguments, then parameters and buffers, then outputs, the order a launch
 //! plan names them), their dtypes and the distributions they are drawn from, the flops

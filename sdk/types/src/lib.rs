@@ -8,7 +8,7 @@
 //! - [`problem`]: a problem's spec as read from `problem.toml`, with its sources inlined.
 //! - [`verdict`]: the verdicts of the evaluation contract, their evidence and timing statistics.
 //! - [`baseline`]: library baselines named by a problem, and their measured times.
-//! - [`kernelbench`]: KernelBench-format files, as described by kiln's torch helper,
+//! - [`kernelbench`]: KernelBench-format files, as described by kiln's torch runner,
 //!   written as problem folders.
 //! - [`eval_plan`]: how an evaluation is run (trials, stop rule, secret seed).
 //! - [`names`]: the names people and plugins choose (problems, proposers).

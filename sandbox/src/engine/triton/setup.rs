@@ -2,7 +2,7 @@
 //! jail must show read-only for that python to start and import triton.
 //!
 //! [`TritonSetup::find`] asks the python once (outside the jail: it is trusted, installed
-//! software, like the torch helper's python) for `triton.__version__`, its prefixes and
+//! software, like the torch runner's python) for `triton.__version__`, its prefixes and
 //! `sys.path`. The directories that are not already among the system paths every jail
 //! shows (`/usr`, `/lib`…) become [`TritonSetup::ro_paths`]: typically the virtual
 //! environment (`/opt/torch/.venv`) and, for a python built outside `/usr` (pyenv, uv),

@@ -1,6 +1,6 @@
-//! kiln's trusted torch helper (`daemon/torch-runner/kiln_torch.py`) as a child process: where it is
-//! ([`TorchHelper::find`]), starting it ([`HelperProcess::start`]) and one framed call at
-//! a time with a deadline ([`HelperProcess::call`]); and its `describe` of KernelBench
+//! kiln's trusted torch runner (`daemon/torch-runner/kiln_torch.py`) as a child process: where it is
+//! ([`TorchRunner::find`]), starting it ([`RunnerProcess::start`]) and one framed call at
+//! a time with a deadline ([`RunnerProcess::call`]); and its `describe` of KernelBench
 //! files for the importer ([`describe`]).
 //!
 //! The helper is kiln's own code, run by the python that has torch. It runs outside the
@@ -25,7 +25,7 @@ use thiserror::Error;
 use kiln_protocol as protocol;
 
 /// File name of the helper, installed next to `kiln-worker` (or `share/kiln/` above it).
-pub const HELPER_NAME: &str = "kiln_torch.py";
+pub const SCRIPT_NAME: &str = "kiln_torch.py";
 
 /// Most blob bytes one answer of the helper may carry (trusted code; a torch reference's
 /// outputs on the largest GPU).
@@ -33,7 +33,7 @@ const ANSWER_BYTES: u64 = 256 << 30;
 
 /// Where the helper and python are.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TorchHelper {
+pub struct TorchRunner {
     /// The python interpreter (`python3`, or a venv's).
     pub python: PathBuf,
     /// The helper script.
@@ -42,24 +42,24 @@ pub struct TorchHelper {
     pub timeout: Duration,
 }
 
-impl TorchHelper {
+impl TorchRunner {
     /// The helper next to `worker_exe`, in `../share/kiln/` beside it (installed
     /// layouts), or in `daemon/torch-runner/` above it (a build tree's
     /// `target/{debug,release}`);
     /// `None` when none exists.
-    pub fn find(worker_exe: &Path, python: &str, timeout: Duration) -> Option<TorchHelper> {
+    pub fn find(worker_exe: &Path, python: &str, timeout: Duration) -> Option<TorchRunner> {
         let dir = worker_exe.parent()?;
         let script = std::iter::successors(Some(dir), |d| d.parent())
             .take(4)
             .flat_map(|d| {
                 [
-                    d.join(HELPER_NAME),
-                    d.join("share/kiln").join(HELPER_NAME),
-                    d.join("daemon/torch-runner").join(HELPER_NAME),
+                    d.join(SCRIPT_NAME),
+                    d.join("share/kiln").join(SCRIPT_NAME),
+                    d.join("daemon/torch-runner").join(SCRIPT_NAME),
                 ]
             })
             .find(|p| p.is_file())?;
-        Some(TorchHelper {
+        Some(TorchRunner {
             python: resolve(python),
             script,
             timeout,
@@ -84,7 +84,7 @@ pub fn resolve(python: &str) -> PathBuf {
 
 /// Why a call to the helper gave no answer.
 #[derive(Debug, Error)]
-pub enum HelperError {
+pub enum RunnerError {
     /// The interpreter could not be started.
     #[error(
         "cannot start {python} ({source}): no python here, or [gpu] python names the wrong one"
@@ -96,10 +96,10 @@ pub enum HelperError {
         source: std::io::Error,
     },
     /// The call passed its deadline; the helper was killed.
-    #[error("the torch helper did not answer within {0:.0} s and was killed")]
+    #[error("the torch runner did not answer within {0:.0} s and was killed")]
     Timeout(f64),
     /// The pipe broke or the answer did not parse (the helper died: its log says why).
-    #[error("the torch helper failed: {message}; its log: {log}")]
+    #[error("the torch runner failed: {message}; its log: {log}")]
     Broken {
         /// What failed.
         message: String,
@@ -112,7 +112,7 @@ pub enum HelperError {
 }
 
 /// A running helper (`kiln_torch.py serve`).
-pub struct HelperProcess {
+pub struct RunnerProcess {
     child: Child,
     stdin: ChildStdin,
     stdout: ChildStdout,
@@ -123,10 +123,10 @@ pub struct HelperProcess {
 /// Bytes of the helper's stderr kept for error messages.
 const LOG_TAIL: usize = 4 << 10;
 
-impl HelperProcess {
+impl RunnerProcess {
     /// Starts `python script serve` seeing only `gpu` (a UUID, or `""` for no GPU at
     /// all; `None`: the machine's GPUs, torch's device 0 first).
-    pub fn start(helper: &TorchHelper, gpu: Option<&str>) -> Result<HelperProcess, HelperError> {
+    pub fn start(helper: &TorchRunner, gpu: Option<&str>) -> Result<RunnerProcess, RunnerError> {
         let mut cmd = Command::new(&helper.python);
         cmd.arg(&helper.script)
             .arg("serve")
@@ -147,7 +147,7 @@ impl HelperProcess {
         let cache = std::env::temp_dir().join(format!("kiln-torch-{}", nix::unistd::getuid()));
         cmd.env("TORCHINDUCTOR_CACHE_DIR", cache.join("inductor"))
             .env("TRITON_CACHE_DIR", cache.join("triton"));
-        let mut child = cmd.spawn().map_err(|source| HelperError::Start {
+        let mut child = cmd.spawn().map_err(|source| RunnerError::Start {
             python: helper.python.display().to_string(),
             source,
         })?;
@@ -171,12 +171,12 @@ impl HelperProcess {
             });
         }
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err(HelperError::Broken {
+            return Err(RunnerError::Broken {
                 message: "the helper's pipes are missing".into(),
                 log: String::new(),
             });
         };
-        Ok(HelperProcess {
+        Ok(RunnerProcess {
             child,
             stdin,
             stdout,
@@ -201,14 +201,14 @@ impl HelperProcess {
     }
 
     /// Sends `body` (and `blobs`) and waits up to `deadline` for the answer; an answer
-    /// with an `error` field is [`HelperError::Answer`]. Past the deadline the helper's
+    /// with an `error` field is [`RunnerError::Answer`]. Past the deadline the helper's
     /// process group is killed.
     pub fn call(
         &mut self,
         body: &Value,
         blobs: &[&[u8]],
         deadline: Duration,
-    ) -> Result<(Value, Vec<Vec<u8>>), HelperError> {
+    ) -> Result<(Value, Vec<Vec<u8>>), RunnerError> {
         if self.dead {
             return Err(self.broken("the helper already failed".into()));
         }
@@ -229,30 +229,30 @@ impl HelperProcess {
         match reply {
             _ if killed => {
                 self.dead = true;
-                Err(HelperError::Timeout(deadline.as_secs_f64()))
+                Err(RunnerError::Timeout(deadline.as_secs_f64()))
             }
             Err(e) => {
                 self.dead = true;
                 Err(self.broken(e.to_string()))
             }
-            Ok((v, _)) if v.get("error").is_some() => Err(HelperError::Answer(
+            Ok((v, _)) if v.get("error").is_some() => Err(RunnerError::Answer(
                 v["error"].as_str().unwrap_or("unknown error").to_string(),
             )),
             Ok(ok) => Ok(ok),
         }
     }
 
-    fn broken(&self, message: String) -> HelperError {
+    fn broken(&self, message: String) -> RunnerError {
         // Give the log reader a moment to catch the helper's last words.
         std::thread::sleep(Duration::from_millis(50));
-        HelperError::Broken {
+        RunnerError::Broken {
             message,
             log: self.log_tail(),
         }
     }
 }
 
-impl Drop for HelperProcess {
+impl Drop for RunnerProcess {
     fn drop(&mut self) {
         let pgid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
@@ -265,11 +265,11 @@ impl Drop for HelperProcess {
 /// (bytes, flops) under which a module is also run once on the CPU; `tol`: the tolerance
 /// the problems will get (the helper says how many outputs a zero would pass under it).
 pub fn describe(
-    helper: &TorchHelper,
+    helper: &TorchRunner,
     files: &[PathBuf],
     run_limits: (u64, u64),
     tol: kiln_types::Tolerance,
-) -> Result<Vec<kiln_types::kernelbench::Description>, HelperError> {
+) -> Result<Vec<kiln_types::kernelbench::Description>, RunnerError> {
     let out = Command::new(&helper.python)
         .arg(&helper.script)
         .arg("describe")
@@ -283,14 +283,14 @@ pub fn describe(
         .arg(tol.rtol.to_string())
         .args(files)
         .output()
-        .map_err(|source| HelperError::Start {
+        .map_err(|source| RunnerError::Start {
             python: helper.python.display().to_string(),
             source,
         })?;
     let text = String::from_utf8_lossy(&out.stdout);
     let mut v = Vec::new();
     for line in text.lines().filter(|l| l.starts_with('{')) {
-        v.push(serde_json::from_str(line).map_err(|e| HelperError::Broken {
+        v.push(serde_json::from_str(line).map_err(|e| RunnerError::Broken {
             message: format!("a description did not parse ({e}): {line}"),
             log: String::new(),
         })?);
@@ -298,7 +298,7 @@ pub fn describe(
     if v.len() != files.len() {
         let err = String::from_utf8_lossy(&out.stderr);
         let tail: Vec<&str> = err.lines().rev().take(8).collect();
-        return Err(HelperError::Broken {
+        return Err(RunnerError::Broken {
             message: format!(
                 "described {} of {} files (exit {:?})",
                 v.len(),
@@ -317,15 +317,15 @@ mod tests {
 
     #[test]
     fn a_missing_python_is_a_start_error_not_a_panic() {
-        let helper = TorchHelper {
+        let helper = TorchRunner {
             python: PathBuf::from("/nonexistent/python3"),
             script: PathBuf::from("/nonexistent/kiln_torch.py"),
             timeout: Duration::from_secs(5),
         };
-        let err = HelperProcess::start(&helper, None)
+        let err = RunnerProcess::start(&helper, None)
             .err()
             .expect("no such python");
-        assert!(matches!(err, HelperError::Start { .. }), "{err}");
+        assert!(matches!(err, RunnerError::Start { .. }), "{err}");
     }
 
     #[test]
@@ -334,12 +334,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let script = dir.path().join("hang.sh");
         std::fs::write(&script, "sleep 30\n").expect("write");
-        let helper = TorchHelper {
+        let helper = TorchRunner {
             python: PathBuf::from("/bin/sh"),
             script,
             timeout: Duration::from_secs(1),
         };
-        let mut p = HelperProcess::start(&helper, None).expect("starts");
+        let mut p = RunnerProcess::start(&helper, None).expect("starts");
         let t0 = std::time::Instant::now();
         let err = p
             .call(
@@ -348,7 +348,7 @@ mod tests {
                 Duration::from_millis(300),
             )
             .expect_err("no answer");
-        assert!(matches!(err, HelperError::Timeout(_)), "{err}");
+        assert!(matches!(err, RunnerError::Timeout(_)), "{err}");
         assert!(p.is_dead());
         assert!(
             t0.elapsed() < Duration::from_secs(20),
