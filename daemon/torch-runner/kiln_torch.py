@@ -46,6 +46,7 @@ draws.
 """
 
 import json
+import os
 import struct
 import sys
 
@@ -66,6 +67,9 @@ KINDS = ("torch-eager", "torch-compile")
 MAX_FRAME = 512 << 20
 MAX_FRAMES_PER_BLOB = 512
 MAX_BLOBS = 8
+# Descriptors after a message: one marker byte carries them (kiln_protocol::fds).
+FDS_MARKER = b"F"
+FDS_MAX = 64
 
 
 class Refused(Exception):
@@ -372,6 +376,39 @@ class TorchModule:
         return self.compute_reference(inputs)
 
     def compute_reference(self, inputs):
+        """(answer, blobs): the outputs' bytes on the CPU (for a caller that sent bytes)."""
+        torch = self.torch
+        note, outs = self.outputs(inputs)
+        blobs = []
+        for o in outs:
+            o = o.cpu()
+            # The tensor's own bytes, written from where they are (no copy).
+            blobs.append(o.reshape(-1).view(torch.uint8).numpy() if o.numel() else b"")
+            del o
+        del outs
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        return {"precision": note}, blobs
+
+    def reference_into(self, inputs, dests):
+        """Writes the outputs into `dests` (name -> tensor of the declared dtype and shape:
+        a GPU worker's shared memory); returns how they were computed."""
+        torch = self.torch
+        saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        try:
+            note, outs = self.outputs(inputs)
+            for name, o in zip(self.ref["outputs"], outs):
+                dests[name].copy_(o)
+            del outs
+            torch.cuda.synchronize()
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        return {"precision": note}
+
+    def outputs(self, inputs):
+        """(how they were computed, the outputs on the device in the problem's order, each
+        in its declared dtype and shape)."""
         torch = self.torch
         want64 = self.precision in ("auto", "f64")
         note = "float64"
@@ -390,19 +427,15 @@ class TorchModule:
         names = self.ref["outputs"]
         if len(outs) != len(names):
             raise Refused(f"the module returned {len(outs)} tensors; the problem names {len(names)} outputs")
-        blobs = []
+        done = []
         for name, o in zip(names, outs):
             t = self.tensors[name]
             o = o.reshape(-1) if o.dim() == 0 else o
             if list(o.shape) != list(t["shape"]) and not (o.numel() == 1 and t["shape"] == [1]):
                 raise Refused(f"output {name}: the module returned shape {list(o.shape)}, the problem declares {t['shape']}")
-            o = o.reshape(t["shape"]).to(torch_dtype(torch, t["dtype"])).contiguous().cpu()
-            # The tensor's own bytes, written from where they are (no copy).
-            blobs.append(o.reshape(-1).view(torch.uint8).numpy() if o.numel() else b"")
-            del o
-        if self.device == "cuda":
-            torch.cuda.synchronize()
-        return {"precision": note}, blobs
+            done.append(o.reshape(t["shape"]).to(torch_dtype(torch, t["dtype"])).contiguous())
+        del outs
+        return note, done
 
 
 def tensor_from_bytes(torch, blob, t):
@@ -555,12 +588,7 @@ class Server:
         spec = req["problem"]
         if not (spec.get("reference") or {}).get("torch"):
             raise Refused("the problem has no [reference.torch]")
-        key = reference_key(spec)
-        module = self.modules.get(key)
-        if module is None:
-            if len(self.modules) >= 8:
-                self.modules.clear()
-            module = self.modules[key] = TorchModule(torch, spec, self.device)
+        module = self.module_for(spec)
         inputs_spec = [t for t in spec["tensor"] if t["role"] == "input"]
         if len(blobs) != len(inputs_spec):
             raise Refused(f"{len(blobs)} input blobs for {len(inputs_spec)} inputs")
@@ -579,8 +607,51 @@ class Server:
             if self.device == "cuda":
                 scrub_cuda(torch)
 
-    def handle(self, req, blobs):
+    def reference_shared(self, req, fds):
+        """The reference computed in place in a GPU worker's tensors: `fds` (one per listed
+        tensor, inputs then outputs) are mapped for this call only; the outputs are written
+        into the worker's memory, then everything is unmapped and torch's cache scrubbed
+        before the answer, so nothing of this call stays reachable."""
+        torch = self.need_torch()
+        if self.device != "cuda":
+            raise Refused("shared tensors need a runner on a GPU")
+        spec = req["problem"]
+        if not (spec.get("reference") or {}).get("torch"):
+            raise Refused("the problem has no [reference.torch]")
+        listed = req.get("tensors") or []
+        by_name = {t["name"]: t for t in spec["tensor"]}
+        order = [t["name"] for t in spec["tensor"] if t["role"] == "input"] + [
+            t["name"] for t in spec["tensor"] if t["role"] == "output"]
+        if [t.get("name") for t in listed] != order or len(fds) != len(order):
+            raise Refused(f"shared tensors {[t.get('name') for t in listed]} do not match the problem's {order}")
+        module = self.module_for(spec)
+        shared = SharedTensors(torch, fds, [int(t["mapped"]) for t in listed])
+        try:
+            views = {}
+            for i, name in enumerate(order):
+                views[name] = shared.tensor(i, by_name[name])
+            inputs = {n: views[n] for n in order if by_name[n]["role"] == "input"}
+            dests = {n: views[n] for n in order if by_name[n]["role"] == "output"}
+            answer = module.reference_into(inputs, dests)
+            del inputs, dests, views
+            return answer, []
+        finally:
+            shared.close()
+            scrub_cuda(torch)
+
+    def module_for(self, spec):
+        key = reference_key(spec)
+        module = self.modules.get(key)
+        if module is None:
+            if len(self.modules) >= 8:
+                self.modules.clear()
+            module = self.modules[key] = TorchModule(self.torch, spec, self.device)
+        return module
+
+    def handle(self, req, blobs, fds=()):
         cmd = req.get("cmd")
+        if cmd == "reference_shared":
+            return self.reference_shared(req, fds)
         if cmd == "hello":
             return self.hello(req), []
         torch = self.need_torch()
@@ -636,7 +707,9 @@ def zero_device_range(torch, ptr, size):
 
 
 def serve():
-    proto_in = sys.stdin.buffer
+    # Unbuffered: a request may be followed by descriptors on the socket (SCM_RIGHTS), which
+    # a buffered reader would swallow with the bytes around them.
+    proto_in = open(sys.stdin.fileno(), "rb", buffering=0, closefd=False)
     proto_out = sys.stdout.buffer
     # Whatever the code we run prints goes to the log, not into the protocol.
     sys.stdout = sys.stderr
@@ -646,13 +719,155 @@ def serve():
             req, blobs = read_message(proto_in)
         except EOFError:
             return 0
+        fds = []
         try:
-            body, out = server.handle(req, blobs)
+            if isinstance(req, dict) and req.get("cmd") == "reference_shared":
+                # Taken off the stream before anything can refuse the request.
+                fds = recv_fds(sys.stdin.fileno(), len(req.get("tensors") or []))
+            body, out = server.handle(req, blobs, fds)
         except Refused as e:
             body, out = {"error": str(e)}, []
         except Exception as e:  # noqa: BLE001 - report, never crash the caller
             body, out = {"error": f"{type(e).__name__}: {e}"}, []
+        finally:
+            for fd in fds:
+                os.close(fd)
         write_message(proto_out, body, out)
+
+
+def recv_fds(fd, n):
+    """The `n` descriptors kiln sent after a message on the socket `fd`: one marker byte
+    with SCM_RIGHTS (the Rust side: kiln_protocol::fds). Anything else is refused, and
+    whatever arrived is closed."""
+    import socket
+
+    if not 1 <= n <= FDS_MAX:
+        raise Refused(f"{n} descriptors announced; 1 to {FDS_MAX} may follow a message")
+    with socket.socket(fileno=os.dup(fd)) as sock:
+        msg, fds, flags, _ = socket.recv_fds(sock, 1, FDS_MAX)
+    if msg != FDS_MARKER or len(fds) != n or flags & socket.MSG_CTRUNC:
+        for x in fds:
+            os.close(x)
+        raise Refused(f"expected {n} descriptors after the marker, received {len(fds)} with {msg!r}")
+    return fds
+
+
+class CudaDriver:
+    """The few CUDA driver calls that map another process's exported memory (ctypes on
+    libcuda: torch has no API for it)."""
+
+    POSIX_FD = 1
+    LOCATION_DEVICE = 1
+    READ_WRITE = 3
+
+    def __init__(self):
+        import ctypes
+
+        class Location(ctypes.Structure):
+            _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+        class AccessDesc(ctypes.Structure):
+            _fields_ = [("location", Location), ("flags", ctypes.c_int)]
+
+        self.ctypes, self.Location, self.AccessDesc = ctypes, Location, AccessDesc
+        lib = ctypes.CDLL("libcuda.so.1")
+        u64, size, ptr = ctypes.c_ulonglong, ctypes.c_size_t, ctypes.c_void_p
+        sigs = {
+            "cuMemImportFromShareableHandle": [ctypes.POINTER(u64), ptr, ctypes.c_int],
+            "cuMemAddressReserve": [ctypes.POINTER(u64), size, size, u64, u64],
+            "cuMemMap": [u64, size, size, u64, u64],
+            "cuMemSetAccess": [u64, size, ctypes.POINTER(AccessDesc), size],
+            "cuMemUnmap": [u64, size],
+            "cuMemAddressFree": [u64, size],
+            "cuMemRelease": [u64],
+            "cuDeviceGet": [ctypes.POINTER(ctypes.c_int), ctypes.c_int],
+            "cuGetErrorName": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
+        }
+        for name, args in sigs.items():
+            f = getattr(lib, name)
+            f.argtypes, f.restype = args, ctypes.c_int
+            setattr(self, name, f)
+
+    def check(self, what, code):
+        if code != 0:
+            name = self.ctypes.c_char_p()
+            self.cuGetErrorName(code, self.ctypes.byref(name))
+            raise RuntimeError(f"{what}: {(name.value or b'CUDA error %d' % code).decode()}")
+
+    def access(self, device):
+        return self.AccessDesc(self.Location(self.LOCATION_DEVICE, device), self.READ_WRITE)
+
+
+_DRIVER = None
+
+
+def cuda_driver():
+    global _DRIVER
+    if _DRIVER is None:
+        _DRIVER = CudaDriver()
+    return _DRIVER
+
+
+class SharedTensors:
+    """A GPU worker's exported allocations mapped into this process for one call (torch's
+    device 0 is the lane's GPU: CUDA_VISIBLE_DEVICES names it alone)."""
+
+    def __init__(self, torch, fds, sizes):
+        self.torch = torch
+        self.cu = cuda_driver()
+        ct = self.cu.ctypes
+        self.maps = []
+        torch.zeros(1, device="cuda")  # the primary context exists and is current
+        dev = ct.c_int()
+        self.cu.check("cuDeviceGet", self.cu.cuDeviceGet(ct.byref(dev), torch.cuda.current_device()))
+        try:
+            for fd, size in zip(fds, sizes):
+                handle = ct.c_ulonglong()
+                self.cu.check("cuMemImportFromShareableHandle", self.cu.cuMemImportFromShareableHandle(
+                    ct.byref(handle), ct.c_void_p(fd), CudaDriver.POSIX_FD))
+                ptr = ct.c_ulonglong()
+                code = self.cu.cuMemAddressReserve(ct.byref(ptr), size, 0, 0, 0)
+                if code != 0:
+                    self.cu.cuMemRelease(handle.value)
+                    self.cu.check("cuMemAddressReserve", code)
+                code = self.cu.cuMemMap(ptr.value, size, 0, handle.value, 0)
+                if code != 0:
+                    self.cu.cuMemAddressFree(ptr.value, size)
+                    self.cu.cuMemRelease(handle.value)
+                    self.cu.check("cuMemMap", code)
+                self.maps.append((ptr.value, size, handle.value))
+                desc = self.cu.access(dev.value)
+                self.cu.check("cuMemSetAccess", self.cu.cuMemSetAccess(ptr.value, size, ct.byref(desc), 1))
+        except BaseException:
+            self.close()
+            raise
+
+    def tensor(self, i, t):
+        """Mapping `i` as the kiln tensor `t` (its bytes come first in the allocation)."""
+        torch = self.torch
+        ptr, size, _ = self.maps[i]
+        dt = torch_dtype(torch, t["dtype"])
+        numel = 1
+        for d in t["shape"]:
+            numel *= d
+        nbytes = numel * torch.empty((), dtype=dt).element_size()
+        if nbytes > size:
+            raise Refused(f"{t['name']}: {nbytes} bytes do not fit its {size}-byte mapping")
+
+        class Span:
+            __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3}
+
+        return torch.as_tensor(Span(), device="cuda").view(dt).reshape(t["shape"])
+
+    def close(self):
+        """Waits for every use, then unmaps and releases every mapping (once)."""
+        if self.maps:
+            self.torch.cuda.synchronize()
+        while self.maps:
+            ptr, size, handle = self.maps.pop()
+            self.cu.cuMemUnmap(ptr, size)
+            self.cu.cuMemAddressFree(ptr, size)
+            self.cu.cuMemRelease(handle)
 
 
 # ---- describe: what `kiln problems import kernelbench` needs of one file ----------------

@@ -274,9 +274,11 @@ pub(crate) fn layers_json(layers: &[LayerStatus]) -> serde_json::Value {
 }
 
 /// Reads a worker's messages after an evaluate request until its reply, answering each
-/// `Response::Reference` on the way with the outputs of the lane's torch reference runner
-/// (the worker asks only between candidate runs). The one loop both the one-shot worker
-/// ([`crate::api::evaluate_with`]) and the warm GPU worker run.
+/// torch-reference request on the way with the lane's torch reference runner (the worker
+/// asks only between candidate runs): `Response::Reference` with the outputs' bytes,
+/// `Response::ReferenceShared` by letting the runner compute in the shared tensors (their
+/// descriptors follow the message on the worker's socket). The one loop both the one-shot
+/// worker ([`crate::api::evaluate_with`]) and the warm GPU worker run.
 pub(crate) fn reply_answering_references(
     child: &mut JailedChild,
     problem: &ProblemSpec,
@@ -287,16 +289,48 @@ pub(crate) fn reply_answering_references(
             &mut child.stdout,
             protocol::reference_bound(problem, kiln_types::Role::Input),
         )?;
-        if !matches!(response, Response::Reference) {
-            return Ok((response, blobs));
-        }
-        let (answer, outputs) = reference_answer(problem, runner.as_deref_mut(), &blobs);
+        let (answer, outputs) = match response {
+            Response::Reference => reference_answer(problem, runner.as_deref_mut(), &blobs),
+            Response::ReferenceShared { tensors } => {
+                let fds = kiln_protocol::fds::recv_fds(&child.stdout, tensors.len())?;
+                let answer = shared_answer(problem, runner.as_deref_mut(), &tensors, fds);
+                (answer, Vec::new())
+            }
+            other => return Ok((other, blobs)),
+        };
         let outputs: Vec<&[u8]> = outputs.iter().map(Vec::as_slice).collect();
         let stdin = child
             .stdin
             .as_mut()
             .ok_or_else(|| ProtocolError::Io(std::io::ErrorKind::BrokenPipe.into()))?;
         protocol::write_message(stdin, &answer, &outputs)?;
+    }
+}
+
+/// The answer to a worker's `Response::ReferenceShared`: the runner computed in place
+/// (and unmapped the tensors), or why not. The descriptors are the runner's to close.
+fn shared_answer(
+    problem: &ProblemSpec,
+    runner: Option<&mut ReferenceRunner>,
+    tensors: &[protocol::SharedTensor],
+    fds: Vec<std::os::fd::OwnedFd>,
+) -> Request {
+    let listed: Vec<(String, u64)> = tensors.iter().map(|t| (t.name.clone(), t.mapped)).collect();
+    let result = match runner {
+        Some(r) => r.run_shared(problem, &listed, fds),
+        None => Err("this lane has no torch reference runner ([gpu] python, kiln_torch.py)".into()),
+    };
+    match result {
+        Ok(precision) => Request::ReferenceOutputs {
+            version: PROTOCOL_VERSION,
+            precision,
+            error: None,
+        },
+        Err(e) => Request::ReferenceOutputs {
+            version: PROTOCOL_VERSION,
+            precision: String::new(),
+            error: Some(e),
+        },
     }
 }
 

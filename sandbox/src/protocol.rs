@@ -18,6 +18,9 @@
 //!   zero or more times, for a torch reference (host and cuda), between candidate runs:
 //!   worker     -> caller : Response::Reference         (blobs: one input set)
 //!   caller     -> worker : Request::ReferenceOutputs   (blobs: the reference's outputs)
+//!   or, on a GPU worker whose stdout is a socket (the warm worker's is):
+//!   worker     -> caller : Response::ReferenceShared   (then SCM_RIGHTS: one fd per tensor)
+//!   caller     -> worker : Request::ReferenceOutputs   (no blobs: written in place)
 //! worker       -> caller : Response::Evaluated (0 blobs)
 //!   or
 //! caller       -> worker : Request::Baselines  (1 blob: reference artifact)
@@ -64,6 +67,17 @@ pub fn reference_bound(problem: &ProblemSpec, role: kiln_types::Role) -> u64 {
         .map(|t| t.bytes())
         .sum();
     tensors.max(MAX_MESSAGE_BYTES)
+}
+
+/// One tensor of a [`Response::ReferenceShared`]: which it is and how much memory its
+/// descriptor maps (the tensor's bytes first, then the worker's guard and rounding).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SharedTensor {
+    /// The tensor's name in the problem.
+    pub name: String,
+    /// Bytes of the allocation (what the importer maps).
+    pub mapped: u64,
 }
 
 /// Limits a run of candidate code is held to, chosen by the caller.
@@ -176,6 +190,15 @@ pub enum Response {
     /// reference's outputs on the input set in the blobs (problem input order); the caller
     /// answers `Request::ReferenceOutputs`.
     Reference,
+    /// Mid-evaluation, between candidate runs, on a GPU worker whose protocol stream is a
+    /// socket: the input set is already in the listed tensors, in device memory the worker
+    /// shares; one descriptor per tensor (listed order) follows as `SCM_RIGHTS`
+    /// (`kiln_protocol::fds`). The caller's torch runner maps them, writes the outputs in
+    /// place and unmaps them; the caller answers `Request::ReferenceOutputs` with no blobs.
+    ReferenceShared {
+        /// The problem's tensors, inputs then outputs, each in problem order.
+        tensors: Vec<SharedTensor>,
+    },
     /// The baselines were timed (each says whether it was measured).
     Baselines {
         /// One entry per baseline, the reference first.

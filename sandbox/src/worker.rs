@@ -11,6 +11,7 @@
 //! `retire: true` and exits, and the caller starts a fresh one.
 
 use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -53,16 +54,22 @@ pub fn serve(tag: &str) -> i32 {
     exit_on_cpu_limit();
     let mut input = std::io::stdin().lock();
     // A GPU worker's fd 1 receives device printf: the protocol moves to a duplicate.
-    let mut output: Box<dyn Write> = if std::env::var_os(CAPTURE_ENV).is_some() {
+    let mut output: std::fs::File = if std::env::var_os(CAPTURE_ENV).is_some() {
         match cuda::printf::install() {
-            Ok(f) => Box::new(f),
+            Ok(f) => f,
             Err(e) => {
                 tracing::error!("kiln-worker: cannot capture device printf: {e}");
                 return 1;
             }
         }
     } else {
-        Box::new(std::io::stdout().lock())
+        match std::io::stdout().as_fd().try_clone_to_owned() {
+            Ok(fd) => std::fs::File::from(fd),
+            Err(e) => {
+                tracing::error!("kiln-worker: cannot duplicate stdout: {e}");
+                return 1;
+            }
+        }
     };
     let mut context: Option<cuda::context::GpuContext> = None;
     loop {
@@ -88,7 +95,7 @@ enum Next {
 
 fn serve_on(
     input: &mut impl Read,
-    output: &mut impl Write,
+    output: &mut (impl Write + AsFd),
     tag: &str,
     context: &mut Option<cuda::context::GpuContext>,
 ) -> Result<Next, ProtocolError> {
@@ -200,20 +207,27 @@ fn serve_on(
             };
             // A torch reference is computed by the caller's trusted runner, asked between
             // candidate runs.
+            // On a GPU, when the protocol stream is a socket (a warm worker's), the tensors
+            // are shared with that runner instead: no tensor crosses host memory.
             let answer_bytes = protocol::reference_bound(&problem, kiln_types::Role::Output);
+            let share_memory = is_socket(&*output);
+            let io = std::cell::RefCell::new((&mut *input, &mut *output));
             let mut ask = |inputs: &host::evaluate::Inputs| {
-                ask_reference(&mut *input, &mut *output, inputs, answer_bytes)
+                let mut io = io.borrow_mut();
+                let (i, o) = &mut *io;
+                ask_reference(&mut **i, &mut **o, inputs, answer_bytes)
+            };
+            let mut share = |tensors: &[protocol::SharedTensor], fds: Vec<OwnedFd>| {
+                let mut io = io.borrow_mut();
+                let (i, o) = &mut *io;
+                share_reference(&mut **i, &mut **o, tensors, fds)
             };
             let torch_only = problem
                 .reference
                 .kernel(candidate.language.backend())
                 .is_none()
                 && problem.reference.torch.is_some();
-            let torch = if torch_only {
-                Some(&mut ask as &mut host::evaluate::TorchAsk)
-            } else {
-                None
-            };
+
             let r = match candidate.language {
                 Language::C => {
                     let exe = std::env::args_os()
@@ -229,7 +243,7 @@ fn serve_on(
                         candidate_artifact: artifact,
                         exe: &exe,
                         tag,
-                        torch,
+                        torch: torch_only.then_some(&mut ask as &mut host::evaluate::TorchAsk),
                     };
                     match host::evaluate::evaluate(job) {
                         Ok(evaluation) => Response::Evaluated {
@@ -247,7 +261,7 @@ fn serve_on(
                         reference_artifact: reference,
                         candidate_code: cuda::target::Code::Artifact(artifact),
                         output_limit_bytes: limits.output_limit_bytes,
-                        torch,
+                        torch: gpu_torch(torch_only, share_memory, &mut ask, &mut share),
                     };
                     on_gpu(context, job, &mut retire)
                 }
@@ -263,7 +277,7 @@ fn serve_on(
                                 reference_artifact: reference,
                                 candidate_code: cuda::target::Code::Parts(&l.parts),
                                 output_limit_bytes: limits.output_limit_bytes,
-                                torch,
+                                torch: gpu_torch(torch_only, share_memory, &mut ask, &mut share),
                             };
                             on_gpu(context, job, &mut retire)
                         }
@@ -280,6 +294,67 @@ fn serve_on(
             protocol::write_message(output, &r, &[])?;
             Ok(if retire { Next::Exit } else { Next::More })
         }
+    }
+}
+
+/// How a GPU evaluation reaches the torch reference: shared memory when the protocol
+/// stream can carry descriptors, else the input set's bytes; `None` for a problem with a
+/// cuda reference kernel.
+fn gpu_torch<'a, 'b>(
+    torch_only: bool,
+    share_memory: bool,
+    ask: &'a mut host::evaluate::TorchAsk<'b>,
+    share: &'a mut cuda::target::TorchShare<'b>,
+) -> Option<cuda::target::TorchReference<'a, 'b>> {
+    match (torch_only, share_memory) {
+        (false, _) => None,
+        (true, true) => Some(cuda::target::TorchReference::Shared(share)),
+        (true, false) => Some(cuda::target::TorchReference::Bytes(ask)),
+    }
+}
+
+/// Whether `fd` is a socket (a warm GPU worker's protocol stream is; descriptors can then
+/// travel on it).
+fn is_socket(fd: &impl AsFd) -> bool {
+    nix::sys::stat::fstat(fd.as_fd()).is_ok_and(|st| (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK)
+}
+
+/// Asks the caller's torch runner to compute in place in the shared `tensors`
+/// (`Response::ReferenceShared`, then the descriptors), and reads its answer
+/// (`Request::ReferenceOutputs` with no blobs); the precision it reported.
+fn share_reference(
+    input: &mut impl Read,
+    output: &mut (impl Write + AsFd),
+    tensors: &[protocol::SharedTensor],
+    fds: Vec<OwnedFd>,
+) -> Result<String, String> {
+    let msg = Response::ReferenceShared {
+        tensors: tensors.to_vec(),
+    };
+    protocol::write_message(output, &msg, &[])
+        .map_err(|e| format!("asking for the torch reference: {e}"))?;
+    let borrowed: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
+    kiln_protocol::fds::send_fds(&*output, &borrowed)
+        .map_err(|e| format!("sharing the tensors with the torch reference: {e}"))?;
+    // Our descriptors close now; the runner holds its own until it has unmapped.
+    drop(borrowed);
+    drop(fds);
+    let (req, blobs): (Request, _) = protocol::read_message(input)
+        .map_err(|e| format!("reading the torch reference's answer: {e}"))?;
+    match req {
+        Request::ReferenceOutputs {
+            error: None,
+            precision,
+            ..
+        } if blobs.is_empty() => Ok(precision),
+        Request::ReferenceOutputs { error: None, .. } => Err(format!(
+            "the torch reference answered {} blobs for outputs it should have written in place",
+            blobs.len()
+        )),
+        Request::ReferenceOutputs { error: Some(e), .. } => Err(e),
+        other => Err(format!(
+            "expected the torch reference's answer, got {other:?}"
+        )),
     }
 }
 

@@ -13,9 +13,10 @@
 //! the problem's author) and kiln's fixed op registry, never candidate code.
 
 use std::io::Read;
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -114,7 +115,9 @@ pub enum RunnerError {
 /// A running helper (`kiln_torch.py serve`).
 pub struct RunnerProcess {
     child: Child,
-    stdin: ChildStdin,
+    /// A Unix socket (not a pipe): descriptors of a GPU worker's shared tensors travel on it
+    /// (`SCM_RIGHTS`, `kiln_protocol::fds`).
+    stdin: UnixStream,
     stdout: ChildStdout,
     log: std::sync::Arc<std::sync::Mutex<String>>,
     dead: bool,
@@ -133,10 +136,14 @@ impl RunnerProcess {
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("PYTHONDONTWRITEBYTECODE", "1")
-            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        let (stdin, theirs) = UnixStream::pair().map_err(|source| RunnerError::Start {
+            python: helper.python.display().to_string(),
+            source,
+        })?;
+        cmd.stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)));
         if let Some(gpu) = gpu {
             cmd.env("CUDA_VISIBLE_DEVICES", gpu);
         }
@@ -170,7 +177,10 @@ impl RunnerProcess {
                 }
             });
         }
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        // The command holds the runner's end of the socket until it is dropped: the runner
+        // must hold the only one, so that its exit is seen.
+        drop(cmd);
+        let Some(stdout) = child.stdout.take() else {
             return Err(RunnerError::Broken {
                 message: "the helper's pipes are missing".into(),
                 log: String::new(),
@@ -209,6 +219,18 @@ impl RunnerProcess {
         blobs: &[&[u8]],
         deadline: Duration,
     ) -> Result<(Value, Vec<Vec<u8>>), RunnerError> {
+        self.call_with_fds(body, blobs, &[], deadline)
+    }
+
+    /// [`RunnerProcess::call`], with `fds` sent after the message (`SCM_RIGHTS`); the
+    /// body must say how many follow.
+    pub fn call_with_fds(
+        &mut self,
+        body: &Value,
+        blobs: &[&[u8]],
+        fds: &[std::os::fd::BorrowedFd<'_>],
+        deadline: Duration,
+    ) -> Result<(Value, Vec<Vec<u8>>), RunnerError> {
         if self.dead {
             return Err(self.broken("the helper already failed".into()));
         }
@@ -223,6 +245,13 @@ impl RunnerProcess {
             false
         });
         let reply = protocol::write_message(&mut self.stdin, body, blobs)
+            .and_then(|()| {
+                if fds.is_empty() {
+                    Ok(())
+                } else {
+                    kiln_protocol::fds::send_fds(&self.stdin, fds).map_err(Into::into)
+                }
+            })
             .and_then(|()| protocol::read_message_within::<Value>(&mut self.stdout, ANSWER_BYTES));
         let _ = done.send(());
         let killed = watchdog.join().unwrap_or(false);

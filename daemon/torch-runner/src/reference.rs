@@ -18,6 +18,8 @@
 
 use std::time::Duration;
 
+use std::os::fd::{AsFd, OwnedFd};
+
 use kiln_types::{ProblemSpec, Role};
 use serde_json::json;
 
@@ -110,6 +112,37 @@ impl ReferenceRunner {
         })
     }
 
+    /// Has the reference compute in place in a GPU worker's shared tensors: `tensors` are
+    /// (name, bytes mapped) of every tensor, inputs then outputs in problem order, and
+    /// `fds` one exported descriptor each. The runner maps them, computes, writes the
+    /// outputs, synchronizes and unmaps them before it answers; the precision it reports.
+    /// `Err` is kiln's failure, with the reason.
+    pub fn run_shared(
+        &mut self,
+        problem: &ProblemSpec,
+        tensors: &[(String, u64)],
+        fds: Vec<OwnedFd>,
+    ) -> Result<String, String> {
+        check_shared(problem, tensors, fds.len())?;
+        if self.device != "cuda" {
+            return Err("shared tensors need the runner of a GPU lane".into());
+        }
+        let timeout = self.helper.timeout;
+        let process = self.ensure(timeout)?;
+        let listed: Vec<_> = tensors
+            .iter()
+            .map(|(name, mapped)| json!({"name": name, "mapped": mapped}))
+            .collect();
+        let body = json!({"cmd": "reference_shared", "problem": problem, "tensors": listed});
+        let borrowed: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
+        let result = process.call_with_fds(&body, &[], &borrowed, timeout);
+        if process.is_dead() {
+            self.process = None;
+        }
+        let (answer, _) = result.map_err(|e| format!("the torch reference: {e}"))?;
+        Ok(answer["precision"].as_str().unwrap_or("").to_string())
+    }
+
     fn ensure(&mut self, timeout: Duration) -> Result<&mut RunnerProcess, String> {
         if self.process.is_none() {
             // The host lane's runner sees no GPU at all; a GPU lane's only its own.
@@ -128,4 +161,40 @@ impl ReferenceRunner {
             .as_mut()
             .ok_or_else(|| "the torch reference runner did not start".to_string())
     }
+}
+
+/// Checks a worker's list of shared tensors against the problem before anything is sent
+/// to the runner: every tensor once, inputs then outputs in the problem's order, each
+/// mapping at least the tensor's bytes, one descriptor each.
+pub fn check_shared(
+    problem: &ProblemSpec,
+    tensors: &[(String, u64)],
+    fds: usize,
+) -> Result<(), String> {
+    let want: Vec<&kiln_types::TensorSpec> = [Role::Input, Role::Output]
+        .iter()
+        .flat_map(|r| problem.tensors.iter().filter(move |t| t.role == *r))
+        .collect();
+    if tensors.len() != want.len() || fds != want.len() {
+        return Err(format!(
+            "the worker shared {} tensors with {fds} descriptors; the problem has {}",
+            tensors.len(),
+            want.len()
+        ));
+    }
+    for ((name, mapped), t) in tensors.iter().zip(want) {
+        if *name != t.name {
+            return Err(format!(
+                "the worker shared {name} where the problem's order has {}",
+                t.name
+            ));
+        }
+        if *mapped < t.bytes() {
+            return Err(format!(
+                "the worker shared {mapped} bytes for {name}, which has {}",
+                t.bytes()
+            ));
+        }
+    }
+    Ok(())
 }

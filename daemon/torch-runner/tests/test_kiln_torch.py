@@ -134,6 +134,87 @@ class Framing(unittest.TestCase):
             helper.read_frame(buf)
 
 
+def memfd(text):
+    fd = os.memfd_create("kiln-test")
+    os.write(fd, text)
+    return fd
+
+
+class Descriptors(unittest.TestCase):
+    """Descriptors after a message (a GPU worker's shared tensors), as kiln_protocol::fds
+    sends them: one marker byte with SCM_RIGHTS."""
+
+    def pair(self):
+        import socket
+
+        a, b = socket.socketpair()
+        self.addCleanup(a.close)
+        self.addCleanup(b.close)
+        return a, b
+
+    def test_exactly_the_sent_descriptors_arrive(self):
+        import socket
+
+        a, b = self.pair()
+        sent = [memfd(b"one"), memfd(b"two")]
+        socket.send_fds(a, [helper.FDS_MARKER], sent)
+        got = helper.recv_fds(b.fileno(), 2)
+        self.assertEqual([os.pread(fd, 8, 0) for fd in got], [b"one", b"two"])
+        for fd in got + sent:
+            os.close(fd)
+
+    def test_the_wrong_marker_or_count_is_refused_and_closed(self):
+        import socket
+
+        a, b = self.pair()
+        fd = memfd(b"x")
+        socket.send_fds(a, [b"Z"], [fd])
+        with self.assertRaises(helper.Refused):
+            helper.recv_fds(b.fileno(), 1)
+        socket.send_fds(a, [helper.FDS_MARKER], [fd])
+        with self.assertRaises(helper.Refused) as e:
+            helper.recv_fds(b.fileno(), 2)
+        self.assertIn("expected 2 descriptors", str(e.exception))
+        with self.assertRaises(helper.Refused):
+            helper.recv_fds(b.fileno(), 0)
+        os.close(fd)
+        # Nothing we were sent stays open here: only our own memfd was, and it is closed.
+        before = set(os.listdir("/proc/self/fd"))
+        socket.send_fds(a, [helper.FDS_MARKER], [a.fileno(), a.fileno()])
+        with self.assertRaises(helper.Refused):
+            helper.recv_fds(b.fileno(), 3)
+        self.assertEqual(set(os.listdir("/proc/self/fd")), before)
+
+    def test_serve_takes_the_descriptors_off_the_stream_even_when_it_refuses(self):
+        """A shared-tensor request the runner cannot serve (no GPU here) is refused, and
+        the next request is still read from a stream in step: the descriptors were taken."""
+        import socket
+
+        ours, theirs = socket.socketpair()
+        self.addCleanup(ours.close)
+        proc = subprocess.Popen([sys.executable, SCRIPT, "serve"], stdin=theirs.fileno(),
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                env=dict(os.environ, PYTHONPATH=""))
+        theirs.close()
+        w = ours.makefile("wb", buffering=0)
+        tensors = [{"name": "x", "mapped": 2 << 20}, {"name": "y", "mapped": 2 << 20}]
+        helper.write_message(w, {"cmd": "reference_shared", "problem": problem({}), "tensors": tensors})
+        fds = [memfd(b"x"), memfd(b"y")]
+        socket.send_fds(ours, [helper.FDS_MARKER], fds)
+        helper.write_message(w, {"cmd": "hello", "device": "cpu"})
+        ours.shutdown(socket.SHUT_WR)
+        out, _ = proc.communicate(timeout=120)
+        buf = io.BytesIO(out)
+        first, _ = helper.read_message(buf)
+        second, _ = helper.read_message(buf)
+        self.assertIn("error", first)
+        # The hello was read whole (an answer either way: torch's version, or that this
+        # python has no torch); a stream out of step would have ended the runner instead.
+        self.assertIn("torch", json.dumps(second))
+        for fd in fds:
+            os.close(fd)
+
+
 class Serve(unittest.TestCase):
     def converse(self, *requests, python=sys.executable, blobs=None, with_blobs=False):
         """Runs `serve` in a subprocess with the given requests; returns the answers (with

@@ -135,9 +135,23 @@ pod!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
 
 /// Device memory allocated by trusted code; zeroed when allocated, scrubbed when freed.
 pub struct DeviceBuffer {
-    shared: Arc<GpuShared>,
-    ptr: sys::CUdeviceptr,
-    bytes: usize,
+    pub(crate) shared: Arc<GpuShared>,
+    pub(crate) ptr: sys::CUdeviceptr,
+    pub(crate) bytes: usize,
+    pub(crate) backing: Backing,
+}
+
+/// How a [`DeviceBuffer`]'s memory was obtained, so that it is released the same way.
+#[derive(Debug)]
+pub(crate) enum Backing {
+    /// `cuMemAlloc`.
+    Plain,
+    /// `cuMemCreate` mapped at `ptr` over `mapped` bytes (a multiple of the allocation
+    /// granularity), exportable as a file descriptor ([`crate::shareable`]).
+    Shareable {
+        handle: sys::CUmemGenericAllocationHandle,
+        mapped: usize,
+    },
 }
 
 impl std::fmt::Debug for DeviceBuffer {
@@ -166,21 +180,26 @@ impl Drop for DeviceBuffer {
         if self.shared.poisoned().is_some() || self.shared.ctx.bind_to_thread().is_err() {
             return; // leaked on purpose: see the module docs
         }
-        // SAFETY: `ptr` was returned by `cuMemAlloc` for `bytes` bytes in this context, is
-        // freed only here, and the stream belongs to the same context. Scrubbing is ordered
-        // after every earlier use on the stream; the synchronize makes sure it (and those
-        // uses) finished before the memory is released.
+        // SAFETY: `ptr` was returned by `cuMemAlloc` (or mapped by `cuMemMap`) for at least
+        // `bytes` bytes in this context, is freed only here, and the stream belongs to the
+        // same context. Scrubbing is ordered after every earlier use on the stream; the
+        // synchronize makes sure it (and those uses) finished before the memory is released.
         let scrubbed = unsafe { dr::memset_d8_async(self.ptr, 0, self.bytes, self.shared.stream) }
             .map_err(|e| self.shared.fail("cuMemsetD8Async", e, false))
             .and_then(|()| self.shared.sync_stream());
         match scrubbed {
-            Ok(()) => {
-                // SAFETY: as above; the memory is no longer used by any queued work.
-                let freed = unsafe { dr::free_sync(self.ptr) };
-                if let Err(e) = freed {
-                    tracing::warn!(error = %error_name(e), "cuMemFree failed");
+            Ok(()) => match self.backing {
+                Backing::Plain => {
+                    // SAFETY: as above; the memory is no longer used by any queued work.
+                    let freed = unsafe { dr::free_sync(self.ptr) };
+                    if let Err(e) = freed {
+                        tracing::warn!(error = %error_name(e), "cuMemFree failed");
+                    }
                 }
-            }
+                Backing::Shareable { handle, mapped } => {
+                    crate::shareable::release(self.ptr, mapped, handle);
+                }
+            },
             Err(e) => tracing::warn!(error = %e, "scrubbing a freed buffer failed; leaking it"),
         }
     }
@@ -591,6 +610,22 @@ impl Gpu {
         alloc(&self.shared, bytes)
     }
 
+    /// Allocates `bytes` of device memory, zeroed, that can be exported as a file
+    /// descriptor ([`Gpu::export_fd`]) for another process to map (see
+    /// [`crate::shareable`]).
+    pub fn alloc_shareable(&self, bytes: usize) -> Result<DeviceBuffer, GpuError> {
+        self.shared.enter()?;
+        crate::shareable::alloc(&self.shared, bytes)
+    }
+
+    /// A new file descriptor for a shareable buffer's memory
+    /// ([`Gpu::alloc_shareable`]); the buffer stays this process's, and the memory lives
+    /// until the buffer and every importer's mapping are gone.
+    pub fn export_fd(&self, buf: &DeviceBuffer) -> Result<std::os::fd::OwnedFd, GpuError> {
+        self.shared.enter()?;
+        crate::shareable::export(&self.shared, buf)
+    }
+
     /// Copies `src` into `dst` at `byte_offset`; returns once the copy is complete.
     pub fn upload<T: Pod>(
         &self,
@@ -799,6 +834,7 @@ fn alloc(shared: &Arc<GpuShared>, bytes: usize) -> Result<DeviceBuffer, GpuError
         shared: Arc::clone(shared),
         ptr,
         bytes,
+        backing: Backing::Plain,
     };
     // SAFETY: the whole new allocation, on our stream, in the current context.
     unsafe { dr::memset_d8_async(ptr, 0, bytes, shared.stream) }

@@ -63,6 +63,7 @@ pub mod facts;
 pub mod inputs;
 pub mod launch;
 pub mod nvrtc;
+pub mod shareable;
 pub mod telemetry;
 pub mod timing;
 

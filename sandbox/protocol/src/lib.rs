@@ -19,6 +19,8 @@
 //! requests and responses are in `kiln_sandbox::protocol`, the torch runner's calls in
 //! `kiln_torch_runner`.
 
+pub mod fds;
+
 use std::io::{Read, Write};
 
 use serde::de::DeserializeOwned;

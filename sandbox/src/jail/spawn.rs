@@ -9,9 +9,10 @@
 //! caught by `cgroup.kill` when a cgroup is configured.
 
 use std::io::Read;
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -31,8 +32,10 @@ pub struct JailedChild {
     pub report: JailReport,
     /// The payload's stdin (requests); `None` once closed.
     pub stdin: Option<ChildStdin>,
-    /// The payload's stdout (responses), positioned after the report frame.
-    pub stdout: ChildStdout,
+    /// The payload's stdout (responses), positioned after the report frame. A Unix socket,
+    /// not a pipe, so that a GPU worker can pass descriptors of the memory it shares with
+    /// the torch runner (`SCM_RIGHTS`, `kiln_protocol::fds`).
+    pub stdout: UnixStream,
     stderr: Arc<StderrTail>,
     watchdog: Option<(mpsc::Sender<Watch>, JoinHandle<()>)>,
     timed_out: Arc<AtomicBool>,
@@ -55,12 +58,18 @@ pub struct Ended {
 pub fn spawn(helper: &Path, spec: &JailSpec, deadline: Duration) -> Result<JailedChild, JailError> {
     spec.validate()?;
     let json = serde_json::to_string(spec).map_err(|e| JailError::Report(e.to_string()))?;
+    let (stdout, theirs) = UnixStream::pair().map_err(|source| JailError::SpawnHelper {
+        path: helper.to_path_buf(),
+        source,
+    })?;
+    // `theirs` moves into the command, which closes it when dropped after the spawn: the
+    // payload then holds the only other end, and its exit is our end of stream.
     let mut child = Command::new(helper)
         .arg("jail")
         .arg(json)
         .env_clear()
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
+        .stdout(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
@@ -78,7 +87,7 @@ pub fn spawn(helper: &Path, spec: &JailSpec, deadline: Duration) -> Result<Jaile
         // not hang on it; it waits briefly for the end of the log and moves on.
         std::thread::spawn(move || tail.drain(err));
     }
-    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+    let Some(stdin) = child.stdin.take() else {
         return Err(JailError::Report("helper pipes missing".into()));
     };
     let mut jailed = JailedChild {

@@ -34,6 +34,24 @@ pub async fn setup(
     language: Option<&str>,
     default_problem: fn(&str) -> &'static str,
 ) -> Result<Setup> {
+    setup_from(client, problem, backend, language, None, default_problem).await
+}
+
+/// [`setup`], deriving the candidates from `candidate` (a user's candidate file) instead
+/// of a seed when given: any registered problem then works, an imported one with no seed
+/// included. Its problem is `problem` when given, else the candidate's own; its backend
+/// its language's.
+pub async fn setup_from(
+    client: &Client,
+    problem: Option<&str>,
+    backend: Option<&str>,
+    language: Option<&str>,
+    candidate: Option<Candidate>,
+    default_problem: fn(&str) -> &'static str,
+) -> Result<Setup> {
+    let cand_backend = candidate.as_ref().map(|c| c.language.backend().to_string());
+    let backend = backend.or(cand_backend.as_deref());
+    let problem = problem.or(candidate.as_ref().map(|c| c.problem.as_str()));
     let info = client.get("/v1/info").await?;
     let usable: Vec<String> = info["backends"]
         .as_array()
@@ -84,10 +102,14 @@ pub async fn setup(
         Some("triton") => "triton",
         _ => backend.as_str(),
     };
-    let seed = match spec.seed_candidate(key) {
-        Some(seed) => seed,
+    let seed = match (candidate, spec.seed_candidate(key)) {
+        (Some(mut c), _) => {
+            c.problem = problem.clone();
+            c
+        }
+        (None, Some(seed)) => seed,
         // An imported (torch-reference) problem has no seed: its hand-written twin's.
-        None => twin_seed(client, &spec, key).await?,
+        (None, None) => twin_seed(client, &spec, key).await?,
     };
     if seed.language.backend() != backend.as_str() {
         bail!(
@@ -102,6 +124,21 @@ pub async fn setup(
         seed,
         info,
     })
+}
+
+/// A candidate file (JSON, as `kiln submit` takes it), parsed and validated.
+pub fn read_candidate(file: &std::path::Path) -> Result<Candidate> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let c: Candidate = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a candidate (JSON, as `kiln submit` takes)",
+            file.display()
+        )
+    })?;
+    c.validate()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    Ok(c)
 }
 
 /// The default problem of the benchmarks that time a kernel of some size: the softmax

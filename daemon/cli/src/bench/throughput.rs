@@ -28,8 +28,13 @@ pub struct ThroughputArgs {
     backend: Option<String>,
     /// Candidates in this language (c, cuda, triton): the problem's seed for it (triton
     /// runs on cuda; every Triton candidate compiles in the jail with Triton's compiler).
-    #[arg(long, value_parser = ["c", "cuda", "triton"])]
+    #[arg(long, value_parser = ["c", "cuda", "triton"], conflicts_with = "candidate")]
     language: Option<String>,
+    /// Derive the candidates from this candidate file (JSON, as for `kiln submit`) instead
+    /// of the problem's seed: any registered problem works, an imported one without a
+    /// seed included. Each candidate differs by its first knob and a comment tag.
+    #[arg(long, value_name = "FILE")]
+    candidate: Option<std::path::PathBuf>,
     /// Distinct candidates per pass (default 60; 4 with --smoke).
     #[arg(long)]
     count: Option<usize>,
@@ -63,11 +68,16 @@ pub async fn run(
     out: Output,
     a: ThroughputArgs,
 ) -> Result<std::process::ExitCode> {
-    let setup = common::setup(
+    let candidate = match &a.candidate {
+        Some(file) => Some(common::read_candidate(file)?),
+        None => None,
+    };
+    let setup = common::setup_from(
         client,
         a.problem.as_deref(),
         a.backend.as_deref(),
         a.language.as_deref(),
+        candidate,
         common::softmax_problem,
     )
     .await?;

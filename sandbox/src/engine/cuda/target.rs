@@ -34,7 +34,9 @@ use super::timer_log::TimerLog;
 use crate::engine::contract::data;
 use crate::engine::contract::{CheckError, InputVariant, RunFailure, Session, Target, Unwritten};
 use crate::engine::host::evaluate::TorchAsk;
+use crate::protocol::SharedTensor;
 use kiln_gpu::artifact::Artifact;
+use std::os::fd::OwnedFd;
 
 /// Largest total scratch a candidate may ask for, bytes.
 const MAX_SCRATCH_BYTES: u64 = 16 << 30;
@@ -81,7 +83,28 @@ pub struct Job<'a, 'b> {
     pub output_limit_bytes: u64,
     /// The torch reference, when the problem has no cuda kernel: asked for the outputs of
     /// each checked input set (only between candidate runs).
-    pub torch: Option<&'a mut TorchAsk<'b>>,
+    pub torch: Option<TorchReference<'a, 'b>>,
+}
+
+/// The torch reference computing in place, in device memory this worker shares with the
+/// caller's runner: given each tensor (inputs, then outputs, problem order) and one
+/// exported descriptor per tensor, it writes the outputs and answers how it computed.
+pub type TorchShare<'a> = dyn FnMut(&[SharedTensor], Vec<OwnedFd>) -> Result<String, String> + 'a;
+
+/// How the worker reaches a torch reference.
+pub enum TorchReference<'a, 'b> {
+    /// The input set's bytes go out and the outputs' bytes come back (through host memory).
+    Bytes(&'a mut TorchAsk<'b>),
+    /// The tensors are shared: the runner maps them, computes, writes the outputs in place
+    /// and unmaps them before it answers. No tensor crosses host memory.
+    Shared(&'a mut TorchShare<'b>),
+}
+
+impl TorchReference<'_, '_> {
+    /// Whether the problem's tensors must be exportable device memory.
+    fn shares_memory(&self) -> bool {
+        matches!(self, TorchReference::Shared(_))
+    }
 }
 
 /// Where the reference's outputs come from. Declared before the buffers (drop order).
@@ -89,8 +112,8 @@ enum GpuReference<'t> {
     /// The problem's cuda kernel: its checked launch plan and its module.
     Kernel(CheckedLaunches, Module),
     /// The caller's torch reference runner (a process of its own, another CUDA context),
-    /// given the inputs' bytes; the precision it last reported.
-    Torch(&'t mut TorchAsk<'t>, String),
+    /// given the inputs' bytes or the shared tensors; the precision it last reported.
+    Torch(TorchReference<'t, 't>, String),
 }
 
 /// A candidate's compiled code as the GPU target loads it.
@@ -209,11 +232,20 @@ pub(super) fn evaluate_on(
     }
     let arch = gpu.facts().arch.clone();
     let infra = |what: &str, e: GpuError| format!("{what}: {e}");
+    let shared = ref_ks.is_none()
+        && job
+            .torch
+            .as_ref()
+            .is_some_and(TorchReference::shares_memory);
     let mut tensors = Vec::new();
     for t in &problem.tensors {
-        let buf = gpu
-            .alloc(guard_offset(t.bytes()) + GUARD_BYTES)
-            .map_err(|e| infra(&format!("allocating tensor {}", t.name), e))?;
+        let bytes = guard_offset(t.bytes()) + GUARD_BYTES;
+        let buf = if shared {
+            gpu.alloc_shareable(bytes)
+        } else {
+            gpu.alloc(bytes)
+        }
+        .map_err(|e| infra(&format!("allocating tensor {}", t.name), e))?;
         tensors.push(Tensor {
             name: t.name.clone(),
             dtype: t.dtype,
@@ -277,7 +309,13 @@ pub(super) fn evaluate_on(
                 .map_err(|e| format!("the reference's launch plan: {e}"))?;
             GpuReference::Kernel(launches, module)
         }
-        (None, Some(ask)) => GpuReference::Torch(ask, String::new()),
+        // Re-wrapped so each reference's trait object takes the target's shorter lifetime.
+        (None, Some(TorchReference::Bytes(ask))) => {
+            GpuReference::Torch(TorchReference::Bytes(ask), String::new())
+        }
+        (None, Some(TorchReference::Shared(share))) => {
+            GpuReference::Torch(TorchReference::Shared(share), String::new())
+        }
         (None, None) => return Err("no reference".into()),
     };
     let cand_names = names(&job.candidate.launches);
@@ -676,7 +714,37 @@ impl GpuTarget<'_> {
         }
         let (launches, module) = match &mut self.reference {
             GpuReference::Kernel(launches, module) => (&*launches, &*module),
-            GpuReference::Torch(ask, precision) => {
+            GpuReference::Torch(TorchReference::Shared(share), precision) => {
+                // The runner maps the tensors, reads the inputs and writes the outputs in
+                // place; it has unmapped them and synchronized before it answers.
+                self.gpu.synchronize().map_err(wrap)?;
+                let mut listed = Vec::new();
+                let mut fds = Vec::new();
+                for role in [Role::Input, Role::Output] {
+                    for t in self.tensors.iter().filter(|t| t.role == role) {
+                        let mapped = kiln_gpu::shareable::mapped_bytes(&t.buf)
+                            .ok_or_else(|| format!("tensor {} is not shared memory", t.name))?;
+                        fds.push(self.gpu.export_fd(&t.buf).map_err(wrap)?);
+                        listed.push(SharedTensor {
+                            name: t.name.clone(),
+                            mapped: mapped as u64,
+                        });
+                    }
+                }
+                *precision = share(&listed, fds)?;
+                for i in self.outputs() {
+                    let t = &self.tensors[i];
+                    let (n, _) = self.unwritten_in(&t.buf, t).map_err(wrap)?;
+                    if n > 0 {
+                        return Err(format!(
+                            "the torch reference left {n} elements of {} unwritten",
+                            t.name
+                        ));
+                    }
+                }
+                return Ok(());
+            }
+            GpuReference::Torch(TorchReference::Bytes(ask), precision) => {
                 // The torch runner computes from the inputs' bytes in its own process; its
                 // answer is written into the output tensors, as the kernel would have.
                 // Tensors of any size: a blob longer than a frame travels as several
