@@ -35,9 +35,6 @@ scripts/check-unit.sh
 stage "kubernetes manifests (deploy/kubernetes, schema-validated)"
 scripts/check-kubernetes.sh
 
-stage "problem suite (problem.toml, launch plans, knob grammar)"
-python3 scripts/check-problems.py
-
 # The torch-reference and KernelBench-import tests need a python with torch (.ci/run
 # installs one); without it they print SKIP.
 if [ -z "${KILN_PYTHON:-}" ] && [ -x /opt/kiln-torch/bin/python ]; then
@@ -57,6 +54,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # other features), kilnd and kiln-worker with them.
 stage "cargo test --no-run (build every test binary, and the binaries the tests start)"
 cargo test --workspace --locked --no-run
+# The static checks of the problem suite, with the kiln just built (kiln-cli's integration
+# tests make cargo build it): no daemon, compiler or GPU.
+stage "problem suite (kiln problems check: problem.toml, launch plans, knob grammar, source rules)"
+target/debug/kiln problems check problems
 stage "cargo test (triton: ${KILN_TRITON_PYTHON:-none, its tests skip}; test binaries run ${KILN_TEST_JOBS:-2} at a time)"
 # scripts/run-tests.py runs the binaries just built several at a time (each as cargo
 # would, one process per binary), every one even when another fails, and prints each

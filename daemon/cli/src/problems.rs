@@ -1,4 +1,7 @@
-//! `kiln problems add DIR | list | show NAME | baseline NAME [--remeasure] [--gpu GPU]`.
+//! `kiln problems add DIR | list | show NAME | baseline NAME [--remeasure] [--gpu GPU] |
+//! import kernelbench FILE... | check [DIR...]`.
+
+mod check;
 
 use std::path::PathBuf;
 
@@ -26,6 +29,13 @@ pub enum ProblemsCmd {
     Show {
         /// Problem name.
         name: String,
+    },
+    /// Check problem folders without a daemon, compiler or GPU: the spec, each launch
+    /// plan against its kernel's parameters, the knob grammar and the source rules
+    /// (problems/README.md). Exits 1 when any problem fails.
+    Check {
+        /// Problem folders, or folders of them (default: ./problems).
+        dirs: Vec<PathBuf>,
     },
     /// Write problems of another format as kiln problem folders (nothing is registered:
     /// `kiln problems add OUT` does that).
@@ -62,7 +72,7 @@ pub enum ImportCmd {
         /// The python that has torch.
         #[arg(long, env = "KILN_PYTHON", default_value = "python3")]
         python: String,
-        /// kiln's torch helper (default: kiln_torch.py beside kiln-worker, in share/kiln or
+        /// kiln's torch runner (default: kiln_torch.py beside kiln-worker, in share/kiln or
         /// daemon/torch-runner/ above it).
         #[arg(long)]
         helper: Option<PathBuf>,
@@ -127,6 +137,7 @@ pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::
                 print_json(&serde_json::Value::Array(results));
             }
         }
+        ProblemsCmd::Check { dirs } => return check::run(out, &dirs),
         ProblemsCmd::Import(ImportCmd::Kernelbench {
             paths,
             out: dir,
@@ -272,7 +283,7 @@ fn import_kernelbench(
     anyhow::ensure!(!files.is_empty(), "no .py files in {paths:?}");
     let script = match helper {
         Some(h) => h,
-        None => kiln_torch_runner::TorchHelper::find(
+        None => kiln_torch_runner::TorchRunner::find(
             &kiln_sandbox::default_worker_exe(),
             python,
             std::time::Duration::from_secs(1),
@@ -280,8 +291,8 @@ fn import_kernelbench(
         .map(|h| h.script)
         .context("kiln_torch.py not found beside kiln-worker: pass --helper PATH")?,
     };
-    let helper = kiln_torch_runner::TorchHelper {
-        python: kiln_torch_runner::helper::resolve(python),
+    let helper = kiln_torch_runner::TorchRunner {
+        python: kiln_torch_runner::process::resolve(python),
         script,
         timeout: std::time::Duration::from_secs(3600),
     };
@@ -293,7 +304,7 @@ fn import_kernelbench(
             helper.script.display()
         );
     }
-    let described = kiln_torch_runner::helper::describe(&helper, &files, run_limits, tol)?;
+    let described = kiln_torch_runner::process::describe(&helper, &files, run_limits, tol)?;
     let (mut taken, mut refused) = (Vec::new(), Vec::new());
     for d in &described {
         match &d.refused {
