@@ -8,6 +8,7 @@
 #                             sandbox/gpu/tests/cxx.rs): headers, C++ names, compile times
 #   gpu-bundle/problems/      a copy of problems/
 #   gpu-bundle/examples/cxx/  the C++ example candidates of docs/examples/cxx
+#   gpu-bundle/examples/kernelbench/  honest candidates of KernelBench level-1 problems
 #   gpu-bundle/proposers/     the proposers (scripts/build-plugins.sh)
 #   gpu-bundle/gpu-check.sh   the runner (a copy of scripts/gpu-check.sh)
 #   gpu-bundle/gpu-check-multi.sh  the multi-GPU checks (scripts/gpu-check-multi.sh)
@@ -56,6 +57,8 @@ cp -r problems "$out/problems"
 # The C++ example candidates (template, namespace, cooperative, cluster, headers).
 mkdir -p "$out/examples"
 cp -r docs/examples/cxx "$out/examples/cxx"
+# Honest candidates of KernelBench level-1 problems (docs/benchmarks.md).
+cp -r docs/examples/kernelbench "$out/examples/kernelbench"
 # The proposers (wasm components) for the search step.
 scripts/build-plugins.sh >/dev/null
 mkdir -p "$out/proposers"

@@ -348,3 +348,52 @@ fn without_a_runner_a_torch_problem_is_kilns_failure_not_a_verdict() {
         .expect_err("no runner: an infrastructure error");
     assert!(err.to_string().contains("torch reference"), "{err}");
 }
+
+/// A torch runner that dies in the middle of a trial (its module exits the process) is
+/// kiln's failure, named as the runner's: the evaluation is an error, never a verdict on
+/// the candidate; the next evaluation starts a fresh runner and goes on.
+#[test]
+fn a_runner_crash_mid_trial_is_kilns_failure_not_a_verdict() {
+    let Some(mut runner) = runner() else {
+        return;
+    };
+    let (_d, cfg) = common::setup();
+    let p = fixture("kb-softmax-8x64");
+    let mut crashing = p.clone();
+    crashing.name = "kb-softmax-8x64-crashing".into();
+    let torch = crashing
+        .reference
+        .torch
+        .as_mut()
+        .expect("a torch reference");
+    torch.source = torch.source.replace(
+        "def forward(self",
+        "def forward(self, *a, **k):\n        import os\n        os._exit(3)\n\n    def original_forward(self",
+    );
+    assert!(torch.source.contains("os._exit(3)"), "{}", torch.source);
+    let args = r#"["x", "out", {"i32": 8}, {"i32": 64}]"#;
+    let c = candidate(&crashing, SOFTMAX, "softmax", args);
+    let art = kiln_sandbox::compile(&cfg, &crashing, &c)
+        .expect("compile runs")
+        .artifact
+        .expect("compiles");
+    let got = kiln_sandbox::evaluate_with(
+        &cfg,
+        &crashing,
+        &[],
+        &c,
+        &art,
+        &common::plan(),
+        Some(&mut runner),
+    );
+    let err = got.expect_err("a crashed runner is an error, not an evaluation");
+    assert!(err.to_string().contains("torch runner"), "{err}");
+    let e = evaluate(
+        &cfg,
+        &p,
+        &candidate(&p, SOFTMAX, "softmax", args),
+        &mut runner,
+    );
+    assert_correct(&e);
+    assert_eq!(runner.starts(), 2, "a fresh runner after the crash");
+}

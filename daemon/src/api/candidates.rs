@@ -117,6 +117,9 @@ pub async fn submit(
         ));
     }
     check_lane(&s, backend.as_str(), options.as_ref())?;
+    if backend == BackendKind::Cuda {
+        super::fit::check(&s, &problem)?;
+    }
     let class = s.sched.class_of(backend.as_str()).unwrap_or_default();
     let submitted = s
         .store

@@ -11,6 +11,7 @@ mod candidates;
 mod cluster;
 mod error;
 mod events;
+mod fit;
 pub mod plugin;
 mod problems;
 mod reports;

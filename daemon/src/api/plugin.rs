@@ -220,6 +220,9 @@ pub async fn submit(
         ));
     }
     super::candidates::language_available(&s, &candidate)?;
+    if candidate.language.backend() == kiln_types::BackendKind::Cuda {
+        super::fit::check(&s, &problem)?;
+    }
     let id = candidate.content_hash();
     let archive = s.store.search_archive(&search.id).await?;
     let known = archive.iter().any(|e| e.candidate_id == id);

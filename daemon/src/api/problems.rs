@@ -14,7 +14,9 @@ use super::{ApiError, AppState};
 use crate::store::PutProblem;
 
 /// `POST /v1/problems`: registers a problem; 201 when new, 200 when already registered
-/// with the same spec, 409 when the name is taken by a different spec.
+/// with the same spec, 409 when the name is taken by a different spec, 422
+/// (`problem_too_large`) when one evaluation cannot fit the GPU of this machine's cuda
+/// lanes (the estimate by part is in the message).
 pub async fn register(
     State(s): State<AppState>,
     JsonBody(spec): JsonBody<ProblemSpec>,
@@ -43,6 +45,7 @@ pub async fn register(
             ));
         }
     }
+    super::fit::check(&s, &spec)?;
     let outcome = s.store.put_problem(&spec).await?;
     let status = match outcome {
         PutProblem::Created => {

@@ -414,3 +414,41 @@ extern "C" __global__ void report() {
     scan_runs += 1;
 }
 "#;
+
+/// The runner on the GPU dies mid-trial (its module exits the process while it holds the
+/// worker's shared tensors): the evaluation is kiln's failure naming the runner, never a
+/// verdict; the same warm worker then evaluates the honest seed with a fresh runner.
+#[test]
+fn torch_gpu_runner_crash_mid_trial_is_kilns_failure() {
+    let Some((_d, cfg)) = gpu() else { return };
+    let Some(mut runner) = runner(&cfg) else {
+        return;
+    };
+    let Some(kb) = imported("softmax-4096x65536") else {
+        return;
+    };
+    let hand = problem("softmax-4096x65536");
+    let seed = renamed(&hand, &kb, kernel_candidate(&hand, "seed"));
+    let mut crashing = kb.clone();
+    crashing.name = format!("{}-crashing", kb.name);
+    let torch = crashing
+        .reference
+        .torch
+        .as_mut()
+        .expect("a torch reference");
+    torch.source = torch.source.replace(
+        "def forward(self",
+        "def forward(self, *a, **k):\n        import os\n        os._exit(3)\n\n    def original_forward(self",
+    );
+    let mut c = seed.clone();
+    c.problem = crashing.name.clone();
+    let art = compile_ok(&cfg, &crashing, &c);
+    let mut worker = WarmWorker::new(cfg.clone(), 50);
+    let got = worker.evaluate_with(&crashing, &[], &c, &art, &plan(10_000), Some(&mut runner));
+    let err = got.expect_err("a crashed runner is an error, not an evaluation");
+    println!("crashed runner: {err}");
+    assert!(err.to_string().contains("torch runner"), "{err}");
+    let e = run_kb(&mut worker, &cfg, &mut runner, &kb, &seed);
+    assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+    assert_eq!(runner.starts(), 2, "a fresh runner after the crash");
+}

@@ -24,6 +24,7 @@ pub mod baseline;
 pub mod candidate;
 pub mod eval_plan;
 pub mod kernelbench;
+pub mod memory;
 pub mod names;
 pub mod plugin;
 pub mod problem;
