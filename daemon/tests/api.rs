@@ -1,6 +1,8 @@
 //! The API against a real kilnd over real HTTP on a temporary socket.
 
 mod common;
+#[path = "api/docs_routes.rs"]
+mod docs_routes;
 
 use common::{Daemon, double_candidate, raw_request, register, write_double_problem};
 use kiln_daemon::client::ClientError;

@@ -311,3 +311,98 @@ fn the_readme_example_candidate_is_ok() {
     let v: serde_json::Value = serde_json::from_str(&stdout).expect("submit -o json is JSON");
     assert_eq!(v["evaluation"]["verdict"], "ok", "{v}");
 }
+
+/// The API's document for candidate `id` (what `-o json` must print unchanged).
+fn candidate_document(d: &Daemon, id: &str) -> serde_json::Value {
+    let (status, body) = common::raw_request(
+        &d.socket,
+        format!("GET /v1/candidates/{id} HTTP/1.1\r\nHost: kiln\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    );
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).expect("the API's record is JSON")
+}
+
+/// Human output is for people: `kiln submit --wait` and `kiln show` print the jail as a
+/// labelled summary (namespaces, seccomp, cgroup) and never a JSON object; `-o json` stays
+/// the API's document, key for key.
+#[test]
+fn submit_wait_and_show_print_labelled_lines_and_json_stays_the_document() {
+    let d = Daemon::start("");
+    let dir = write_double_problem(d.dir.path(), "human-double");
+    let out = kiln(&d, &["problems", "add", dir.to_str().expect("utf8")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let human = |out: &std::process::Output| {
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}\n{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            d.log()
+        );
+        for want in ["  verdict   ok", "  time      median", "  trials    "] {
+            assert!(
+                text.lines().any(|l| l.starts_with(want)),
+                "no {want:?}:\n{text}"
+            );
+        }
+        let jail = text
+            .lines()
+            .find(|l| l.starts_with("  jail      "))
+            .unwrap_or_else(|| panic!("no jail line:\n{text}"));
+        assert!(
+            jail.contains("namespaces ") && jail.contains("seccomp "),
+            "{jail}"
+        );
+        assert!(
+            !text.contains("{\"") && !text.contains("\":"),
+            "JSON in:\n{text}"
+        );
+        text
+    };
+    let submitted = human(&kiln(
+        &d,
+        &["submit", "--problem", "human-double", "--seed", "--wait"],
+    ));
+    let id = submitted
+        .split_whitespace()
+        .nth(1)
+        .expect("`candidate ID …` first")
+        .to_string();
+    let shown = human(&kiln(&d, &["show", &id]));
+    assert_eq!(shown, submitted, "submit --wait and show print the same");
+
+    let doc = candidate_document(&d, &id);
+    let out = kiln(&d, &["show", &id, "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("show -o json");
+    assert_eq!(v, doc, "show -o json is the API's document");
+    // submit --wait -o json: the same document (the same candidate again), same keys.
+    let out = kiln(
+        &d,
+        &[
+            "submit",
+            "--problem",
+            "human-double",
+            "--seed",
+            "--wait",
+            "-o",
+            "json",
+        ],
+    );
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("submit -o json");
+    let keys = |v: &serde_json::Value| -> Vec<String> {
+        v.as_object().expect("an object").keys().cloned().collect()
+    };
+    assert_eq!(keys(&v), keys(&doc));
+    assert_eq!(v["id"], doc["id"]);
+    assert_eq!(v["evaluation"], doc["evaluation"]);
+    assert!(
+        v["evaluation"]["telemetry"]["jail"]["active"].is_array(),
+        "{v:#}"
+    );
+}

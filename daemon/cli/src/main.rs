@@ -3,6 +3,8 @@
 mod baselines;
 mod bench;
 mod cluster;
+#[cfg(test)]
+mod docs_commands;
 mod doctor;
 mod output;
 mod problems;

@@ -6,7 +6,7 @@ use kiln_daemon::client::Client;
 use serde_json::Value;
 
 use crate::Output;
-use crate::output::{fmt_us, print_json, text};
+use crate::output::{fmt_us, human, print_json, text};
 
 /// Arguments of `kiln show`.
 #[derive(Debug, Args)]
@@ -86,15 +86,24 @@ pub fn exit_code(record: &Value) -> std::process::ExitCode {
 
 /// Prints a candidate record for people.
 pub fn print_record(r: &Value) {
+    for line in record_lines(r) {
+        println!("{line}");
+    }
+}
+
+/// A candidate record as labelled lines for people (no JSON: the document itself is what
+/// `-o json` prints).
+pub fn record_lines(r: &Value) -> Vec<String> {
+    let mut out = Vec::new();
     let c = &r["candidate"];
-    println!(
+    out.push(format!(
         "candidate {}  problem {}  backend {}",
         text(&r["id"]),
         text(&c["problem"]),
         text(&r["backend"])
-    );
+    ));
     if !c["note"].is_null() {
-        println!("  note      {}", text(&c["note"]));
+        out.push(format!("  note      {}", text(&c["note"])));
     }
     let job = &r["job"];
     let state = match job["state"].as_str() {
@@ -102,64 +111,64 @@ pub fn print_record(r: &Value) {
         Some("running") => format!("running on lane {}", text(&job["lane"])),
         _ => text(&job["state"]),
     };
-    println!(
+    out.push(format!(
         "  job       {} {state} (evaluations started {})",
         text(&job["id"]),
         text(&job["attempts"])
-    );
+    ));
     if !job["error"].is_null() {
-        println!("  error     {}", text(&job["error"]));
+        out.push(format!("  error     {}", text(&job["error"])));
     }
     let e = &r["evaluation"];
     if e.is_null() {
-        println!("  verdict   (not yet)");
-        return;
+        out.push("  verdict   (not yet)".to_string());
+        return out;
     }
     let raced_out = e["timing"]["raced_out"].as_bool() == Some(true);
-    println!(
+    out.push(format!(
         "  verdict   {}{} — {}",
         text(&e["verdict"]),
         if raced_out { " (raced out)" } else { "" },
         text(&e["message"])
-    );
+    ));
     if !e["tier"].is_null() {
-        println!("  tier      {}", text(&e["tier"]));
+        out.push(format!("  tier      {}", text(&e["tier"])));
     }
     if e["verdict"] == "unmeasurable_time" {
-        println!("  time      unmeasurable: too short for the timer (never ranked)");
+        out.push("  time      unmeasurable: too short for the timer (never ranked)".to_string());
     }
     if let Some(t) = e["timing"].as_object() {
         let f = |k: &str| t.get(k).and_then(Value::as_f64).map_or("-".into(), fmt_us);
-        println!(
+        out.push(format!(
             "  time      median {}  mean {}  min {}  max {}  stdev {}",
             f("median_us"),
             f("mean_us"),
             f("min_us"),
             f("max_us"),
             f("stdev_us")
-        );
-        println!(
+        ));
+        out.push(format!(
             "            n {}  rse {:.3} %  stop {}  fresh inputs {}  rechecks {}",
             text(&t["n"]),
             t.get("rse").and_then(Value::as_f64).unwrap_or(0.0) * 100.0,
             text(&t["stop_reason"]),
             text(&t["fresh_inputs"]),
             text(&t["rechecks"])
-        );
+        ));
         if let Some(reps) = t.get("reps").and_then(Value::as_u64).filter(|&r| r > 1) {
-            println!(
+            out.push(format!(
                 "            {reps} runs per sample, each on fresh inputs (times are per run)"
-            );
+            ));
         }
         if let (Some(lo), Some(hi)) = (
             t.get("ci_low_us").and_then(Value::as_f64),
             t.get("ci_high_us").and_then(Value::as_f64),
         ) {
-            println!(
+            out.push(format!(
                 "            mean within {} … {} (95 %)",
                 fmt_us(lo),
                 fmt_us(hi)
-            );
+            ));
         }
         if let Some(tm) = t.get("timer").filter(|v| v.is_object()) {
             let med = |k: &str| tm[k]["median_us"].as_f64().map_or("-".into(), fmt_us);
@@ -167,76 +176,176 @@ pub fn print_record(r: &Value) {
                 Some("cupti") => "CUPTI kernel records".to_string(),
                 _ => format!("events only: {}", text(&tm["fallback"])),
             };
-            println!(
+            out.push(format!(
                 "            timed by {} ({how}); kernel span {}  kernel sum {}  events {}",
                 text(&tm["figure"]),
                 med("kernel_span"),
                 med("kernel_sum"),
                 med("events")
-            );
+            ));
         }
         if raced_out {
-            println!(
+            out.push(
+
                 "            raced out: clearly slower than the incumbent, timing stopped early (never ranked as a best)"
+                .to_string(),
             );
         }
         if t.get("plain").and_then(Value::as_bool) == Some(true) {
-            println!(
+            out.push(
+
                 "            plain timing (events around one launch, fixed samples, no L2 flush): for comparison, never ranked"
+                .to_string(),
             );
         }
     }
-    for line in crate::baselines::speedup_lines(&r["speedups"]) {
-        println!("{line}");
-    }
+    out.extend(crate::baselines::speedup_lines(&r["speedups"]));
     let ev = &e["evidence"];
     if !ev.is_null() {
-        println!(
+        out.push(format!(
             "  trials    {}/{} passed",
             text(&ev["trials_passed"]),
             text(&ev["trials_run"])
-        );
+        ));
         if let Some(f) = ev["fault"].as_str() {
-            println!("  fault     {f}");
+            out.push(format!("  fault     {f}"));
         }
         for m in ev["errors"].as_array().into_iter().flatten() {
-            println!(
+            out.push(format!(
                 "  error     {}: max abs {}  max rel {}  rel L2 {}  mismatches {}",
                 text(&m["tensor"]),
                 text(&m["max_abs"]),
                 text(&m["max_rel"]),
                 text(&m["rel_l2"]),
                 text(&m["mismatches"])
-            );
+            ));
         }
         for t in ev["tampered_inputs"].as_array().into_iter().flatten() {
-            println!("  tampered  {}", text(t));
+            out.push(format!("  tampered  {}", text(t)));
         }
         for u in ev["unwritten"].as_array().into_iter().flatten() {
-            println!(
+            out.push(format!(
                 "  unwritten {} elements of {} (first {})",
                 text(&u[1]),
                 text(&u[0]),
-                u[2]
-            );
+                human(&u[2])
+            ));
         }
         if let Some(o) = ev["output_excerpt"].as_str() {
-            println!("  output    {}", o.lines().next().unwrap_or(""));
+            out.push(format!("  output    {}", o.lines().next().unwrap_or("")));
         }
         for n in ev["notes"].as_array().into_iter().flatten() {
-            println!("  note      {}", text(n));
+            out.push(format!("  note      {}", text(n)));
         }
     }
     if let Some(log) = e["compile"]["log"]
         .as_str()
         .filter(|l| !l.trim().is_empty())
     {
-        println!("  compiler:");
+        out.push("  compiler:".to_string());
         for line in log.lines().take(20) {
-            println!("    {line}");
+            out.push(format!("    {line}"));
         }
     }
     for (label, text) in crate::telemetry::lines(&e["telemetry"]) {
-        println!("  {label:<9} {text}");
+        out.push(format!("  {label:<9} {text}"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A finished cuda evaluation with everything `kiln show` prints: timing with its timer,
+    /// speedups, evidence with unwritten elements, a compile log and the telemetry of a
+    /// warm GPU lane (jail, device, clocks, lane, worker).
+    fn cuda_record() -> Value {
+        json!({
+            "id": "3f9c", "backend": "cuda", "created_at": 1,
+            "candidate": {"problem": "softmax-4096x65536", "language": "cuda", "note": "seed kernel"},
+            "job": {"id": 7, "state": "done", "attempts": 1, "lane": 0, "error": null},
+            "speedups": [{"baseline": "torch-eager", "precision": "fp32", "speedup": 1.25,
+                          "baseline_us": 1054.0}],
+            "evaluation": {
+                "verdict": "ok", "message": "correct on 3 trials", "backend": "cuda",
+                "tier": "fp32-faithful",
+                "compile": {"duration_ms": 120.0, "cached": false, "log": "warning: unused x",
+                            "kernels": [{"name": "softmax", "registers": 32}]},
+                "evidence": {"trials_passed": 3, "trials_run": 3, "bitwise_diffs": 0,
+                             "errors": [{"tensor": "y", "max_abs": 0.0, "max_rel": 0.0,
+                                         "rel_l2": 0.0, "mismatches": 0,
+                                         "first_mismatches": [{"index": 1, "got": 1.0, "want": 2.0}]}],
+                             "unwritten": [["y", 12, [0, 1, 2]]],
+                             "notes": ["reference: the problem's PyTorch module"]},
+                "timing": {"median_us": 843.2, "mean_us": 844.0, "min_us": 840.0,
+                           "max_us": 850.0, "stdev_us": 2.0, "n": 40, "rse": 0.001,
+                           "stop_reason": "rse", "wall_ms": 50.0, "fresh_inputs": 40,
+                           "rechecks": 4, "samples_us": [843.2, 844.0],
+                           "timer": {"source": "cupti", "figure": "kernel_span",
+                                     "kernel_span": {"median_us": 843.2},
+                                     "kernel_sum": {"median_us": 842.9},
+                                     "events": {"median_us": 846.1}}},
+                "telemetry": {
+                    "jail": {"active": ["user-namespace", "pid-namespace", "rlimits", "seccomp"],
+                             "inactive": {"cgroup": "no delegated cgroup v2 directory configured"}},
+                    "device": {"name": "NVIDIA H200", "arch": "sm_90", "uuid": "GPU-58ca"},
+                    "kernels": [{"name": "softmax"}],
+                    "gpu": {"available": true,
+                            "summary": {"sm_mhz": {"min": 1980, "median": 1980, "max": 1980},
+                                        "power_w_avg": 121.4, "power_w_max": 124.0,
+                                        "temp_c_max": 37, "reasons_seen": []},
+                            "series": {"t_ms": [0.0]},
+                            "timing_samples": 40, "throttled_timing_samples": 0,
+                            "throttle_policy": "report", "clock_policy": "observe"},
+                    "lane": 0,
+                    "worker": {"evaluations_served": 3, "retired": false, "warm": true}
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn a_record_reads_as_labelled_lines_and_no_json() {
+        let lines = record_lines(&cuda_record());
+        let all = lines.join("\n");
+        for want in [
+            "candidate 3f9c  problem softmax-4096x65536  backend cuda",
+            "  verdict   ok — correct on 3 trials",
+            "  unwritten 12 elements of y (first 0, 1, 2)",
+            "  jail      namespaces user, pid; seccomp on; cgroup off (no delegated cgroup v2 \
+             directory configured)",
+            "            also on: rlimits",
+            "  device    NVIDIA H200  sm_90  GPU-58ca",
+            "  lane      0",
+            "  worker    warm: evaluation 3 on this worker",
+        ] {
+            assert!(
+                lines.iter().any(|l| l == want),
+                "no line {want:?} in\n{all}"
+            );
+        }
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("  gpu       SM 1980 MHz; power 121 W avg")),
+            "{all}"
+        );
+        for json_syntax in ["{\"", "\":", "[0", "[{"] {
+            assert!(!all.contains(json_syntax), "{json_syntax:?} in\n{all}");
+        }
+    }
+
+    #[test]
+    fn a_record_without_an_evaluation_says_so() {
+        let r = json!({"id": "a", "backend": "host", "candidate": {"problem": "p"},
+                       "job": {"id": 1, "state": "queued", "attempts": 0, "error": null},
+                       "evaluation": null});
+        let lines = record_lines(&r);
+        assert_eq!(
+            lines.last().map(String::as_str),
+            Some("  verdict   (not yet)")
+        );
     }
 }

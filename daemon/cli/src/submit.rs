@@ -9,7 +9,7 @@ use kiln_daemon::client::Client;
 use serde_json::Value;
 
 use crate::Output;
-use crate::output::print_json;
+use crate::output::{print_json, text};
 
 /// Arguments of `kiln submit`.
 #[derive(Debug, Args)]
@@ -94,9 +94,9 @@ pub async fn submit(client: &Client, out: Output, a: SubmitArgs) -> Result<std::
         if out == Output::Json {
             print_json(&resp);
         } else if resp["duplicate"].as_bool() == Some(true) {
-            println!("{id} (already submitted; job {})", resp["job_id"]);
+            println!("{id} (already submitted; job {})", text(&resp["job_id"]));
         } else {
-            println!("{id} (queued as job {})", resp["job_id"]);
+            println!("{id} (queued as job {})", text(&resp["job_id"]));
         }
         return Ok(std::process::ExitCode::SUCCESS);
     }

@@ -1,75 +1,136 @@
-//! An evaluation's telemetry as lines a person reads: the jail's layers, the GPU and its
-//! clocks, power and throttling over the timing window. The raw document (with the
+//! An evaluation's telemetry as lines a person reads: the jail's layers (namespaces,
+//! seccomp, cgroup, then the rest), the GPU and its clocks, power, temperature and
+//! throttling over the timing window, the lane and the warm worker. Never a JSON object:
+//! a part this kiln does not know reads as `key value` pairs. The raw document (with the
 //! per-reading series) stays in `-o json` and in `kiln show --report`.
 
 use serde_json::Value;
 
-/// Labelled lines (`(label, text)`) for the telemetry document `t`.
+use crate::output::human;
+
+/// Labelled lines (`(label, text)`) for the telemetry document `t`; a line that goes on
+/// from the one before has an empty label.
 pub fn lines(t: &Value) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let Some(map) = t.as_object() else {
         if !t.is_null() {
-            out.push(("telemetry".into(), compact(t)));
+            out.push(("telemetry".into(), human(t)));
         }
         return out;
     };
     // The known parts first, in this order; anything else after them, by name.
-    let rank = |k: &str| ["jail", "device", "gpu"].iter().position(|x| *x == k);
+    let rank = |k: &str| {
+        ["jail", "device", "gpu", "lane", "worker"]
+            .iter()
+            .position(|x| *x == k)
+    };
     let mut keys: Vec<&String> = map.keys().collect();
     keys.sort_by_key(|k| (rank(k).unwrap_or(usize::MAX), k.as_str()));
     for key in keys {
         let v = &map[key.as_str()];
         match key.as_str() {
-            "jail" => out.push(("jail".into(), jail(v))),
+            "jail" => {
+                let (summary, also) = jail(v);
+                out.push(("jail".into(), summary));
+                out.extend(also.map(|a| (String::new(), a)));
+            }
             "device" => out.push(("device".into(), device(v))),
             "gpu" => out.push(("gpu".into(), gpu(v))),
+            "worker" => out.push(("worker".into(), worker(v))),
             // Listed with the compile step; the report draws them.
             "kernels" => {}
-            other => out.push((other.to_string(), compact(v))),
+            other => out.push((other.to_string(), human(v))),
         }
     }
     out
 }
 
 fn names(v: &Value) -> Vec<String> {
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
-        .collect()
+    v.as_array().into_iter().flatten().map(human).collect()
 }
 
-fn jail(v: &Value) -> String {
-    let active = names(&v["active"]);
-    let mut s = format!("{} layers active ({})", active.len(), active.join(", "));
-    if let Some(inactive) = v["inactive"].as_object().filter(|m| !m.is_empty()) {
-        let off: Vec<String> = inactive
-            .iter()
-            .map(|(name, why)| match why.as_str() {
-                Some(w) if !w.is_empty() => format!("{name} ({w})"),
-                _ => name.clone(),
-            })
-            .collect();
-        s.push_str(&format!("; not active: {}", off.join(", ")));
+/// The jail's layers: namespaces, seccomp and cgroup (and any other layer that is off)
+/// on the first line, the other layers that are on after `also on:`.
+fn jail(v: &Value) -> (String, Option<String>) {
+    if !v.is_object() {
+        return (human(v), None);
     }
-    s
+    let active = names(&v["active"]);
+    let inactive: Vec<(String, String)> = v["inactive"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, why)| (name.clone(), human(why)))
+        .collect();
+    let off = |name: &str, why: &str| {
+        if why.is_empty() || why == "-" {
+            format!("{name} off")
+        } else {
+            format!("{name} off ({why})")
+        }
+    };
+    let mut parts = Vec::new();
+    let namespaces: Vec<&str> = active
+        .iter()
+        .filter_map(|n| n.strip_suffix("-namespace"))
+        .collect();
+    if !namespaces.is_empty() {
+        parts.push(format!("namespaces {}", namespaces.join(", ")));
+    }
+    for (name, why) in inactive.iter().filter(|(n, _)| n.ends_with("-namespace")) {
+        parts.push(off(name, why));
+    }
+    for key in ["seccomp", "cgroup"] {
+        if active.iter().any(|n| n == key) {
+            parts.push(format!("{key} on"));
+        } else if let Some((_, why)) = inactive.iter().find(|(n, _)| n == key) {
+            parts.push(off(key, why));
+        }
+    }
+    let known = |n: &str| n.ends_with("-namespace") || n == "seccomp" || n == "cgroup";
+    for (name, why) in inactive.iter().filter(|(n, _)| !known(n)) {
+        parts.push(off(name, why));
+    }
+    let also: Vec<&str> = active
+        .iter()
+        .map(String::as_str)
+        .filter(|n| !known(n))
+        .collect();
+    let summary = if parts.is_empty() {
+        "no layers reported".to_string()
+    } else {
+        parts.join("; ")
+    };
+    let also = (!also.is_empty()).then(|| format!("also on: {}", also.join(", ")));
+    (summary, also)
 }
 
 fn device(v: &Value) -> String {
-    match v {
-        Value::Object(_) => {
-            let parts: Vec<String> = ["name", "arch", "uuid"]
-                .iter()
-                .filter_map(|k| v[*k].as_str().map(str::to_string))
-                .collect();
-            if parts.is_empty() {
-                compact(v)
-            } else {
-                parts.join("  ")
-            }
-        }
-        other => compact(other),
+    let parts: Vec<String> = ["name", "arch", "uuid"]
+        .iter()
+        .filter_map(|k| v[*k].as_str().map(str::to_string))
+        .collect();
+    if parts.is_empty() {
+        human(v)
+    } else {
+        parts.join("  ")
     }
+}
+
+/// The warm worker that ran the evaluation: how many it has served, whether it retired.
+fn worker(v: &Value) -> String {
+    let Some(served) = v["evaluations_served"].as_u64() else {
+        return human(v);
+    };
+    let mut s = if v["warm"].as_bool() == Some(true) {
+        format!("warm: evaluation {served} on this worker")
+    } else {
+        format!("fresh: evaluation {served} on this worker")
+    };
+    if v["retired"].as_bool() == Some(true) {
+        s.push_str("; retired after it");
+    }
+    s
 }
 
 fn range(v: &Value, unit: &str) -> Option<String> {
@@ -121,24 +182,18 @@ fn gpu(v: &Value) -> String {
     if !policies.is_empty() {
         parts.push(format!("policy: {}", policies.join(", ")));
     }
-    if parts.is_empty() {
-        compact(v)
-    } else {
-        parts.join("; ")
+    if !parts.is_empty() {
+        return parts.join("; ");
     }
-}
-
-/// A JSON value on one line, cut to a readable length.
-fn compact(v: &Value) -> String {
-    let s = match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    if s.chars().count() > 200 {
-        let cut: String = s.chars().take(200).collect();
-        format!("{cut}… (-o json for all of it)")
-    } else {
-        s
+    // No summary: what there is, less the per-reading series (the report draws those).
+    match v.as_object() {
+        Some(m) if m.keys().all(|k| k == "series") => "no readings".into(),
+        Some(m) => {
+            let mut rest = m.clone();
+            rest.remove("series");
+            human(&Value::Object(rest))
+        }
+        None => human(v),
     }
 }
 
@@ -157,8 +212,8 @@ mod tests {
             l,
             vec![(
                 "jail".to_string(),
-                "2 layers active (user-namespace, seccomp); not active: cgroup (no delegated \
-                 cgroup v2 directory configured)"
+                "namespaces user; seccomp on; cgroup off (no delegated cgroup v2 directory \
+                 configured)"
                     .to_string()
             )]
         );
@@ -203,8 +258,76 @@ mod tests {
             l[0],
             ("gpu".into(), "no readings: NVML is not available".into())
         );
-        assert_eq!(l[1], ("extra".into(), r#"{"a":1}"#.into()));
+        assert_eq!(l[1], ("extra".into(), "a 1".into()));
         assert!(l[2].1.ends_with("(-o json for all of it)") && l[2].1.len() < 260);
         assert!(lines(&Value::Null).is_empty());
+        // A lane whose GPU gave nothing yet (kilnd's placeholder) says so.
+        assert_eq!(
+            lines(&json!({"gpu": {}})),
+            vec![("gpu".to_string(), "no readings".to_string())]
+        );
+    }
+
+    /// The telemetry of a cuda evaluation on a warm lane as kilnd stores it (the shape of
+    /// docs/gpu-logs/2026-11-30-h200-gpu-check-4.log, whose `kiln submit --wait` printed
+    /// the worker as a JSON object).
+    #[test]
+    fn a_cuda_evaluation_reads_as_labelled_lines_without_json() {
+        let l = lines(&json!({
+            "jail": {
+                "active": ["fds-closed", "user-namespace", "mount-namespace",
+                           "network-namespace", "ipc-namespace", "pid-namespace",
+                           "parent-death-signal", "private-root", "hidden-paths", "rlimits",
+                           "no-new-privs", "capabilities", "env-cleared", "seccomp"],
+                "inactive": {"cgroup": "no delegated cgroup v2 directory configured"}
+            },
+            "device": {"name": "NVIDIA H200", "arch": "sm_90", "uuid": "GPU-58ca"},
+            "kernels": [{"name": "softmax", "registers": 32}],
+            "gpu": {"available": true, "interval_ms": 5.0,
+                    "summary": {"samples": 40, "sm_mhz": {"min": 1980, "median": 1980, "max": 1980},
+                                "mem_mhz": {"min": 3201, "median": 3201, "max": 3201},
+                                "reasons_seen": [], "throttled_samples": 0,
+                                "power_w_avg": 121.4, "power_w_max": 124.0, "temp_c_max": 37},
+                    "series": {"t_ms": [0.0, 5.0]},
+                    "timing_samples": 68, "throttled_timing_samples": 0,
+                    "throttle_policy": "report", "clock_policy": "observe"},
+            "lane": 0,
+            "worker": {"evaluations_served": 3, "retired": false, "warm": true}
+        }));
+        let want = [
+            (
+                "jail",
+                "namespaces user, mount, network, ipc, pid; seccomp on; cgroup off (no \
+                 delegated cgroup v2 directory configured)",
+            ),
+            (
+                "",
+                "also on: fds-closed, parent-death-signal, private-root, hidden-paths, rlimits, \
+                 no-new-privs, capabilities, env-cleared",
+            ),
+            ("device", "NVIDIA H200  sm_90  GPU-58ca"),
+            (
+                "gpu",
+                "SM 1980 MHz; memory 3201 MHz; power 121 W avg, 124 W max; 37 °C max; \
+                 0 of 68 timing samples throttled; policy: throttle report, clock observe",
+            ),
+            ("lane", "0"),
+            ("worker", "warm: evaluation 3 on this worker"),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect();
+        assert_eq!(l, want);
+        assert_eq!(
+            worker(&json!({"evaluations_served": 1, "warm": false, "retired": true})),
+            "fresh: evaluation 1 on this worker; retired after it"
+        );
+    }
+
+    #[test]
+    fn a_jail_that_failed_reads_as_such() {
+        let jail = lines(&json!({"jail": {"active": [], "inactive": {"jail": "clone failed"}}}));
+        assert_eq!(jail[0].1, "jail off (clone failed)");
     }
 }
