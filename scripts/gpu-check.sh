@@ -30,6 +30,11 @@
 #      softmax-4096x65536 through kilnd, `kiln bench throughput --language triton` (compile
 #      times cold and cached, candidates a minute), and a hill-climb search from the Triton
 #      softmax seed. The GPU tests of Triton candidates are in step 3 (`triton::`).
+#  10. (step `level1`, not in the default steps; with $KERNELBENCH_LEVEL1, KernelBench's
+#      level1 folder, and KILN_PYTHON) every level-1 file imported and registered (or
+#      refused at registration with the memory it needs), the honest candidates of
+#      examples/kernelbench/ submitted against their torch references on the GPU, and
+#      `kiln bench throughput --candidate` on GELU (88): docs/benchmarks.md's table.
 #   9. (step `reports`) a short hill-climb search on softmax-4096x65536, its report and its
 #      best candidate's report written to $OUT (report-cuda.html, candidate-cuda.html) and
 #      checked: baseline and roofline-floor lines, the samples histogram and the NVML
@@ -68,7 +73,7 @@ section() { printf '\n=== %s === (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 steps=" ${GPU_CHECK_STEPS:-probe tests kilnd baselines searches bench agreement triton reports} "
 want() { case "$steps" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 # Any step that needs the bundled kilnd.
-want_kilnd() { want kilnd || want baselines || want searches || want bench || want agreement || want triton || want reports; }
+want_kilnd() { want kilnd || want baselines || want searches || want bench || want agreement || want triton || want reports || want level1; }
 
 section "host"
 echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -202,6 +207,51 @@ TOML
                     [ -n "$id" ] && [ -n "$out" ] && "$bundle/kiln" search show "$id" -o json >>"$out/searches.jsonl" 2>/dev/null
                 done
             done
+        fi
+        if want level1 && [ -n "${KERNELBENCH_LEVEL1:-}" ]; then
+            section "KernelBench level 1: import (every file)"
+            l1_out=${out:-$tmp}
+            kb1="$tmp/kb-level1"
+            timeout 1200 "$bundle/kiln" problems import kernelbench "$KERNELBENCH_LEVEL1" --out "$kb1" \
+                --python "${KILN_PYTHON:-python3}" --helper "$bundle/kiln_torch.py" -o json \
+                >"$l1_out/level1-import.json" || echo "(some files refused: see level1-import.json)"
+            python3 - "$l1_out/level1-import.json" <<'PY'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    sys.exit(f"no import report: {e}")
+taken, refused = d.get("imported", []), d.get("refused", [])
+print(f"imported {len(taken)}, refused {len(refused)}")
+for r in refused:
+    print("  refused:", r.get("file", r), "-", str(r.get("reason", ""))[:160])
+PY
+            section "KernelBench level 1: register (refused when too large for this GPU)"
+            timeout 600 "$bundle/kiln" problems add "$kb1" >"$l1_out/level1-register.txt" 2>&1
+            grep -c '^registered' "$l1_out/level1-register.txt" | sed 's/^/registered: /'
+            grep '^refused' "$l1_out/level1-register.txt" || echo "refused: none"
+            for f in "$bundle"/examples/kernelbench/*.json; do
+                [ -f "$f" ] || continue
+                section "KernelBench level 1: $(basename "$f") against its torch reference"
+                started=$(date +%s.%N)
+                timeout 900 "$bundle/kiln" submit "$f" --backend cuda --wait -o json >"$tmp/one.json" || status=1
+                python3 - "$tmp/one.json" "$started" <<'PY' || status=1
+import json, sys, time
+r = json.load(open(sys.argv[1]))
+e = (r.get("evaluation") or r.get("record", {}).get("evaluation") or {})
+job = r.get("job") or r.get("record", {}).get("job") or {}
+cand = r.get("candidate") or r.get("record", {}).get("candidate") or {}
+print("SUMMARY", cand.get("problem"), e.get("verdict"), (e.get("message") or "")[:200],
+      "median_us", (e.get("timing") or {}).get("median_us"), "job", job.get("state"), job.get("error"),
+      "eval_ms", job.get("eval_ms"), "wall_s %.1f" % (time.time() - float(sys.argv[2])))
+sys.exit(0 if e.get("verdict") == "ok" else 1)
+PY
+            done
+            section "KernelBench level 1: throughput of GELU (88), a candidate file varied by a comment tag"
+            timeout 900 "$bundle/kiln" bench throughput --candidate "$bundle/examples/kernelbench/gelu-88.json" \
+                --count "${LEVEL1_BENCH_COUNT:-40}" --no-cached -o json >"$l1_out/bench-throughput-gelu.json" || status=1
+            python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d.get(k) for k in ("problem","passes","lanes")}, indent=1)[:3000])' \
+                "$l1_out/bench-throughput-gelu.json" || true
         fi
         if want bench; then
             section "kiln bench"

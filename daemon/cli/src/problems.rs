@@ -116,25 +116,45 @@ fn problem_dirs(dir: &std::path::Path) -> Result<Vec<PathBuf>> {
 pub async fn run(client: &Client, out: Output, cmd: ProblemsCmd) -> Result<std::process::ExitCode> {
     match cmd {
         ProblemsCmd::Add { dir } => {
+            // Every problem of the folder is tried: one that kilnd refuses (too large for the
+            // GPU, invalid, a name taken by another spec) is reported and the rest go on.
             let mut results = Vec::new();
+            let mut refused = 0usize;
             for d in problem_dirs(&dir)? {
                 let spec =
                     ProblemSpec::load_dir(&d).with_context(|| format!("in {}", d.display()))?;
-                let (status, v) = client
+                match client
                     .post("/v1/problems", &serde_json::to_value(&spec)?)
-                    .await?;
-                if out == Output::Text {
-                    let what = if status == 201 {
-                        "registered"
-                    } else {
-                        "already registered"
-                    };
-                    println!("{what}: {}", spec.name);
+                    .await
+                {
+                    Ok((status, v)) => {
+                        if out == Output::Text {
+                            let what = if status == 201 {
+                                "registered"
+                            } else {
+                                "already registered"
+                            };
+                            println!("{what}: {}", spec.name);
+                        }
+                        results.push(v);
+                    }
+                    Err(kiln_daemon::client::ClientError::Api { code, message, .. }) => {
+                        refused += 1;
+                        if out == Output::Text {
+                            println!("refused: {} ({code}): {message}", spec.name);
+                        }
+                        results.push(serde_json::json!({
+                            "name": spec.name, "refused": {"code": code, "message": message}
+                        }));
+                    }
+                    Err(e) => return Err(e.into()),
                 }
-                results.push(v);
             }
             if out == Output::Json {
                 print_json(&serde_json::Value::Array(results));
+            }
+            if refused > 0 {
+                return Ok(std::process::ExitCode::FAILURE);
             }
         }
         ProblemsCmd::Check { dirs } => return check::run(out, &dirs),
