@@ -234,7 +234,7 @@ PY
                 [ -f "$f" ] || continue
                 section "KernelBench level 1: $(basename "$f") against its torch reference"
                 started=$(date +%s.%N)
-                timeout 900 "$bundle/kiln" submit "$f" --backend cuda --wait -o json >"$tmp/one.json" || status=1
+                timeout 900 "$bundle/kiln" submit "$f" --wait -o json >"$tmp/one.json" || status=1
                 python3 - "$tmp/one.json" "$started" <<'PY' || status=1
 import json, sys, time
 r = json.load(open(sys.argv[1]))
