@@ -418,3 +418,46 @@ fn on_gpu(
         Err(message) => Response::Failed { message },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    /// A socket can carry descriptors; a file or pipe cannot.
+    #[test]
+    fn only_a_socket_shares_memory() {
+        let (a, _b) = UnixStream::pair().expect("pair");
+        assert!(is_socket(&a));
+        let f = tempfile::tempfile().expect("file");
+        assert!(!is_socket(&f));
+        let (r, _w) = std::io::pipe().expect("pipe");
+        assert!(!is_socket(&r));
+    }
+
+    /// A GPU evaluation of a torch-only problem shares its tensors when the stream is a
+    /// socket, sends bytes otherwise; a problem with a cuda reference kernel needs neither.
+    #[test]
+    fn the_torch_reference_is_reached_the_way_the_stream_allows() {
+        let mut ask = |_: &host::evaluate::Inputs| -> Result<(Vec<Vec<u8>>, String), String> {
+            Err("unused".into())
+        };
+        let mut share = |_: &[protocol::SharedTensor], _: Vec<OwnedFd>| -> Result<String, String> {
+            Err("unused".into())
+        };
+        let kind = |torch_only,
+                    socket,
+                    ask: &mut host::evaluate::TorchAsk,
+                    share: &mut cuda::target::TorchShare| {
+            match gpu_torch(torch_only, socket, ask, share) {
+                None => "none",
+                Some(cuda::target::TorchReference::Shared(_)) => "shared",
+                Some(cuda::target::TorchReference::Bytes(_)) => "bytes",
+            }
+        };
+        assert_eq!(kind(true, true, &mut ask, &mut share), "shared");
+        assert_eq!(kind(true, false, &mut ask, &mut share), "bytes");
+        assert_eq!(kind(false, true, &mut ask, &mut share), "none");
+        assert_eq!(kind(false, false, &mut ask, &mut share), "none");
+    }
+}

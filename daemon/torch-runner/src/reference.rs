@@ -198,3 +198,104 @@ pub fn check_shared(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> ProblemSpec {
+        ProblemSpec::from_toml(
+            r#"
+name = "p"
+[[tensor]]
+name = "out"
+dtype = "f32"
+shape = [1024]
+role = "output"
+[[tensor]]
+name = "a"
+dtype = "f32"
+shape = [1024]
+role = "input"
+[[tensor]]
+name = "b"
+dtype = "i64"
+shape = [8]
+role = "input"
+[tolerance]
+atol = 1e-4
+rtol = 1e-4
+[reference.torch]
+file = "reference.py"
+source = "class Model: ..."
+forward = ["a", "b"]
+outputs = ["out"]
+"#,
+        )
+        .expect("spec")
+    }
+
+    fn listed(names: &[(&str, u64)]) -> Vec<(String, u64)> {
+        names.iter().map(|(n, b)| (n.to_string(), *b)).collect()
+    }
+
+    /// Inputs first, then outputs, each in the problem's order, one descriptor each, every
+    /// mapping at least the tensor's bytes: anything else never reaches the runner.
+    #[test]
+    fn a_shared_list_must_be_the_problems_tensors_in_order() {
+        let p = spec();
+        let good = listed(&[("a", 4096), ("b", 2 << 20), ("out", 4096)]);
+        assert_eq!(check_shared(&p, &good, 3), Ok(()));
+        let refused = [
+            (
+                listed(&[("out", 4096), ("a", 4096), ("b", 64)]),
+                3,
+                "shared out where",
+            ),
+            (listed(&[("a", 4096), ("b", 64)]), 2, "shared 2 tensors"),
+            (good.clone(), 2, "with 2 descriptors"),
+            (
+                listed(&[("a", 4095), ("b", 64), ("out", 4096)]),
+                3,
+                "4095 bytes for a",
+            ),
+            (
+                listed(&[("a", 4096), ("b", 64), ("secret", 4096)]),
+                3,
+                "shared secret where",
+            ),
+        ];
+        for (list, fds, want) in refused {
+            let e = check_shared(&p, &list, fds).expect_err(want);
+            assert!(e.contains(want), "{e}");
+        }
+    }
+
+    /// The CPU runner (the host lane's) never maps a GPU worker's memory.
+    #[test]
+    fn only_a_gpu_lanes_runner_takes_shared_tensors() {
+        let helper = TorchRunner {
+            python: "/nonexistent/python".into(),
+            script: "/nonexistent/kiln_torch.py".into(),
+            timeout: Duration::from_secs(1),
+        };
+        let mut r = ReferenceRunner::cpu(helper);
+        let p = spec();
+        let e = r
+            .run_shared(
+                &p,
+                &listed(&[("a", 4096), ("b", 64), ("out", 4096)]),
+                Vec::new(),
+            )
+            .expect_err("no descriptors");
+        assert!(e.contains("with 0 descriptors"), "{e}");
+        let fds: Vec<OwnedFd> = (0..3)
+            .map(|_| std::fs::File::open("/dev/null").expect("null").into())
+            .collect();
+        let e = r
+            .run_shared(&p, &listed(&[("a", 4096), ("b", 64), ("out", 4096)]), fds)
+            .expect_err("cpu");
+        assert!(e.contains("GPU lane"), "{e}");
+        assert_eq!(r.starts(), 0, "nothing was started");
+    }
+}
