@@ -624,9 +624,14 @@ class Server:
             t["name"] for t in spec["tensor"] if t["role"] == "output"]
         if [t.get("name") for t in listed] != order or len(fds) != len(order):
             raise Refused(f"shared tensors {[t.get('name') for t in listed]} do not match the problem's {order}")
+        import time
+
         module = self.module_for(spec)
+        t0 = time.perf_counter()
         shared = SharedTensors(torch, fds, [int(t["mapped"]) for t in listed])
+        ms = {"map": (time.perf_counter() - t0) * 1e3}
         try:
+            t0 = time.perf_counter()
             views = {}
             for i, name in enumerate(order):
                 views[name] = shared.tensor(i, by_name[name])
@@ -634,10 +639,17 @@ class Server:
             dests = {n: views[n] for n in order if by_name[n]["role"] == "output"}
             answer = module.reference_into(inputs, dests)
             del inputs, dests, views
-            return answer, []
+            ms["compute"] = (time.perf_counter() - t0) * 1e3
         finally:
+            t0 = time.perf_counter()
             shared.close()
+            ms["unmap"] = (time.perf_counter() - t0) * 1e3
+            t0 = time.perf_counter()
             scrub_cuda(torch)
+            ms["scrub"] = (time.perf_counter() - t0) * 1e3
+        # Where the call's time went, for kilnd's log (milliseconds).
+        answer["ms"] = {k: round(v, 3) for k, v in ms.items()}
+        return answer, []
 
     def module_for(self, spec):
         key = reference_key(spec)
@@ -686,9 +698,12 @@ def reference_key(spec):
     return hashlib.blake2b(doc.encode(), digest_size=16).hexdigest()
 
 
-def scrub_cuda(torch):
-    """Zeroes every block torch's caching allocator holds but no tensor uses, then hands the
-    cache back: nothing the reference computed stays in memory (kiln's rule)."""
+def scrub_cuda(torch, release=False):
+    """Zeroes every block torch's caching allocator holds but no tensor uses: nothing the
+    reference computed stays in memory (kiln's rule). The zeroed blocks stay cached for the
+    next call (giving GiBs back and allocating them again costs more than the call itself
+    on large problems; the allocator frees them by itself when it runs short), unless
+    `release`."""
     for seg in torch.cuda.memory_snapshot():
         addr = seg["address"]
         for block in seg.get("blocks", []):
@@ -696,7 +711,8 @@ def scrub_cuda(torch):
                 zero_device_range(torch, addr, block["size"])
             addr += block.get("size", 0)
     torch.cuda.synchronize()
-    torch.cuda.empty_cache()
+    if release:
+        torch.cuda.empty_cache()
 
 
 def zero_device_range(torch, ptr, size):

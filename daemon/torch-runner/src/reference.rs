@@ -140,6 +140,7 @@ impl ReferenceRunner {
             self.process = None;
         }
         let (answer, _) = result.map_err(|e| format!("the torch reference: {e}"))?;
+        tracing::debug!(problem = %problem.name, ms = %answer["ms"], "torch reference in shared tensors");
         Ok(answer["precision"].as_str().unwrap_or("").to_string())
     }
 
