@@ -52,17 +52,33 @@ fn problems_add_goes_on_past_a_refused_problem() {
     let d = Daemon::start("");
     let first = tempfile::tempdir().expect("tempdir");
     write_double_problem(first.path(), "taken");
-    let out = kiln(&d, &["problems", "add", first.path().to_str().expect("utf8")]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = kiln(
+        &d,
+        &["problems", "add", first.path().to_str().expect("utf8")],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let folder = tempfile::tempdir().expect("tempdir");
     let changed = write_double_problem(folder.path(), "taken");
     let toml = std::fs::read_to_string(changed.join("problem.toml")).expect("toml");
-    std::fs::write(changed.join("problem.toml"), toml.replace("y = 2x", "y = 2x, again"))
-        .expect("rewrite");
+    std::fs::write(
+        changed.join("problem.toml"),
+        toml.replace("y = 2x", "y = 2x, again"),
+    )
+    .expect("rewrite");
     write_double_problem(folder.path(), "fresh");
-    let out = kiln(&d, &["problems", "add", folder.path().to_str().expect("utf8")]);
+    let out = kiln(
+        &d,
+        &["problems", "add", folder.path().to_str().expect("utf8")],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "a refusal fails the command: {stdout}");
+    assert!(
+        !out.status.success(),
+        "a refusal fails the command: {stdout}"
+    );
     assert!(stdout.contains("refused: taken (conflict)"), "{stdout}");
     assert!(stdout.contains("registered: fresh"), "{stdout}");
     let out = kiln(&d, &["problems", "list", "-o", "json"]);
@@ -73,7 +89,10 @@ fn problems_add_goes_on_past_a_refused_problem() {
         .iter()
         .filter_map(|p| p["name"].as_str())
         .collect();
-    assert!(names.contains(&"fresh") && names.contains(&"taken"), "{names:?}");
+    assert!(
+        names.contains(&"fresh") && names.contains(&"taken"),
+        "{names:?}"
+    );
 }
 
 #[test]
