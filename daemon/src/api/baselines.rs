@@ -17,8 +17,8 @@ use crate::gpu::GpuInventory;
 use crate::sched::baseline::{BaselineError, gpu_key};
 use crate::store::{BaselineSet, Store};
 
-/// fp32 FMA rate (no tensor cores) of an H100/H200 SXM, flop/s (datasheet; see
-/// ../shared/baselines-h200.md), for the strict-fp32 floor.
+/// fp32 FMA rate (no tensor cores) of an H100/H200 SXM, flop/s (NVIDIA's datasheet), for the
+/// strict-fp32 floor.
 pub const FP32_PEAK_FLOPS: f64 = 67e12;
 
 impl From<BaselineError> for ApiError {

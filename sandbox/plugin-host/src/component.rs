@@ -125,7 +125,8 @@ fn engine(limits: &Limits) -> wasmtime::Result<Engine> {
 
 /// Links `wasi:cli` and `wasi:io` (what Rust's std imports even when unused, and where
 /// panics are printed) and the proposer world. Nothing else: no filesystem, sockets,
-/// clocks or random from WASI (../shared/research/wasm-host-probe.md, option 2).
+/// clocks or random from WASI: time and randomness come from the proposer world's own
+/// imports, which kiln controls (a search's seeded randomness, its budget).
 fn link(linker: &mut Linker<PluginState>) -> wasmtime::Result<()> {
     use wasmtime_wasi::cli::{WasiCli, WasiCliView as _};
     let l = linker;

@@ -1,7 +1,7 @@
 //! [`compile_candidate`]: a candidate's CUDA C++ to an artifact, the way nvcc users expect
 //! it to compile.
 //!
-//! The recipe (interop.md §5 and its 2026-12-01 addendum, re-measured with NVRTC 13.0):
+//! The recipe (measured with NVRTC 13.0 on published AI-generated kernels, docs/corpus.md):
 //! 1. the source is screened ([`super::screen`]): host code and unsafe directives refused;
 //! 2. options: the target architecture (kiln's, or its arch-specific variant when the
 //!    candidate asks with `-arch=sm_90a`), `-default-device` (unannotated helpers are
