@@ -18,17 +18,10 @@ use clap::error::ErrorKind;
 
 use crate::Args;
 
-/// The pages checked, relative to the repository root; `DIR/*.md` is every page of DIR.
-const PAGES: &[&str] = &[
-    "README.md",
-    "docs/*.md",
-    "problems/README.md",
-    "sdk/python/README.md",
-    "daemon/packaging/*.md",
-];
+#[path = "../../tests/common/doc_pages.rs"]
+mod doc_pages;
 
-/// Fenced-block languages read as shell.
-const SHELL: &[&str] = &["sh", "bash", "shell", "console", "zsh", "shell-session"];
+use doc_pages::pages;
 
 /// The value a placeholder stands for: it parses as a name, a path and a number.
 const PLACEHOLDER: &str = "1";
@@ -55,57 +48,14 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The pages of [`PAGES`], relative to the root, in a stable order.
-fn pages(root: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for p in PAGES {
-        match p.strip_suffix("/*.md") {
-            Some(dir) => {
-                let mut found: Vec<String> = std::fs::read_dir(root.join(dir))
-                    .unwrap_or_else(|e| panic!("cannot list {dir}: {e}"))
-                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                    .filter(|n| n.ends_with(".md"))
-                    .map(|n| format!("{dir}/{n}"))
-                    .collect();
-                found.sort();
-                out.extend(found);
-            }
-            None => out.push((*p).to_string()),
-        }
-    }
-    out
-}
-
 /// Every `kiln` command `text` (a Markdown page) shows.
 fn extract(text: &str) -> Vec<DocCommand> {
-    let mut out = Vec::new();
-    // Prose with the fenced blocks blanked out (line numbers kept), for the inline spans.
-    let mut prose = String::new();
-    // An open fenced block: its language, its first line and its text.
-    let mut block: Option<(String, usize, String)> = None;
-    for (i, line) in text.lines().enumerate() {
-        let fence = line.trim_start();
-        let is_fence = fence.starts_with("```") || fence.starts_with("~~~");
-        match (&mut block, is_fence) {
-            (None, true) => {
-                let info = fence.trim_start_matches(['`', '~']).trim();
-                let lang = info.split([' ', ',', '{']).next().unwrap_or("");
-                block = Some((lang.to_string(), i + 2, String::new()));
-            }
-            (Some((lang, first, body)), true) => {
-                if SHELL.contains(&lang.as_str()) {
-                    out.extend(shell_commands(body, *first, lang == "console"));
-                }
-                block = None;
-            }
-            (Some((_, _, body)), false) => {
-                body.push_str(line);
-                body.push('\n');
-            }
-            (None, false) => prose.push_str(line),
-        }
-        prose.push('\n');
-    }
+    let (blocks, prose) = doc_pages::split(text);
+    let mut out: Vec<DocCommand> = blocks
+        .iter()
+        .filter(|b| b.is_shell())
+        .flat_map(|b| shell_commands(&b.body, b.first, b.lang == "console"))
+        .collect();
     out.extend(inline_commands(&prose));
     out.sort_by_key(|c| c.line);
     out

@@ -10,18 +10,10 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-/// The pages checked, relative to the repository root; `DIR/*.md` is every page of DIR
-/// (the same pages as kiln-cli's `docs_commands` test).
-const PAGES: &[&str] = &[
-    "README.md",
-    "docs/*.md",
-    "problems/README.md",
-    "sdk/python/README.md",
-    "daemon/packaging/*.md",
-];
+#[path = "../common/doc_pages.rs"]
+mod doc_pages;
 
-/// Fenced-block languages read as shell.
-const SHELL: &[&str] = &["sh", "bash", "shell", "console", "zsh", "shell-session"];
+pub use doc_pages::pages;
 
 const METHODS: &[&str] = &["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD"];
 
@@ -38,76 +30,38 @@ pub struct DocRoute {
     pub curl: bool,
 }
 
-/// The pages of [`PAGES`], relative to `root`, in a stable order.
-pub fn pages(root: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for p in PAGES {
-        match p.strip_suffix("/*.md") {
-            Some(dir) => {
-                let mut found: Vec<String> = std::fs::read_dir(root.join(dir))
-                    .unwrap_or_else(|e| panic!("cannot list {dir}: {e}"))
-                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
-                    .filter(|n| n.ends_with(".md"))
-                    .map(|n| format!("{dir}/{n}"))
-                    .collect();
-                found.sort();
-                out.extend(found);
-            }
-            None => out.push((*p).to_string()),
-        }
-    }
-    out
-}
-
 /// Every request `text` (a Markdown page) shows.
 pub fn extract(text: &str) -> Vec<DocRoute> {
+    let (blocks, prose) = doc_pages::split(text);
     let mut out = Vec::new();
-    let mut prose = String::new();
-    // An open fenced block: shell or not, and its logical line being joined (start, text).
-    let mut block: Option<bool> = None;
-    let mut joined: Option<(usize, String)> = None;
-    let mut heredoc: Option<String> = None;
-    for (i, line) in text.lines().enumerate() {
-        let fence = line.trim_start();
-        if fence.starts_with("```") || fence.starts_with("~~~") {
-            block = match block {
-                None => {
-                    let lang = fence.trim_start_matches(['`', '~']).trim();
-                    Some(SHELL.contains(&lang.split([' ', ',', '{']).next().unwrap_or("")))
+    for b in blocks.iter().filter(|b| b.is_shell()) {
+        // A logical line being joined (its first line, its text), and an open here-document.
+        let mut joined: Option<(usize, String)> = None;
+        let mut heredoc: Option<String> = None;
+        for (k, line) in b.body.lines().enumerate() {
+            if let Some(delim) = &heredoc {
+                if line.trim() == delim {
+                    heredoc = None;
                 }
-                Some(_) => None,
-            };
-            joined = None;
-            heredoc = None;
-            prose.push('\n');
-            continue;
-        }
-        match block {
-            None => prose.push_str(line),
-            Some(false) => {}
-            Some(true) => {
-                if let Some(delim) = &heredoc {
-                    if line.trim() == delim {
-                        heredoc = None;
-                    }
-                } else if !line.trim_start().starts_with('#') {
-                    let (start, mut logical) = joined.take().unwrap_or((i + 1, String::new()));
-                    match line.trim_end().strip_suffix('\\') {
-                        Some(head) => {
-                            logical.push_str(head);
-                            logical.push(' ');
-                            joined = Some((start, logical));
-                        }
-                        None => {
-                            logical.push_str(line);
-                            heredoc = heredoc_delimiter(&logical);
-                            out.extend(curl_routes(&words(&logical), start));
-                        }
-                    }
+                continue;
+            }
+            if line.trim_start().starts_with('#') {
+                continue;
+            }
+            let (start, mut logical) = joined.take().unwrap_or((b.first + k, String::new()));
+            match line.trim_end().strip_suffix('\\') {
+                Some(head) => {
+                    logical.push_str(head);
+                    logical.push(' ');
+                    joined = Some((start, logical));
+                }
+                None => {
+                    logical.push_str(line);
+                    heredoc = heredoc_delimiter(&logical);
+                    out.extend(curl_routes(&words(&logical), start));
                 }
             }
         }
-        prose.push('\n');
     }
     out.extend(span_routes(&prose));
     out.sort_by_key(|r| r.line);
