@@ -236,6 +236,38 @@ def draw(torch, t, gen, device):
     return x.to(torch_dtype(torch, t["dtype"]))
 
 
+def problem_inputs(torch, ns, forward, seed, device):
+    """What the file's get_inputs() returns (forward argument name -> value), torch seeded
+    with `seed`, made on `device`; the caller's random state is left as it was."""
+    devices = [torch.cuda.current_device()] if device == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(int(seed) & ((1 << 63) - 1))
+        with torch.device(device), torch.no_grad():
+            made = ns["get_inputs"]()
+    if not isinstance(made, (list, tuple)):
+        raise Refused("get_inputs() did not return a list")
+    return dict(zip(forward, made))
+
+
+def draw_all(torch, tensors, names, gen, device, ns, forward, seed):
+    """Input tensors `names` of `tensors` (name -> spec): drawn as kiln draws them, or for
+    an input whose init is get_inputs, what the file's get_inputs() gives under `seed`."""
+    made = None
+    out = {}
+    for n in names:
+        t = tensors[n]
+        if (t.get("init") or {}).get("dist") == "get_inputs":
+            if made is None:
+                made = problem_inputs(torch, ns, forward, seed, device)
+            x = made.get(n)
+            if not isinstance(x, torch.Tensor):
+                raise Refused(f"get_inputs() gave no tensor for {n}")
+            out[n] = x.reshape(t["shape"]).to(torch_dtype(torch, t["dtype"]))
+        else:
+            out[n] = draw(torch, t, gen, device)
+    return out
+
+
 def make_call(torch, op, p, inputs):
     """A closure computing the op's output from `inputs` (name -> tensor)."""
     F = torch.nn.functional
@@ -300,6 +332,7 @@ class TorchModule:
         self.ref = ref
         self.tensors = {t["name"]: t for t in spec["tensor"]}
         ns = load_model_code(ref["source"], spec["name"])
+        self.ns = ns
         init = as_args(json.loads(ref.get("init_inputs") or "[]"))
         torch.manual_seed(0)
         self.model = ns["Model"](*init).to(device)
@@ -476,7 +509,9 @@ class Baseline:
         self.gen = torch.Generator(device=device)
         self.gen.manual_seed(seed)
         self.seed = seed
-        self.inputs = {n: draw(torch, self.tensors[n], self.gen, device) for n in self.inputs_used}
+        ns = self.module.ns if self.module is not None else None
+        forward = spec["reference"]["torch"]["forward"] if self.module is not None else []
+        self.inputs = draw_all(torch, self.tensors, self.inputs_used, self.gen, device, ns, forward, seed)
         self.call = None
         self.flush = None
         self.flush_value = 0
@@ -526,9 +561,13 @@ class Baseline:
 
     def fresh(self, index):
         gen = self.torch.Generator(device=self.device)
-        gen.manual_seed((self.seed + 0x9E3779B97F4A7C15 * (int(index) + 1)) & ((1 << 63) - 1))
-        for n in self.inputs:
-            self.inputs[n].copy_(draw(self.torch, self.tensors[n], gen, self.device))
+        seed = (self.seed + 0x9E3779B97F4A7C15 * (int(index) + 1)) & ((1 << 63) - 1)
+        gen.manual_seed(seed)
+        ns = self.module.ns if self.module is not None else None
+        forward = self.module.ref["forward"] if self.module is not None else []
+        fresh = draw_all(self.torch, self.tensors, list(self.inputs), gen, self.device, ns, forward, seed)
+        for n, x in fresh.items():
+            self.inputs[n].copy_(x)
         self.sync()
 
     def sample(self, flush_bytes, blocker_ns):
@@ -651,6 +690,47 @@ class Server:
         answer["ms"] = {k: round(v, 3) for k, v in ms.items()}
         return answer, []
 
+    def inputs_shared(self, req, fds):
+        """The problem's own inputs for one input set: its file's get_inputs() run on the
+        GPU with torch seeded from the set's secret seed, each listed forward argument
+        written into the worker's tensor (mapped for this call only), then everything
+        unmapped and torch's cache zeroed."""
+        import time
+
+        torch = self.need_torch()
+        if self.device != "cuda":
+            raise Refused("inputs from get_inputs() are made on a runner with a GPU")
+        spec = req["problem"]
+        ref = (spec.get("reference") or {}).get("torch")
+        if not ref:
+            raise Refused("the problem has no [reference.torch]")
+        listed = req.get("tensors") or []
+        by_name = {t["name"]: t for t in spec["tensor"]}
+        order = [t["name"] for t in spec["tensor"]
+                 if t["role"] == "input" and (t.get("init") or {}).get("dist") == "get_inputs"]
+        if [t.get("name") for t in listed] != order or len(fds) != len(order):
+            raise Refused(f"shared tensors {[t.get('name') for t in listed]} are not the problem's get_inputs() inputs {order}")
+        module = self.module_for(spec)
+        seed = int(req["seed"]) & ((1 << 63) - 1)
+        t0 = time.perf_counter()
+        shared = SharedTensors(torch, fds, [int(t["mapped"]) for t in listed])
+        try:
+            made = problem_inputs(torch, module.ns, ref["forward"], seed, "cuda")
+            for i, name in enumerate(order):
+                x = made.get(name)
+                if not isinstance(x, torch.Tensor):
+                    raise Refused(f"get_inputs() gave no tensor for {name}")
+                dest = shared.tensor(i, by_name[name])
+                if x.numel() != dest.numel():
+                    raise Refused(f"get_inputs() gave {name} of shape {list(x.shape)}; the problem declares {list(dest.shape)}")
+                dest.copy_(x.reshape(dest.shape).to(dest.dtype))
+            del made
+            torch.cuda.synchronize()
+        finally:
+            shared.close()
+            scrub_cuda(torch)
+        return {"ms": {"all": round((time.perf_counter() - t0) * 1e3, 3)}}, []
+
     def module_for(self, spec):
         key = reference_key(spec)
         module = self.modules.get(key)
@@ -664,6 +744,8 @@ class Server:
         cmd = req.get("cmd")
         if cmd == "reference_shared":
             return self.reference_shared(req, fds)
+        if cmd == "inputs_shared":
+            return self.inputs_shared(req, fds)
         if cmd == "hello":
             return self.hello(req), []
         torch = self.need_torch()
@@ -737,7 +819,7 @@ def serve():
             return 0
         fds = []
         try:
-            if isinstance(req, dict) and req.get("cmd") == "reference_shared":
+            if isinstance(req, dict) and req.get("cmd") in ("reference_shared", "inputs_shared"):
                 # Taken off the stream before anything can refuse the request.
                 fds = recv_fds(sys.stdin.fileno(), len(req.get("tensors") or []))
             body, out = server.handle(req, blobs, fds)
@@ -1078,7 +1160,10 @@ def identifier(name, taken):
     return out
 
 
-def tensor_desc(torch, name, t, dist, role):
+def tensor_desc(torch, name, t, dist, role, from_file=False):
+    """A tensor's description. An input kiln cannot draw: from the file's own get_inputs()
+    when it is a forward argument (`from_file`: made on the GPU by kiln's runner under a
+    secret seed), else refused."""
     dtype = KILN_DTYPES.get(str(t.dtype).replace("torch.", ""))
     if dtype is None:
         raise Refused(f"tensor {name} has dtype {t.dtype}, which kiln has no type for")
@@ -1086,6 +1171,14 @@ def tensor_desc(torch, name, t, dist, role):
     d = {"name": name, "dtype": dtype, "shape": shape, "role": role}
     if role == "input":
         init = dist.init() if dist is not None else None
+        if init is None and from_file:
+            why = dist.why if dist is not None else "it was not made by a random factory kiln knows"
+            d["init"] = {"dist": "get_inputs"}
+            d["shifted_trial"] = False
+            d["bool"] = t.dtype == torch.bool
+            d["source"] = "get_inputs"
+            d["why"] = why
+            return d
         if init is None:
             why = dist.why if dist is not None else "it was not made by a random factory kiln knows"
             raise Refused(f"input {name}: kiln cannot draw its distribution ({why})")
@@ -1149,7 +1242,7 @@ def describe(path, run_limit_bytes, run_limit_flops=4 * 10**9, tol=(1e-4, 1e-4))
     tensors, forward, state, bools = [], [], {}, []
     for n, x in zip(names, inputs):
         kn = identifier(n, taken)
-        d = tensor_desc(torch, kn, x, prov.of(x), "input")
+        d = tensor_desc(torch, kn, x, prov.of(x), "input", from_file=True)
         forward.append(kn)
         tensors.append(d)
     for pname, p in list(model.named_parameters()) + [(b, t) for b, t in model.named_buffers() if t.is_floating_point()]:
@@ -1225,7 +1318,8 @@ def output_magnitude(torch, ns, init_json, tensors, forward, state, bools, outpu
                                     "init_inputs": init_json, "bool_tensors": bools}}}
     gen = torch.Generator()
     gen.manual_seed(1)
-    inputs = {t["name"]: draw(torch, t, gen, "cpu") for t in tensors if t["role"] == "input"}
+    names = [t["name"] for t in tensors if t["role"] == "input"]
+    inputs = draw_all(torch, {t["name"]: t for t in tensors}, names, gen, "cpu", ns, forward, 1)
     torch.manual_seed(0)
     mod = TorchModule.__new__(TorchModule)
     mod.torch, mod.device, mod.ref = torch, "cpu", spec["reference"]["torch"]

@@ -189,7 +189,7 @@ pub(crate) fn precheck(
             e.reason,
         ));
     }
-    if !problem.reference.has(backend) {
+    if !problem.evaluable_on(backend) {
         return Err(SandboxError::Problem(
             problem.name.clone(),
             format!("no {backend} reference"),
@@ -291,9 +291,13 @@ pub(crate) fn reply_answering_references(
         )?;
         let (answer, outputs) = match response {
             Response::Reference => reference_answer(problem, runner.as_deref_mut(), &blobs),
-            Response::ReferenceShared { tensors } => {
+            Response::ReferenceShared {
+                tensors,
+                inputs_seed,
+            } => {
                 let fds = kiln_protocol::fds::recv_fds(&child.stdout, tensors.len())?;
-                let answer = shared_answer(problem, runner.as_deref_mut(), &tensors, fds);
+                let answer =
+                    shared_answer(problem, runner.as_deref_mut(), &tensors, inputs_seed, fds);
                 (answer, Vec::new())
             }
             other => return Ok((other, blobs)),
@@ -307,17 +311,24 @@ pub(crate) fn reply_answering_references(
     }
 }
 
-/// The answer to a worker's `Response::ReferenceShared`: the runner computed in place
-/// (and unmapped the tensors), or why not. The descriptors are the runner's to close.
+/// The answer to a worker's `Response::ReferenceShared`: the runner computed the
+/// reference or made the problem's own inputs in place (and unmapped the tensors), or why
+/// not. The descriptors are the runner's to close.
 fn shared_answer(
     problem: &ProblemSpec,
     runner: Option<&mut ReferenceRunner>,
     tensors: &[protocol::SharedTensor],
+    inputs_seed: Option<u64>,
     fds: Vec<std::os::fd::OwnedFd>,
 ) -> Request {
     let listed: Vec<(String, u64)> = tensors.iter().map(|t| (t.name.clone(), t.mapped)).collect();
     let result = match runner {
-        Some(r) => r.run_shared(problem, &listed, fds),
+        Some(r) => match inputs_seed {
+            None => r.run_shared(problem, &listed, fds),
+            Some(seed) => r
+                .inputs_shared(problem, &listed, seed, fds)
+                .map(|()| String::new()),
+        },
         None => Err("this lane has no torch reference runner ([gpu] python, kiln_torch.py)".into()),
     };
     match result {

@@ -196,8 +196,14 @@ pub enum Response {
     /// (`kiln_protocol::fds`). The caller's torch runner maps them, writes the outputs in
     /// place and unmaps them; the caller answers `Request::ReferenceOutputs` with no blobs.
     ReferenceShared {
-        /// The problem's tensors, inputs then outputs, each in problem order.
+        /// The problem's tensors, inputs then outputs, each in problem order; with
+        /// `inputs_seed`, only the inputs whose init is `get_inputs`.
         tensors: Vec<SharedTensor>,
+        /// Set when the runner is to write the problem's own inputs (what its file's
+        /// `get_inputs()` returns, torch seeded with this input set's secret seed) instead
+        /// of computing the reference.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        inputs_seed: Option<u64>,
     },
     /// The baselines were timed (each says whether it was measured).
     Baselines {

@@ -217,10 +217,12 @@ fn serve_on(
                 let (i, o) = &mut *io;
                 ask_reference(&mut **i, &mut **o, inputs, answer_bytes)
             };
-            let mut share = |tensors: &[protocol::SharedTensor], fds: Vec<OwnedFd>| {
+            let mut share = |call: cuda::target::SharedCall,
+                             tensors: &[protocol::SharedTensor],
+                             fds: Vec<OwnedFd>| {
                 let mut io = io.borrow_mut();
                 let (i, o) = &mut *io;
-                share_reference(&mut **i, &mut **o, tensors, fds)
+                share_reference(&mut **i, &mut **o, call, tensors, fds)
             };
             let torch_only = problem
                 .reference
@@ -319,17 +321,23 @@ fn is_socket(fd: &impl AsFd) -> bool {
     nix::sys::stat::fstat(fd.as_fd()).is_ok_and(|st| (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK)
 }
 
-/// Asks the caller's torch runner to compute in place in the shared `tensors`
-/// (`Response::ReferenceShared`, then the descriptors), and reads its answer
-/// (`Request::ReferenceOutputs` with no blobs); the precision it reported.
+/// Asks the caller's torch runner to work in place in the shared `tensors`: compute the
+/// reference, or make the problem's own inputs (`Response::ReferenceShared`, then the
+/// descriptors); reads its answer (`Request::ReferenceOutputs` with no blobs): the
+/// precision it reported.
 fn share_reference(
     input: &mut impl Read,
     output: &mut (impl Write + AsFd),
+    call: cuda::target::SharedCall,
     tensors: &[protocol::SharedTensor],
     fds: Vec<OwnedFd>,
 ) -> Result<String, String> {
     let msg = Response::ReferenceShared {
         tensors: tensors.to_vec(),
+        inputs_seed: match call {
+            cuda::target::SharedCall::Reference => None,
+            cuda::target::SharedCall::Inputs { seed } => Some(seed),
+        },
     };
     protocol::write_message(output, &msg, &[])
         .map_err(|e| format!("asking for the torch reference: {e}"))?;
@@ -442,9 +450,10 @@ mod tests {
         let mut ask = |_: &host::evaluate::Inputs| -> Result<(Vec<Vec<u8>>, String), String> {
             Err("unused".into())
         };
-        let mut share = |_: &[protocol::SharedTensor], _: Vec<OwnedFd>| -> Result<String, String> {
-            Err("unused".into())
-        };
+        let mut share = |_: cuda::target::SharedCall,
+                         _: &[protocol::SharedTensor],
+                         _: Vec<OwnedFd>|
+         -> Result<String, String> { Err("unused".into()) };
         let kind = |torch_only,
                     socket,
                     ask: &mut host::evaluate::TorchAsk,

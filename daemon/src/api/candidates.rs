@@ -106,7 +106,17 @@ pub async fn submit(
         .ok_or_else(|| {
             ApiError::not_found(format!("problem {:?} is not registered", candidate.problem))
         })?;
-    if !problem.reference.has(backend) {
+    if problem.reference.has(backend) && !problem.evaluable_on(backend) {
+        return Err(ApiError::bad_request(
+            "invalid_candidate",
+            format!(
+                "problem {:?} takes inputs from its file's get_inputs(), which are made on the \
+                 GPU: it runs on the cuda backend only",
+                problem.name
+            ),
+        ));
+    }
+    if !problem.evaluable_on(backend) {
         return Err(ApiError::bad_request(
             "invalid_candidate",
             format!(

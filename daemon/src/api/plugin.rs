@@ -83,7 +83,7 @@ pub async fn search_route(s: &AppState, problem: &ProblemSpec) -> Option<(Backen
         None => Vec::new(),
     };
     for b in BackendKind::ALL {
-        if !problem.reference.has(b) {
+        if !problem.evaluable_on(b) {
             continue;
         }
         if let Some(class) = s.sched.class_of(b.as_str()) {
@@ -209,7 +209,7 @@ pub async fn submit(
         .get_problem(&search.problem)
         .await?
         .ok_or_else(|| ApiError::not_found("the search's problem is gone"))?;
-    if !problem.reference.has(candidate.language.backend()) {
+    if !problem.evaluable_on(candidate.language.backend()) {
         return Err(ApiError::bad_request(
             "invalid_candidate",
             format!(

@@ -71,7 +71,7 @@ pub async fn start(
                     format!("field `gpu_class`: {class:?} does not start with cuda/ or host/"),
                 )
             })?;
-            if !problem.reference.has(backend) {
+            if !problem.evaluable_on(backend) {
                 return Err(ApiError::bad_request(
                     "no_backend",
                     format!(

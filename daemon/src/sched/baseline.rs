@@ -168,7 +168,7 @@ impl Scheduler {
                 key.model
             )));
         }
-        if !spec.reference.has(BackendKind::Cuda) {
+        if !spec.evaluable_on(BackendKind::Cuda) {
             return Err(BaselineError::Unavailable(format!(
                 "problem {problem:?} has no cuda or torch reference"
             )));

@@ -361,7 +361,7 @@ impl Scheduler {
             })?;
 
         let t0 = Instant::now();
-        if !problem.reference.has(backend.kind()) {
+        if !problem.evaluable_on(backend.kind()) {
             let eval = Evaluation::early(
                 kiln_types::Verdict::InvalidLaunch,
                 backend.kind(),

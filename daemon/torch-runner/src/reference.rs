@@ -144,6 +144,40 @@ impl ReferenceRunner {
         Ok(answer["precision"].as_str().unwrap_or("").to_string())
     }
 
+    /// Has the runner write the problem's own inputs in place: `tensors` are (name, bytes
+    /// mapped) of every input whose init is `get_inputs`, in problem order, `fds` one
+    /// exported descriptor each. The runner seeds torch with `seed`, calls the file's
+    /// `get_inputs()` on the GPU, copies each of those forward arguments into its tensor,
+    /// synchronizes and unmaps before it answers. `Err` is kiln's failure.
+    pub fn inputs_shared(
+        &mut self,
+        problem: &ProblemSpec,
+        tensors: &[(String, u64)],
+        seed: u64,
+        fds: Vec<OwnedFd>,
+    ) -> Result<(), String> {
+        check_inputs_shared(problem, tensors, fds.len())?;
+        if self.device != "cuda" {
+            return Err("inputs from get_inputs() are made on a GPU lane's runner".into());
+        }
+        let timeout = self.helper.timeout;
+        let process = self.ensure(timeout)?;
+        let listed: Vec<_> = tensors
+            .iter()
+            .map(|(name, mapped)| json!({"name": name, "mapped": mapped}))
+            .collect();
+        let body =
+            json!({"cmd": "inputs_shared", "problem": problem, "tensors": listed, "seed": seed});
+        let borrowed: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
+        let result = process.call_with_fds(&body, &[], &borrowed, timeout);
+        if process.is_dead() {
+            self.process = None;
+        }
+        let (answer, _) = result.map_err(|e| format!("the problem's get_inputs(): {e}"))?;
+        tracing::debug!(problem = %problem.name, ms = %answer["ms"], "get_inputs() in shared tensors");
+        Ok(())
+    }
+
     fn ensure(&mut self, timeout: Duration) -> Result<&mut RunnerProcess, String> {
         if self.process.is_none() {
             // The host lane's runner sees no GPU at all; a GPU lane's only its own.
@@ -176,6 +210,15 @@ pub fn check_shared(
         .iter()
         .flat_map(|r| problem.tensors.iter().filter(move |t| t.role == *r))
         .collect();
+    check_listed(&want, tensors, fds)
+}
+
+/// `tensors` (with `fds` descriptors) are `want`, in order, each mapping at least its bytes.
+fn check_listed(
+    want: &[&kiln_types::TensorSpec],
+    tensors: &[(String, u64)],
+    fds: usize,
+) -> Result<(), String> {
     if tensors.len() != want.len() || fds != want.len() {
         return Err(format!(
             "the worker shared {} tensors with {fds} descriptors; the problem has {}",
@@ -198,6 +241,22 @@ pub fn check_shared(
         }
     }
     Ok(())
+}
+
+/// Checks a worker's list of tensors for the problem's own inputs: exactly the inputs
+/// whose init is `get_inputs`, in the problem's order, each mapping at least its bytes,
+/// one descriptor each.
+pub fn check_inputs_shared(
+    problem: &ProblemSpec,
+    tensors: &[(String, u64)],
+    fds: usize,
+) -> Result<(), String> {
+    let want: Vec<&kiln_types::TensorSpec> = problem
+        .tensors
+        .iter()
+        .filter(|t| t.role == Role::Input && t.init == kiln_types::Init::GetInputs)
+        .collect();
+    check_listed(&want, tensors, fds)
 }
 
 #[cfg(test)]

@@ -294,6 +294,12 @@ impl FillParams {
                     ints: [low, high],
                 }
             }
+            Init::GetInputs => {
+                return Err(
+                    "this input comes from the problem's get_inputs(), made by the torch runner"
+                        .into(),
+                );
+            }
         })
     }
 

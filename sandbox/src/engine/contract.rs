@@ -50,6 +50,9 @@ impl InputVariant {
     pub fn init(self, t: &kiln_types::TensorSpec) -> kiln_types::Init {
         use kiln_types::Init;
         match self {
+            // The problem's own get_inputs() makes it: kiln shifts and scales only what it
+            // draws itself.
+            _ if t.init == Init::GetInputs => Init::GetInputs,
             InputVariant::Shifted if t.shifted_trial && t.dtype.is_float() => data::SHIFTED,
             InputVariant::Tiny if matches!(t.dtype, Dtype::F32 | Dtype::F64) => {
                 let s = (2.0f64).powi(-RANGE_SCALE_LOG2);
@@ -79,6 +82,9 @@ pub enum RunFailure {
     Fault(String),
     /// The launch could not be made (found only when launching).
     InvalidLaunch(String),
+    /// kiln could not set the run up (the torch runner making the problem's own inputs
+    /// failed): kiln's failure, never a verdict.
+    Infra(String),
 }
 
 /// The label of run `rep` of a timed sample of `reps` runs (the sample's own label when it
@@ -279,21 +285,22 @@ impl<'a, T: Target> Session<'a, T> {
         }
     }
 
-    /// The verdict for a run that did not finish.
-    pub fn failure_verdict(&mut self, failure: RunFailure, during: &str) -> Box<Evaluation> {
-        self.evidence.deciding_trial = Some(during.to_string());
-        Box::new(match failure {
-            RunFailure::Timeout(detail) => {
-                self.verdict(Verdict::Timeout, format!("{during}: {detail}"))
-            }
+    /// The verdict for a run that did not finish, or kiln's failure when kiln could not
+    /// set the run up ([`RunFailure::Infra`]).
+    pub fn failure_verdict(&mut self, failure: RunFailure, during: &str) -> Stop {
+        let (verdict, detail) = match failure {
+            RunFailure::Infra(why) => return Stop::Infra(format!("{during}: {why}")),
+            RunFailure::Timeout(detail) => (Verdict::Timeout, detail),
             RunFailure::Fault(fault) => {
                 self.evidence.fault = Some(fault.clone());
-                self.verdict(Verdict::RuntimeFault, format!("{during}: {fault}"))
+                (Verdict::RuntimeFault, fault)
             }
-            RunFailure::InvalidLaunch(why) => {
-                self.verdict(Verdict::InvalidLaunch, format!("{during}: {why}"))
-            }
-        })
+            RunFailure::InvalidLaunch(why) => (Verdict::InvalidLaunch, why),
+        };
+        self.evidence.deciding_trial = Some(during.to_string());
+        Stop::Verdict(Box::new(
+            self.verdict(verdict, format!("{during}: {detail}")),
+        ))
     }
 
     fn run_contract(&mut self) -> Step<Box<Evaluation>> {
@@ -439,7 +446,7 @@ impl<'a, T: Target> Session<'a, T> {
         let tol = self.problem.tolerance;
         let (diffs, agree) = match self.target.diff(&a, &b, tol) {
             Ok(d) => d,
-            Err(f) => return Err(self.failure_verdict(f, label).into()),
+            Err(f) => return Err(self.failure_verdict(f, label)),
         };
         let mut metrics = self.check(inputs, &[&a, &b], label)?.into_iter();
         let ma = metrics.next().unwrap_or_default();
@@ -527,7 +534,7 @@ impl<'a, T: Target> Session<'a, T> {
     fn check_inputs(&mut self, inputs: &T::Inputs, label: &str) -> Step<()> {
         let tampered = match self.target.tampered(inputs) {
             Ok(t) => t,
-            Err(f) => return Err(self.failure_verdict(f, label).into()),
+            Err(f) => return Err(self.failure_verdict(f, label)),
         };
         if tampered.is_empty() {
             return Ok(());
@@ -548,7 +555,7 @@ impl<'a, T: Target> Session<'a, T> {
     pub fn kept_outputs(&mut self, label: &str, slot: usize) -> Step<T::Kept> {
         let (kept, unwritten) = match self.target.keep(slot) {
             Ok(k) => k,
-            Err(f) => return Err(self.failure_verdict(f, label).into()),
+            Err(f) => return Err(self.failure_verdict(f, label)),
         };
         self.fail_unwritten(unwritten, label)?;
         Ok(kept)
@@ -560,12 +567,12 @@ impl<'a, T: Target> Session<'a, T> {
     pub fn warmup_run(&mut self, inputs: &T::Inputs, label: &str) -> Step<f64> {
         let us = match self.target.run(inputs) {
             Ok(us) => us,
-            Err(f) => return Err(self.failure_verdict(f, label).into()),
+            Err(f) => return Err(self.failure_verdict(f, label)),
         };
         self.check_inputs(inputs, label)?;
         let unwritten = match self.target.unwritten() {
             Ok(u) => u,
-            Err(f) => return Err(self.failure_verdict(f, label).into()),
+            Err(f) => return Err(self.failure_verdict(f, label)),
         };
         self.fail_unwritten(unwritten, label)?;
         Ok(us)
@@ -599,7 +606,7 @@ impl<'a, T: Target> Session<'a, T> {
     ) -> Step<(T::Kept, f64)> {
         let us = match self.target.run(inputs) {
             Ok(us) => us,
-            Err(f) => return Err(self.failure_verdict(f, label).into()),
+            Err(f) => return Err(self.failure_verdict(f, label)),
         };
         self.check_inputs(inputs, label)?;
         let out = self.kept_outputs(label, slot)?;
@@ -617,7 +624,7 @@ impl<'a, T: Target> Session<'a, T> {
     ) -> Step<(Vec<Option<T::Kept>>, f64)> {
         let us = match self.target.sample(sets) {
             Ok(us) => us,
-            Err(f) => return Err(self.failure_verdict(f, label).into()),
+            Err(f) => return Err(self.failure_verdict(f, label)),
         };
         let mut kept = Vec::with_capacity(sets.len());
         for (rep, inputs) in sets.iter().enumerate() {

@@ -109,6 +109,9 @@ struct DescribedTensor {
     parameter: Option<String>,
     #[serde(default)]
     source: Option<String>,
+    /// Why kiln cannot draw it (an input from get_inputs()).
+    #[serde(default)]
+    why: Option<String>,
 }
 
 /// One imported problem: where it was written and what to tell the user.
@@ -234,6 +237,18 @@ pub fn problem_toml(name: &str, d: &Description, tol: Tolerance) -> Result<(Stri
                 warnings.push(format!(
                     "{}: PyTorch initialises it to a constant; kiln draws it around that value",
                     x.name
+                ));
+            }
+            if x.source.as_deref() == Some("get_inputs") {
+                t.push_str(
+                    "# from the file's own get_inputs(), made on the GPU by kiln's torch runner\n\
+                     # under a fresh secret seed per input set (never shifted): cuda backend only\n",
+                );
+                warnings.push(format!(
+                    "{}: kiln cannot draw it ({}); it comes from the file's get_inputs() on the \
+                     GPU, fresh per input set, never shifted (cuda backend only)",
+                    x.name,
+                    x.why.as_deref().unwrap_or("an expression of drawn tensors")
                 ));
             }
         }

@@ -90,6 +90,13 @@ pub enum Init {
         /// Upper bound (exclusive).
         high: i64,
     },
+    /// What the problem's own `get_inputs()` returns for this forward argument (a torch
+    /// reference's file), made on the lane's GPU by the trusted torch runner under a fresh
+    /// secret seed per input set: for inputs kiln cannot draw itself (`triu` of a drawn
+    /// matrix, a softmax of one, `randint * 2 - 1`). Never shifted or ranged; the cuda
+    /// backend only.
+    #[serde(rename = "get_inputs")]
+    GetInputs,
 }
 
 fn one() -> f64 {
@@ -121,6 +128,7 @@ impl Init {
                     return Err(format!("randint on [{low}, {high}) needs low < high"));
                 }
             }
+            Init::GetInputs => {}
         }
         Ok(())
     }
@@ -587,6 +595,7 @@ impl ProblemSpec {
         if let Some(t) = &self.reference.torch {
             t.check(&self.tensors).map_err(bad)?;
         }
+        self.check_get_inputs().map_err(bad)?;
         // Reference backends are the fields of `References` (unknown ones fail to parse).
         for backend in self.seed.keys() {
             if !matches!(backend.as_str(), "host" | "cuda" | "triton") {
@@ -622,12 +631,52 @@ impl ProblemSpec {
     }
 
     /// Backends this problem can be evaluated on (a kernel reference, or the torch
-    /// reference for both).
+    /// reference for both; only cuda when an input comes from `get_inputs()`).
     pub fn backends(&self) -> Vec<BackendKind> {
         BackendKind::ALL
             .into_iter()
-            .filter(|&b| self.reference.has(b))
+            .filter(|&b| self.evaluable_on(b))
             .collect()
+    }
+
+    /// Whether candidates for `backend` can be evaluated: it has a reference there, and
+    /// an input from `get_inputs()` (made on the GPU) does not keep the host backend out.
+    pub fn evaluable_on(&self, backend: BackendKind) -> bool {
+        self.reference.has(backend) && !(backend == BackendKind::Host && self.has_get_inputs())
+    }
+
+    /// Whether some input comes from the problem's own `get_inputs()` ([`Init::GetInputs`]).
+    pub fn has_get_inputs(&self) -> bool {
+        self.tensors.iter().any(|t| t.init == Init::GetInputs)
+    }
+
+    /// The rules of [`Init::GetInputs`]: inputs only, of a problem whose one reference is
+    /// its torch module, each a forward argument (get_inputs() returns those, in order).
+    /// Such an input is never shifted, whatever its `shifted_trial` says.
+    fn check_get_inputs(&self) -> Result<(), String> {
+        for t in self.tensors.iter().filter(|t| t.init == Init::GetInputs) {
+            let what = format!("tensor {:?}: init get_inputs", t.name);
+            if t.role != Role::Input {
+                return Err(format!("{what} is for inputs only"));
+            }
+            let Some(torch) = &self.reference.torch else {
+                return Err(format!(
+                    "{what} needs a [reference.torch] (its file's get_inputs())"
+                ));
+            };
+            if self.reference.kernels().next().is_some() {
+                return Err(format!(
+                    "{what}: a problem with inputs from get_inputs() has the torch module as its \
+                     only reference (a kernel reference has no get_inputs())"
+                ));
+            }
+            if !torch.forward.contains(&t.name) {
+                return Err(format!(
+                    "{what}: only forward's arguments come from get_inputs(); a parameter is drawn"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The seed kernel for a backend (`host`, `cuda`) or for the `triton` language as a
@@ -873,5 +922,81 @@ outputs = ["out"]
         .expect("write");
         assert!(ProblemSpec::load_dir(&dir).is_err());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[cfg(test)]
+mod get_inputs_tests {
+    use super::*;
+
+    fn spec(extra: &str, init: &str) -> Result<ProblemSpec, ProblemError> {
+        let p = ProblemSpec::from_toml(&format!(
+            r#"
+name = "p"
+[[tensor]]
+name = "a"
+dtype = "f32"
+shape = [64]
+role = "input"
+init = {init}
+[[tensor]]
+name = "w"
+dtype = "f32"
+shape = [64]
+role = "input"
+[[tensor]]
+name = "out"
+dtype = "f32"
+shape = [64]
+role = "output"
+[tolerance]
+atol = 1e-4
+rtol = 1e-4
+[reference.torch]
+file = "reference.py"
+source = "class Model: ..."
+forward = ["a"]
+outputs = ["out"]
+[reference.torch.state]
+"weight" = "w"
+{extra}
+"#
+        ))?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// A forward argument from get_inputs() is valid on a torch-only problem, which then
+    /// runs on the cuda backend only, and is never shifted.
+    #[test]
+    fn a_forward_argument_may_come_from_get_inputs() {
+        let p = spec("", r#"{ dist = "get_inputs" }"#).expect("valid");
+        assert!(p.has_get_inputs());
+        assert_eq!(p.backends(), [BackendKind::Cuda]);
+        assert!(!p.evaluable_on(BackendKind::Host));
+        let drawn = spec("", r#"{ dist = "normal" }"#).expect("valid");
+        assert_eq!(drawn.backends(), [BackendKind::Cuda, BackendKind::Host]);
+    }
+
+    /// Parameters, outputs and problems with a kernel reference cannot use it.
+    #[test]
+    fn get_inputs_is_refused_where_it_cannot_be_made() {
+        let mut param = spec("", r#"{ dist = "normal" }"#).expect("valid");
+        param.tensors[1].init = Init::GetInputs;
+        let e = param.validate().expect_err("a parameter").to_string();
+        assert!(e.contains("only forward's arguments"), "{e}");
+        let mut out = spec("", r#"{ dist = "normal" }"#).expect("valid");
+        out.tensors[2].init = Init::GetInputs;
+        let e = out.validate().expect_err("an output").to_string();
+        assert!(e.contains("inputs only"), "{e}");
+        let with_kernel = spec(
+            r#"[reference.host]
+file = "r.c"
+source = "void r(const float*a,const float*w,float*o){}"
+launches = [{ kernel = "r", args = ["a", "w", "out"] }]"#,
+            r#"{ dist = "get_inputs" }"#,
+        );
+        let e = with_kernel.expect_err("a kernel reference").to_string();
+        assert!(e.contains("only reference"), "{e}");
     }
 }

@@ -208,7 +208,7 @@ fn time_once<T: Target>(
     // 1. Overhead.
     let overhead_us = match s.target.overhead() {
         Ok(us) => us,
-        Err(f) => return Err(s.failure_verdict(f, "timer overhead round").into()),
+        Err(f) => return Err(s.failure_verdict(f, "timer overhead round")),
     };
 
     // 2. Discarded first launch and warm-up, on a set of their own.

@@ -86,10 +86,41 @@ pub struct Job<'a, 'b> {
     pub torch: Option<TorchReference<'a, 'b>>,
 }
 
-/// The torch reference computing in place, in device memory this worker shares with the
-/// caller's runner: given each tensor (inputs, then outputs, problem order) and one
-/// exported descriptor per tensor, it writes the outputs and answers how it computed.
-pub type TorchShare<'a> = dyn FnMut(&[SharedTensor], Vec<OwnedFd>) -> Result<String, String> + 'a;
+/// The torch runner working in place, in device memory this worker shares with it: given
+/// what to do, the tensors (in problem order) and one exported descriptor per tensor, it
+/// writes into them and answers (the reference: how it computed).
+pub type TorchShare<'a> =
+    dyn FnMut(SharedCall, &[SharedTensor], Vec<OwnedFd>) -> Result<String, String> + 'a;
+
+/// What a shared-memory call to the torch runner does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SharedCall {
+    /// The reference: the tensors are every input then every output; it writes the
+    /// outputs.
+    Reference,
+    /// The problem's own inputs: the tensors are those whose init is `get_inputs`; it
+    /// writes what the file's `get_inputs()` returns for them under `seed`.
+    Inputs {
+        /// The input set's secret seed (for torch's generators).
+        seed: u64,
+    },
+}
+
+/// Why an input set could not be put in place: the GPU, or the torch runner making the
+/// problem's own inputs (kiln's failure either way; only the first can poison the context).
+enum EnsureError {
+    Gpu(GpuError),
+    Runner(String),
+}
+
+impl std::fmt::Display for EnsureError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EnsureError::Gpu(e) => write!(f, "{e}"),
+            EnsureError::Runner(e) => write!(f, "the problem's get_inputs(): {e}"),
+        }
+    }
+}
 
 /// How the worker reaches a torch reference.
 pub enum TorchReference<'a, 'b> {
@@ -524,17 +555,67 @@ impl GpuTarget<'_> {
     }
 
     /// Makes `inputs` the set on the device (regenerating it if another set was drawn since).
-    fn ensure(&mut self, inputs: &GpuInputs) -> Result<(), GpuError> {
+    fn ensure(&mut self, inputs: &GpuInputs) -> Result<(), EnsureError> {
         if self.current == Some(inputs.id) {
             return Ok(());
         }
+        // Not current until every input is in place.
+        self.current = None;
+        let mut from_problem = Vec::new();
+        let mut set_seed = None;
         for &(i, init, seed) in &inputs.draws {
+            if init == Init::GetInputs {
+                from_problem.push(i);
+                set_seed.get_or_insert(seed);
+                continue;
+            }
             let t = &self.tensors[i];
-            self.gpu.fill(&t.buf, t.dtype, t.elems, &init, seed)?;
+            self.gpu
+                .fill(&t.buf, t.dtype, t.elems, &init, seed)
+                .map_err(EnsureError::Gpu)?;
         }
-        self.gpu.synchronize()?;
+        self.gpu.synchronize().map_err(EnsureError::Gpu)?;
+        if let Some(seed) = set_seed {
+            self.fill_from_problem(&from_problem, seed)
+                .map_err(EnsureError::Runner)?;
+        }
         self.current = Some(inputs.id);
         Ok(())
+    }
+
+    /// [`GpuTarget::ensure`] where candidate code is about to run: a GPU error is the
+    /// run's failure, the torch runner's is kiln's.
+    fn ensure_for_run(&mut self, inputs: &GpuInputs) -> Result<(), RunFailure> {
+        match self.ensure(inputs) {
+            Ok(()) => Ok(()),
+            Err(EnsureError::Gpu(e)) => Err(self.fail(e)),
+            Err(e @ EnsureError::Runner(_)) => Err(RunFailure::Infra(e.to_string())),
+        }
+    }
+
+    /// Has the torch runner write the problem's own inputs (those of `indices`, made by
+    /// its file's `get_inputs()` under `seed`) into their tensors, in shared memory.
+    fn fill_from_problem(&mut self, indices: &[usize], seed: u64) -> Result<(), String> {
+        let GpuReference::Torch(TorchReference::Shared(share), _) = &mut self.reference else {
+            return Err(
+                "inputs from get_inputs() need the torch runner on shared memory \
+                        (a GPU worker whose stream is a socket)"
+                    .into(),
+            );
+        };
+        let mut listed = Vec::new();
+        let mut fds = Vec::new();
+        for &i in indices {
+            let t = &self.tensors[i];
+            let mapped = kiln_gpu::shareable::mapped_bytes(&t.buf)
+                .ok_or_else(|| format!("tensor {} is not shared memory", t.name))?;
+            fds.push(self.gpu.export_fd(&t.buf).map_err(|e| e.to_string())?);
+            listed.push(SharedTensor {
+                name: t.name.clone(),
+                mapped: mapped as u64,
+            });
+        }
+        share(SharedCall::Inputs { seed }, &listed, fds).map(drop)
     }
 
     /// Poisons the outputs, zeroes the candidate's scratch and arms every guard.
@@ -705,7 +786,7 @@ impl GpuTarget<'_> {
     /// Runs the reference on `inputs` into the output tensors, checks it wrote them all.
     fn run_reference(&mut self, inputs: &GpuInputs) -> Result<(), String> {
         let wrap = |e: GpuError| e.to_string();
-        self.ensure(inputs).map_err(wrap)?;
+        self.ensure(inputs).map_err(|e| e.to_string())?;
         for t in self.tensors.iter().filter(|t| t.role == Role::Output) {
             self.gpu.poison(&t.buf, t.dtype, t.elems).map_err(wrap)?;
         }
@@ -731,7 +812,7 @@ impl GpuTarget<'_> {
                         });
                     }
                 }
-                *precision = share(&listed, fds)?;
+                *precision = share(SharedCall::Reference, &listed, fds)?;
                 for i in self.outputs() {
                     let t = &self.tensors[i];
                     let (n, _) = self.unwritten_in(&t.buf, t).map_err(wrap)?;
@@ -959,7 +1040,7 @@ impl Target for GpuTarget<'_> {
 
     fn run(&mut self, inputs: &GpuInputs) -> Result<f64, RunFailure> {
         self.protect_kept().map_err(|e| self.fail(e))?;
-        self.ensure(inputs).map_err(|e| self.fail(e))?;
+        self.ensure_for_run(inputs)?;
         self.prepare_candidate().map_err(|e| self.fail(e))?;
         self.gpu
             .run_launches(&self.candidate, &self.cand_launches, self.run_timeout)
@@ -979,7 +1060,7 @@ impl Target for GpuTarget<'_> {
             )));
         };
         self.protect_kept().map_err(|e| self.fail(e))?;
-        self.ensure(inputs).map_err(|e| self.fail(e))?;
+        self.ensure_for_run(inputs)?;
         self.prepare_candidate().map_err(|e| self.fail(e))?;
         let cfg = SampleConfig::contract(&self.cand_launches, self.run_timeout);
         let times = self
@@ -993,7 +1074,7 @@ impl Target for GpuTarget<'_> {
 
     fn plain_sample(&mut self, inputs: &GpuInputs) -> Result<f64, RunFailure> {
         self.protect_kept().map_err(|e| self.fail(e))?;
-        self.ensure(inputs).map_err(|e| self.fail(e))?;
+        self.ensure_for_run(inputs)?;
         self.arm_guards().map_err(|e| self.fail(e))?;
         let ms = self
             .gpu

@@ -175,7 +175,10 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
         Ok(_) => {}
         Err(end) => {
             let f = session.target.failure(end);
-            return Ok(*session.failure_verdict(f, "loading the artifact"));
+            return match session.failure_verdict(f, "loading the artifact") {
+                crate::engine::contract::Stop::Verdict(e) => Ok(*e),
+                crate::engine::contract::Stop::Infra(why) => Err(why),
+            };
         }
     }
     let mut e = session.run()?;

@@ -39,7 +39,7 @@ pub fn time<T: Target>(
                         s.target.backend()
                     )));
                 }
-                Err(f) => return Err(s.failure_verdict(f, &label).into()),
+                Err(f) => return Err(s.failure_verdict(f, &label)),
             };
             windows.push((t0, Instant::now()));
             samples.push((us - overhead_us).max(0.0));
