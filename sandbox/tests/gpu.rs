@@ -33,7 +33,7 @@ mod triton;
 mod triton_plans;
 
 /// H200 peaks, as the daemon passes them (tensor-core flop rate, HBM3e bandwidth).
-const PEAKS: (f64, f64) = (4.3e12, 990e12);
+const PEAKS: (f64, f64) = (4.8e12, 990e12);
 
 fn gpu() -> Option<(tempfile::TempDir, SandboxConfig)> {
     if let Err(e) = kiln_gpu::available() {

@@ -21,10 +21,13 @@ use serde_json::json;
 use super::{Backend, BackendError, compile_in_jail};
 use crate::gpu::clocks::LaneClocks;
 
-/// Peak figures of an H200 for the cuda floor check: HBM3e bandwidth, and a dense
+/// Peak figures of an H200 for the cuda floor check (a time below the floor is
+/// `implausible_time`, so these are upper bounds, not typical rates): HBM3e bandwidth at
+/// the datasheet's 4.8 TB/s (a read-only kernel beats the ~4.3 TB/s a copy reaches: an
+/// honest hinge loss over 4 GiB read it at 4.34 TB/s on the H200, 2026-12-02), and a dense
 /// tensor-core rate (fp16/bf16 ~990 Tflop/s) so that TF32 and fp16 kernels are never
 /// refused as impossible.
-const CUDA_PEAKS: (f64, f64) = (4.3e12, 990e12);
+const CUDA_PEAKS: (f64, f64) = (4.8e12, 990e12);
 
 /// Clock control where NVML cannot be loaded: every change is refused (only reached
 /// under the `lock` policy).
