@@ -1245,9 +1245,18 @@ def describe(path, run_limit_bytes, run_limit_flops=4 * 10**9, tol=(1e-4, 1e-4))
         d = tensor_desc(torch, kn, x, prov.of(x), "input", from_file=True)
         forward.append(kn)
         tensors.append(d)
+    kept_buffers = []
+    params = {n for n, _ in model.named_parameters()}
     for pname, p in list(model.named_parameters()) + [(b, t) for b, t in model.named_buffers() if t.is_floating_point()]:
+        dist = prov.of(p)
+        if pname not in params and (dist is None or dist.init() is None):
+            # A buffer made from no draw (a causal mask: `tril(ones).view(...)`) is a
+            # constant of the module, not data: the module keeps its own, and it is not an
+            # input a candidate is handed.
+            kept_buffers.append(pname)
+            continue
         kn = identifier(pname.replace(".", "_"), taken)
-        d = tensor_desc(torch, kn, p, prov.of(p), "input")
+        d = tensor_desc(torch, kn, p, dist, "input")
         d["parameter"] = pname
         state[pname] = kn
         tensors.append(d)
@@ -1299,6 +1308,7 @@ def describe(path, run_limit_bytes, run_limit_flops=4 * 10**9, tol=(1e-4, 1e-4))
         "flops": int(counter.get_total_flops()),
         "min_bytes": nbytes,
         "summary": doc[0] if doc else "",
+        "kept_buffers": kept_buffers,
         "output_max_abs": None,
         "output_note": "",
     }

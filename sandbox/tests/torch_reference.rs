@@ -397,3 +397,34 @@ fn a_runner_crash_mid_trial_is_kilns_failure_not_a_verdict() {
     assert_correct(&e);
     assert_eq!(runner.starts(), 2, "a fresh runner after the crash");
 }
+
+/// A module's constant buffer (a causal mask) stays the module's own in the reference:
+/// a candidate that applies the mask is correct, one that ignores it is not.
+#[test]
+fn a_modules_own_causal_mask_is_applied_by_the_reference() {
+    let Some(mut runner) = runner() else {
+        return;
+    };
+    let (_d, cfg) = common::setup();
+    let p = fixture("kb-causal-mask-8x8");
+    let src = r#"
+void causal(const float *x, float *y, int n) {
+    for (int b = 0; b < n; b++) for (int i = 0; i < 8; i++) for (int j = 0; j < 8; j++)
+        y[(b * 8 + i) * 8 + j] = j <= i ? x[(b * 8 + i) * 8 + j] : 0.0f;
+}
+"#;
+    let args = r#"["x", "out", {"i32": 4}]"#;
+    let e = evaluate(&cfg, &p, &candidate(&p, src, "causal", args), &mut runner);
+    assert_correct(&e);
+    let unmasked = src.replace(
+        "j <= i ? x[(b * 8 + i) * 8 + j] : 0.0f",
+        "x[(b * 8 + i) * 8 + j]",
+    );
+    let e = evaluate(
+        &cfg,
+        &p,
+        &candidate(&p, &unmasked, "causal", args),
+        &mut runner,
+    );
+    assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
+}

@@ -184,7 +184,7 @@ fn kilns_own_fixtures_import_and_dropout_is_refused() {
         &[repo().join("problems/kernelbench-format/tiny")],
         out.path(),
     );
-    assert_eq!(names(&v, "imported", "name").len(), 5, "{v}");
+    assert_eq!(names(&v, "imported", "name").len(), 6, "{v}");
     let refused = names(&v, "refused", "file");
     assert_eq!(refused.len(), 1, "{v}");
     assert!(refused[0].ends_with("dropout_refused.py"), "{v}");
@@ -196,6 +196,22 @@ fn kilns_own_fixtures_import_and_dropout_is_refused() {
             high: 1.5
         }),
         "a constant initialiser (ones) drawn around its value"
+    );
+    // A buffer made from no draw (a causal mask) stays the module's own: not a tensor of
+    // the problem, and the import says so.
+    let mask = ProblemSpec::load_dir(&out.path().join("kb-causal-mask-8x8")).expect("loads");
+    let order: Vec<&str> = mask.tensors.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(order, ["x", "out"]);
+    let warned = v["imported"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|i| i["name"] == "kb-causal-mask-8x8")
+        .map(|i| i["warnings"].to_string())
+        .unwrap_or_default();
+    assert!(
+        warned.contains("buffer mask is made from no draw"),
+        "{warned}"
     );
 }
 

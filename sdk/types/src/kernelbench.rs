@@ -93,6 +93,9 @@ pub struct Description {
     zero_passes: Option<f64>,
     #[serde(default)]
     output_note: String,
+    /// Buffers made from no draw (a causal mask): the module keeps its own.
+    #[serde(default)]
+    kept_buffers: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -252,6 +255,12 @@ pub fn problem_toml(name: &str, d: &Description, tol: Tolerance) -> Result<(Stri
                 ));
             }
         }
+    }
+    for b in &d.kept_buffers {
+        warnings.push(format!(
+            "buffer {b} is made from no draw (a constant of the module, such as a causal \
+             mask): the module keeps its own, and it is not one of the problem's tensors"
+        ));
     }
     if tol == KERNELBENCH_TOLERANCE {
         t.push_str(
