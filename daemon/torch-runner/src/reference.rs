@@ -127,19 +127,13 @@ impl ReferenceRunner {
         if self.device != "cuda" {
             return Err("shared tensors need the runner of a GPU lane".into());
         }
-        let timeout = self.helper.timeout;
-        let process = self.ensure(timeout)?;
-        let listed: Vec<_> = tensors
-            .iter()
-            .map(|(name, mapped)| json!({"name": name, "mapped": mapped}))
-            .collect();
-        let body = json!({"cmd": "reference_shared", "problem": problem, "tensors": listed});
-        let borrowed: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
-        let result = process.call_with_fds(&body, &[], &borrowed, timeout);
-        if process.is_dead() {
-            self.process = None;
-        }
-        let (answer, _) = result.map_err(|e| format!("the torch reference: {e}"))?;
+        let answer = self
+            .call_shared(
+                json!({"cmd": "reference_shared", "problem": problem}),
+                tensors,
+                &fds,
+            )
+            .map_err(|e| format!("the torch reference: {e}"))?;
         tracing::debug!(problem = %problem.name, ms = %answer["ms"], "torch reference in shared tensors");
         Ok(answer["precision"].as_str().unwrap_or("").to_string())
     }
@@ -160,22 +154,34 @@ impl ReferenceRunner {
         if self.device != "cuda" {
             return Err("inputs from get_inputs() are made on a GPU lane's runner".into());
         }
+        let body = json!({"cmd": "inputs_shared", "problem": problem, "seed": seed});
+        let answer = self
+            .call_shared(body, tensors, &fds)
+            .map_err(|e| format!("the problem's get_inputs(): {e}"))?;
+        tracing::debug!(problem = %problem.name, ms = %answer["ms"], "get_inputs() in shared tensors");
+        Ok(())
+    }
+
+    /// One call of the (started) runner with `body`, the shared `tensors` listed in it and
+    /// their descriptors sent after it; a runner that died is dropped, to start afresh.
+    fn call_shared(
+        &mut self,
+        mut body: serde_json::Value,
+        tensors: &[(String, u64)],
+        fds: &[OwnedFd],
+    ) -> Result<serde_json::Value, String> {
         let timeout = self.helper.timeout;
         let process = self.ensure(timeout)?;
-        let listed: Vec<_> = tensors
+        body["tensors"] = tensors
             .iter()
             .map(|(name, mapped)| json!({"name": name, "mapped": mapped}))
             .collect();
-        let body =
-            json!({"cmd": "inputs_shared", "problem": problem, "tensors": listed, "seed": seed});
         let borrowed: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
         let result = process.call_with_fds(&body, &[], &borrowed, timeout);
         if process.is_dead() {
             self.process = None;
         }
-        let (answer, _) = result.map_err(|e| format!("the problem's get_inputs(): {e}"))?;
-        tracing::debug!(problem = %problem.name, ms = %answer["ms"], "get_inputs() in shared tensors");
-        Ok(())
+        result.map(|(answer, _)| answer).map_err(|e| e.to_string())
     }
 
     fn ensure(&mut self, timeout: Duration) -> Result<&mut RunnerProcess, String> {

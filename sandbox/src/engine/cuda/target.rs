@@ -603,18 +603,7 @@ impl GpuTarget<'_> {
                     .into(),
             );
         };
-        let mut listed = Vec::new();
-        let mut fds = Vec::new();
-        for &i in indices {
-            let t = &self.tensors[i];
-            let mapped = kiln_gpu::shareable::mapped_bytes(&t.buf)
-                .ok_or_else(|| format!("tensor {} is not shared memory", t.name))?;
-            fds.push(self.gpu.export_fd(&t.buf).map_err(|e| e.to_string())?);
-            listed.push(SharedTensor {
-                name: t.name.clone(),
-                mapped: mapped as u64,
-            });
-        }
+        let (listed, fds) = export_tensors(self.gpu, indices.iter().map(|&i| &self.tensors[i]))?;
         share(SharedCall::Inputs { seed }, &listed, fds).map(drop)
     }
 
@@ -799,19 +788,10 @@ impl GpuTarget<'_> {
                 // The runner maps the tensors, reads the inputs and writes the outputs in
                 // place; it has unmapped them and synchronized before it answers.
                 self.gpu.synchronize().map_err(wrap)?;
-                let mut listed = Vec::new();
-                let mut fds = Vec::new();
-                for role in [Role::Input, Role::Output] {
-                    for t in self.tensors.iter().filter(|t| t.role == role) {
-                        let mapped = kiln_gpu::shareable::mapped_bytes(&t.buf)
-                            .ok_or_else(|| format!("tensor {} is not shared memory", t.name))?;
-                        fds.push(self.gpu.export_fd(&t.buf).map_err(wrap)?);
-                        listed.push(SharedTensor {
-                            name: t.name.clone(),
-                            mapped: mapped as u64,
-                        });
-                    }
-                }
+                let in_order = [Role::Input, Role::Output]
+                    .into_iter()
+                    .flat_map(|r| self.tensors.iter().filter(move |t| t.role == r));
+                let (listed, fds) = export_tensors(self.gpu, in_order)?;
                 *precision = share(SharedCall::Reference, &listed, fds)?;
                 for i in self.outputs() {
                     let t = &self.tensors[i];
@@ -864,6 +844,25 @@ impl GpuTarget<'_> {
         }
         Ok(())
     }
+}
+
+/// The shared-memory list and one exported descriptor for each of `tensors`, in order.
+fn export_tensors<'t>(
+    gpu: &Gpu,
+    tensors: impl Iterator<Item = &'t Tensor>,
+) -> Result<(Vec<SharedTensor>, Vec<OwnedFd>), String> {
+    let mut listed = Vec::new();
+    let mut fds = Vec::new();
+    for t in tensors {
+        let mapped = kiln_gpu::shareable::mapped_bytes(&t.buf)
+            .ok_or_else(|| format!("tensor {} is not shared memory", t.name))?;
+        fds.push(gpu.export_fd(&t.buf).map_err(|e| e.to_string())?);
+        listed.push(SharedTensor {
+            name: t.name.clone(),
+            mapped: mapped as u64,
+        });
+    }
+    Ok((listed, fds))
 }
 
 /// Resolution of `cuEventElapsedTime` ("around 0.5 microseconds", CUDA driver API
