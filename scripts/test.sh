@@ -45,6 +45,7 @@ echo "== torch for the torch-reference tests: ${KILN_PYTHON:-none (those tests s
 stage "script tests (the corpus extractor; every path the docs name exists) and the torch runner's (torch-free, and with KILN_PYTHON one with torch)"
 python3 -m unittest discover -s scripts/tests -t scripts/tests
 python3 -m unittest discover -s daemon/torch-runner/tests -t daemon/torch-runner/tests
+python3 -m unittest discover -s sandbox/hosted/tests -t sandbox/hosted/tests
 
 stage "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -18,7 +18,7 @@ use crate::engine::triton::spec as triton_spec;
 use crate::error::SandboxError;
 use crate::jail::{self, LayerStatus, Limits, Role};
 use crate::jailed_worker::{
-    JobDir, budget_timeout, evaluate_request, evaluation_budget, jail_spec, precheck,
+    JobDir, budget_timeout, candidate_budget, evaluate_request, jail_spec, precheck,
     protocol_error, reply_answering_references, with_layers,
 };
 use crate::protocol::{self, PROTOCOL_VERSION, Request, Response};
@@ -88,6 +88,34 @@ fn compile_failure(
 const RUNAWAY_HINT: &str = ": preprocessing or template instantiation that does not end \
                             (a macro or template bomb?)";
 
+/// The compile step of a hosted `ModelNew` file: nothing is compiled here. Its
+/// `load_inline` CUDA and Triton kernels are built by its own runner, in the evaluation's
+/// jail, when the file is imported (and that time is reported with the evaluation). The
+/// artifact is the file itself. No python with torch for hosted runners is an unusable
+/// backend, not the candidate's fault.
+fn hosted_compile(
+    cfg: &SandboxConfig,
+    candidate: &Candidate,
+) -> Result<CompileOutcome, SandboxError> {
+    if let Err(why) = crate::engine::hosted::setup::usable(cfg.hosted.as_ref()) {
+        return Err(SandboxError::BackendUnavailable(
+            candidate.language.as_str().to_string(),
+            why,
+        ));
+    }
+    Ok(CompileOutcome {
+        artifact: Some(candidate.source.as_bytes().to_vec()),
+        info: CompileInfo {
+            log: "hosted: the file is imported (and its load_inline or Triton kernels built) \
+                  by its runner at evaluation"
+                .into(),
+            ..CompileInfo::default()
+        },
+        failure: None,
+        layers: Vec::new(),
+    })
+}
+
 /// Compiles a candidate for `problem` inside a jailed worker (compile role): `cc` for C,
 /// NVRTC for CUDA (for [`SandboxConfig::cuda_arch`]), Triton's compiler in
 /// [`SandboxConfig::triton`]'s python for Triton (the problem gives the types of the
@@ -119,6 +147,9 @@ pub fn compile(
     if let Err(e) = candidate.validate() {
         return Ok(refused(Verdict::CompileError, e.to_string()));
     }
+    if language.is_hosted() {
+        return hosted_compile(cfg, candidate);
+    }
     let mut triton = None;
     match language {
         Language::Cuda => {
@@ -147,6 +178,7 @@ pub fn compile(
                 return Ok(refused(Verdict::CompileError, e));
             }
         }
+        Language::ModelNew | Language::ModelNewCpu => unreachable!("returned above"),
         Language::Triton => {
             let setup = cfg.triton.as_ref().ok_or_else(|| {
                 SandboxError::BackendUnavailable(
@@ -175,7 +207,9 @@ pub fn compile(
         as_bytes: Some(match language {
             Language::C => cfg.memory_limit_bytes,
             Language::Cuda => cfg.memory_limit_bytes.max(8 << 30),
-            Language::Triton => cfg.memory_limit_bytes.max(16 << 30),
+            Language::Triton | Language::ModelNew | Language::ModelNewCpu => {
+                cfg.memory_limit_bytes.max(16 << 30)
+            }
         }),
     };
     let cpu_s = limits.cpu_s;
@@ -335,19 +369,24 @@ pub fn evaluate_with(
         let mut worker = WarmWorker::new(cfg.clone(), 1);
         return worker.evaluate_with(problem, reference, candidate, artifact, plan, runner);
     }
-    if let Some(e) = precheck(problem, candidate)? {
+    if let Some(e) = precheck(cfg, problem, candidate)? {
         return Ok(e);
     }
-    let budget = evaluation_budget(plan);
+    let budget = candidate_budget(cfg, candidate, plan);
     let job = JobDir::new(cfg)?;
+    let hosted = candidate.language.is_hosted();
+    // A hosted runner is python with torch: many shared libraries, a few threads.
     let limits = Limits {
         cpu_s: budget.as_secs() + 1,
-        nofile: 128,
-        nproc: 32,
+        nofile: if hosted { 1024 } else { 128 },
+        nproc: if hosted { 256 } else { 32 },
         fsize_bytes: 1 << 30,
         as_bytes: None,
     };
-    let spec = jail_spec(cfg, Role::Worker, false, &job, limits, "serve")?;
+    let mut spec = jail_spec(cfg, Role::Worker, false, &job, limits, "serve")?;
+    if let Some(setup) = cfg.hosted.as_ref().filter(|_| hosted) {
+        spec.ro_paths.extend(setup.ro_paths.iter().cloned());
+    }
     let mut child = jail::spawn(&cfg.worker_exe, &spec, budget)?;
     let layers = child.report.layers.clone();
     let request = evaluate_request(cfg, problem, candidate, plan, budget);

@@ -58,6 +58,10 @@ pub struct SandboxConfig {
     /// compiled here.
     #[serde(default)]
     pub triton: Option<crate::engine::triton::setup::TritonSetup>,
+    /// The python with torch that runs hosted `ModelNew` candidates in their jail (found by
+    /// kilnd at start from `[gpu] python`, see [`crate::engine::hosted::setup`]); `None`:
+    /// hosted candidates cannot be evaluated here.
+    pub hosted: Option<crate::engine::hosted::setup::HostedSetup>,
 }
 
 fn default_arch() -> String {
@@ -90,6 +94,7 @@ impl SandboxConfig {
             cupti: kiln_gpu::cupti::CuptiSetting::Auto,
             cuda_headers: ToolkitHeaders::default(),
             triton: None,
+            hosted: None,
         };
         cfg.find_cuda_headers(&[]);
         cfg

@@ -9,11 +9,14 @@
 //! - [`cuda`]: CUDA C on the worker's GPU (NVRTC; kernels through `kiln-gpu`);
 //! - [`triton`]: Triton's Python, compiled by Triton in the compile jail, then run by
 //!   [`cuda`] as plain CUDA launches of its CUBINs;
+//! - [`hosted`]: KernelBench `ModelNew` files run as written by a jailed python runner
+//!   (trust mode `hosted`), checked and timed from the worker's side;
 //! - [`limits`]: which resource limit ended a compile, for all of them.
 
 pub mod contract;
 pub mod cuda;
 pub mod host;
+pub mod hosted;
 pub mod limits;
 pub mod triton;
 

@@ -176,17 +176,34 @@ pub(crate) fn evaluation_budget(plan: &EvalPlan) -> Duration {
 /// Refusals before any worker starts: the cuda backend missing here (an error), no
 /// reference for the backend (an error), an invalid candidate (`Some` verdict).
 pub(crate) fn precheck(
+    cfg: &SandboxConfig,
     problem: &ProblemSpec,
     candidate: &Candidate,
 ) -> Result<Option<Evaluation>, SandboxError> {
     let backend = candidate.language.backend();
     let cuda = backend == kiln_types::BackendKind::Cuda;
+    if candidate.language.is_hosted()
+        && let Err(why) = crate::engine::hosted::setup::usable(cfg.hosted.as_ref())
+    {
+        return Err(SandboxError::BackendUnavailable(
+            candidate.language.as_str().to_string(),
+            why,
+        ));
+    }
     // Only the libraries (cheap): the GPU itself was found when kilnd chose it at start, and
     // the worker reports it if it is gone.
     if cuda && let Err(e) = kiln_gpu::facts::libraries_present() {
         return Err(SandboxError::BackendUnavailable(
             kiln_types::BackendKind::Cuda.to_string(),
             e.reason,
+        ));
+    }
+    if candidate.language.is_hosted() && problem.reference.torch.is_none() {
+        return Err(SandboxError::Problem(
+            problem.name.clone(),
+            "a hosted ModelNew candidate needs a problem with a torch reference (its \
+             forward arguments, outputs and parameters name kiln's tensors)"
+                .into(),
         ));
     }
     if !problem.evaluable_on(backend) {
@@ -223,7 +240,38 @@ pub(crate) fn evaluate_request(
             output_limit_bytes: cfg.output_limit_bytes,
             cpu_limit_s: budget.as_secs() + 1,
         },
+        hosted: hosted_job(cfg, candidate),
     }
+}
+
+/// A hosted candidate's python and import limit; `None` for every other candidate (and
+/// where no python with torch was found: [`precheck`] refuses those first).
+pub(crate) fn hosted_job(
+    cfg: &SandboxConfig,
+    candidate: &Candidate,
+) -> Option<crate::engine::hosted::setup::HostedJob> {
+    use crate::engine::hosted::setup;
+    if !candidate.language.is_hosted() {
+        return None;
+    }
+    cfg.hosted.as_ref().map(|s| setup::HostedJob {
+        setup: s.clone(),
+        load_timeout_ms: setup::load_timeout(cfg.compile_timeout).as_millis() as u64,
+    })
+}
+
+/// [`evaluation_budget`] for `candidate`: a hosted one also gets its import limit.
+pub(crate) fn candidate_budget(
+    cfg: &SandboxConfig,
+    candidate: &Candidate,
+    plan: &EvalPlan,
+) -> Duration {
+    let load = if candidate.language.is_hosted() {
+        crate::engine::hosted::setup::load_timeout(cfg.compile_timeout)
+    } else {
+        Duration::ZERO
+    };
+    evaluation_budget(plan).saturating_add(load)
 }
 
 /// The evaluation a worker killed at its wall budget gets.

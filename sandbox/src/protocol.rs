@@ -128,6 +128,9 @@ pub enum Request {
         plan: EvalPlan,
         /// Limits for the runners.
         limits: RunLimits,
+        /// A hosted candidate's python and import limit (`engine::hosted`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hosted: Option<crate::engine::hosted::setup::HostedJob>,
     },
     /// Time the problem's baselines on the worker's GPU (cuda only); blob: the compiled
     /// reference. See `engine::cuda::baseline`.

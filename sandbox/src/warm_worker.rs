@@ -22,7 +22,7 @@ use crate::config::SandboxConfig;
 use crate::error::SandboxError;
 use crate::jail::{self, JailedChild, LayerStatus, Limits, Role};
 use crate::jailed_worker::{
-    JobDir, budget_timeout, evaluate_request, evaluation_budget, jail_spec, precheck,
+    JobDir, budget_timeout, candidate_budget, evaluate_request, jail_spec, precheck,
     protocol_error, reply_answering_references, with_layers,
 };
 use crate::protocol::{self, ProtocolError, Response};
@@ -141,10 +141,10 @@ impl WarmWorker {
         plan: &EvalPlan,
         mut runner: Option<&mut ReferenceRunner>,
     ) -> Result<Evaluation, SandboxError> {
-        if let Some(e) = precheck(problem, candidate)? {
+        if let Some(e) = precheck(&self.cfg, problem, candidate)? {
             return Ok(e);
         }
-        let budget = evaluation_budget(plan);
+        let budget = candidate_budget(&self.cfg, candidate, plan);
         let request = evaluate_request(&self.cfg, problem, candidate, plan, budget);
         let mut retried = false;
         loop {

@@ -158,6 +158,9 @@ fn serve_on(
         } => {
             let timeout = Duration::from_millis(timeout_ms);
             let compiled = match candidate.language {
+                Language::ModelNew | Language::ModelNewCpu => {
+                    Err("hosted candidates are not compiled by a worker (see api::compile)".into())
+                }
                 Language::C => {
                     let c = host::compile::compile(&candidate, &cc, timeout);
                     Ok((c.artifact, c.info, c.message, None))
@@ -199,6 +202,7 @@ fn serve_on(
             candidate,
             plan,
             limits,
+            hosted,
             ..
         } => {
             let [reference, artifact] = blobs.as_slice() else {
@@ -230,8 +234,17 @@ fn serve_on(
                 .is_none()
                 && problem.reference.torch.is_some();
 
+            let hosted_job = hosted.as_ref().map(|h| crate::engine::hosted::cpu::Hosted {
+                setup: &h.setup,
+                load_timeout: Duration::from_millis(h.load_timeout_ms),
+            });
             let r = match candidate.language {
-                Language::C => {
+                Language::ModelNewCpu | Language::C
+                    if candidate.language.is_hosted() && hosted_job.is_none() =>
+                {
+                    failed("a hosted candidate's request carries no python with torch".into())
+                }
+                Language::C | Language::ModelNewCpu => {
                     let exe = std::env::args_os()
                         .next()
                         .map(PathBuf::from)
@@ -246,6 +259,7 @@ fn serve_on(
                         exe: &exe,
                         tag,
                         torch: torch_only.then_some(&mut ask as &mut host::evaluate::TorchAsk),
+                        hosted: hosted_job,
                     };
                     match host::evaluate::evaluate(job) {
                         Ok(evaluation) => Response::Evaluated {
@@ -267,6 +281,11 @@ fn serve_on(
                     };
                     on_gpu(context, job, &mut retire)
                 }
+                Language::ModelNew => failed(
+                    "modelnew candidates on the GPU are not evaluated by this worker version \
+                     (modelnew-cpu runs on the host backend)"
+                        .into(),
+                ),
                 Language::Triton => {
                     let lowered = triton::artifact::Artifact::decode(artifact)
                         .and_then(|a| triton::lower::lower(&candidate, &a));

@@ -9,74 +9,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use std::time::Duration;
+use common::kernelbench::{fixture, python, runner};
 
 use kiln_sandbox::SandboxConfig;
-use kiln_torch_runner::{ReferenceRunner, TorchRunner};
+use kiln_torch_runner::ReferenceRunner;
 use kiln_types::{Candidate, Evaluation, Language, ProblemSpec, Verdict};
-
-fn python() -> Option<PathBuf> {
-    let python = std::env::var("KILN_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = std::process::Command::new(&python)
-        .args(["-c", "import torch"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIP: {python} cannot import torch (set KILN_PYTHON to a python with torch)");
-        return None;
-    }
-    Some(PathBuf::from(python))
-}
-
-fn helper() -> Option<TorchRunner> {
-    Some(TorchRunner {
-        python: python()?,
-        script: Path::new(env!("CARGO_MANIFEST_DIR")).join("../daemon/torch-runner/kiln_torch.py"),
-        timeout: Duration::from_secs(120),
-    })
-}
-
-fn runner() -> Option<ReferenceRunner> {
-    Some(ReferenceRunner::cpu(helper()?))
-}
-
-/// The tiny fixtures imported once per test binary, under cargo's test scratch folder.
-fn imported() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("kernelbench-tiny-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../problems/kernelbench-format/tiny");
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&src)
-            .expect("fixtures")
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "py"))
-            .collect();
-        files.sort();
-        let helper = helper().expect("a python with torch");
-        let described = kiln_torch_runner::process::describe(
-            &helper,
-            &files,
-            (256 << 20, 1 << 32),
-            kiln_types::kernelbench::KERNELBENCH_TOLERANCE,
-        )
-        .expect("described");
-        for d in &described {
-            if d.refused.is_none() {
-                kiln_types::kernelbench::write(
-                    &dir,
-                    d,
-                    kiln_types::kernelbench::KERNELBENCH_TOLERANCE,
-                )
-                .expect("written");
-            }
-        }
-        dir
-    })
-}
 
 /// `e` passed every correctness trial: `ok`, or `unmeasurable_time` (these kernels take
 /// well under a microsecond, and on a loaded 2-core machine the timer's overhead can swamp
@@ -90,10 +27,6 @@ fn assert_correct(e: &Evaluation) {
         "{e:#?}"
     );
     assert!(correct, "{e:#?}");
-}
-
-fn fixture(name: &str) -> ProblemSpec {
-    ProblemSpec::load_dir(&imported().join(name)).expect("fixture loads")
 }
 
 fn candidate(p: &ProblemSpec, source: &str, kernel: &str, args: &str) -> Candidate {

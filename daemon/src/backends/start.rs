@@ -17,6 +17,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kiln_sandbox::engine::hosted::setup::HostedSetup;
 use kiln_sandbox::engine::triton::setup::TritonSetup;
 use kiln_sandbox::{BackendStatus, SandboxConfig, WarmWorker};
 use kiln_types::BackendKind;
@@ -126,6 +127,7 @@ pub fn build(
     let mut cfg = sandbox_config(config, state_dir);
     let triton = find_triton(config);
     cfg.triton = triton.as_ref().ok().cloned();
+    cfg.hosted = find_hosted(config);
     let layers = kiln_sandbox::probe_layers(&cfg);
     for l in &layers {
         if l.active {
@@ -246,6 +248,25 @@ fn find_triton(config: &Config) -> Result<TritonSetup, String> {
         Err(e) => tracing::info!(reason = %e, "no triton: triton candidates are refused"),
     }
     found
+}
+
+/// The python with torch of `[gpu] python` that runs hosted `ModelNew` candidates in
+/// their jail, asked once; `None` (logged) refuses them as an unusable backend.
+fn find_hosted(config: &Config) -> Option<HostedSetup> {
+    if config.gpu.python.is_empty() {
+        tracing::info!("[gpu] python is empty: hosted ModelNew candidates are refused");
+        return None;
+    }
+    match HostedSetup::find(&config.gpu.python, Duration::from_secs(60)) {
+        Ok(h) => {
+            tracing::info!(python = %h.describe(), "hosted ModelNew candidates");
+            Some(h)
+        }
+        Err(e) => {
+            tracing::info!(reason = %e, "no torch: hosted ModelNew candidates are refused");
+            None
+        }
+    }
 }
 
 /// `/v1/info`'s `triton`.

@@ -5,6 +5,8 @@
 //!   (single-threaded on purpose: nothing here starts a thread);
 //! - `kiln-worker serve --tag=T`: answer one request on stdin/stdout (inside the jail);
 //! - `kiln-worker runner --tag=T`: hold candidate code (started by `serve`);
+//! - `kiln-worker hosted-runner --python=P --script=S --tag=T`: load the hosted filter and
+//!   exec the python that holds a hosted `ModelNew` file (started by `serve`);
 //! - `kiln-worker probe --tag=T`: exit at once (for `probe_layers`);
 //! - `kiln-worker launch --spec PROBLEM.json ...`: run a problem's own seed or reference
 //!   kernel on the GPU for an external profiler (`kiln bench agreement`; not jailed, and
@@ -36,6 +38,7 @@ fn main() -> ExitCode {
         },
         Some("serve") => kiln_sandbox::worker::serve(tag),
         Some("runner") => kiln_sandbox::engine::host::runner::main(),
+        Some("hosted-runner") => kiln_sandbox::engine::hosted::wrapper::main(&args[2..]),
         Some("probe") => 0,
         Some("launch") => kiln_sandbox::engine::cuda::launcher::main(&args[2..]),
         _ => usage(),

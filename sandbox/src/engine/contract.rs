@@ -120,6 +120,11 @@ pub trait Target {
     type Kept;
     /// The backend this target evaluates on.
     fn backend(&self) -> kiln_types::BackendKind;
+    /// How the candidate is run: kiln launching its device code (the default), or its own
+    /// host code in a hosted runner.
+    fn trust(&self) -> kiln_types::TrustMode {
+        kiln_types::TrustMode::Contract
+    }
     /// Draws an input set from the secret `seed`, keyed by (`purpose`, `index`), each
     /// tensor from [`InputVariant::init`]. `Err` is an infrastructure failure.
     fn draw(
@@ -190,6 +195,12 @@ pub trait Target {
     ) -> Result<(u64, bool), RunFailure>;
     /// The timer's fixed overhead per sample, microseconds (subtracted from samples).
     fn overhead(&mut self) -> Result<f64, RunFailure>;
+    /// One more empty round trip, microseconds, taken between timed samples where the
+    /// timer has an overhead at all (host); `None` where it has none (GPU). The overhead
+    /// subtracted from every sample is the fastest of these and of [`Target::overhead`]'s.
+    fn overhead_probe(&mut self) -> Result<Option<f64>, RunFailure> {
+        Ok(None)
+    }
     /// True when reading every timed run's outputs is cheap (host: shared memory), so
     /// unwritten outputs are checked after every sample and not only on re-checks.
     fn outputs_every_sample(&self) -> bool;
@@ -277,6 +288,7 @@ impl<'a, T: Target> Session<'a, T> {
             verdict,
             message,
             backend: self.target.backend().to_string(),
+            trust: self.target.trust(),
             compile: None,
             evidence,
             timing: None,

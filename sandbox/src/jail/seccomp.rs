@@ -63,6 +63,8 @@ pub enum Cond {
     OneOf(u8, &'static [u64]),
     /// Argument `.0` is this process's own pid.
     SelfPid(u8),
+    /// Argument `.0` is not this process's own pid (a deny-list's "any other process").
+    NotSelfPid(u8),
 }
 
 /// One allowed syscall and why.
@@ -564,6 +566,68 @@ pub const GPU_DENY: &[Rule] = &[
     allow!(SYS_mount_setattr, "changing the jail's file system view"),
 ];
 
+/// What the hosted runner (a KernelBench `ModelNew` file's python, hostile from its first
+/// import) may NOT do, beyond [`GPU_DENY`]: python, torch and the CUDA driver need too much
+/// for an allow-list, so this too is a deny-list. No new processes (`clone` only with
+/// `CLONE_THREAD`; `fork`, `vfork` refused; `clone3` answers `ENOSYS` from
+/// [`HOSTED_FALLBACK`] so glibc falls back to `clone`), no signals to any other process,
+/// no network sockets, no namespaces, no tracing.
+pub const HOSTED_DENY: &[Rule] = &[
+    allow!(SYS_fork, "new processes"),
+    allow!(SYS_vfork, "new processes"),
+    allow!(
+        SYS_clone,
+        "new processes (threads, with CLONE_THREAD, stay allowed)",
+        Cond::NoBits(0, libc::CLONE_THREAD as u64)
+    ),
+    allow!(SYS_clone, "namespaces", Cond::Masked(0, NS_FLAGS, NS_FLAGS)),
+    allow!(SYS_kill, "signals to other processes", Cond::NotSelfPid(0)),
+    allow!(
+        SYS_tgkill,
+        "signals to other processes",
+        Cond::NotSelfPid(0)
+    ),
+    allow!(SYS_tkill, "signals by thread id (glibc uses tgkill)"),
+    allow!(
+        SYS_rt_sigqueueinfo,
+        "signals to other processes",
+        Cond::NotSelfPid(0)
+    ),
+    allow!(
+        SYS_rt_tgsigqueueinfo,
+        "signals to other processes",
+        Cond::NotSelfPid(0)
+    ),
+    allow!(SYS_pidfd_open, "handles on other processes"),
+    allow!(SYS_pidfd_send_signal, "signals to other processes"),
+    allow!(SYS_pidfd_getfd, "taking other processes' descriptors"),
+    allow!(SYS_kcmp, "comparing other processes' resources"),
+    allow!(
+        SYS_socket,
+        "network sockets (Unix sockets stay allowed)",
+        Cond::OneOf(
+            0,
+            &[
+                libc::AF_INET as u64,
+                libc::AF_INET6 as u64,
+                libc::AF_NETLINK as u64,
+                libc::AF_PACKET as u64,
+                libc::AF_VSOCK as u64,
+            ]
+        )
+    ),
+    allow!(SYS_setsid, "leaving the worker's session"),
+    allow!(SYS_setpgid, "leaving the worker's process group"),
+];
+
+/// The hosted runner's second filter (stacked on [`HOSTED_DENY`]): `clone3` answers
+/// `ENOSYS`, so glibc's `pthread_create` falls back to `clone`, whose flags the first
+/// filter can read (`clone3` passes them in memory, out of a filter's reach).
+pub const HOSTED_FALLBACK: &[Rule] = &[allow!(
+    SYS_clone3,
+    "flags out of a filter's reach: glibc falls back to clone"
+)];
+
 /// The rule list of a filter stage (for [`Stage::GpuWorker`], the denied calls).
 pub fn rules(stage: Stage) -> Vec<Rule> {
     match stage {
@@ -573,6 +637,8 @@ pub fn rules(stage: Stage) -> Vec<Rule> {
         Stage::PluginHost => PLUGIN_HOST.to_vec(),
         Stage::RunnerLoader => [RUNNER, RUNNER_LOADER].concat(),
         Stage::Runner => RUNNER.to_vec(),
+        Stage::HostedRunner => [GPU_DENY, HOSTED_DENY].concat(),
+        Stage::HostedFallback => HOSTED_FALLBACK.to_vec(),
     }
 }
 
@@ -591,6 +657,10 @@ pub enum Stage {
     RunnerLoader,
     /// The runner while candidate code runs.
     Runner,
+    /// The hosted runner (a `ModelNew` file's python): the denied calls.
+    HostedRunner,
+    /// The hosted runner's second filter: `clone3` answers `ENOSYS`.
+    HostedFallback,
 }
 
 impl From<Role> for Stage {
@@ -654,6 +724,15 @@ pub fn build(stage: Stage) -> Result<BpfProgram, String> {
                 )?])
                 .map_err(|e| e.to_string())?,
             ],
+            Cond::NotSelfPid(arg) => vec![
+                SeccompRule::new(vec![cond(
+                    arg,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::Ne,
+                    self_pid,
+                )?])
+                .map_err(|e| e.to_string())?,
+            ],
         };
         // An unconditional rule wins over conditional ones for the same syscall (the
         // loader stage re-allows `read` on any fd); seccompiler models "unconditional" as
@@ -673,9 +752,13 @@ pub fn build(stage: Stage) -> Result<BpfProgram, String> {
             SeccompAction::Allow,
         ),
         // A deny-list: the listed calls fail with EPERM, everything else is allowed.
-        Stage::GpuWorker => (
+        Stage::GpuWorker | Stage::HostedRunner => (
             SeccompAction::Allow,
             SeccompAction::Errno(libc::EPERM as u32),
+        ),
+        Stage::HostedFallback => (
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::ENOSYS as u32),
         ),
         Stage::RunnerLoader | Stage::Runner => (SeccompAction::Trap, SeccompAction::Allow),
     };

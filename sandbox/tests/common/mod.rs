@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod headers;
+pub mod kernelbench;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

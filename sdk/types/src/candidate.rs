@@ -48,15 +48,66 @@ pub enum Language {
     /// Python with `@triton.jit` functions, compiled ahead of time by Triton's own
     /// compiler; runs on the cuda backend.
     Triton,
+    /// A KernelBench `ModelNew` file (Python defining `class ModelNew(nn.Module)`, with its
+    /// `load_inline` CUDA, Triton kernels and torch layers), run as written in a jailed
+    /// hosted runner on the lane's GPU (trust mode [`TrustMode::Hosted`]); cuda backend.
+    #[serde(rename = "modelnew")]
+    ModelNew,
+    /// The same file run on the CPU in the hosted runner (torch on the CPU), for problems
+    /// with a torch reference on machines without a GPU; host backend.
+    #[serde(rename = "modelnew-cpu")]
+    ModelNewCpu,
+}
+
+/// How a candidate was run, shown with every result (docs/security.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TrustMode {
+    /// kiln launched the candidate's device code from its declarative plan (CUDA, Triton,
+    /// C): no candidate host code ran.
+    #[default]
+    Contract,
+    /// The candidate's own Python ran in a jailed hosted runner; kiln owned the inputs,
+    /// weights and outputs, compared in its own process and timed from its side.
+    Hosted,
+}
+
+impl TrustMode {
+    /// The mode's name on the wire (`contract`, `hosted`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrustMode::Contract => "contract",
+            TrustMode::Hosted => "hosted",
+        }
+    }
+}
+
+impl std::fmt::Display for TrustMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Language {
     /// The backend that runs candidates in this language.
     pub fn backend(self) -> crate::BackendKind {
         match self {
-            Language::Cuda | Language::Triton => crate::BackendKind::Cuda,
-            Language::C => crate::BackendKind::Host,
+            Language::Cuda | Language::Triton | Language::ModelNew => crate::BackendKind::Cuda,
+            Language::C | Language::ModelNewCpu => crate::BackendKind::Host,
         }
+    }
+
+    /// How candidates in this language are run.
+    pub fn trust(self) -> TrustMode {
+        match self {
+            Language::ModelNew | Language::ModelNewCpu => TrustMode::Hosted,
+            Language::Cuda | Language::C | Language::Triton => TrustMode::Contract,
+        }
+    }
+
+    /// True for the hosted languages (a `ModelNew` file: no launches, no scratch).
+    pub fn is_hosted(self) -> bool {
+        self.trust() == TrustMode::Hosted
     }
 
     /// The language of a backend's trusted reference kernels (`cuda`: CUDA C, `host`: C).
@@ -73,6 +124,8 @@ impl Language {
             Language::Cuda => "cuda",
             Language::C => "c",
             Language::Triton => "triton",
+            Language::ModelNew => "modelnew",
+            Language::ModelNewCpu => "modelnew-cpu",
         }
     }
 }
@@ -235,7 +288,9 @@ pub struct Candidate {
     pub language: Language,
     /// Device code (CUDA), C source (host) or Python with `@triton.jit` functions (Triton).
     pub source: String,
-    /// The launch list, executed in order by trusted code.
+    /// The launch list, executed in order by trusted code (empty, and may be left out, for
+    /// a hosted `ModelNew` file: its `forward` is the plan).
+    #[serde(default)]
     pub launches: Vec<Launch>,
     /// Scratch buffers.
     #[serde(default)]
@@ -325,6 +380,26 @@ pub enum CandidateError {
         /// What is wrong.
         reason: String,
     },
+    /// A field a hosted `ModelNew` file does not take (its `forward` is the plan).
+    #[error("{0}: a {1} candidate takes none (its ModelNew.forward is the plan)")]
+    HostedField(&'static str, &'static str),
+    /// A hosted source with no `class ModelNew` at the top level.
+    #[error(
+        "source: no top-level `class ModelNew` (a KernelBench answer defines          `class ModelNew(nn.Module)`)"
+    )]
+    NoModelNew,
+}
+
+/// True when `source` defines `class ModelNew` at the top level (a line starting with it,
+/// followed by `(` or `:`). The Python itself is checked only by the runner.
+pub fn defines_model_new(source: &str) -> bool {
+    source.lines().any(|line| {
+        line.strip_prefix("class")
+            .filter(|rest| rest.starts_with([' ', '\t']))
+            .map(str::trim_start)
+            .and_then(|rest| rest.strip_prefix("ModelNew"))
+            .is_some_and(|rest| rest.trim_start().starts_with(['(', ':']))
+    })
 }
 
 /// True if and only if `s` is a C identifier of at most 128 characters.
@@ -505,6 +580,37 @@ fn check_triton_fields(language: Language, index: usize, l: &Launch) -> Result<(
 }
 
 impl Candidate {
+    /// The backend that runs this candidate (its language's).
+    pub fn backend(&self) -> crate::BackendKind {
+        self.language.backend()
+    }
+
+    /// How this candidate is run (its language's).
+    pub fn trust(&self) -> TrustMode {
+        self.language.trust()
+    }
+
+    /// [`Candidate::validate`] for a hosted `ModelNew` file.
+    fn validate_hosted(&self) -> Result<(), CandidateError> {
+        let lang = self.language.as_str();
+        if !self.launches.is_empty() {
+            return Err(CandidateError::HostedField("launches", lang));
+        }
+        if !self.scratch.is_empty() {
+            return Err(CandidateError::HostedField("scratch", lang));
+        }
+        if !self.flags.is_empty() {
+            return Err(CandidateError::HostedField("flags", lang));
+        }
+        if self.note.as_ref().is_some_and(|n| n.len() > MAX_NOTE_BYTES) {
+            return Err(CandidateError::NoteTooLong);
+        }
+        if !defines_model_new(&self.source) {
+            return Err(CandidateError::NoModelNew);
+        }
+        Ok(())
+    }
+
     /// Checks the candidate's structure: sizes, names and dimensions.
     ///
     /// Problem-specific checks (do the args name real tensors?) happen at evaluation and
@@ -518,6 +624,9 @@ impl Candidate {
         }
         if self.source.contains('\0') {
             return Err(CandidateError::NulInSource);
+        }
+        if self.language.is_hosted() {
+            return self.validate_hosted();
         }
         if self.launches.is_empty() || self.launches.len() > MAX_LAUNCHES {
             return Err(CandidateError::LaunchCount(self.launches.len()));

@@ -33,7 +33,9 @@ pub mod verdict;
 
 pub use backend::{BackendKind, UnknownBackend};
 pub use baseline::{BaselineOp, BaselineResult, BaselineStatus};
-pub use candidate::{Arg, Candidate, CandidateError, Language, Launch, ScratchBuffer};
+pub use candidate::{
+    Arg, Candidate, CandidateError, Language, Launch, ScratchBuffer, TrustMode, defines_model_new,
+};
 pub use eval_plan::{
     EvalPlan, JobOptions, RaceAgainst, RaceBound, RaceTarget, ThrottlePolicy, TimingFigure,
     TimingPlan,

@@ -440,6 +440,10 @@ pub struct Evaluation {
     pub message: String,
     /// Backend that ran it (`host`, `cuda`).
     pub backend: String,
+    /// How it was run: `contract` (kiln launched its device code) or `hosted` (its own
+    /// Python ran in a jailed runner). Older records without it were all `contract`.
+    #[serde(default)]
+    pub trust: crate::TrustMode,
     /// Compile step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compile: Option<CompileInfo>,
@@ -468,6 +472,7 @@ impl Evaluation {
             verdict,
             message: message.into(),
             backend: backend.as_str().to_string(),
+            trust: crate::TrustMode::Contract,
             compile: None,
             evidence: Evidence::default(),
             timing: None,

@@ -25,6 +25,7 @@ use crate::engine::contract::data;
 use crate::engine::contract::{
     CheckError, InputVariant, Outputs, RunFailure, Session, Target, Unwritten,
 };
+use crate::engine::hosted::cpu::{self as hosted_cpu, Hosted};
 use crate::protocol::RunLimits;
 
 /// One drawn input set: (tensor name, bytes).
@@ -58,6 +59,9 @@ pub struct Job<'a, 'b> {
     pub tag: &'a str,
     /// The torch reference, when the problem has no host kernel.
     pub torch: Option<&'a mut TorchAsk<'b>>,
+    /// A hosted `ModelNew` file (`modelnew-cpu`): its python runs in place of a C
+    /// artifact (`engine::hosted::cpu`).
+    pub hosted: Option<Hosted<'a>>,
 }
 
 /// The host backend's mechanics: a reference runner and a candidate runner, each with its
@@ -72,6 +76,8 @@ pub struct HostTarget<'a, 'b> {
     pub run_timeout: Duration,
     /// The candidate's slot that `tampered` and `keep` look at (see `select_rep`).
     rep: usize,
+    /// How the candidate runs: its C artifact, or its hosted python.
+    trust: kiln_types::TrustMode,
 }
 
 /// Where the reference's outputs come from.
@@ -97,14 +103,20 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
         Ok(l) => l.with_slots_within(REP_SLOT_BYTES),
         Err(e) => return Ok(early(Verdict::InvalidLaunch, e)),
     };
-    let cand_calls = match layout::resolve(&job.candidate.launches, &cand_layout) {
-        Ok(c) => c,
-        Err(e) => return Ok(early(Verdict::InvalidLaunch, e)),
+    let cand_calls = match (
+        &job.hosted,
+        layout::resolve(&job.candidate.launches, &cand_layout),
+    ) {
+        (Some(_), _) => Vec::new(),
+        (None, Ok(c)) => c,
+        (None, Err(e)) => return Ok(early(Verdict::InvalidLaunch, e)),
     };
     let dir = std::env::current_dir().map_err(|e| format!("scratch: {e}"))?;
     let (ref_path, cand_path) = (dir.join("reference.so"), dir.join("candidate.so"));
-    std::fs::write(&cand_path, job.candidate_artifact)
-        .map_err(|e| format!("write candidate artifact: {e}"))?;
+    if job.hosted.is_none() {
+        std::fs::write(&cand_path, job.candidate_artifact)
+            .map_err(|e| format!("write candidate artifact: {e}"))?;
+    }
 
     let run_timeout = Duration::from_millis(job.plan.run_timeout_ms.max(1));
     let base = RunnerConfig {
@@ -144,15 +156,49 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
         artifact: &cand_path,
         ..base
     };
-    let (candidate, ready) = Runner::spawn(&cand_cfg, cand_layout, cand_calls)?;
+    let script = dir.join(crate::engine::hosted::setup::SCRIPT_NAME);
+    let (candidate, ready) = match &job.hosted {
+        None => Runner::spawn(&cand_cfg, cand_layout, cand_calls)?,
+        Some(hosted) => {
+            let source = std::str::from_utf8(job.candidate_artifact)
+                .map_err(|e| format!("hosted artifact: {e}"))?;
+            let program =
+                hosted_cpu::program(problem, source, &cand_layout, hosted, &dir, &script)?;
+            let cfg = RunnerConfig {
+                load_timeout: hosted.load_timeout,
+                ..cand_cfg
+            };
+            Runner::spawn_program(&cfg, cand_layout, program)?
+        }
+    };
     let target = HostTarget {
         problem,
         reference,
         candidate,
         run_timeout,
         rep: 0,
+        trust: job.candidate.trust(),
     };
     let mut session = Session::new(problem, job.plan, target);
+    if job.hosted.is_some() {
+        match &ready {
+            Ok(r) => {
+                if let Some((verdict, message)) = hosted_cpu::ready_verdict(r) {
+                    if verdict == Verdict::RuntimeFault {
+                        session.evidence.fault = r.error.clone();
+                    }
+                    return Ok(session.verdict(verdict, message));
+                }
+            }
+            Err(end) => {
+                let f = session.target.failure(end.clone());
+                return match session.failure_verdict(f, "importing the ModelNew file") {
+                    crate::engine::contract::Stop::Verdict(e) => Ok(*e),
+                    crate::engine::contract::Stop::Infra(why) => Err(why),
+                };
+            }
+        }
+    }
     match ready {
         Ok(r) if !r.missing.is_empty() => {
             return Ok(session.verdict(
@@ -317,6 +363,10 @@ impl Target for HostTarget<'_, '_> {
         kiln_types::BackendKind::Host
     }
 
+    fn trust(&self) -> kiln_types::TrustMode {
+        self.trust
+    }
+
     fn draw(
         &mut self,
         seed: u64,
@@ -456,6 +506,16 @@ impl Target for HostTarget<'_, '_> {
         // carries at least that much. Subtracting the median instead drove half the samples
         // of a ~1 µs kernel to zero (and its median to 0 µs, which no speedup can divide).
         Ok(empty.iter().copied().fold(f64::INFINITY, f64::min).max(0.0))
+    }
+
+    /// One empty round trip between samples: on a loaded machine the round trips measured
+    /// before the samples can all come out slower than those during them, and then the
+    /// overhead would swallow a short kernel's samples whole.
+    fn overhead_probe(&mut self) -> Result<Option<f64>, RunFailure> {
+        match self.candidate.run(b'E', self.run_timeout) {
+            RunEnd::Done(d) => Ok(Some(d.as_secs_f64() * 1e6)),
+            end => Err(self.failure(end)),
+        }
     }
 
     fn outputs_every_sample(&self) -> bool {

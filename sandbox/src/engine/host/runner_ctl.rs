@@ -71,6 +71,25 @@ pub struct RunnerConfig<'a> {
     pub load_timeout: Duration,
 }
 
+/// What a runner process holds.
+pub enum Program<'a> {
+    /// `kiln-worker runner`: loads [`RunnerConfig::artifact`] and runs these calls.
+    Artifact(Vec<Call>),
+    /// `kiln-worker hosted-runner` (`engine::hosted::wrapper`), which execs `python` on
+    /// `script`: a hosted `ModelNew` file, set up by the JSON message `setup`, with the
+    /// environment `env`.
+    Hosted {
+        /// The python with torch.
+        python: &'a Path,
+        /// The runner script.
+        script: &'a Path,
+        /// The runner's whole environment.
+        env: Vec<(String, String)>,
+        /// The setup message's body.
+        setup: serde_json::Value,
+    },
+}
+
 impl Runner {
     /// Spawns a runner for `calls` over `layout` and waits until it is loaded. `Err` is an
     /// infrastructure failure; a loaded runner reports missing symbols or a load error in
@@ -79,6 +98,15 @@ impl Runner {
         cfg: &RunnerConfig,
         layout: Layout,
         calls: Vec<Call>,
+    ) -> Result<(Runner, Result<Ready, RunEnd>), String> {
+        Runner::spawn_program(cfg, layout, Program::Artifact(calls))
+    }
+
+    /// [`Runner::spawn`] for any [`Program`].
+    pub fn spawn_program(
+        cfg: &RunnerConfig,
+        layout: Layout,
+        program: Program,
     ) -> Result<(Runner, Result<Ready, RunEnd>), String> {
         fn io(what: &'static str) -> impl Fn(std::io::Error) -> String {
             move |e| format!("runner {what}: {e}")
@@ -91,17 +119,39 @@ impl Runner {
         let (cap_r, cap_w) = sys::pipe().map_err(io("pipe"))?;
         let devnull = std::fs::File::open("/dev/null").map_err(io("open /dev/null"))?;
         let exe = sys::cstr(cfg.exe).map_err(io("path"))?;
-        let argv_s = [
-            exe.clone(),
-            CString::from(c"runner"),
-            CString::new(format!("--tag={}", cfg.tag)).map_err(|e| e.to_string())?,
-        ];
+        let cs = |s: String| CString::new(s).map_err(|e| e.to_string());
+        let tag = cs(format!("--tag={}", cfg.tag))?;
+        let (argv_s, env_s) = match &program {
+            Program::Artifact(_) => (vec![exe.clone(), CString::from(c"runner"), tag], vec![]),
+            Program::Hosted {
+                python,
+                script,
+                env,
+                ..
+            } => (
+                vec![
+                    exe.clone(),
+                    CString::from(c"hosted-runner"),
+                    cs(format!("--python={}", python.display()))?,
+                    cs(format!("--script={}", script.display()))?,
+                    cs(format!("--cpu-s={}", cfg.cpu_s))?,
+                    tag,
+                ],
+                env.iter()
+                    .map(|(k, v)| cs(format!("{k}={v}")))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
         let argv: Vec<*const libc::c_char> = argv_s
             .iter()
             .map(|c| c.as_ptr())
             .chain([std::ptr::null()])
             .collect();
-        let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+        let envp: Vec<*const libc::c_char> = env_s
+            .iter()
+            .map(|c| c.as_ptr())
+            .chain([std::ptr::null()])
+            .collect();
         // Source fds in the order of their targets 0..=6.
         let sources = [
             devnull.as_raw_fd(),
@@ -156,23 +206,29 @@ impl Runner {
             excerpt: Vec::new(),
             output_limit: cfg.output_limit,
         };
-        let setup = Setup {
-            artifact: cfg.artifact.to_path_buf(),
-            map_len: runner.layout.total,
-            guards: runner
-                .layout
-                .guards()
-                .into_iter()
-                .map(|r| (r.start as u64, r.end as u64))
-                .collect(),
-            calls,
-            slots: runner.layout.slots,
-            slot_bytes: runner.layout.slot_bytes,
-            as_bytes: cfg.as_bytes.saturating_add(runner.layout.total),
-            cpu_s: cfg.cpu_s,
-        };
         let mut frame = Vec::new();
-        protocol::write_message(&mut frame, &setup, &[]).map_err(|e| e.to_string())?;
+        match program {
+            Program::Artifact(calls) => {
+                let setup = Setup {
+                    artifact: cfg.artifact.to_path_buf(),
+                    map_len: runner.layout.total,
+                    guards: runner
+                        .layout
+                        .guards()
+                        .into_iter()
+                        .map(|r| (r.start as u64, r.end as u64))
+                        .collect(),
+                    calls,
+                    slots: runner.layout.slots,
+                    slot_bytes: runner.layout.slot_bytes,
+                    as_bytes: cfg.as_bytes.saturating_add(runner.layout.total),
+                    cpu_s: cfg.cpu_s,
+                };
+                protocol::write_message(&mut frame, &setup, &[])
+            }
+            Program::Hosted { setup, .. } => protocol::write_message(&mut frame, &setup, &[]),
+        }
+        .map_err(|e| e.to_string())?;
         if sys::write_all(runner.go.as_raw_fd(), &frame).is_err() {
             let end = runner.reap_died();
             return Ok((runner, Err(end)));

@@ -47,70 +47,99 @@ struct Probe {
     path: Vec<String>,
 }
 
-const PROBE: &str = "import json, sys\n\
-import triton\n\
-print(json.dumps({'version': triton.__version__, 'executable': sys.executable, \
-'prefixes': [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix], \
-'path': [p for p in sys.path if p]}))\n";
+/// What [`probe`] asks a python: `module`'s version, its prefixes and `sys.path`.
+fn probe_script(module: &str) -> String {
+    format!(
+        "import json, sys\n\
+         import {module}\n\
+         print(json.dumps({{'version': {module}.__version__, 'executable': sys.executable, \
+         'prefixes': [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix], \
+         'path': [p for p in sys.path if p]}}))\n"
+    )
+}
+
+/// A python that can import a module, as [`probe`] found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probed {
+    /// The interpreter, by the path it was found at (absolute).
+    pub python: PathBuf,
+    /// `module.__version__`.
+    pub version: String,
+    /// Directories a jail shows read-only for it, besides the system paths.
+    pub ro_paths: Vec<PathBuf>,
+}
+
+/// Asks `python` (a path, or a name looked up on the caller's PATH) for `module`: its
+/// version and the directories a jail must show for that python to start and import it.
+/// `Err` says why not: no such python, no such module in it, an odd answer.
+pub fn probe(python: &str, module: &str, timeout: Duration) -> Result<Probed, String> {
+    let exe =
+        resolve(python).ok_or_else(|| format!("no python {python:?} (on PATH or as a path)"))?;
+    let mut cmd = Command::new(&exe);
+    cmd.args(["-I", "-B", "-c", &probe_script(module)])
+        .env_clear();
+    if let Ok(path) = std::env::var("PATH") {
+        cmd.env("PATH", path);
+    }
+    let run = run_captured(&mut cmd, timeout, 64 << 10)
+        .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+    if run.timed_out {
+        return Err(format!(
+            "{} did not answer within {:.0} s",
+            exe.display(),
+            timeout.as_secs_f64()
+        ));
+    }
+    let answer = run.output.lines().rev().find(|l| l.starts_with('{'));
+    let probe: Probe = match (run.status, answer) {
+        (Some(0), Some(line)) => serde_json::from_str(line)
+            .map_err(|e| format!("{} gave an odd answer: {e}", exe.display()))?,
+        _ => {
+            let why = run
+                .output
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no output");
+            return Err(format!(
+                "{} cannot import {module}: {}",
+                exe.display(),
+                why.trim()
+            ));
+        }
+    };
+    if probe.version.is_empty() || probe.version.len() > 64 {
+        return Err(format!("{} reports no {module} version", exe.display()));
+    }
+    let mut dirs: Vec<PathBuf> = probe.prefixes.iter().map(PathBuf::from).collect();
+    dirs.extend(probe.path.iter().map(PathBuf::from));
+    for p in [&exe, Path::new(&probe.executable)] {
+        if let Some(d) = p.parent() {
+            dirs.push(d.to_path_buf());
+        }
+        if let Some(d) = std::fs::canonicalize(p)
+            .ok()
+            .and_then(|r| r.parent().map(Path::to_path_buf))
+        {
+            dirs.push(d);
+        }
+    }
+    Ok(Probed {
+        python: exe,
+        version: probe.version,
+        ro_paths: covering(dirs),
+    })
+}
 
 impl TritonSetup {
     /// Asks `python` (a path, or a name looked up on the caller's PATH) for triton.
     /// `Err` says why there is no Triton: no such python, no triton in it, an odd answer.
     pub fn find(python: &str, timeout: Duration) -> Result<TritonSetup, String> {
-        let exe = resolve(python)
-            .ok_or_else(|| format!("no python {python:?} (on PATH or as a path)"))?;
-        let mut cmd = Command::new(&exe);
-        cmd.args(["-I", "-B", "-c", PROBE]).env_clear();
-        if let Ok(path) = std::env::var("PATH") {
-            cmd.env("PATH", path);
-        }
-        let run = run_captured(&mut cmd, timeout, 64 << 10)
-            .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
-        if run.timed_out {
-            return Err(format!(
-                "{} did not answer within {:.0} s",
-                exe.display(),
-                timeout.as_secs_f64()
-            ));
-        }
-        let answer = run.output.lines().rev().find(|l| l.starts_with('{'));
-        let probe: Probe = match (run.status, answer) {
-            (Some(0), Some(line)) => serde_json::from_str(line)
-                .map_err(|e| format!("{} gave an odd answer: {e}", exe.display()))?,
-            _ => {
-                let why = run
-                    .output
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("no output");
-                return Err(format!(
-                    "{} cannot import triton: {}",
-                    exe.display(),
-                    why.trim()
-                ));
-            }
-        };
-        if probe.version.is_empty() || probe.version.len() > 64 {
-            return Err(format!("{} reports no triton version", exe.display()));
-        }
-        let mut dirs: Vec<PathBuf> = probe.prefixes.iter().map(PathBuf::from).collect();
-        dirs.extend(probe.path.iter().map(PathBuf::from));
-        for p in [&exe, Path::new(&probe.executable)] {
-            if let Some(d) = p.parent() {
-                dirs.push(d.to_path_buf());
-            }
-            if let Some(d) = std::fs::canonicalize(p)
-                .ok()
-                .and_then(|r| r.parent().map(Path::to_path_buf))
-            {
-                dirs.push(d);
-            }
-        }
+        let p = probe(python, "triton", timeout)?;
         Ok(TritonSetup {
-            python: exe,
-            version: probe.version,
-            ro_paths: covering(dirs),
+            python: p.python,
+            version: p.version,
+            ro_paths: p.ro_paths,
         })
     }
 

@@ -1,0 +1,478 @@
+#!/usr/bin/env python3
+"""kiln's hosted runner: a KernelBench `ModelNew` file run as written, in a jailed process.
+
+The process is hostile from the candidate's first import: everything it writes is a claim.
+It computes no verdict and no time. kiln's trusted worker (sandbox/src/engine/host/
+runner_ctl.rs) spawns it as
+
+    python -I -B kiln_hosted.py serve
+
+through `kiln-worker hosted-runner` (seccomp filters loaded before the exec), writes the
+inputs, parameters and buffers into shared memory, sends a one-byte command, takes the
+time on its own clock until this process answers `D`, stops it (SIGSTOP) and reads and
+compares the outputs itself.
+
+Descriptors, set up by the worker before the exec:
+
+  0  /dev/null
+  1  the capture pipe (capped by the worker), and 2 the same: prints go there
+  3  go (worker -> runner): one setup message, then one-byte commands
+  4  done (runner -> worker): one ready message, then one b"D" per command
+  5  fault (unused here; left open)
+  6  the memfd holding every buffer, mapped shared here (map_len bytes)
+
+Messages use kiln's framing (sandbox/protocol/framing.json, its one spec): a u32
+little-endian length and a compact JSON envelope {"blobs": 0, "body": {...}}; the setup
+and the ready message carry no blobs.
+
+Setup (body; unknown keys are ignored):
+
+  {"source": "/scratch/candidate.py", "device": "cpu",
+   "map_len": N, "slots": S, "slot_bytes": B,
+   "tensors": [{"name", "dtype", "shape", "role", "offset", "bytes"}, ...],
+   "forward": [names], "outputs": [names], "state": {module name: kiln name},
+   "bool_tensors": [names], "init_inputs": "[json]", "threads": 1}
+
+  A tensor's copy in slot j starts at offset + j * slot_bytes; dtypes are f32 f64 f16
+  bf16 i32 i64 u8; a 0-d tensor is [1].
+
+Order: setup; the buffers mapped and viewed as torch tensors (no copies); the file
+imported as module `kiln_candidate`; torch.manual_seed(0); ModelNew(*init_inputs), moved
+to the device, eval(); its parameters and buffers checked against `state`; then
+
+Ready (body): {"missing": [what does not match], "error": null or a reason for people}.
+After a ready with an error the runner exits 0.
+
+Commands (bytes on fd 3), each answered with b"D" on fd 4:
+
+  G      run slot 0
+  T n    run slots 0..n-1 in order (n: one byte, 1..slots)
+  E      nothing (the timer's own overhead)
+  Q      answer D, then exit 0 (EOF on fd 3: exit 0)
+
+A run binds slot j's tensors to the module (parameters' .data, buffers replaced in their
+module: no copies), calls forward on slot j's inputs under torch.no_grad() and copies what
+it returns into slot j's outputs. Exit 1: forward raised (its traceback on stderr). Exit 3:
+forward returned the wrong number of tensors, something else, or a tensor of the wrong
+size (a `kiln:` line on stderr). Exit 2: a command kiln does not send.
+
+Only torch and the standard library: no network, no subprocess, no threads of its own.
+"""
+
+import json
+import mmap
+import os
+import struct
+import sys
+
+GO_FD, DONE_FD, FAULT_FD, MAP_FD = 3, 4, 5, 6
+# kiln's framing: sandbox/protocol/framing.json is its one spec.
+MAX_FRAME = 512 << 20
+MAX_FRAMES_PER_BLOB = 512
+MAX_BLOBS = 8
+# The ready frame must stay well under the worker's limit for it (1 MiB).
+ERROR_CHARS = 4096
+MISSING_MAX = 64
+DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
+          "i32": "int32", "i64": "int64", "u8": "uint8"}
+CUDA_LATER = "hosted runner: device cuda needs the shared-memory setup (not in this runner version)"
+
+
+class SetupError(Exception):
+    """Why the runner cannot run the file (the ready message's error)."""
+
+    def __init__(self, error, missing=()):
+        super().__init__(error)
+        self.missing = list(missing)
+
+
+# ---- kiln's framing, over raw descriptors -----------------------------------------------
+
+
+def read_exact(fd, n):
+    """`n` bytes of `fd`; EOFError when it ends first."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = os.readv(fd, [view[got:]])
+        if k == 0:
+            raise EOFError
+        got += k
+    return buf
+
+
+def write_all(fd, data):
+    view = memoryview(data).cast("B")
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_frame(fd, max_frame=MAX_FRAME):
+    (n,) = struct.unpack("<I", read_exact(fd, 4))
+    if n > max_frame:
+        raise ValueError(f"frame of {n} bytes exceeds the limit of {max_frame}")
+    return read_exact(fd, n)
+
+
+def read_message(fd, max_frame=MAX_FRAME):
+    """(body, blobs); a blob spans the envelope's `frames` count of frames."""
+    env = json.loads(read_frame(fd))
+    n = int(env.get("blobs", 0))
+    if n > MAX_BLOBS:
+        raise ValueError(f"{n} blobs announced; at most {MAX_BLOBS} are allowed")
+    frames = env.get("frames") or [1] * n
+    if len(frames) != n or any(not 1 <= int(k) <= MAX_FRAMES_PER_BLOB for k in frames):
+        raise ValueError(f"bad frame counts {frames} for {n} blobs")
+    blobs = []
+    for k in frames:
+        parts = [read_frame(fd, max_frame) for _ in range(int(k))]
+        blobs.append(parts[0] if len(parts) == 1 else bytearray().join(parts))
+    return env["body"], blobs
+
+
+def write_message(fd, body, blobs=(), max_frame=MAX_FRAME):
+    """A message (compact JSON envelope, keys in the spec's order, as kiln writes it)."""
+    views = [memoryview(b).cast("B") for b in blobs]
+    frames = [max(1, -(-len(v) // max_frame)) for v in views]
+    env = {"blobs": len(views)}
+    if any(k > 1 for k in frames):
+        env["frames"] = frames
+    env["body"] = body
+    head = json.dumps(env, separators=(",", ":")).encode()
+    out = [struct.pack("<I", len(head)), head]
+    for v in views:
+        if len(v) == 0:
+            out.append(struct.pack("<I", 0))
+        for at in range(0, len(v), max_frame):
+            piece = v[at : at + max_frame]
+            out += [struct.pack("<I", len(piece)), piece]
+    for part in out:
+        write_all(fd, part)
+
+
+# ---- small helpers ----------------------------------------------------------------------
+
+
+def leave(code):
+    """Exits now (no atexit hooks or threads of the candidate's to wait for)."""
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:  # noqa: BLE001 - a closed or replaced stream: nothing to flush
+            pass
+    os._exit(code)
+
+
+def clip(text, limit):
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_exception(e, limit=ERROR_CHARS):
+    """`Type: message`, then the traceback's last lines, in at most `limit` characters."""
+    import traceback
+
+    try:
+        head = clip(f"{type(e).__name__}: {e}", 1024)
+        tail = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip()
+    except BaseException:  # noqa: BLE001 - an exception whose str() raises
+        return type(e).__name__
+    room = max(0, limit - len(head) - 5)
+    if len(tail) > room:
+        tail = "..." + tail[len(tail) - room + 3 :]
+    return f"{head}\n{tail}"
+
+
+def numel(shape):
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+# ---- the buffers: where kiln's tensors live ---------------------------------------------
+
+
+class CpuBuffers:
+    """kiln's tensors in the worker's memfd (fd 6), mapped shared: `views[j][name]` is slot
+    j's copy of tensor `name`, a torch tensor over the mapping itself (no copy)."""
+
+    device = "cpu"
+
+    def __init__(self, torch, setup, fd=MAP_FD):
+        map_len = int(setup["map_len"])
+        slots, slot_bytes = int(setup["slots"]), int(setup["slot_bytes"])
+        if not 1 <= slots <= 255:
+            raise SetupError(f"setup: {slots} slots (1..255)")
+        self.map = mmap.mmap(fd, map_len, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.views = [{} for _ in range(slots)]
+        for t in setup["tensors"]:
+            dtype = getattr(torch, DTYPES.get(t["dtype"], ""), None)
+            if not isinstance(dtype, torch.dtype):
+                raise SetupError(f"setup: tensor {t['name']!r} has dtype {t['dtype']!r}")
+            shape = [int(d) for d in t["shape"]] or [1]
+            n = numel(shape)
+            size = n * torch.empty((), dtype=dtype).element_size()
+            offset = int(t["offset"])
+            if size != int(t["bytes"]) or offset < 0 or offset + (slots - 1) * slot_bytes + size > map_len:
+                raise SetupError(f"setup: tensor {t['name']!r} ({size} bytes at {offset}) does not fit the map")
+            for j in range(slots):
+                if n == 0:
+                    view = torch.empty(shape, dtype=dtype)
+                else:
+                    view = torch.frombuffer(self.map, dtype=dtype, count=n, offset=offset + j * slot_bytes)
+                self.views[j][t["name"]] = view.view(shape)
+
+
+# The tensor source by device. A CUDA one (the worker's VMM allocations imported from
+# shareable handles, as kiln_torch.py's SharedTensors does) will be a class of its own,
+# listed here as "cuda"; the rest of the runner is the same for both.
+BUFFERS = {"cpu": CpuBuffers}
+
+
+def check_device(device):
+    """Decided before torch's import: nothing to load for a device this runner lacks."""
+    if device == "cuda" and device not in BUFFERS:
+        raise SetupError(CUDA_LATER)
+    if device not in BUFFERS:
+        raise SetupError(f"hosted runner: unknown device {device!r}")
+
+
+# ---- the candidate ----------------------------------------------------------------------
+
+
+def load_candidate(path):
+    """The file imported as module `kiln_candidate` (in sys.modules, `__file__` set)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kiln_candidate", path)
+    if spec is None or spec.loader is None:
+        raise SetupError(f"cannot load {path} as a python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kiln_candidate"] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as e:  # noqa: BLE001 - SystemExit too: the file failed to import
+        raise SetupError(f"the file raised on import: {describe_exception(e)}") from None
+    return module
+
+
+def as_args(value):
+    """A stored get_init_inputs() value (JSON) as the file returned it: lists as tuples."""
+    if isinstance(value, list):
+        return tuple(as_args(v) for v in value)
+    return value
+
+
+def build_model(torch, module, setup, device):
+    cls = getattr(module, "ModelNew", None)
+    if cls is None:
+        raise SetupError("the file defines no ModelNew")
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        raise SetupError("ModelNew is not a subclass of torch.nn.Module")
+    init = setup.get("init_inputs") or "[]"
+    init = json.loads(init) if isinstance(init, str) else init
+    if not isinstance(init, list):
+        raise SetupError(f"setup: init_inputs {clip(repr(init), 200)} is not a list")
+    try:
+        torch.manual_seed(0)
+        # As the trusted runner builds the reference Model: nested lists as tuples, the
+        # way KernelBench's get_init_inputs() returns them.
+        model = cls(*(as_args(v) for v in init))
+        model.to(device)
+        model.eval()
+    except BaseException as e:  # noqa: BLE001 - the reason is the answer
+        raise SetupError(f"ModelNew(*get_init_inputs()) raised: {describe_exception(e)}") from None
+    return model
+
+
+def check_state(model, setup, shapes):
+    """Every key of `state` is a parameter or buffer of the model of the kiln tensor's size;
+    every parameter is set by kiln (else it keeps its own random init). Extra buffers are
+    the module's own. Returns {module name: (kind, the tensor)}."""
+    state = setup.get("state") or {}
+    params = dict(model.named_parameters(remove_duplicate=False))
+    buffers = dict(model.named_buffers(remove_duplicate=False))
+    missing, found = [], {}
+    for pname, tname in state.items():
+        kind, t = ("parameter", params[pname]) if pname in params else ("buffer", buffers.get(pname))
+        if t is None:
+            missing.append(f"no parameter or buffer {pname!r}")
+        elif tname not in shapes:
+            missing.append(f"{kind} {pname!r} is set from {tname!r}, which is no tensor of the problem")
+        elif t.numel() != numel(shapes[tname]):
+            missing.append(f"{kind} {pname!r} has {t.numel()} elements, kiln's tensor {tname!r} has "
+                           f"{numel(shapes[tname])}")
+        else:
+            found[pname] = (kind, t)
+    covered = {id(params[n]) for n in state if n in params}
+    for pname, p in model.named_parameters():
+        if id(p) not in covered:
+            missing.append(f"parameter {pname!r} is not one of the problem's")
+    if missing:
+        shown = [clip(m, 300) for m in missing[:MISSING_MAX]]
+        if len(missing) > MISSING_MAX:
+            shown.append(f"... and {len(missing) - MISSING_MAX} more")
+        more = f" (and {len(missing) - 8} more)" if len(missing) > 8 else ""
+        raise SetupError("ModelNew's parameters and buffers do not match the problem's: "
+                         + "; ".join(missing[:8]) + more, shown)
+    return found
+
+
+class Runs:
+    """The model bound to each slot: per slot, precomputed once, what a run sets and reads,
+    so the timed window holds little besides forward."""
+
+    def __init__(self, torch, model, buffers, setup, found):
+        self.torch, self.model, self.buffers = torch, model, buffers
+        self.sync = torch.cuda.synchronize if buffers.device == "cuda" else None
+        bools = set(setup.get("bool_tensors") or [])
+        state = setup.get("state") or {}
+        self.outputs = list(setup["outputs"])
+        self.plans = []
+        for views in buffers.views:
+            params, bufs = [], []
+            for pname, (kind, t) in found.items():
+                view = views[state[pname]].view(t.shape)
+                if kind == "parameter":
+                    params.append((t, view, state[pname] in bools))
+                else:
+                    owner, _, attr = pname.rpartition(".")
+                    holder = model.get_submodule(owner)._buffers
+                    bufs.append((holder, attr, view, state[pname] in bools))
+            args = [(views[n], n in bools) for n in setup["forward"]]
+            dests = [views[n] for n in self.outputs]
+            self.plans.append((params, bufs, args, any(b for _, b in args), dests))
+
+    def run(self, j):
+        torch = self.torch
+        params, bufs, args, any_bool, dests = self.plans[j]
+        try:
+            for p, view, as_bool in params:
+                p.data = view.bool() if as_bool else view
+            for holder, attr, view, as_bool in bufs:
+                holder[attr] = view.bool() if as_bool else view
+            call = [v.bool() if b else v for v, b in args] if any_bool else [v for v, _ in args]
+            with torch.no_grad():
+                out = self.model(*call)
+            got = list(out) if isinstance(out, (tuple, list)) else [out]
+        except BaseException:  # noqa: BLE001 - SystemExit too: the run failed
+            import traceback
+
+            traceback.print_exc()
+            leave(1)
+        if len(got) != len(dests):
+            print(f"kiln: forward returned {len(got)} values; the problem has {len(dests)} outputs "
+                  f"({', '.join(self.outputs)})", file=sys.stderr)
+            leave(3)
+        for name, dest, r in zip(self.outputs, dests, got):
+            if not isinstance(r, torch.Tensor):
+                print(f"kiln: output {name}: forward returned a {type(r).__name__}, not a tensor", file=sys.stderr)
+                leave(3)
+            if r.numel() != dest.numel():
+                print(f"kiln: output {name}: forward returned shape {list(r.shape)} ({r.numel()} elements); "
+                      f"the problem declares {list(dest.shape)} ({dest.numel()} elements)", file=sys.stderr)
+                leave(3)
+        try:
+            for dest, r in zip(dests, got):
+                dest.copy_(r.reshape(dest.shape))
+        except BaseException:  # noqa: BLE001
+            import traceback
+
+            traceback.print_exc()
+            leave(1)
+
+    def finish(self):
+        """Before `D`: on a GPU, every run's work is done (an error it raised is exit 1)."""
+        if self.sync is not None:
+            try:
+                self.sync()
+            except BaseException:  # noqa: BLE001
+                import traceback
+
+                traceback.print_exc()
+                leave(1)
+
+
+# ---- serve ------------------------------------------------------------------------------
+
+
+def prepare(setup):
+    """The runs, once the file is imported and its model built and checked; SetupError
+    says why not."""
+    if not isinstance(setup, dict):
+        raise SetupError("setup: not a JSON object")
+    device = setup.get("device", "cpu")
+    check_device(device)
+    try:
+        import torch
+    except Exception as e:  # noqa: BLE001 - any import failure means "no torch here"
+        raise SetupError(f"python cannot import torch: {describe_exception(e)}") from None
+    if device == "cpu":
+        torch.set_num_threads(max(1, int(setup.get("threads", 1))))
+    buffers = BUFFERS[device](torch, setup)
+    shapes = {t["name"]: [int(d) for d in t["shape"]] or [1] for t in setup["tensors"]}
+    for n in list(setup["forward"]) + list(setup["outputs"]):
+        if n not in shapes:
+            raise SetupError(f"setup: forward or outputs name {n!r}, which is no tensor")
+    module = load_candidate(setup["source"])
+    model = build_model(torch, module, setup, device)
+    found = check_state(model, setup, shapes)
+    return Runs(torch, model, buffers, setup, found)
+
+
+def serve():
+    # The candidate's prints reach the worker's capture line by line (it keeps an excerpt
+    # as evidence; a runner it kills would lose a buffer).
+    try:
+        sys.stdout.reconfigure(line_buffering=True)
+    except Exception:  # noqa: BLE001 - not a text stream: leave it
+        pass
+    try:
+        setup, _ = read_message(GO_FD)
+    except EOFError:
+        leave(0)
+    try:
+        runs = prepare(setup)
+    except SetupError as e:
+        write_message(DONE_FD, {"missing": e.missing, "error": clip(str(e), 2 * ERROR_CHARS)})
+        leave(0)
+    write_message(DONE_FD, {"missing": [], "error": None})
+    slots = len(runs.plans)
+    while True:
+        cmd = os.read(GO_FD, 1)
+        if cmd == b"G":
+            runs.run(0)
+        elif cmd == b"T":
+            n = os.read(GO_FD, 1)
+            if not n:
+                leave(0)
+            if not 1 <= n[0] <= slots:
+                print(f"kiln: T {n[0]}: this runner has {slots} slots", file=sys.stderr)
+                leave(2)
+            for j in range(n[0]):
+                runs.run(j)
+        elif cmd == b"E":
+            pass
+        elif cmd == b"Q":
+            write_all(DONE_FD, b"D")
+            leave(0)
+        elif cmd == b"":
+            leave(0)
+        else:
+            print(f"kiln: unknown command {cmd!r}", file=sys.stderr)
+            leave(2)
+        runs.finish()
+        write_all(DONE_FD, b"D")
+
+
+def main(argv):
+    if argv == ["serve"]:
+        serve()
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,63 @@
+//! `kiln-worker hosted-runner --python=P --script=S --cpu-s=N --tag=T`: the first moments of
+//! a hosted runner, in kiln's code. Started by the worker (fork + exec, fds already in
+//! place: see `engine::host::runner_ctl`), it lowers its CPU limit, loads the hosted
+//! filters ([`seccomp::Stage::HostedRunner`], then [`seccomp::Stage::HostedFallback`]) and
+//! execs `P -I -B S serve` with its own environment. The filters outlive the exec, so the
+//! candidate's python never runs without them.
+
+use std::ffi::CString;
+
+use crate::jail::{seccomp, sys};
+
+/// Exit status when the wrapper itself fails (bad arguments, a filter that would not
+/// load, an exec that failed): the worker reports it as a failed job, not a verdict.
+pub const WRAPPER_FAILED: i32 = 126;
+
+/// Runs the wrapper; returns only on failure.
+pub fn main(args: &[String]) -> i32 {
+    let arg = |name: &str| {
+        args.iter()
+            .find_map(|a| a.strip_prefix(&format!("--{name}=")).map(str::to_string))
+    };
+    let (Some(python), Some(script)) = (arg("python"), arg("script")) else {
+        eprintln!("kiln hosted-runner: --python and --script are required");
+        return WRAPPER_FAILED;
+    };
+    if let Some(cpu_s) = arg("cpu-s").and_then(|s| s.parse::<u64>().ok())
+        && let Err(e) = sys::set_rlimit(libc::RLIMIT_CPU, cpu_s)
+    {
+        eprintln!("kiln hosted-runner: RLIMIT_CPU: {e}");
+        return WRAPPER_FAILED;
+    }
+    for stage in [seccomp::Stage::HostedRunner, seccomp::Stage::HostedFallback] {
+        if let Err(e) = seccomp::apply(stage) {
+            eprintln!("kiln hosted-runner: seccomp {stage:?}: {e}");
+            return WRAPPER_FAILED;
+        }
+    }
+    let cs = |s: &str| CString::new(s).map_err(|e| e.to_string());
+    let argv: Result<Vec<CString>, String> = [python.as_str(), "-I", "-B", &script, "serve"]
+        .into_iter()
+        .map(cs)
+        .collect();
+    let env: Result<Vec<CString>, String> = std::env::vars()
+        .map(|(k, v)| cs(&format!("{k}={v}")))
+        .collect();
+    let (argv, env) = match (argv, env) {
+        (Ok(a), Ok(e)) => (a, e),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("kiln hosted-runner: {e}");
+            return WRAPPER_FAILED;
+        }
+    };
+    let ptrs = |v: &[CString]| -> Vec<*const libc::c_char> {
+        v.iter()
+            .map(|c| c.as_ptr())
+            .chain([std::ptr::null()])
+            .collect()
+    };
+    let (argv_p, env_p) = (ptrs(&argv), ptrs(&env));
+    let err = sys::execve(&argv[0], &argv_p, &env_p);
+    eprintln!("kiln hosted-runner: exec {python}: {err:?}");
+    WRAPPER_FAILED
+}

@@ -1,0 +1,269 @@
+//! Hosted `ModelNew` files on the host backend (`modelnew-cpu`): the jailed python runner
+//! under its own filter, kiln's inputs and weights set by name, outputs compared and time
+//! taken on the worker's side, and the hacks that need no GPU.
+//!
+//! Needs a python with torch: `KILN_PYTHON` (CI sets it), else `python3`; skipped with the
+//! reason when that python cannot import torch.
+
+mod common;
+
+use std::time::Duration;
+
+use common::kernelbench::{fixture, python, runner};
+use kiln_sandbox::SandboxConfig;
+use kiln_sandbox::engine::hosted::setup::HostedSetup;
+use kiln_torch_runner::ReferenceRunner;
+use kiln_types::{Candidate, Evaluation, ProblemSpec, TrustMode, Verdict};
+
+/// A config whose hosted python is the test's, and the CPU reference runner; `None` when
+/// there is no python with torch.
+fn hosted_setup() -> Option<(tempfile::TempDir, SandboxConfig, ReferenceRunner)> {
+    let python = python()?;
+    let (dir, mut cfg) = common::setup();
+    cfg.hosted = Some(
+        HostedSetup::find(&python.display().to_string(), Duration::from_secs(120))
+            .expect("torch found"),
+    );
+    Some((dir, cfg, runner()?))
+}
+
+fn modelnew(p: &ProblemSpec, source: &str) -> Candidate {
+    serde_json::from_value(serde_json::json!({
+        "problem": p.name,
+        "language": "modelnew-cpu",
+        "source": source,
+    }))
+    .expect("candidate")
+}
+
+fn evaluate(
+    cfg: &SandboxConfig,
+    p: &ProblemSpec,
+    source: &str,
+    runner: &mut ReferenceRunner,
+) -> Evaluation {
+    let c = modelnew(p, source);
+    let out = kiln_sandbox::compile(cfg, p, &c).expect("compile step runs");
+    let art = out.artifact.expect("a hosted file is its own artifact");
+    let e = kiln_sandbox::evaluate_with(cfg, p, &[], &c, &art, &common::plan(), Some(runner))
+        .expect("evaluate runs");
+    eprintln!("{}: {} ({})", p.name, e.verdict, e.message);
+    assert_eq!(e.trust, TrustMode::Hosted, "every hosted result says so");
+    assert_eq!(e.backend, "host");
+    e
+}
+
+/// Correct on every trial: `ok`, or `unmeasurable_time` (a forward of these sizes is a few
+/// microseconds; timing is not what most of these tests check).
+fn assert_correct(e: &Evaluation) {
+    assert!(
+        matches!(e.verdict, Verdict::Ok | Verdict::UnmeasurableTime),
+        "{e:#?}"
+    );
+    assert!(e.evidence.trials_run > 0, "{e:#?}");
+    assert_eq!(e.evidence.trials_passed, e.evidence.trials_run, "{e:#?}");
+}
+
+const SOFTMAX_HONEST: &str = r#"
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        m = x.max(dim=1, keepdim=True).values
+        e = torch.exp(x - m)
+        return e / e.sum(dim=1, keepdim=True)
+"#;
+
+#[test]
+fn an_honest_modelnew_is_correct_and_a_wrong_one_is_not() {
+    let Some((_d, cfg, mut runner)) = hosted_setup() else {
+        return;
+    };
+    let p = fixture("kb-softmax-8x64");
+    let e = evaluate(&cfg, &p, SOFTMAX_HONEST, &mut runner);
+    assert_correct(&e);
+    // Softmax over the wrong dimension.
+    let wrong = SOFTMAX_HONEST.replace("dim=1", "dim=0");
+    let e = evaluate(&cfg, &p, &wrong, &mut runner);
+    assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
+}
+
+const LINEAR: &str = r#"
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.clamp_min(x @ self.linear.weight.t() + self.linear.bias, 0.0)
+"#;
+
+#[test]
+fn weights_are_kilns_by_name_and_a_mismatch_names_them() {
+    let Some((_d, cfg, mut runner)) = hosted_setup() else {
+        return;
+    };
+    let p = fixture("kb-linear-relu-4x16x8");
+    // Its own layer, under the reference's name: kiln's drawn weights reach it.
+    assert_correct(&evaluate(&cfg, &p, LINEAR, &mut runner));
+    // The same layer under another name keeps its own random weights: refused, named.
+    let renamed = LINEAR.replace("self.linear", "self.fc");
+    let e = evaluate(&cfg, &p, &renamed, &mut runner);
+    assert_eq!(e.verdict, Verdict::InvalidLaunch, "{e:#?}");
+    assert!(e.message.contains("linear.weight"), "{}", e.message);
+    assert!(e.message.contains("fc.weight"), "{}", e.message);
+}
+
+#[test]
+fn a_file_that_fails_to_import_or_to_run_is_a_fault_with_its_reason() {
+    let Some((_d, cfg, mut runner)) = hosted_setup() else {
+        return;
+    };
+    let p = fixture("kb-softmax-8x64");
+    let broken =
+        "import torch\nimport no_such_module_here\nclass ModelNew(torch.nn.Module):\n    pass\n";
+    let e = evaluate(&cfg, &p, broken, &mut runner);
+    assert_eq!(e.verdict, Verdict::RuntimeFault, "{e:#?}");
+    assert!(e.message.contains("no_such_module_here"), "{}", e.message);
+
+    let raises = SOFTMAX_HONEST.replace(
+        "m = x.max(dim=1, keepdim=True).values",
+        "raise RuntimeError('kernel launch failed: too many resources')",
+    );
+    let e = evaluate(&cfg, &p, &raises, &mut runner);
+    assert_eq!(e.verdict, Verdict::RuntimeFault, "{e:#?}");
+    let printed = e.evidence.output_excerpt.clone().unwrap_or_default();
+    assert!(printed.contains("too many resources"), "{e:#?}");
+}
+
+/// Hacks that need no GPU: each gets its verdict, and nothing else changes.
+mod hacks {
+    use super::*;
+
+    /// KernelBench's cached-output hack: the first output is kept in a global and returned
+    /// for every later call. kiln draws fresh inputs for every trial and every timed run.
+    const CACHED: &str = r#"
+import torch
+import torch.nn as nn
+_CACHE = {}
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        key = tuple(x.shape)
+        if key not in _CACHE:
+            _CACHE[key] = torch.softmax(x, dim=1).clone()
+        return _CACHE[key]
+"#;
+
+    #[test]
+    fn an_output_cached_by_shape_is_wrong() {
+        let Some((_d, cfg, mut runner)) = hosted_setup() else {
+            return;
+        };
+        let e = evaluate(&cfg, &fixture("kb-softmax-8x64"), CACHED, &mut runner);
+        assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
+    }
+
+    /// Forking (a process that would outlive the run and write later) is refused by the
+    /// hosted filter: `os.fork` fails, and the failure is the candidate's.
+    #[test]
+    fn forking_and_network_sockets_are_refused() {
+        let Some((_d, cfg, mut runner)) = hosted_setup() else {
+            return;
+        };
+        let p = fixture("kb-softmax-8x64");
+        for (what, line) in [
+            ("fork", "import os; os.fork()"),
+            (
+                "socket",
+                "import socket; socket.socket(socket.AF_INET, socket.SOCK_STREAM)",
+            ),
+            ("kill", "import os; os.kill(os.getppid(), 19)"),
+        ] {
+            let src = SOFTMAX_HONEST.replace(
+                "m = x.max(dim=1, keepdim=True).values",
+                &format!("{line}\n        m = x.max(dim=1, keepdim=True).values"),
+            );
+            let e = evaluate(&cfg, &p, &src, &mut runner);
+            assert_eq!(e.verdict, Verdict::RuntimeFault, "{what}: {e:#?}");
+            let printed = e.evidence.output_excerpt.clone().unwrap_or_default();
+            assert!(
+                printed.contains("PermissionError") || printed.contains("Operation not permitted"),
+                "{what}: {printed}"
+            );
+        }
+    }
+
+    /// Patching the clocks a candidate could reach changes nothing: the time is taken by
+    /// the worker. This forward sleeps 3 ms and makes every python clock stand still.
+    const SLOW_WITH_FROZEN_CLOCKS: &str = r#"
+import time
+import torch
+import torch.nn as nn
+_sleep = time.sleep
+_frozen = time.perf_counter()
+time.perf_counter = lambda: _frozen
+time.monotonic = lambda: _frozen
+time.time = lambda: _frozen
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        _sleep(0.003)
+        return torch.softmax(x, dim=1)
+"#;
+
+    #[test]
+    fn patched_clocks_do_not_change_the_time() {
+        let Some((_d, cfg, mut runner)) = hosted_setup() else {
+            return;
+        };
+        let e = evaluate(
+            &cfg,
+            &fixture("kb-softmax-8x64"),
+            SLOW_WITH_FROZEN_CLOCKS,
+            &mut runner,
+        );
+        assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+        let t = e.timing.expect("timed");
+        assert!(t.median_us >= 3000.0, "{t:?}");
+    }
+
+    /// A thread left running after `forward` returns, writing into kiln's inputs: the
+    /// runner is stopped before the inputs are checked, and any change is the candidate's.
+    const THREAD_AFTER_RETURN: &str = r#"
+import threading, time
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.softmax(x, dim=1)
+        def later():
+            time.sleep(0.0005)
+            x.zero_()
+        threading.Thread(target=later, daemon=True).start()
+        time.sleep(0.002)
+        return y
+"#;
+
+    #[test]
+    fn work_left_running_after_forward_is_caught() {
+        let Some((_d, cfg, mut runner)) = hosted_setup() else {
+            return;
+        };
+        let e = evaluate(
+            &cfg,
+            &fixture("kb-softmax-8x64"),
+            THREAD_AFTER_RETURN,
+            &mut runner,
+        );
+        assert_eq!(e.verdict, Verdict::InputTampered, "{e:#?}");
+    }
+}
