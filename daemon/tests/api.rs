@@ -3,6 +3,8 @@
 mod common;
 #[path = "api/docs_routes.rs"]
 mod docs_routes;
+#[path = "api/hosted.rs"]
+mod hosted;
 
 use common::{Daemon, double_candidate, raw_request, register, write_double_problem};
 use kiln_daemon::client::ClientError;

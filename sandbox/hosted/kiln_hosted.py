@@ -19,7 +19,9 @@ Descriptors, set up by the worker before the exec:
   3  go (worker -> runner): one setup message, then one-byte commands
   4  done (runner -> worker): one ready message, then one b"D" per command
   5  fault (unused here; left open)
-  6  the memfd holding every buffer, mapped shared here (map_len bytes)
+  6  the memfd holding every buffer, mapped shared here (map_len bytes; cpu)
+  7… on cuda: one exported allocation per tensor (the setup's "fd"), mapped with the CUDA
+     driver, then closed before the candidate's file is imported
 
 Messages use kiln's framing (sandbox/protocol/framing.json, its one spec): a u32
 little-endian length and a compact JSON envelope {"blobs": 0, "body": {...}}; the setup
@@ -34,7 +36,8 @@ Setup (body; unknown keys are ignored):
    "bool_tensors": [names], "init_inputs": "[json]", "threads": 1}
 
   A tensor's copy in slot j starts at offset + j * slot_bytes; dtypes are f32 f64 f16
-  bf16 i32 i64 u8; a 0-d tensor is [1].
+  bf16 i32 i64 u8; a 0-d tensor is [1]. On "device": "cuda" there is one slot, and each
+  tensor gives "fd" and "mapped" (the allocation's bytes) instead of "offset"/"bytes".
 
 Order: setup; the buffers mapped and viewed as torch tensors (no copies); the file
 imported as module `kiln_candidate`; torch.manual_seed(0); ModelNew(*init_inputs), moved
@@ -56,7 +59,8 @@ it returns into slot j's outputs. Exit 1: forward raised (its traceback on stder
 forward returned the wrong number of tensors, something else, or a tensor of the wrong
 size (a `kiln:` line on stderr). Exit 2: a command kiln does not send.
 
-Only torch and the standard library: no network, no subprocess, no threads of its own.
+Only torch and the standard library: no network, no subprocess, no threads of its own
+(the candidate's file may start compilers: load_inline and Triton do, on cuda).
 """
 
 import json
@@ -75,7 +79,6 @@ ERROR_CHARS = 4096
 MISSING_MAX = 64
 DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
           "i32": "int32", "i64": "int64", "u8": "uint8"}
-CUDA_LATER = "hosted runner: device cuda needs the shared-memory setup (not in this runner version)"
 
 
 class SetupError(Exception):
@@ -224,16 +227,96 @@ class CpuBuffers:
                 self.views[j][t["name"]] = view.view(shape)
 
 
-# The tensor source by device. A CUDA one (the worker's VMM allocations imported from
-# shareable handles, as kiln_torch.py's SharedTensors does) will be a class of its own,
-# listed here as "cuda"; the rest of the runner is the same for both.
-BUFFERS = {"cpu": CpuBuffers}
+class CudaBuffers:
+    """kiln's tensors on the lane's GPU: the worker's allocations, exported as shareable
+    handles (one descriptor each, from fd 7 on, as the setup lists them), imported and
+    mapped here with the CUDA driver, then the descriptors closed before the candidate's
+    file is imported (so nothing it starts later can map them again). `views[0][name]`
+    is a torch tensor over the mapping itself (no copy); there is one slot."""
+
+    device = "cuda"
+    POSIX_FD = 1
+    LOCATION_DEVICE = 1
+    READ_WRITE = 3
+
+    def __init__(self, torch, setup):
+        import ctypes
+
+        class Location(ctypes.Structure):
+            _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+        class AccessDesc(ctypes.Structure):
+            _fields_ = [("location", Location), ("flags", ctypes.c_int)]
+
+        lib = ctypes.CDLL("libcuda.so.1")
+        u64, size_t, ptr_t = ctypes.c_ulonglong, ctypes.c_size_t, ctypes.c_void_p
+        sigs = {
+            "cuMemImportFromShareableHandle": [ctypes.POINTER(u64), ptr_t, ctypes.c_int],
+            "cuMemAddressReserve": [ctypes.POINTER(u64), size_t, size_t, u64, u64],
+            "cuMemMap": [u64, size_t, size_t, u64, u64],
+            "cuMemSetAccess": [u64, size_t, ctypes.POINTER(AccessDesc), size_t],
+            "cuDeviceGet": [ctypes.POINTER(ctypes.c_int), ctypes.c_int],
+            "cuGetErrorName": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
+        }
+        cu = {}
+        for name, args in sigs.items():
+            f = getattr(lib, name)
+            f.argtypes, f.restype = args, ctypes.c_int
+            cu[name] = f
+
+        def check(what, code):
+            if code != 0:
+                name = ctypes.c_char_p()
+                cu["cuGetErrorName"](code, ctypes.byref(name))
+                raise SetupError(f"mapping kiln's tensors: {what}: {(name.value or b'error %d' % code).decode()}")
+
+        if int(setup.get("slots", 1)) != 1:
+            raise SetupError("setup: a cuda runner has one slot")
+        torch.zeros(1, device="cuda")  # the primary context exists and is current
+        dev = ctypes.c_int()
+        check("cuDeviceGet", cu["cuDeviceGet"](ctypes.byref(dev), torch.cuda.current_device()))
+        desc = AccessDesc(Location(self.LOCATION_DEVICE, dev.value), self.READ_WRITE)
+        self.views = [{}]
+        fds = []
+        try:
+            for t in setup["tensors"]:
+                fd, mapped = int(t["fd"]), int(t["mapped"])
+                fds.append(fd)
+                dtype = getattr(torch, DTYPES.get(t["dtype"], ""), None)
+                if not isinstance(dtype, torch.dtype):
+                    raise SetupError(f"setup: tensor {t['name']!r} has dtype {t['dtype']!r}")
+                shape = [int(d) for d in t["shape"]] or [1]
+                nbytes = numel(shape) * torch.empty((), dtype=dtype).element_size()
+                if nbytes > mapped:
+                    raise SetupError(f"setup: tensor {t['name']!r}: {nbytes} bytes exceed its {mapped}-byte mapping")
+                handle, ptr = ctypes.c_ulonglong(), ctypes.c_ulonglong()
+                check("cuMemImportFromShareableHandle", cu["cuMemImportFromShareableHandle"](
+                    ctypes.byref(handle), ctypes.c_void_p(fd), self.POSIX_FD))
+                check("cuMemAddressReserve", cu["cuMemAddressReserve"](ctypes.byref(ptr), mapped, 0, 0, 0))
+                check("cuMemMap", cu["cuMemMap"](ptr.value, mapped, 0, handle.value, 0))
+                check("cuMemSetAccess", cu["cuMemSetAccess"](ptr.value, mapped, ctypes.byref(desc), 1))
+
+                class Span:
+                    __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                                "data": (ptr.value, False), "version": 3}
+
+                view = torch.as_tensor(Span(), device="cuda") if nbytes else torch.empty(0, device="cuda")
+                self.views[0][t["name"]] = view.view(dtype).reshape(shape)
+        finally:
+            # The mappings stay; the descriptors go, before any of the candidate's code runs.
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+# The tensor source by device; the rest of the runner is the same for both.
+BUFFERS = {"cpu": CpuBuffers, "cuda": CudaBuffers}
 
 
 def check_device(device):
     """Decided before torch's import: nothing to load for a device this runner lacks."""
-    if device == "cuda" and device not in BUFFERS:
-        raise SetupError(CUDA_LATER)
     if device not in BUFFERS:
         raise SetupError(f"hosted runner: unknown device {device!r}")
 

@@ -91,12 +91,17 @@ impl WarmWorker {
                     .as_secs()
                     .saturating_add(1)
                     .saturating_mul(u64::from(self.max_evals)),
-                nofile: 512,
+                nofile: 1024,
                 nproc: 256,
                 fsize_bytes: 1 << 30,
                 as_bytes: None,
             };
-            let spec = jail_spec(&self.cfg, Role::GpuWorker, true, &job, limits, "serve")?;
+            let mut spec = jail_spec(&self.cfg, Role::GpuWorker, true, &job, limits, "serve")?;
+            // Hosted `ModelNew` files run in this jail too: their python, its packages and
+            // the CUDA toolkit `load_inline` builds with are shown read-only.
+            if let Some(h) = &self.cfg.hosted {
+                spec.ro_paths.extend(h.ro_paths.iter().cloned());
+            }
             let child = jail::spawn(&self.cfg.worker_exe, &spec, budget)?;
             let layers = child.report.layers.clone();
             self.stats.workers_started += 1;

@@ -281,11 +281,53 @@ fn serve_on(
                     };
                     on_gpu(context, job, &mut retire)
                 }
-                Language::ModelNew => failed(
-                    "modelnew candidates on the GPU are not evaluated by this worker version \
-                     (modelnew-cpu runs on the host backend)"
-                        .into(),
-                ),
+                Language::ModelNew => match (&hosted_job, std::str::from_utf8(artifact)) {
+                    (Some(h), Ok(source)) => {
+                        let exe = std::env::args_os()
+                            .next()
+                            .map(PathBuf::from)
+                            .unwrap_or_default();
+                        // A folder of the evaluation's own (a warm worker serves many):
+                        // no build cache of an earlier file is ever this file's.
+                        let dir = match hosted_dir() {
+                            Ok(d) => d,
+                            Err(e) => {
+                                let r = failed(e);
+                                return protocol::write_message(output, &r, &[])
+                                    .map(|()| Next::More);
+                            }
+                        };
+                        let dir = RemovedOnDrop(dir);
+                        let code = cuda::target::HostedCode {
+                            source,
+                            hosted: *h,
+                            runner: host::runner_ctl::RunnerConfig {
+                                exe: &exe,
+                                tag,
+                                artifact: &dir.0,
+                                as_bytes: limits.memory_limit_bytes,
+                                cpu_s: limits.cpu_limit_s,
+                                output_limit: limits.output_limit_bytes,
+                                load_timeout: h.load_timeout,
+                            },
+                            dir: &dir.0,
+                        };
+                        let job = cuda::target::Job {
+                            problem: &problem,
+                            candidate: &candidate,
+                            plan: &plan,
+                            reference_artifact: reference,
+                            candidate_code: cuda::target::Code::Hosted(&code),
+                            output_limit_bytes: limits.output_limit_bytes,
+                            torch: gpu_torch(torch_only, share_memory, &mut ask, &mut share),
+                        };
+                        on_gpu(context, job, &mut retire)
+                    }
+                    (None, _) => {
+                        failed("a hosted candidate's request carries no python with torch".into())
+                    }
+                    (_, Err(e)) => failed(format!("hosted artifact: {e}")),
+                },
                 Language::Triton => {
                     let lowered = triton::artifact::Artifact::decode(artifact)
                         .and_then(|a| triton::lower::lower(&candidate, &a));
@@ -314,6 +356,28 @@ fn serve_on(
             };
             protocol::write_message(output, &r, &[])?;
             Ok(if retire { Next::Exit } else { Next::More })
+        }
+    }
+}
+
+/// A fresh folder for one hosted evaluation in the worker's scratch.
+fn hosted_dir() -> Result<PathBuf, String> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::current_dir()
+        .map_err(|e| format!("scratch: {e}"))?
+        .join(format!("hosted-{n}"));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// A folder removed (best effort) when dropped.
+struct RemovedOnDrop(PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            tracing::debug!(dir = %self.0.display(), "cannot remove a hosted folder: {e}");
         }
     }
 }

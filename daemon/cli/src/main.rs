@@ -49,7 +49,7 @@ enum Command {
     /// Register, list and show problems.
     #[command(subcommand)]
     Problems(problems::ProblemsCmd),
-    /// Submit a candidate (JSON file, `-` for stdin).
+    /// Submit a candidate (JSON file, a KernelBench `ModelNew` .py file, `-` for stdin).
     Submit(submit::SubmitArgs),
     /// Show a candidate, its job and its evaluation.
     Show(show::ShowArgs),

@@ -91,16 +91,31 @@ pub fn print_record(r: &Value) {
     }
 }
 
+/// How the record's candidate is run (`contract`, `hosted`): kilnd's `trust`, else its
+/// evaluation's, else its language's (records from a kilnd before trust modes: `contract`).
+fn trust(r: &Value) -> String {
+    if let Some(t) = r["trust"]
+        .as_str()
+        .or_else(|| r["evaluation"]["trust"].as_str())
+    {
+        return t.to_string();
+    }
+    serde_json::from_value::<kiln_types::Language>(r["candidate"]["language"].clone())
+        .map_or(kiln_types::TrustMode::Contract, kiln_types::Language::trust)
+        .to_string()
+}
+
 /// A candidate record as labelled lines for people (no JSON: the document itself is what
 /// `-o json` prints).
 pub fn record_lines(r: &Value) -> Vec<String> {
     let mut out = Vec::new();
     let c = &r["candidate"];
     out.push(format!(
-        "candidate {}  problem {}  backend {}",
+        "candidate {}  problem {}  backend {}  trust {}",
         text(&r["id"]),
         text(&c["problem"]),
-        text(&r["backend"])
+        text(&r["backend"]),
+        trust(r)
     ));
     if !c["note"].is_null() {
         out.push(format!("  note      {}", text(&c["note"])));
@@ -311,7 +326,7 @@ mod tests {
         let lines = record_lines(&cuda_record());
         let all = lines.join("\n");
         for want in [
-            "candidate 3f9c  problem softmax-4096x65536  backend cuda",
+            "candidate 3f9c  problem softmax-4096x65536  backend cuda  trust contract",
             "  verdict   ok — correct on 3 trials",
             "  unwritten 12 elements of y (first 0, 1, 2)",
             "  jail      namespaces user, pid; seccomp on; cgroup off (no delegated cgroup v2 \
@@ -335,6 +350,24 @@ mod tests {
         for json_syntax in ["{\"", "\":", "[0", "[{"] {
             assert!(!all.contains(json_syntax), "{json_syntax:?} in\n{all}");
         }
+    }
+
+    #[test]
+    fn the_trust_mode_is_printed_beside_the_backend() {
+        let mut r = json!({"id": "a", "backend": "cuda", "trust": "hosted",
+                           "candidate": {"problem": "p", "language": "modelnew"},
+                           "job": {"id": 1, "state": "queued", "attempts": 0, "error": null},
+                           "evaluation": null});
+        let first = |r: &Value| record_lines(r)[0].clone();
+        assert_eq!(
+            first(&r),
+            "candidate a  problem p  backend cuda  trust hosted"
+        );
+        // From an older kilnd: the language says it.
+        r.as_object_mut().map(|o| o.remove("trust"));
+        assert!(first(&r).ends_with("trust hosted"), "{}", first(&r));
+        r["candidate"]["language"] = json!("c");
+        assert!(first(&r).ends_with("trust contract"), "{}", first(&r));
     }
 
     #[test]

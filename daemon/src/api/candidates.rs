@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use kiln_types::{BackendKind, Candidate, JobOptions};
+use kiln_types::{BackendKind, Candidate, JobOptions, ProblemSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -69,6 +69,39 @@ pub(super) fn language_available(s: &AppState, candidate: &Candidate) -> Result<
     ))
 }
 
+/// Refuses a hosted candidate (a KernelBench `ModelNew` file) for a problem without a torch
+/// reference: the hosted runner builds `ModelNew` with the reference's `get_init_inputs()`
+/// and gives it the reference's parameters by name, so there is nothing to run it against
+/// (`422 no_torch_reference`).
+pub(super) fn hosted_reference(
+    candidate: &Candidate,
+    problem: &ProblemSpec,
+) -> Result<(), ApiError> {
+    if !candidate.language.is_hosted() || problem.reference.torch.is_some() {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "no_torch_reference",
+        format!(
+            "{} candidates need a problem with a torch reference (a KernelBench import or a \
+             [reference.torch]); problem {:?} has none",
+            candidate.language.as_str(),
+            problem.name
+        ),
+    ))
+}
+
+/// A candidate record as the API answers it: the stored record with `trust` (how the
+/// candidate is run: `contract` or `hosted`, from its language).
+pub(super) fn record_json(record: &crate::store::CandidateRecord) -> Result<Value, ApiError> {
+    let mut v = serde_json::to_value(record).map_err(ApiError::internal)?;
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("trust".into(), json!(record.candidate.trust()));
+    }
+    Ok(v)
+}
+
 /// Publishes `queued` for a new job, then wakes the scheduler (so events arrive in order).
 fn announce_queued(s: &AppState, job_id: i64, candidate_id: &str, problem: &str) {
     s.events.publish(crate::events::Event::Job {
@@ -98,7 +131,7 @@ pub async fn submit(
         .validate()
         .map_err(|e| ApiError::bad_request("invalid_candidate", e.to_string()))?;
     language_available(&s, &candidate)?;
-    let backend = candidate.language.backend();
+    let backend = candidate.backend();
     let problem = s
         .store
         .get_problem(&candidate.problem)
@@ -106,6 +139,7 @@ pub async fn submit(
         .ok_or_else(|| {
             ApiError::not_found(format!("problem {:?} is not registered", candidate.problem))
         })?;
+    hosted_reference(&candidate, &problem)?;
     if problem.reference.has(backend) && !problem.evaluable_on(backend) {
         return Err(ApiError::bad_request(
             "invalid_candidate",
@@ -136,7 +170,10 @@ pub async fn submit(
         .submit_with(&candidate, None, options.as_ref(), class)
         .await?;
     if submitted.duplicate {
-        let record = s.store.get_candidate(&submitted.id).await?;
+        let record = match s.store.get_candidate(&submitted.id).await? {
+            Some(r) => record_json(&r)?,
+            None => Value::Null,
+        };
         let mut body = json!({"id": submitted.id, "job_id": submitted.job_id, "duplicate": true, "record": record});
         if options.is_some() {
             body["warning"] = json!(format!(
@@ -207,20 +244,22 @@ pub async fn show(
             _ = crate::events::wait_for(&mut rx, |e| crate::events::is_candidates(e, &id)) => {}
             _ = tick => {}
             _ = tokio::time::sleep_until(deadline) => {
-                let record = s.store.get_candidate(&id).await?;
-                return Ok(Json(serde_json::to_value(record).map_err(ApiError::internal)?));
+                return match s.store.get_candidate(&id).await? {
+                    Some(record) => Ok(Json(record_json(&record)?)),
+                    None => Ok(Json(Value::Null)),
+                };
             }
         }
     }
 }
 
-/// The record as JSON, with `speedups` against the cached baselines of the GPU model it
-/// was timed on, when it was timed on the cuda backend.
+/// The record as JSON (with `trust`), with `speedups` against the cached baselines of the
+/// GPU model it was timed on, when it was timed on the cuda backend.
 async fn with_speedups(
     s: &AppState,
     record: &crate::store::CandidateRecord,
 ) -> Result<serde_json::Value, ApiError> {
-    let mut v = serde_json::to_value(record).map_err(ApiError::internal)?;
+    let mut v = record_json(record)?;
     let timed = record
         .evaluation
         .as_ref()
@@ -261,6 +300,8 @@ pub async fn list(
                 "id": r.id,
                 "problem": r.candidate.problem,
                 "backend": r.backend,
+                "language": r.candidate.language,
+                "trust": r.candidate.trust(),
                 "note": r.candidate.note,
                 "created_at": r.created_at,
                 "state": r.job.as_ref().map(|j| j.state),
@@ -285,11 +326,7 @@ pub async fn requeue(
         .get_candidate(&id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("candidate {id:?} not found")))?;
-    check_lane(
-        &s,
-        rec.candidate.language.backend().as_str(),
-        options.as_ref(),
-    )?;
+    check_lane(&s, rec.candidate.backend().as_str(), options.as_ref())?;
     let class = s.sched.class_of(&rec.backend).unwrap_or_default();
     let job_id = s.store.queue_job(&id, options.as_ref(), class).await?;
     tracing::info!(candidate = %id, job = job_id, "candidate queued again");

@@ -209,18 +209,19 @@ pub async fn submit(
         .get_problem(&search.problem)
         .await?
         .ok_or_else(|| ApiError::not_found("the search's problem is gone"))?;
-    if !problem.evaluable_on(candidate.language.backend()) {
+    super::candidates::hosted_reference(&candidate, &problem)?;
+    let backend = candidate.backend();
+    if !problem.evaluable_on(backend) {
         return Err(ApiError::bad_request(
             "invalid_candidate",
             format!(
-                "problem {:?} has no reference for the {} backend",
-                problem.name,
-                candidate.language.backend()
+                "problem {:?} has no reference for the {backend} backend",
+                problem.name
             ),
         ));
     }
     super::candidates::language_available(&s, &candidate)?;
-    if candidate.language.backend() == kiln_types::BackendKind::Cuda {
+    if backend == kiln_types::BackendKind::Cuda {
         super::fit::check(&s, &problem)?;
     }
     let id = candidate.content_hash();

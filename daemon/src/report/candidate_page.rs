@@ -11,7 +11,7 @@ use super::inputs::CandidateInputs;
 use super::plots;
 use super::points::class_of;
 use super::search_page::date;
-use super::style::{fmt_us, fmt_x, tier_name};
+use super::style::{fmt_us, fmt_x, tier_name, trust_text};
 use crate::store::JobState;
 
 /// Seconds between reloads while the candidate's job has not ended.
@@ -315,6 +315,7 @@ pub fn page(inp: &CandidateInputs) -> String {
         ("candidate", id(&r.id)),
         ("problem", esc(&c.problem)),
         ("backend", esc(&r.backend)),
+        ("trust", esc(trust_text(c.trust()))),
         ("submitted", esc(&date(r.created_at))),
     ];
     if let Some(p) = &c.parent {
@@ -526,6 +527,29 @@ mod tests {
         assert!(
             !html.contains("http-equiv"),
             "an evaluated candidate's page stays"
+        );
+    }
+
+    #[test]
+    fn the_trust_mode_is_shown_beside_the_backend() {
+        let html = page(&CandidateInputs {
+            record: record(None, JobState::Queued),
+            speedups: Vec::new(),
+            generated_at: 0,
+        });
+        assert!(html.contains("contract (kiln launched"), "{html}");
+        let mut r = record(None, JobState::Queued);
+        r.candidate.language = kiln_types::Language::ModelNew;
+        r.candidate.source = "class ModelNew(nn.Module):\n    pass\n".into();
+        r.candidate.launches.clear();
+        let html = page(&CandidateInputs {
+            record: r,
+            speedups: Vec::new(),
+            generated_at: 0,
+        });
+        assert!(
+            html.contains("hosted (the candidate&#39;s own Python ran in a jailed runner"),
+            "{html}"
         );
     }
 

@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use kiln_types::BackendKind;
 use kiln_types::summary::Report;
+use kiln_types::{BackendKind, TrustMode};
 
 use super::html::{self, esc, esc_cut, figure, id, swatch};
 use super::inputs::{SearchInputs, SummarySource};
@@ -15,7 +15,7 @@ use super::lineage;
 use super::plots::{self, best::Axis, best::RefLine};
 use super::points::{self, Point};
 use super::rounds;
-use super::style::{self, Marker, TIERS, css, fmt_secs, fmt_us, fmt_x, tier_name};
+use super::style::{self, Marker, TIERS, css, fmt_secs, fmt_us, fmt_x, tier_name, trust_text};
 
 /// Seconds between reloads of a running search's page.
 pub const REFRESH_SECS: u32 = 5;
@@ -92,6 +92,22 @@ fn best_id(inp: &SearchInputs) -> Option<String> {
         .or_else(|| inp.search.best.as_ref().map(|b| b.0.clone()))
 }
 
+/// How the search's evaluated candidates were run: one mode with what it means, or the
+/// count of each when both appear; `-` before any evaluation.
+fn trust_of(inp: &SearchInputs) -> String {
+    let modes: Vec<TrustMode> = inp
+        .timeline
+        .iter()
+        .filter_map(|e| e.evaluation.as_ref().map(|e| e.trust))
+        .collect();
+    let hosted = modes.iter().filter(|&&t| t == TrustMode::Hosted).count();
+    match (modes.len(), hosted) {
+        (0, _) => "-".into(),
+        (n, h) if h == 0 || h == n => trust_text(modes[0]).into(),
+        (n, h) => format!("{h} evaluations hosted, {} contract", n - h),
+    }
+}
+
 fn header(inp: &SearchInputs, pts: &[Point], lines: &[RefLine]) -> String {
     let s = &inp.search;
     let pending = s.submitted.saturating_sub(pts.len() as u64);
@@ -105,6 +121,7 @@ fn header(inp: &SearchInputs, pts: &[Point], lines: &[RefLine]) -> String {
         ("problem", esc(&s.problem)),
         ("proposer", esc(&s.proposer)),
         ("backend", esc(inp.backend.as_deref().unwrap_or("-"))),
+        ("trust", esc(&trust_of(inp))),
         ("state", state),
         (
             "progress",
@@ -606,6 +623,34 @@ mod tests {
             "the seed's line in both time plots"
         );
         assert_eq!(html.matches(">\ntorch").count(), 0);
+    }
+
+    #[test]
+    fn the_header_says_how_the_candidates_were_run() {
+        let mut inp = inputs(4);
+        assert!(page(&inp).contains("contract (kiln launched"));
+        for e in inp
+            .timeline
+            .iter_mut()
+            .filter_map(|e| e.evaluation.as_mut())
+        {
+            e.trust = TrustMode::Hosted;
+        }
+        assert!(page(&inp).contains("hosted (the candidate&#39;s own Python ran"));
+        if let Some(e) = inp.timeline[0].evaluation.as_mut() {
+            e.trust = TrustMode::Contract;
+        }
+        let hosted = inp
+            .timeline
+            .iter()
+            .filter(|e| e.evaluation.is_some())
+            .count()
+            - 1;
+        assert!(
+            page(&inp).contains(&format!("{hosted} evaluations hosted, 1 contract")),
+            "a mixed search counts both"
+        );
+        assert_eq!(trust_of(&inputs(0)), "-", "nothing evaluated yet");
     }
 
     #[test]

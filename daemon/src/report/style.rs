@@ -2,7 +2,7 @@
 //! and plain timings apart), the marker shape of each precision tier, and number formats.
 //! The HTML legends and the plots both take them from here, so they always agree.
 
-use kiln_types::{PrecisionTier, Verdict};
+use kiln_types::{PrecisionTier, TrustMode, Verdict};
 use plotters::style::RGBColor;
 
 /// What a finished evaluation of a search counts as, for colours and counts. Ordered as
@@ -144,6 +144,20 @@ pub fn tier_name(t: PrecisionTier) -> &'static str {
         PrecisionTier::Fp16Like => "fp16-like",
         PrecisionTier::Bf16Like => "bf16-like",
         PrecisionTier::Coarse => "coarse",
+    }
+}
+
+/// A trust mode with what it means, for the pages' fact tables.
+pub fn trust_text(t: TrustMode) -> &'static str {
+    match t {
+        TrustMode::Contract => {
+            "contract (kiln launched the candidate's device code from its plan; none of its \
+             host code ran)"
+        }
+        TrustMode::Hosted => {
+            "hosted (the candidate's own Python ran in a jailed runner; kiln made the inputs \
+             and weights, compared the outputs and timed it from its side)"
+        }
     }
 }
 

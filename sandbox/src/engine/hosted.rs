@@ -10,8 +10,11 @@
 //! - [`wrapper`]: `kiln-worker hosted-runner`, which loads the hosted filter and execs
 //!   that python (the filter outlives the exec);
 //! - [`cpu`]: `modelnew-cpu` on the host backend: the host engine's runner protocol and
-//!   shared buffers, with the python runner in place of the C one.
+//!   shared buffers, with the python runner in place of the C one;
+//! - [`gpu`]: `modelnew` on the cuda backend: the GPU engine's shared tensors, mapped by
+//!   the runner, and the time of a forward taken on the worker's clock.
 
 pub mod cpu;
+pub mod gpu;
 pub mod setup;
 pub mod wrapper;

@@ -566,13 +566,11 @@ pub const GPU_DENY: &[Rule] = &[
     allow!(SYS_mount_setattr, "changing the jail's file system view"),
 ];
 
-/// What the hosted runner (a KernelBench `ModelNew` file's python, hostile from its first
-/// import) may NOT do, beyond [`GPU_DENY`]: python, torch and the CUDA driver need too much
-/// for an allow-list, so this too is a deny-list. No new processes (`clone` only with
+/// The hosted runner on the CPU may not start processes: a child would keep the shared
+/// memfd, and could write kiln's buffers after the runner answered. `clone` only with
 /// `CLONE_THREAD`; `fork`, `vfork` refused; `clone3` answers `ENOSYS` from
-/// [`HOSTED_FALLBACK`] so glibc falls back to `clone`), no signals to any other process,
-/// no network sockets, no namespaces, no tracing.
-pub const HOSTED_DENY: &[Rule] = &[
+/// [`HOSTED_FALLBACK`], so glibc falls back to `clone`.
+pub const HOSTED_NO_PROCESSES: &[Rule] = &[
     allow!(SYS_fork, "new processes"),
     allow!(SYS_vfork, "new processes"),
     allow!(
@@ -580,6 +578,16 @@ pub const HOSTED_DENY: &[Rule] = &[
         "new processes (threads, with CLONE_THREAD, stay allowed)",
         Cond::NoBits(0, libc::CLONE_THREAD as u64)
     ),
+];
+
+/// What the hosted runner (a KernelBench `ModelNew` file's python, hostile from its first
+/// import) may NOT do, beyond [`GPU_DENY`]: python, torch and the CUDA driver need too much
+/// for an allow-list, so this too is a deny-list. No signals to any other process, no
+/// leaving the worker's process group, no network sockets, no namespaces, no tracing. On
+/// the GPU it may start processes (`load_inline` runs ninja, nvcc and the host compiler,
+/// Triton runs ptxas): the shared allocations' descriptors are closed before the file is
+/// imported, so a child cannot map kiln's memory, and the whole group is killed at the end.
+pub const HOSTED_DENY: &[Rule] = &[
     allow!(SYS_clone, "namespaces", Cond::Masked(0, NS_FLAGS, NS_FLAGS)),
     allow!(SYS_kill, "signals to other processes", Cond::NotSelfPid(0)),
     allow!(
@@ -637,7 +645,8 @@ pub fn rules(stage: Stage) -> Vec<Rule> {
         Stage::PluginHost => PLUGIN_HOST.to_vec(),
         Stage::RunnerLoader => [RUNNER, RUNNER_LOADER].concat(),
         Stage::Runner => RUNNER.to_vec(),
-        Stage::HostedRunner => [GPU_DENY, HOSTED_DENY].concat(),
+        Stage::HostedRunner => [GPU_DENY, HOSTED_NO_PROCESSES, HOSTED_DENY].concat(),
+        Stage::HostedGpuRunner => [GPU_DENY, HOSTED_DENY].concat(),
         Stage::HostedFallback => HOSTED_FALLBACK.to_vec(),
     }
 }
@@ -657,8 +666,11 @@ pub enum Stage {
     RunnerLoader,
     /// The runner while candidate code runs.
     Runner,
-    /// The hosted runner (a `ModelNew` file's python): the denied calls.
+    /// The hosted runner (a `ModelNew` file's python) on the CPU: the denied calls.
     HostedRunner,
+    /// The hosted runner on the GPU: the denied calls (processes allowed, see
+    /// [`HOSTED_DENY`]).
+    HostedGpuRunner,
     /// The hosted runner's second filter: `clone3` answers `ENOSYS`.
     HostedFallback,
 }
@@ -752,7 +764,7 @@ pub fn build(stage: Stage) -> Result<BpfProgram, String> {
             SeccompAction::Allow,
         ),
         // A deny-list: the listed calls fail with EPERM, everything else is allowed.
-        Stage::GpuWorker | Stage::HostedRunner => (
+        Stage::GpuWorker | Stage::HostedRunner | Stage::HostedGpuRunner => (
             SeccompAction::Allow,
             SeccompAction::Errno(libc::EPERM as u32),
         ),

@@ -9,6 +9,8 @@
     ev = client.submit({"problem": "vecadd-4096", "language": "c", "source": src,
                         "launches": [{"kernel": "vecadd", "args": ["a", "b", "c", {"i32": 4096}]}]})
     print(ev.verdict, ev.median_us)
+    ev = client.submit(kiln.modelnew("kb-l1-19-relu", "model_new.py"))   # a KernelBench answer
+    print(ev.trust)                             # "hosted"
 
 See :class:`Client`, :class:`AsyncClient` and :func:`rewards`.
 """
@@ -17,7 +19,21 @@ from ._ahttp import AsyncEventStream
 from ._http import EventStream
 from ._paths import resolve_socket
 from .aio import AsyncClient
-from .candidate import Candidate, CandidateLike, Launch, Scratch, f32, f64, i32, i64, u32, u64
+from .candidate import (
+    HOSTED_LANGUAGES,
+    Candidate,
+    CandidateLike,
+    Launch,
+    Scratch,
+    defines_model_new,
+    f32,
+    f64,
+    i32,
+    i64,
+    modelnew,
+    u32,
+    u64,
+)
 from .client import Client
 from .errors import (
     ApiError,
@@ -87,6 +103,9 @@ __all__ = [
     "NO_VERDICT",
     "Candidate",
     "CandidateLike",
+    "modelnew",
+    "defines_model_new",
+    "HOSTED_LANGUAGES",
     "Launch",
     "Scratch",
     "i32",

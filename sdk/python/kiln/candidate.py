@@ -7,10 +7,18 @@ A candidate can always be given as a plain ``dict`` in the wire shape::
 
 The dataclasses here build the same thing with names checked by the type checker;
 :func:`i32` and friends write typed scalar arguments.
+
+A KernelBench ``ModelNew`` file (``class ModelNew(nn.Module)`` with its ``load_inline``
+CUDA, Triton kernels and torch layers) is a *hosted* candidate, run as written in kiln's
+jailed hosted runner: :func:`modelnew` builds one from the file or its text::
+
+    kiln.modelnew("kb-l1-19-relu", "answers/relu.py")    # {"language": "modelnew", ...}
 """
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
@@ -20,6 +28,9 @@ __all__ = [
     "Candidate",
     "CandidateLike",
     "candidate_dict",
+    "modelnew",
+    "defines_model_new",
+    "HOSTED_LANGUAGES",
     "i32",
     "i64",
     "u32",
@@ -106,7 +117,9 @@ class Scratch:
 
 @dataclass
 class Candidate:
-    """A candidate kernel: ``language`` is ``"c"`` (host backend) or ``"cuda"``."""
+    """A candidate kernel: ``language`` is ``"c"`` (host backend), ``"cuda"`` or
+    ``"triton"`` (cuda backend). A hosted ``ModelNew`` file has no launches: see
+    :func:`modelnew`."""
 
     problem: str
     source: str
@@ -157,3 +170,75 @@ def candidate_dict(candidate: CandidateLike, problem: Optional[str] = None) -> D
         raise ValueError("the candidate names no problem: set its `problem` or pass problem=")
     return d
 
+
+
+#: The languages of hosted candidates (a KernelBench ``ModelNew`` file, no launch plan):
+#: ``modelnew`` runs on the lane's GPU (cuda backend), ``modelnew-cpu`` on the CPU (host
+#: backend). Every other language is launched by kiln from the candidate's plan.
+HOSTED_LANGUAGES = ("modelnew", "modelnew-cpu")
+
+_MODEL_NEW = re.compile(r"^class[ \t][^\S\n]*ModelNew[^\S\n]*[(:]", re.MULTILINE)
+
+
+def defines_model_new(source: str) -> bool:
+    """True when ``source`` defines ``class ModelNew`` at the top level (a line starting
+    with it, then ``(`` or ``:``): kilnd's own check; the Python itself is judged only by
+    the hosted runner."""
+    return _MODEL_NEW.search(source) is not None
+
+
+def _read_model_new(source_or_path: "Union[str, os.PathLike[str]]") -> str:
+    if isinstance(source_or_path, os.PathLike):
+        with open(source_or_path, encoding="utf-8") as f:
+            return f.read()
+    if not isinstance(source_or_path, str):
+        raise TypeError(
+            f"a ModelNew source is a str (the text, or a path) or a path, not {type(source_or_path).__name__}"
+        )
+    if "\n" not in source_or_path and os.path.isfile(source_or_path):
+        with open(source_or_path, encoding="utf-8") as f:
+            return f.read()
+    return source_or_path
+
+
+def modelnew(
+    problem: str,
+    source_or_path: "Union[str, os.PathLike[str]]",
+    cpu: bool = False,
+    note: Optional[str] = None,
+    parent: Optional[str] = None,
+) -> Dict[str, Any]:
+    """A hosted candidate for ``problem``: a KernelBench ``ModelNew`` file, as written.
+
+    Args:
+        problem: the problem's name; it must have a torch reference (a KernelBench import
+            or a ``[reference.torch]``), else kilnd refuses it (``no_torch_reference``).
+        source_or_path: the file's text, or its path (a ``str`` without a newline naming
+            an existing file, or an ``os.PathLike``).
+        cpu: run it on the CPU (language ``modelnew-cpu``, the host backend) instead of
+            the lane's GPU (``modelnew``, the cuda backend).
+        note: what the candidate tries.
+        parent: the id of the candidate it derives from.
+
+    Returns the candidate dict (no ``launches``: ``ModelNew.forward`` is the plan), for
+    :meth:`Client.submit`, :meth:`Client.submit_many` or :func:`kiln.rewards`.
+
+    Raises ``ValueError`` when the text defines no top-level ``class ModelNew``, before
+    anything is sent.
+    """
+    source = _read_model_new(source_or_path)
+    if not defines_model_new(source):
+        raise ValueError(
+            "the source defines no top-level `class ModelNew(nn.Module)` (a KernelBench answer "
+            "defines one); pass the file's text or its path"
+        )
+    d: Dict[str, Any] = {
+        "problem": problem,
+        "language": "modelnew-cpu" if cpu else "modelnew",
+        "source": source,
+    }
+    if note is not None:
+        d["note"] = note
+    if parent is not None:
+        d["parent"] = parent
+    return d

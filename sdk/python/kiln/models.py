@@ -468,6 +468,11 @@ class Evaluation:
             still parses).
         message: one line saying why, for people.
         backend: the backend that ran it (``host``, ``cuda``).
+        trust: how it was run: ``contract`` (kiln launched its device code from its plan;
+            none of its host code ran) or ``hosted`` (a KernelBench ``ModelNew`` file whose
+            own Python ran in kiln's jailed hosted runner; kiln made the inputs and weights,
+            compared the outputs and timed it from its side). ``contract`` when kilnd does
+            not say (evaluations made before hosted candidates existed).
         compile: the compile step, when there was one.
         evidence: trials, error metrics, faults, tampered inputs, ...
         timing: timing statistics (correct candidates only).
@@ -491,6 +496,7 @@ class Evaluation:
     candidate_id: Optional[str]
     job_id: Optional[int]
     raw: Json = field(repr=False, compare=False)
+    trust: str = "contract"
 
     @classmethod
     def from_dict(
@@ -514,6 +520,7 @@ class Evaluation:
             candidate_id=candidate_id,
             job_id=job_id,
             raw=dict(d),
+            trust=_str(d.get("trust")) or "contract",
         )
 
     @property
@@ -589,9 +596,22 @@ class Job:
         return self.state in ("done", "failed")
 
 
+def _trust(given: Any, evaluation: Optional[Evaluation], language: Any) -> str:
+    """kilnd's trust mode, else the evaluation's, else the language's."""
+    if isinstance(given, str) and given:
+        return given
+    if evaluation is not None and "trust" in evaluation.raw:
+        return evaluation.trust
+    return "hosted" if language in ("modelnew", "modelnew-cpu") else "contract"
+
+
 @dataclass(frozen=True)
 class CandidateRecord:
-    """``GET /v1/candidates/{id}``: a candidate, its latest job and its evaluation."""
+    """``GET /v1/candidates/{id}``: a candidate, its latest job and its evaluation.
+
+    ``trust`` is how the candidate is run (``contract`` or ``hosted``, see
+    :class:`Evaluation`): kilnd's, else its evaluation's, else its language's.
+    """
 
     id: str
     candidate: Json
@@ -600,6 +620,7 @@ class CandidateRecord:
     job: Optional[Job]
     evaluation: Optional[Evaluation]
     raw: Json = field(repr=False, compare=False)
+    trust: str = "contract"
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CandidateRecord":
@@ -619,6 +640,7 @@ class CandidateRecord:
             job=job,
             evaluation=evaluation,
             raw=dict(d),
+            trust=_trust(d.get("trust"), evaluation, _obj(d.get("candidate")).get("language")),
         )
 
     @property
@@ -639,6 +661,8 @@ class CandidateSummary:
     state: Optional[str]
     verdict: Optional[str]
     median_us: Optional[float]
+    language: Optional[str] = None
+    trust: str = "contract"
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CandidateSummary":
@@ -651,6 +675,8 @@ class CandidateSummary:
             state=_str(d.get("state")),
             verdict=_str(d.get("verdict")),
             median_us=_float(d.get("median_us")),
+            language=_str(d.get("language")),
+            trust=_trust(d.get("trust"), None, d.get("language")),
         )
 
 

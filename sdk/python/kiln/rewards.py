@@ -5,6 +5,9 @@ reward-ready record per candidate out, in input order, without exceptions per ca
 
     records = kiln.rewards(client, "vecadd-4096", sources)
     scores = [(r.speedup or 1.0) if r.ok else 0.0 for r in records]
+
+    # KernelBench ModelNew files, run as written in kiln's hosted runner:
+    records = kiln.rewards(client, "kb-l1-19-relu", model_new_texts, language="modelnew")
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .aio import AsyncClient
+from .candidate import HOSTED_LANGUAGES
 from .client import DEFAULT_WAIT_S, Client
 from .errors import ApiError, BackendUnavailable, JobFailed, Timeout
 from .models import Evaluation, Outcome, Problem
@@ -102,11 +106,23 @@ def _reward(
     return _failure(index, cid, CLIENT_ERROR, str(err))
 
 
-def _needs_plan(sources: Sequence[Any]) -> bool:
-    return any(isinstance(s, str) or (isinstance(s, Mapping) and "launches" not in s) for s in sources)
+def _needs_plan(sources: Sequence[Any], language: str) -> bool:
+    """Whether some input is a source launched from a plan (a hosted ``ModelNew`` file
+    has none: its ``forward`` is the plan)."""
+
+    def needs(s: Any) -> bool:
+        if isinstance(s, str):
+            return language not in HOSTED_LANGUAGES
+        if isinstance(s, Mapping) and "launches" not in s:
+            return s.get("language", language) not in HOSTED_LANGUAGES
+        return False
+
+    return any(needs(s) for s in sources)
 
 
 def _default_launches(problem: Problem, language: str) -> Optional[List[Any]]:
+    if language in HOSTED_LANGUAGES:
+        return None
     seed = problem.seed("cuda" if language == "cuda" else "host")
     launches = seed.get("launches") if seed else None
     return launches if isinstance(launches, list) else None
@@ -136,7 +152,7 @@ def _prepare(
             bad.append(_failure(i, None, CLIENT_ERROR, "the candidate has no `source` string"))
             continue
         cand.setdefault("language", language)
-        if "launches" not in cand:
+        if "launches" not in cand and cand["language"] not in HOSTED_LANGUAGES:
             if launches is None:
                 bad.append(
                     _failure(
@@ -172,9 +188,13 @@ def rewards(
             otherwise, since no candidate could be evaluated).
         sources: each a source string (launched with ``launches``, by default the
             problem's seed kernel's launch plan, so the source must define the seed's
-            kernel names with the same arguments) or a candidate dict (missing
-            ``problem``, ``language`` and ``launches`` are filled in).
-        language: ``"c"`` (host backend) or ``"cuda"``.
+            kernel names with the same arguments; for a hosted language, the text of a
+            KernelBench ``ModelNew`` file, which needs no plan) or a candidate dict
+            (missing ``problem``, ``language`` and ``launches`` are filled in; see
+            :func:`kiln.modelnew`).
+        language: ``"c"`` (host backend), ``"cuda"``, or a hosted language:
+            ``"modelnew"`` (a ``ModelNew`` file on the GPU) or ``"modelnew-cpu"`` (on the
+            CPU); the problem then needs a torch reference.
         launches: the launch plan for source strings.
         timeout: seconds each candidate may take from submission to verdict.
         window: candidates in flight at once.
@@ -186,7 +206,7 @@ def rewards(
     single candidate's failure is its record's verdict (:data:`CLIENT_ERROR`, ...).
     """
     plan = launches
-    if plan is None and _needs_plan(sources):
+    if plan is None and _needs_plan(sources, language):
         plan = _default_launches(client.problem(problem), language)
     good, bad = _prepare(problem, sources, language, plan)
     out: Dict[int, Reward] = {r.index: r for r in bad}
@@ -210,7 +230,7 @@ async def arewards(
 ) -> List[Reward]:
     """:func:`rewards` for an :class:`~kiln.AsyncClient`."""
     plan = launches
-    if plan is None and _needs_plan(sources):
+    if plan is None and _needs_plan(sources, language):
         plan = _default_launches(await client.problem(problem), language)
     good, bad = _prepare(problem, sources, language, plan)
     out: Dict[int, Reward] = {r.index: r for r in bad}

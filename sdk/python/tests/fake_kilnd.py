@@ -82,8 +82,10 @@ class FakeKilnd:
     def submit(self, cand: Dict[str, Any]) -> "tuple[int, Dict[str, Any]]":
         if cand.get("problem") != "dbl":
             return 404, {"error": {"code": "not_found", "message": f"problem {cand.get('problem')!r} is not registered"}}
-        if cand.get("language") not in ("c", "cuda") or not isinstance(cand.get("source"), str):
+        if cand.get("language") not in ("c", "cuda", "modelnew", "modelnew-cpu") or not isinstance(cand.get("source"), str):
             return 400, {"error": {"code": "invalid_field", "message": "field `language`: unknown variant"}}
+        if cand["language"].startswith("modelnew") and (cand.get("launches") or "class ModelNew" not in cand["source"]):
+            return 400, {"error": {"code": "invalid_candidate", "message": "launches: a modelnew candidate takes none"}}
         cid = hashlib.sha256(cand["source"].encode()).hexdigest()[:32]
         with self.cond:
             self.posts += 1
@@ -136,6 +138,8 @@ class FakeKilnd:
                                "max_us": median, "n": 10, "rse": 0.001, "stop_reason": "converged"},
                     "tier": "fp32-faithful",
                 }
+                if rec["candidate"]["language"].startswith("modelnew"):
+                    rec["evaluation"]["trust"] = "hosted"
                 event.update(state="done", verdict="ok", median_us=median)
             self.cond.notify_all()
         if self.lag:

@@ -4,6 +4,7 @@ batch bookkeeping, and what happens when nothing listens on the socket."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 import socket
@@ -239,6 +240,69 @@ class Candidates(unittest.TestCase):
         self.assertEqual(plain["kernel"], "ns::k<256, float>")
         self.assertIs(kiln.Launch("k", cooperative=True).to_dict()["cooperative"], True)
         self.assertEqual(kiln.Launch("k", grid=(8, 1, 1), cluster=(2, 1, 1)).to_dict()["cluster"], [2, 1, 1])
+
+
+MODEL_NEW = "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+
+
+class HostedCandidates(unittest.TestCase):
+    def test_modelnew_from_text_and_from_a_file(self) -> None:
+        c = kiln.modelnew("kb-relu", MODEL_NEW)
+        self.assertEqual(c, {"problem": "kb-relu", "language": "modelnew", "source": MODEL_NEW})
+        c = kiln.modelnew("kb-relu", MODEL_NEW, cpu=True, note="fused", parent="p0")
+        self.assertEqual((c["language"], c["note"], c["parent"]), ("modelnew-cpu", "fused", "p0"))
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "model_new.py"
+            path.write_text(MODEL_NEW)
+            self.assertEqual(kiln.modelnew("kb-relu", path)["source"], MODEL_NEW)
+            self.assertEqual(kiln.modelnew("kb-relu", str(path))["source"], MODEL_NEW)
+        # Sent as it is: no launch plan, the file as written.
+        sent = json.loads(_wire.submit(kiln.candidate.candidate_dict(kiln.modelnew("kb-relu", MODEL_NEW))).body or b"")
+        self.assertEqual(sent, {"problem": "kb-relu", "language": "modelnew", "source": MODEL_NEW})
+        self.assertEqual(kiln.HOSTED_LANGUAGES, ("modelnew", "modelnew-cpu"))
+
+    def test_a_file_without_model_new_is_refused_before_sending(self) -> None:
+        for bad in ["import torch\nclass Model(nn.Module):\n    pass\n",
+                    "def f():\n    class ModelNew(nn.Module):\n        pass\n",
+                    "class ModelNewer(nn.Module):\n    pass\n",
+                    "no/such/file.py"]:
+            with self.assertRaisesRegex(ValueError, "class ModelNew"):
+                kiln.modelnew("p", bad)
+        with self.assertRaises(TypeError):
+            kiln.modelnew("p", b"class ModelNew(nn.Module): pass")  # type: ignore[arg-type]
+        self.assertTrue(kiln.defines_model_new("x = 1\nclass ModelNew:\n    pass\n"))
+        self.assertTrue(kiln.defines_model_new("class  ModelNew (torch.nn.Module):\n"))
+
+    def test_rewards_take_modelnew_sources_without_a_plan(self) -> None:
+        r = importlib.import_module("kiln.rewards")  # the module: kiln.rewards is the function
+        self.assertFalse(r._needs_plan([MODEL_NEW], "modelnew"))
+        self.assertFalse(r._needs_plan([{"source": MODEL_NEW, "language": "modelnew-cpu"}], "c"))
+        self.assertTrue(r._needs_plan([MODEL_NEW], "c"))
+        good, bad = r._prepare("kb-relu", [MODEL_NEW, {"source": MODEL_NEW}], "modelnew-cpu", None)
+        self.assertEqual(bad, [])
+        self.assertEqual([c for _, c in good],
+                         [{"problem": "kb-relu", "language": "modelnew-cpu", "source": MODEL_NEW}] * 2)
+        # A C source with no plan to take is still the caller's error.
+        _, bad = r._prepare("kb-relu", ["void k(){}"], "c", None)
+        self.assertEqual(bad[0].verdict, kiln.CLIENT_ERROR)
+
+    def test_trust_is_parsed_and_defaults_to_contract(self) -> None:
+        base = {"verdict": "ok", "message": "m", "backend": "cuda"}
+        self.assertEqual(kiln.Evaluation.from_dict(base).trust, "contract")
+        self.assertEqual(kiln.Evaluation.from_dict({**base, "trust": "hosted"}).trust, "hosted")
+        rec = {"id": "c1", "backend": "cuda", "candidate": {"problem": "p", "language": "modelnew"},
+               "job": {"id": 1, "state": "queued"}, "evaluation": None}
+        self.assertEqual(kiln.CandidateRecord.from_dict({**rec, "trust": "hosted"}).trust, "hosted")
+        self.assertEqual(kiln.CandidateRecord.from_dict(rec).trust, "hosted", "from the language")
+        plain = {**rec, "candidate": {"problem": "p", "language": "cuda"}, "evaluation": base}
+        self.assertEqual(kiln.CandidateRecord.from_dict(plain).trust, "contract")
+        r = kiln.CandidateRecord.from_dict({**plain, "evaluation": {**base, "trust": "hosted"}})
+        assert r.evaluation is not None
+        self.assertEqual((r.trust, r.evaluation.trust), ("hosted", "hosted"))
+        s = kiln.CandidateSummary.from_dict({"id": "c1", "problem": "p", "backend": "host",
+                                             "language": "modelnew-cpu", "trust": "hosted"})
+        self.assertEqual((s.language, s.trust), ("modelnew-cpu", "hosted"))
+        self.assertEqual(kiln.CandidateSummary.from_dict({"id": "c2"}).trust, "contract")
 
 
 class Tracking(unittest.TestCase):

@@ -142,6 +142,22 @@ class SyncPipeline(unittest.TestCase):
         self.assertIsNone(records[1].speedup)
         self.assertEqual(set(ok.as_dict()), {"index", "id", "verdict", "ok", "speedup", "median_us", "message"})
 
+    def test_rewards_of_modelnew_sources_need_no_plan(self) -> None:
+        fake = self.start()
+        client = kiln.Client(fake.socket)
+        model_new = "import torch.nn as nn\n\nclass ModelNew(nn.Module):\n    pass  # {}\n"
+        sources: List[Any] = [model_new.format(0), model_new.format(1), "no class here",
+                              kiln.modelnew("dbl", model_new.format(3), cpu=True)]
+        records = kiln.rewards(client, "dbl", sources, language="modelnew", timeout=10.0)
+        self.assertEqual([r.verdict for r in records], ["ok", "ok", kiln.CLIENT_ERROR, "ok"])
+        self.assertIn("invalid_candidate", records[2].message)
+        posted = {r["candidate"]["language"] for r in fake.records.values()}
+        self.assertEqual(posted, {"modelnew", "modelnew-cpu"})
+        self.assertTrue(all("launches" not in r["candidate"] for r in fake.records.values()))
+        ev = client.submit(kiln.modelnew("dbl", model_new.format(0)))
+        self.assertEqual(ev.trust, "hosted")
+        self.assertEqual(client.submit(cand("plain")).trust, "contract")
+
 
 class AsyncPipeline(unittest.IsolatedAsyncioTestCase):
     async def asyncSetUp(self) -> None:

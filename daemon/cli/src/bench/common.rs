@@ -257,8 +257,12 @@ pub fn variant(seed: &Candidate, tag: &str, i: usize, how: Variants) -> Candidat
         Variants::Headers => format!("{HEADER_PREFIX}{}", with_first_knob(&seed.source, i)),
     };
     c.source = match seed.language {
-        kiln_types::Language::Triton => format!("# kiln bench {tag} #{i}\n{body}"),
-        _ => format!("/* kiln bench {tag} #{i} */\n{body}"),
+        kiln_types::Language::Triton
+        | kiln_types::Language::ModelNew
+        | kiln_types::Language::ModelNewCpu => format!("# kiln bench {tag} #{i}\n{body}"),
+        kiln_types::Language::Cuda | kiln_types::Language::C => {
+            format!("/* kiln bench {tag} #{i} */\n{body}")
+        }
     };
     c.note = Some(format!("kiln bench {tag} #{i}"));
     c.parent = None;

@@ -32,8 +32,11 @@ use kiln_types::{
 use super::telemetry::Telemetry;
 use super::timer_log::TimerLog;
 use crate::engine::contract::data;
+use crate::engine::contract::timing;
 use crate::engine::contract::{CheckError, InputVariant, RunFailure, Session, Target, Unwritten};
 use crate::engine::host::evaluate::TorchAsk;
+use crate::engine::host::runner_ctl::RunnerConfig;
+use crate::engine::hosted::gpu::{Exported, HostedGpu};
 use crate::protocol::SharedTensor;
 use kiln_gpu::artifact::Artifact;
 use std::os::fd::OwnedFd;
@@ -156,6 +159,28 @@ pub enum Code<'a> {
     /// Several images, each with the kernels taken from it as (name in the plan, symbol):
     /// a lowered Triton candidate (`engine::triton::lower`).
     Parts(&'a [(kiln_gpu::CompiledModule, Vec<(String, String)>)]),
+    /// A hosted `ModelNew` file, run by its own python runner (`engine::hosted::gpu`).
+    Hosted(&'a HostedCode<'a>),
+}
+
+/// What starting a hosted runner on the GPU takes.
+pub struct HostedCode<'a> {
+    /// The file.
+    pub source: &'a str,
+    /// The python and the import limit.
+    pub hosted: crate::engine::hosted::cpu::Hosted<'a>,
+    /// The runner's process settings (kiln-worker's path, tag, limits).
+    pub runner: RunnerConfig<'a>,
+    /// The job's scratch directory (the runner's home).
+    pub dir: &'a std::path::Path,
+}
+
+/// The candidate's code as the target runs it.
+enum CandCode {
+    /// Kernels kiln launches from the checked plan.
+    Launches(Module, CheckedLaunches),
+    /// A hosted runner; the output hashes taken right after its last run's window.
+    Hosted(HostedGpu, Option<Vec<u64>>),
 }
 
 /// One of the problem's tensors on the GPU.
@@ -194,8 +219,7 @@ pub struct GpuTarget<'g> {
     guard_key: u64,
     guard_hash: u64,
     reference: GpuReference<'g>,
-    cand_launches: CheckedLaunches,
-    candidate: Module,
+    code: CandCode,
     tensors: Vec<Tensor>,
     ref_scratch: Vec<DeviceBuffer>,
     cand_scratch: Vec<DeviceBuffer>,
@@ -263,11 +287,14 @@ pub(super) fn evaluate_on(
     }
     let arch = gpu.facts().arch.clone();
     let infra = |what: &str, e: GpuError| format!("{what}: {e}");
-    let shared = ref_ks.is_none()
-        && job
-            .torch
-            .as_ref()
-            .is_some_and(TorchReference::shares_memory);
+    let hosted = matches!(job.candidate_code, Code::Hosted(_));
+    // A hosted runner maps every tensor, whatever the reference does.
+    let shared = hosted
+        || (ref_ks.is_none()
+            && job
+                .torch
+                .as_ref()
+                .is_some_and(TorchReference::shares_memory));
     let mut tensors = Vec::new();
     for t in &problem.tensors {
         let bytes = guard_offset(t.bytes()) + GUARD_BYTES;
@@ -349,47 +376,108 @@ pub(super) fn evaluate_on(
         }
         (None, None) => return Err("no reference".into()),
     };
-    let cand_names = names(&job.candidate.launches);
-    let cand_refs: Vec<&str> = cand_names.iter().map(String::as_str).collect();
-    let loaded = match job.candidate_code {
-        Code::Artifact(bytes) => Artifact::decode(bytes)
-            .map_err(|e| GpuError::Usage(e.to_string()))
-            .and_then(|a| gpu.load_artifact(&a, &cand_refs)),
-        Code::Parts(parts) => {
-            let parts: Vec<kiln_gpu::ImagePart> = parts
+    let code = match job.candidate_code {
+        Code::Hosted(h) => {
+            let exported = tensors
                 .iter()
-                .map(|(module, kernels)| kiln_gpu::ImagePart { module, kernels })
-                .collect();
-            gpu.load_parts(&parts)
+                .map(|t| {
+                    let mapped = kiln_gpu::shareable::mapped_bytes(&t.buf)
+                        .ok_or_else(|| format!("tensor {} is not shared memory", t.name))?;
+                    let fd = gpu.export_fd(&t.buf).map_err(|e| e.to_string())?;
+                    Ok(Exported {
+                        spec: &t.spec,
+                        fd,
+                        mapped: mapped as u64,
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            let run_timeout = Duration::from_millis(job.plan.run_timeout_ms.max(1));
+            let (runner, ready) = crate::engine::hosted::gpu::spawn(
+                problem,
+                h.source,
+                exported,
+                &h.hosted,
+                &h.runner,
+                h.dir,
+                run_timeout,
+            )?;
+            let failed = match ready {
+                Ok(r) => crate::engine::hosted::cpu::ready_verdict(&r).map(|(v, m)| {
+                    let mut e = early(v, m);
+                    if v == Verdict::RuntimeFault {
+                        e.evidence.fault = r.error.clone();
+                    }
+                    e
+                }),
+                Err(end) => {
+                    let f = runner.failure(end);
+                    let (v, m) = match f {
+                        RunFailure::Timeout(m) => (Verdict::Timeout, m),
+                        RunFailure::Fault(m) | RunFailure::InvalidLaunch(m) => {
+                            (Verdict::RuntimeFault, m)
+                        }
+                        RunFailure::Infra(m) => return Err(m),
+                    };
+                    Some(early(v, format!("importing the ModelNew file: {m}")))
+                }
+            };
+            if let Some(mut e) = failed {
+                e.trust = kiln_types::TrustMode::Hosted;
+                e.evidence.output_excerpt = runner.output_excerpt();
+                return Ok(e);
+            }
+            CandCode::Hosted(runner, None)
+        }
+        code => {
+            let cand_names = names(&job.candidate.launches);
+            let cand_refs: Vec<&str> = cand_names.iter().map(String::as_str).collect();
+            let loaded = match code {
+                Code::Artifact(bytes) => Artifact::decode(bytes)
+                    .map_err(|e| GpuError::Usage(e.to_string()))
+                    .and_then(|a| gpu.load_artifact(&a, &cand_refs)),
+                Code::Parts(parts) => {
+                    let parts: Vec<kiln_gpu::ImagePart> = parts
+                        .iter()
+                        .map(|(module, kernels)| kiln_gpu::ImagePart { module, kernels })
+                        .collect();
+                    gpu.load_parts(&parts)
+                }
+                Code::Hosted(_) => unreachable!("matched above"),
+            };
+            let candidate = match loaded {
+                Ok(m) => m,
+                Err(e) => {
+                    let mut ev = early(
+                        Verdict::RuntimeFault,
+                        format!("the candidate's module failed to load: {e}"),
+                    );
+                    ev.evidence.fault = Some(e.to_string());
+                    return Ok(ev);
+                }
+            };
+            let cand_launches =
+                match gpu.check_launches(&candidate, &job.candidate.launches, &cand_args) {
+                    Ok(p) => p,
+                    Err(e) => return Ok(early(Verdict::InvalidLaunch, e.to_string())),
+                };
+            CandCode::Launches(candidate, cand_launches)
         }
     };
-    let candidate = match loaded {
-        Ok(m) => m,
-        Err(e) => {
-            let mut ev = early(
-                Verdict::RuntimeFault,
-                format!("the candidate's module failed to load: {e}"),
-            );
-            ev.evidence.fault = Some(e.to_string());
-            return Ok(ev);
-        }
+    let kernels = match &code {
+        CandCode::Launches(candidate, cand_launches) => resources(candidate, cand_launches),
+        CandCode::Hosted(..) => Vec::new(),
     };
-    let cand_launches = match gpu.check_launches(&candidate, &job.candidate.launches, &cand_args) {
-        Ok(p) => p,
-        Err(e) => return Ok(early(Verdict::InvalidLaunch, e.to_string())),
+    let n_launches = match &code {
+        CandCode::Launches(_, l) => l.launches.len(),
+        CandCode::Hosted(..) => 0,
     };
-    let kernels = resources(&candidate, &cand_launches);
     let device = serde_json::json!({
         "name": gpu.facts().name,
         "uuid": gpu.facts().uuid,
         "arch": arch,
     });
     let asked = problem.timing_figure.unwrap_or(job.plan.timing.figure);
-    let timer = TimerLog::new(
-        asked,
-        kiln_gpu::cupti::status(),
-        cand_launches.launches.len(),
-    );
+    let timer = TimerLog::new(asked, kiln_gpu::cupti::status(), n_launches);
     let mut guards: Vec<Guard> = tensors
         .iter()
         .enumerate()
@@ -421,8 +509,7 @@ pub(super) fn evaluate_on(
         guard_key,
         guard_hash: kiln_gpu::inputs::host_hash(&guard_bytes, guard_key),
         reference,
-        cand_launches,
-        candidate,
+        code,
         tensors,
         ref_scratch,
         cand_scratch,
@@ -516,6 +603,58 @@ fn resources(module: &Module, plan: &CheckedLaunches) -> Vec<KernelResources> {
 impl GpuTarget<'_> {
     fn fail(&self, e: GpuError) -> RunFailure {
         failure(e, self.run_timeout)
+    }
+
+    /// One run of a hosted file's forward (the inputs current, the outputs poisoned): the
+    /// L2 flushed and the worker's stream idle first (`timed`), the time on the worker's
+    /// clock from `G` to `D`, µs; then the outputs hashed at once (see
+    /// [`GpuTarget::check_after_window`]) and the guards checked.
+    fn hosted_run(&mut self, timed: bool) -> Result<f64, RunFailure> {
+        if timed {
+            self.gpu.l2_flush().map_err(|e| self.fail(e))?;
+        }
+        self.gpu.synchronize().map_err(|e| self.fail(e))?;
+        let CandCode::Hosted(runner, _) = &mut self.code else {
+            return Err(RunFailure::Fault("internal: not a hosted candidate".into()));
+        };
+        let us = runner.run()?;
+        let mut hashes = Vec::new();
+        for i in self.outputs() {
+            let t = &self.tensors[i];
+            let h = self
+                .gpu
+                .hash_range(&t.buf, 0, t.spec.bytes() as usize, self.hash_key)
+                .map_err(|e| self.fail(e))?;
+            hashes.push(h);
+        }
+        if let CandCode::Hosted(_, after) = &mut self.code {
+            *after = Some(hashes);
+        }
+        self.check_guards()?;
+        Ok(us)
+    }
+
+    /// A hosted run's outputs are still what they were right after its window: work the
+    /// file left running on the GPU after answering would change them later.
+    fn check_after_window(&self) -> Result<(), RunFailure> {
+        let CandCode::Hosted(_, Some(after)) = &self.code else {
+            return Ok(());
+        };
+        for (i, want) in self.outputs().into_iter().zip(after) {
+            let t = &self.tensors[i];
+            let got = self
+                .gpu
+                .hash_range(&t.buf, 0, t.spec.bytes() as usize, self.hash_key)
+                .map_err(|e| self.fail(e))?;
+            if got != *want {
+                return Err(RunFailure::Fault(format!(
+                    "output {} changed after the runner answered: work left running on the \
+                     GPU after forward returned",
+                    t.name
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Hashes every kept copy that awaits its check and has no hash yet: candidate code is
@@ -921,6 +1060,7 @@ impl Target for GpuTarget<'_> {
     }
 
     fn keep(&mut self, slot: usize) -> Result<(usize, Vec<Unwritten>), RunFailure> {
+        self.check_after_window()?;
         let unwritten_list = Target::unwritten(self)?;
         if !unwritten_list.is_empty() {
             return Ok((slot, unwritten_list));
@@ -1041,8 +1181,15 @@ impl Target for GpuTarget<'_> {
         self.protect_kept().map_err(|e| self.fail(e))?;
         self.ensure_for_run(inputs)?;
         self.prepare_candidate().map_err(|e| self.fail(e))?;
+        if let CandCode::Hosted(..) = self.code {
+            self.hosted_run(false)?;
+            return Ok(0.0);
+        }
+        let CandCode::Launches(candidate, launches) = &self.code else {
+            unreachable!("hosted returned above");
+        };
         self.gpu
-            .run_launches(&self.candidate, &self.cand_launches, self.run_timeout)
+            .run_launches(candidate, launches, self.run_timeout)
             .map_err(|e| self.fail(e))?;
         self.check_printed()?;
         self.check_guards()?;
@@ -1061,10 +1208,16 @@ impl Target for GpuTarget<'_> {
         self.protect_kept().map_err(|e| self.fail(e))?;
         self.ensure_for_run(inputs)?;
         self.prepare_candidate().map_err(|e| self.fail(e))?;
-        let cfg = SampleConfig::contract(&self.cand_launches, self.run_timeout);
+        if let CandCode::Hosted(..) = self.code {
+            return self.hosted_run(true);
+        }
+        let CandCode::Launches(candidate, launches) = &self.code else {
+            unreachable!("hosted returned above");
+        };
+        let cfg = SampleConfig::contract(launches, self.run_timeout);
         let times = self
             .gpu
-            .time_sample(&self.candidate, &self.cand_launches, &cfg)
+            .time_sample(candidate, launches, &cfg)
             .map_err(|e| self.fail(e))?;
         self.check_printed()?;
         self.check_guards()?;
@@ -1075,9 +1228,12 @@ impl Target for GpuTarget<'_> {
         self.protect_kept().map_err(|e| self.fail(e))?;
         self.ensure_for_run(inputs)?;
         self.arm_guards().map_err(|e| self.fail(e))?;
+        let CandCode::Launches(candidate, launches) = &self.code else {
+            return Err(RunFailure::Fault(timing::plain::UNSUPPORTED.into()));
+        };
         let ms = self
             .gpu
-            .time_plain(&self.candidate, &self.cand_launches, self.run_timeout)
+            .time_plain(candidate, launches, self.run_timeout)
             .map_err(|e| self.fail(e))?;
         self.check_printed()?;
         self.check_guards()?;
@@ -1103,10 +1259,34 @@ impl Target for GpuTarget<'_> {
     }
 
     fn overhead(&mut self) -> Result<f64, RunFailure> {
-        Ok(0.0) // events and kernel records time the GPU itself
+        match &mut self.code {
+            // The worker's clock around a round trip: its empty round trip is the overhead.
+            CandCode::Hosted(runner, _) => runner.overhead(),
+            // Events and kernel records time the GPU itself.
+            CandCode::Launches(..) => Ok(0.0),
+        }
+    }
+
+    fn overhead_probe(&mut self) -> Result<Option<f64>, RunFailure> {
+        match &mut self.code {
+            CandCode::Hosted(runner, _) => runner.empty().map(Some),
+            CandCode::Launches(..) => Ok(None),
+        }
+    }
+
+    fn trust(&self) -> kiln_types::TrustMode {
+        match self.code {
+            CandCode::Hosted(..) => kiln_types::TrustMode::Hosted,
+            CandCode::Launches(..) => kiln_types::TrustMode::Contract,
+        }
     }
 
     fn resolution_us(&self) -> f64 {
+        if let CandCode::Hosted(..) = self.code {
+            return crate::jail::sys::monotonic_resolution()
+                .map_or(1e-3, |d| d.as_secs_f64() * 1e6)
+                .max(1e-3);
+        }
         match self.timer.figure() {
             kiln_types::TimingFigure::Events => EVENT_RESOLUTION_US,
             _ => KERNEL_RECORD_RESOLUTION_US,
@@ -1118,7 +1298,10 @@ impl Target for GpuTarget<'_> {
     }
 
     fn output_excerpt(&self) -> Option<String> {
-        super::printf::excerpt()
+        match &self.code {
+            CandCode::Hosted(runner, _) => runner.output_excerpt(),
+            CandCode::Launches(..) => super::printf::excerpt(),
+        }
     }
 
     fn timing_started(&mut self) {
@@ -1127,7 +1310,10 @@ impl Target for GpuTarget<'_> {
     }
 
     fn timer_evidence(&self, excluded: &[usize]) -> Option<kiln_types::TimerEvidence> {
-        self.timer.evidence(excluded)
+        match self.code {
+            CandCode::Hosted(..) => None,
+            CandCode::Launches(..) => self.timer.evidence(excluded),
+        }
     }
 
     fn timing_finished(&mut self, windows: &[(Instant, Instant)]) -> Option<serde_json::Value> {

@@ -107,6 +107,17 @@ fn round_up(n: u64) -> u64 {
 }
 
 impl Layout {
+    /// No buffers, one page (a runner whose tensors live elsewhere: a hosted runner on the
+    /// GPU maps them from the worker's exported allocations).
+    pub fn empty() -> Layout {
+        Layout {
+            buffers: Vec::new(),
+            slot_bytes: PAGE,
+            slots: 1,
+            total: PAGE,
+        }
+    }
+
     /// Lays out the problem's tensors and the kernel's scratch buffers.
     pub fn new(tensors: &[TensorSpec], scratch: &[ScratchBuffer]) -> Result<Layout, String> {
         let mut buffers = Vec::new();

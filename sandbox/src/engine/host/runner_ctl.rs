@@ -51,6 +51,8 @@ pub struct Runner {
     printed: u64,
     excerpt: Vec<u8>,
     output_limit: u64,
+    /// Leads a process group of its own (a hosted runner), killed as a whole.
+    group: bool,
 }
 
 /// What the runner is started with.
@@ -87,6 +89,10 @@ pub enum Program<'a> {
         env: Vec<(String, String)>,
         /// The setup message's body.
         setup: serde_json::Value,
+        /// Descriptors the runner gets from fd 7 on, in order (a GPU's exported tensors).
+        fds: Vec<OwnedFd>,
+        /// May it start processes (a GPU runner's compilers; see `seccomp::HOSTED_DENY`)?
+        processes: bool,
     },
 }
 
@@ -127,16 +133,20 @@ impl Runner {
                 python,
                 script,
                 env,
+                processes,
                 ..
             } => (
-                vec![
+                [
                     exe.clone(),
                     CString::from(c"hosted-runner"),
                     cs(format!("--python={}", python.display()))?,
                     cs(format!("--script={}", script.display()))?,
                     cs(format!("--cpu-s={}", cfg.cpu_s))?,
                     tag,
-                ],
+                ]
+                .into_iter()
+                .chain(processes.then(|| CString::from(c"--processes")))
+                .collect(),
                 env.iter()
                     .map(|(k, v)| cs(format!("{k}={v}")))
                     .collect::<Result<Vec<_>, _>>()?,
@@ -152,8 +162,12 @@ impl Runner {
             .map(|c| c.as_ptr())
             .chain([std::ptr::null()])
             .collect();
-        // Source fds in the order of their targets 0..=6.
-        let sources = [
+        // Source fds in the order of their targets 0..=6, then a hosted runner's extra ones.
+        let extra: Vec<i32> = match &program {
+            Program::Hosted { fds, .. } => fds.iter().map(AsRawFd::as_raw_fd).collect(),
+            Program::Artifact(_) => Vec::new(),
+        };
+        let sources: Vec<i32> = [
             devnull.as_raw_fd(),
             cap_w.as_raw_fd(),
             cap_w.as_raw_fd(),
@@ -161,15 +175,26 @@ impl Runner {
             done_w.as_raw_fd(),
             fault_w.as_raw_fd(),
             mem.as_raw_fd(),
-        ];
+        ]
+        .into_iter()
+        .chain(extra)
+        .collect();
+        let mut high = vec![0; sources.len()];
+        // A hosted runner leads a process group of its own, which it cannot leave (its
+        // filter refuses setsid and setpgid): everything it starts is killed with it.
+        let group = matches!(program, Program::Hosted { .. });
+        let keep = sources.len() as i32;
         let pid = match sys::fork().map_err(io("fork"))? {
             sys::Forked::Child => {
                 // Between fork and exec: only async-signal-safe calls, no allocation.
                 let _ = sys::set_parent_death_signal(libc::SIGKILL);
-                let mut high = [0; 7];
+                if group {
+                    // SAFETY: setpgid(0, 0) has no pointer arguments and is async-signal-safe.
+                    unsafe { libc::setpgid(0, 0) };
+                }
                 for (i, &fd) in sources.iter().enumerate() {
                     // SAFETY: F_DUPFD takes an int; moves every source above the targets.
-                    high[i] = unsafe { libc::fcntl(fd, libc::F_DUPFD, 20) };
+                    high[i] = unsafe { libc::fcntl(fd, libc::F_DUPFD, keep + 16) };
                 }
                 for (target, &fd) in high.iter().enumerate() {
                     if fd < 0 || sys::dup2(fd, target as i32).is_err() {
@@ -177,7 +202,7 @@ impl Runner {
                         unsafe { libc::_exit(127) };
                     }
                 }
-                let _ = sys::close_fds_from(7);
+                let _ = sys::close_fds_from(keep);
                 let _ = sys::execve(&exe, &argv, &envp);
                 // SAFETY: as above.
                 unsafe { libc::_exit(127) };
@@ -205,6 +230,7 @@ impl Runner {
             printed: 0,
             excerpt: Vec::new(),
             output_limit: cfg.output_limit,
+            group,
         };
         let mut frame = Vec::new();
         match program {
@@ -390,6 +416,10 @@ impl Runner {
 impl Runner {
     /// Kills the runner (if alive) and reaps it.
     pub fn kill(&mut self) {
+        if self.group {
+            // The processes a hosted runner started, alive or not.
+            let _ = sys::killpg(self.pid, libc::SIGKILL);
+        }
         if self.alive {
             let _ = sys::kill(self.pid, libc::SIGKILL);
             if let Ok((_, s)) = sys::waitpid(self.pid, 0) {

@@ -86,24 +86,14 @@ pub fn program<'a>(
         "init_inputs": torch.init_inputs,
         "threads": CPU_THREADS,
     });
-    // The job's scratch is the runner's home and temporary folder (torch and Triton keep
-    // their caches under them).
-    let home = dir.display().to_string();
-    let threads = CPU_THREADS.to_string();
-    let env = vec![
-        ("PATH".to_string(), "/usr/bin:/bin".to_string()),
-        ("HOME".into(), home.clone()),
-        ("TMPDIR".into(), home),
-        ("OMP_NUM_THREADS".into(), threads.clone()),
-        ("MKL_NUM_THREADS".into(), threads),
-        ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
-        ("PYTHONHASHSEED".into(), "0".into()),
-    ];
+    let env = super::setup::runner_env(dir, hosted.setup, false);
     Ok(Program::Hosted {
         python: &hosted.setup.python,
         script,
         env,
         setup,
+        fds: Vec::new(),
+        processes: false,
     })
 }
 

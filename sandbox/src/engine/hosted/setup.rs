@@ -6,7 +6,7 @@
 //! torch there. The script is part of `kiln-worker` ([`SCRIPT`]): the worker writes it into
 //! the job's scratch directory, so what runs is always the version built with it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -30,16 +30,90 @@ pub struct HostedSetup {
     pub torch_version: String,
     /// Directories the evaluating worker's jail shows read-only besides the system paths.
     pub ro_paths: Vec<PathBuf>,
+    /// The CUDA toolkit `load_inline` compiles with (`nvcc` in its `bin`), when there is one:
+    /// `CUDA_HOME`, else the `nvcc` on kilnd's PATH, else `/usr/local/cuda`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toolkit: Option<PathBuf>,
+}
+
+/// The CUDA toolkit to show hosted runners, as [`HostedSetup::toolkit`] says.
+fn find_toolkit() -> Option<PathBuf> {
+    let has_nvcc = |root: &Path| root.join("bin/nvcc").is_file();
+    let from_env = ["CUDA_HOME", "CUDA_PATH"]
+        .into_iter()
+        .filter_map(std::env::var_os)
+        .map(PathBuf::from);
+    let from_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("nvcc"))
+        .filter(|n| n.is_file())
+        .filter_map(|n| std::fs::canonicalize(n).ok())
+        .filter_map(|n| n.parent().and_then(Path::parent).map(Path::to_path_buf));
+    from_env
+        .chain(from_path)
+        .chain([PathBuf::from("/usr/local/cuda")])
+        .filter_map(|p| std::fs::canonicalize(&p).ok())
+        .find(|p| has_nvcc(p))
+}
+
+/// The environment of a hosted runner working in `dir` (the job's scratch, which is also
+/// its home and temporary folder, where torch and Triton keep their build caches): on
+/// the GPU, what `load_inline` needs to find ninja, nvcc and the host compiler, and the
+/// worker's own GPU selection and library path.
+pub fn runner_env(dir: &Path, setup: &HostedSetup, cuda: bool) -> Vec<(String, String)> {
+    let home = dir.display().to_string();
+    let mut path: Vec<String> = Vec::new();
+    if let Some(bin) = setup.python.parent() {
+        path.push(bin.display().to_string()); // a venv's ninja
+    }
+    if let Some(t) = setup.toolkit.as_ref().filter(|_| cuda) {
+        path.push(t.join("bin").display().to_string());
+    }
+    path.extend(["/usr/bin".to_string(), "/bin".to_string()]);
+    let threads = if cuda { "4" } else { "1" };
+    let mut env = vec![
+        ("PATH".to_string(), path.join(":")),
+        ("HOME".into(), home.clone()),
+        ("TMPDIR".into(), home.clone()),
+        ("OMP_NUM_THREADS".into(), threads.into()),
+        ("MKL_NUM_THREADS".into(), threads.into()),
+        ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+        ("PYTHONHASHSEED".into(), "0".into()),
+        (
+            "TORCH_EXTENSIONS_DIR".into(),
+            dir.join("torch_extensions").display().to_string(),
+        ),
+        (
+            "TRITON_CACHE_DIR".into(),
+            dir.join("triton").display().to_string(),
+        ),
+    ];
+    if cuda {
+        if let Some(t) = &setup.toolkit {
+            env.push(("CUDA_HOME".into(), t.display().to_string()));
+        }
+        for k in ["CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH"] {
+            if let Ok(v) = std::env::var(k) {
+                env.push((k.into(), v));
+            }
+        }
+    }
+    env
 }
 
 impl HostedSetup {
     /// Asks `python` for torch; `Err` says why hosted candidates cannot run here.
     pub fn find(python: &str, timeout: Duration) -> Result<HostedSetup, String> {
         let p = probe(python, "torch", timeout)?;
+        let toolkit = find_toolkit();
+        let mut ro_paths = p.ro_paths;
+        ro_paths.extend(toolkit.iter().cloned());
         Ok(HostedSetup {
             python: p.python,
             torch_version: p.version,
-            ro_paths: p.ro_paths,
+            ro_paths,
+            toolkit,
         })
     }
 

@@ -1,7 +1,9 @@
-//! `kiln-worker hosted-runner --python=P --script=S --cpu-s=N --tag=T`: the first moments of
+//! `kiln-worker hosted-runner --python=P --script=S --cpu-s=N [--processes] --tag=T`: the
+//! first moments of
 //! a hosted runner, in kiln's code. Started by the worker (fork + exec, fds already in
 //! place: see `engine::host::runner_ctl`), it lowers its CPU limit, loads the hosted
-//! filters ([`seccomp::Stage::HostedRunner`], then [`seccomp::Stage::HostedFallback`]) and
+//! filters ([`seccomp::Stage::HostedRunner`], or [`seccomp::Stage::HostedGpuRunner`] with
+//! `--processes`, then [`seccomp::Stage::HostedFallback`]) and
 //! execs `P -I -B S serve` with its own environment. The filters outlive the exec, so the
 //! candidate's python never runs without them.
 
@@ -29,7 +31,13 @@ pub fn main(args: &[String]) -> i32 {
         eprintln!("kiln hosted-runner: RLIMIT_CPU: {e}");
         return WRAPPER_FAILED;
     }
-    for stage in [seccomp::Stage::HostedRunner, seccomp::Stage::HostedFallback] {
+    // On the GPU the file's compilers need processes (see `seccomp::HOSTED_DENY`).
+    let deny = if args.iter().any(|a| a == "--processes") {
+        seccomp::Stage::HostedGpuRunner
+    } else {
+        seccomp::Stage::HostedRunner
+    };
+    for stage in [deny, seccomp::Stage::HostedFallback] {
         if let Err(e) = seccomp::apply(stage) {
             eprintln!("kiln hosted-runner: seccomp {stage:?}: {e}");
             return WRAPPER_FAILED;

@@ -121,6 +121,20 @@ pub fn language(c: &Candidate) -> String {
              `num_warps` and `num_stages`; no `block` or `shared_bytes` (they come from Triton's \
              compile). Answer with the source in a ```python block.\n"
             .into(),
+        kiln_types::Language::ModelNew | kiln_types::Language::ModelNewCpu => format!(
+            "Language: a KernelBench ModelNew file (Python defining `class ModelNew(nn.Module)`, \
+             which may build CUDA with torch.utils.cpp_extension.load_inline, use Triton kernels \
+             and torch layers), run as written by kiln's hosted runner on the {}. kiln builds \
+             ModelNew with the problem's get_init_inputs(), sets its parameters and buffers by \
+             name to the reference's values (so keep the reference's parameter names and \
+             shapes), calls forward on its own inputs and compares the output. No launch plan: \
+             forward is the plan. Answer with the whole file in a ```python block.\n",
+            if c.language == kiln_types::Language::ModelNew {
+                "GPU"
+            } else {
+                "CPU"
+            }
+        ),
     }
 }
 
@@ -250,6 +264,13 @@ outputs = ["out"]
         let mut cuda = c.clone();
         cuda.language = kiln_types::Language::Cuda;
         assert!(language(&cuda).contains("```cuda"));
+        let mut hosted = c.clone();
+        hosted.language = kiln_types::Language::ModelNewCpu;
+        let g = language(&hosted);
+        assert!(
+            g.contains("```python") && g.contains("ModelNew") && g.contains("CPU"),
+            "{g}"
+        );
     }
 
     #[test]

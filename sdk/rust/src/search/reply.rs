@@ -68,7 +68,9 @@ fn fences(language: Language) -> (&'static [&'static str], &'static str) {
     match language {
         Language::C => (C_LANGS, "```c"),
         Language::Cuda => (CUDA_LANGS, "```cuda"),
-        Language::Triton => (PYTHON_LANGS, "```python"),
+        Language::Triton | Language::ModelNew | Language::ModelNewCpu => {
+            (PYTHON_LANGS, "```python")
+        }
     }
 }
 
@@ -225,5 +227,21 @@ mod tests {
         assert_eq!(p.candidate.launches[0].num_warps, Some(8));
         let e = candidate("```cuda\n__global__ void k() {}\n```", &parent).expect_err("cuda");
         assert!(e.contains("```python"), "{e}");
+    }
+
+    #[test]
+    fn modelnew_replies_are_whole_python_files() {
+        let parent: Candidate = serde_json::from_str(
+            r#"{"problem":"p","language":"modelnew",
+                "source":"import torch.nn as nn\nclass ModelNew(nn.Module):\n    pass\n"}"#,
+        )
+        .expect("parent");
+        let r = "IDEA: fuse\n```python\nimport torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n```\n";
+        let p = candidate(r, &parent).expect("parses");
+        assert_eq!(p.candidate.language, Language::ModelNew);
+        assert!(p.candidate.launches.is_empty());
+        assert_eq!(p.note.as_deref(), Some("fuse"));
+        let e = candidate("```python\nimport torch\n```", &parent).expect_err("no ModelNew");
+        assert!(e.contains("ModelNew"), "{e}");
     }
 }

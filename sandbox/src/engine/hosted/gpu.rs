@@ -1,0 +1,170 @@
+//! `modelnew` on the cuda backend: a hosted `ModelNew` file on the lane's GPU.
+//!
+//! The GPU engine does the rest (`engine::cuda::target`): kiln's tensors are shareable
+//! allocations of the worker's context, drawn, poisoned, guarded, hashed and compared
+//! there; the reference is kilnd's trusted torch runner on the same shared memory. This
+//! module starts the python runner with one exported descriptor per tensor (it maps them,
+//! then closes them before the file is imported) and times a run from the worker's side:
+//!
+//! 1. the worker makes the inputs current, poisons the outputs, arms the guards, flushes
+//!    the L2 and waits for its own stream, all while the runner is stopped;
+//! 2. the time is the worker's monotonic clock from the `G` byte to the runner's `D` (the
+//!    runner synchronizes its device before answering; the empty round trip `E`, which
+//!    synchronizes too, is the overhead subtracted);
+//! 3. the runner is stopped (SIGSTOP) and the outputs hashed at once: work the file left
+//!    running on the GPU after answering (a side stream never waited for) changes them
+//!    afterwards, and the kept copy taken later no longer matches that hash.
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::cpu::Hosted;
+use super::setup::{CANDIDATE_NAME, SCRIPT, SCRIPT_NAME};
+use crate::engine::contract::RunFailure;
+use crate::engine::host::layout::Layout;
+use crate::engine::host::runner::Ready;
+use crate::engine::host::runner_ctl::{Program, RunEnd, Runner, RunnerConfig};
+
+/// Empty round trips measured for the overhead before the samples.
+const OVERHEAD_ROUNDS: usize = 16;
+
+/// One tensor handed to the runner: its spec, its exported allocation and that
+/// allocation's size.
+pub struct Exported<'a> {
+    /// The problem's tensor.
+    pub spec: &'a kiln_types::TensorSpec,
+    /// The allocation's descriptor.
+    pub fd: OwnedFd,
+    /// The allocation's bytes.
+    pub mapped: u64,
+}
+
+/// A live hosted runner on the GPU.
+pub struct HostedGpu {
+    runner: Runner,
+    run_timeout: Duration,
+}
+
+/// Starts the runner over `tensors` and waits until the file is imported and `ModelNew`
+/// built (the `Ready` says whether it could be); `Err` is kiln's failure.
+pub fn spawn(
+    problem: &kiln_types::ProblemSpec,
+    source: &str,
+    tensors: Vec<Exported>,
+    hosted: &Hosted,
+    cfg: &RunnerConfig,
+    dir: &Path,
+    run_timeout: Duration,
+) -> Result<(HostedGpu, Result<Ready, RunEnd>), String> {
+    let torch = problem
+        .reference
+        .torch
+        .as_ref()
+        .ok_or_else(|| format!("problem {} has no torch reference", problem.name))?;
+    let script = dir.join(SCRIPT_NAME);
+    std::fs::write(&script, SCRIPT).map_err(|e| format!("write {SCRIPT_NAME}: {e}"))?;
+    let candidate = dir.join(CANDIDATE_NAME);
+    std::fs::write(&candidate, source).map_err(|e| format!("write {CANDIDATE_NAME}: {e}"))?;
+    let mut listed = Vec::new();
+    let mut fds = Vec::new();
+    for (i, t) in tensors.into_iter().enumerate() {
+        let shape: Vec<u64> = if t.spec.shape.is_empty() {
+            vec![1]
+        } else {
+            t.spec.shape.clone()
+        };
+        listed.push(json!({
+            "name": t.spec.name,
+            "dtype": t.spec.dtype,
+            "shape": shape,
+            "role": t.spec.role,
+            "fd": 7 + i,
+            "mapped": t.mapped,
+        }));
+        fds.push(t.fd);
+    }
+    let setup = json!({
+        "source": candidate,
+        "device": "cuda",
+        "slots": 1,
+        "tensors": listed,
+        "forward": torch.forward,
+        "outputs": torch.outputs,
+        "state": torch.state,
+        "bool_tensors": torch.bool_tensors,
+        "init_inputs": torch.init_inputs,
+    });
+    let program = Program::Hosted {
+        python: &hosted.setup.python,
+        script: &script,
+        env: super::setup::runner_env(dir, hosted.setup, true),
+        setup,
+        fds,
+        processes: true,
+    };
+    let cfg = RunnerConfig {
+        load_timeout: hosted.load_timeout,
+        ..*cfg
+    };
+    let (runner, ready) = Runner::spawn_program(&cfg, Layout::empty(), program)?;
+    Ok((
+        HostedGpu {
+            runner,
+            run_timeout,
+        },
+        ready,
+    ))
+}
+
+impl HostedGpu {
+    /// The contract's failure for a command that did not end in `D`.
+    pub fn failure(&self, end: RunEnd) -> RunFailure {
+        match end {
+            RunEnd::Timeout => RunFailure::Timeout(format!(
+                "forward did not return within the run timeout of {} ms; runner killed",
+                self.run_timeout.as_millis()
+            )),
+            RunEnd::Died(fault) => RunFailure::Fault(format!(
+                "{fault} (forward raised or the process ended: see its output)"
+            )),
+            RunEnd::Flood(n) => RunFailure::Fault(format!(
+                "output flood: {n} bytes written to stdout/stderr; runner killed"
+            )),
+            RunEnd::Done(_) => RunFailure::Fault("runner answered unexpectedly".into()),
+        }
+    }
+
+    /// One run of `forward` (`G`), timed on the worker's clock, µs; the runner is stopped
+    /// when this returns.
+    pub fn run(&mut self) -> Result<f64, RunFailure> {
+        match self.runner.run(b'G', self.run_timeout) {
+            RunEnd::Done(d) => Ok(d.as_secs_f64() * 1e6),
+            end => Err(self.failure(end)),
+        }
+    }
+
+    /// One empty round trip (`E`: the runner synchronizes its device and answers), µs.
+    pub fn empty(&mut self) -> Result<f64, RunFailure> {
+        match self.runner.run(b'E', self.run_timeout) {
+            RunEnd::Done(d) => Ok(d.as_secs_f64() * 1e6),
+            end => Err(self.failure(end)),
+        }
+    }
+
+    /// The fastest of [`OVERHEAD_ROUNDS`] empty round trips, µs.
+    pub fn overhead(&mut self) -> Result<f64, RunFailure> {
+        let mut best = f64::INFINITY;
+        for _ in 0..OVERHEAD_ROUNDS {
+            best = best.min(self.empty()?);
+        }
+        Ok(best)
+    }
+
+    /// What the file printed (an excerpt).
+    pub fn output_excerpt(&self) -> Option<String> {
+        self.runner.output_excerpt()
+    }
+}
