@@ -30,6 +30,10 @@
 #      softmax-4096x65536 through kilnd, `kiln bench throughput --language triton` (compile
 #      times cold and cached, candidates a minute), and a hill-climb search from the Triton
 #      softmax seed. The GPU tests of Triton candidates are in step 3 (`triton::`).
+#  11. (step `hosted`, not in the default steps) hosted ModelNew files through kilnd:
+#      kiln's own examples in docs/examples/hosted (with $KERNELBENCH_ROOT, KernelBench's
+#      `KernelBench/` folder), each with the verdict it must get, and the published answers
+#      of $HOSTED_CORPUS (scripts/hosted-check.py: verdicts, times, speedups);
 #  10. (step `level1`, not in the default steps; with $KERNELBENCH_LEVEL1, KernelBench's
 #      level1 folder, and KILN_PYTHON) every level-1 file imported and registered (or
 #      refused at registration with the memory it needs), the honest candidates of
@@ -73,7 +77,7 @@ section() { printf '\n=== %s === (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 steps=" ${GPU_CHECK_STEPS:-probe tests kilnd baselines searches bench agreement triton reports} "
 want() { case "$steps" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 # Any step that needs the bundled kilnd.
-want_kilnd() { want kilnd || want baselines || want searches || want bench || want agreement || want triton || want reports || want level1; }
+want_kilnd() { want kilnd || want baselines || want searches || want bench || want agreement || want triton || want reports || want level1 || want hosted; }
 
 section "host"
 echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -254,6 +258,24 @@ PY
                 --count "${LEVEL1_BENCH_COUNT:-40}" --no-cached -o json >"$l1_out/bench-throughput-gelu.json" || status=1
             [ -z "$kb_examples" ] || python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d.get(k) for k in ("problem","passes","lanes")}, indent=1)[:3000])' \
                 "$l1_out/bench-throughput-gelu.json" || true
+        fi
+        if want hosted; then
+            # Hosted ModelNew files (issue 28): kiln's own examples (each with the verdict it
+            # must get; $KERNELBENCH_ROOT is KernelBench's `KernelBench/` folder, for their
+            # problems), then a corpus of published answers kept outside the project
+            # ($HOSTED_CORPUS: manifest.json, the files, their problems).
+            hosted_out=${out:-$tmp}
+            here=$(cd "$(dirname "$0")" && pwd)
+            if [ -n "${KERNELBENCH_ROOT:-}" ]; then
+                section "hosted: kiln's own ModelNew examples"
+                timeout 1500 python3 "$here/../scripts/hosted-check.py" "$bundle/kiln" "$here/../docs/examples/hosted" \
+                    --problems-root "$KERNELBENCH_ROOT" --helper "$bundle/kiln_torch.py" --out "$hosted_out" || status=1
+            fi
+            if [ -n "${HOSTED_CORPUS:-}" ]; then
+                section "hosted: published ModelNew files ($HOSTED_CORPUS)"
+                timeout 2400 python3 "$here/../scripts/hosted-check.py" "$bundle/kiln" "$HOSTED_CORPUS" \
+                    --helper "$bundle/kiln_torch.py" --out "$hosted_out" || status=1
+            fi
         fi
         if want bench; then
             section "kiln bench"

@@ -51,6 +51,9 @@ Commands (bytes on fd 3), each answered with b"D" on fd 4:
   G      run slot 0
   T n    run slots 0..n-1 in order (n: one byte, 1..slots)
   E      nothing (the timer's own overhead)
+  K      one run of slot 0 under torch's profiler, answered with a message (no D):
+         {"kernels": [{"name", "calls", "us"}] or null, "error": null or why}: the GPU
+         kernels it launched, a claim the worker only classifies
   Q      answer D, then exit 0 (EOF on fd 3: exit 0)
 
 A run binds slot j's tensors to the module (parameters' .data, buffers replaced in their
@@ -77,6 +80,9 @@ MAX_BLOBS = 8
 # The ready frame must stay well under the worker's limit for it (1 MiB).
 ERROR_CHARS = 4096
 MISSING_MAX = 64
+# The kernel list a K answers with: its longest names and most entries.
+KERNEL_NAME_CHARS = 300
+KERNELS_MAX = 200
 DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
           "i32": "int32", "i64": "int64", "u8": "uint8"}
 
@@ -406,9 +412,12 @@ class Runs:
     """The model bound to each slot: per slot, precomputed once, what a run sets and reads,
     so the timed window holds little besides forward."""
 
-    def __init__(self, torch, model, buffers, setup, found):
+    def __init__(self, torch, model, buffers, setup, found, sync):
         self.torch, self.model, self.buffers = torch, model, buffers
-        self.sync = torch.cuda.synchronize if buffers.device == "cuda" else None
+        # Taken before the file was imported, so a file that replaces
+        # torch.cuda.synchronize does not replace this runner's wait (a file can still
+        # reach native code: the worker's own checks do not rely on this wait).
+        self.sync = sync
         bools = set(setup.get("bool_tensors") or [])
         state = setup.get("state") or {}
         self.outputs = list(setup["outputs"])
@@ -465,6 +474,32 @@ class Runs:
             traceback.print_exc()
             leave(1)
 
+    def kernels(self, j):
+        """The GPU kernels one run of slot j launched, as torch's profiler saw them in this
+        process (a claim: the worker classifies them and never times with them):
+        {"kernels": [{"name", "calls", "us"}], "error": null} or {"kernels": null, "error"}."""
+        if self.buffers.device != "cuda":
+            return {"kernels": None, "error": "kernels are recorded on the GPU only"}
+        try:
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                self.run(j)
+                self.sync()
+            seen = {}
+            for e in prof.events():
+                if str(getattr(e, "device_type", "")).endswith("CUDA"):
+                    name = str(e.name)[:KERNEL_NAME_CHARS]
+                    calls, us = seen.get(name, (0, 0.0))
+                    seen[name] = (calls + 1, us + float(e.time_range.elapsed_us()))
+            listed = sorted(seen.items(), key=lambda kv: -kv[1][1])[:KERNELS_MAX]
+            return {"kernels": [{"name": n, "calls": c, "us": round(u, 3)} for n, (c, u) in listed],
+                    "error": None}
+        except SystemExit:
+            raise
+        except BaseException as e:  # noqa: BLE001 - no record is an answer too
+            return {"kernels": None, "error": f"no kernel records: {describe_exception(e, 400)}"}
+
     def finish(self):
         """Before `D`: on a GPU, every run's work is done (an error it raised is exit 1)."""
         if self.sync is not None:
@@ -498,10 +533,11 @@ def prepare(setup):
     for n in list(setup["forward"]) + list(setup["outputs"]):
         if n not in shapes:
             raise SetupError(f"setup: forward or outputs name {n!r}, which is no tensor")
+    sync = torch.cuda.synchronize if device == "cuda" else None
     module = load_candidate(setup["source"])
     model = build_model(torch, module, setup, device)
     found = check_state(model, setup, shapes)
-    return Runs(torch, model, buffers, setup, found)
+    return Runs(torch, model, buffers, setup, found, sync)
 
 
 def serve():
@@ -537,6 +573,9 @@ def serve():
                 runs.run(j)
         elif cmd == b"E":
             pass
+        elif cmd == b"K":
+            write_message(DONE_FD, runs.kernels(0))
+            continue
         elif cmd == b"Q":
             write_all(DONE_FD, b"D")
             leave(0)

@@ -52,6 +52,15 @@ fn exit_on_cpu_limit() {
 /// returns the exit status.
 pub fn serve(tag: &str) -> i32 {
     exit_on_cpu_limit();
+    // Not dumpable: a process of the same user (a hosted runner's python above all) can
+    // then neither open this process's /proc files (mem, fd, environ) nor trace it.
+    // SAFETY: prctl(PR_SET_DUMPABLE, 0) has no pointer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        tracing::warn!(
+            "kiln-worker: cannot make itself non-dumpable: {}",
+            std::io::Error::last_os_error()
+        );
+    }
     let mut input = std::io::stdin().lock();
     // A GPU worker's fd 1 receives device printf: the protocol moves to a duplicate.
     let mut output: std::fs::File = if std::env::var_os(CAPTURE_ENV).is_some() {
@@ -321,7 +330,9 @@ fn serve_on(
                             output_limit_bytes: limits.output_limit_bytes,
                             torch: gpu_torch(torch_only, share_memory, &mut ask, &mut share),
                         };
-                        on_gpu(context, job, &mut retire)
+                        let r = on_gpu(context, job, &mut retire);
+                        crate::engine::hosted::gpu::kill_leftovers();
+                        r
                     }
                     (None, _) => {
                         failed("a hosted candidate's request carries no python with torch".into())
@@ -360,14 +371,14 @@ fn serve_on(
     }
 }
 
-/// A fresh folder for one hosted evaluation in the worker's scratch.
+/// A fresh folder for one hosted evaluation in the worker's scratch: a name no earlier
+/// file could guess, created new (an earlier file can write the scratch, so a folder that
+/// already exists is never taken over).
 fn hosted_dir() -> Result<PathBuf, String> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::current_dir()
         .map_err(|e| format!("scratch: {e}"))?
-        .join(format!("hosted-{n}"));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        .join(format!("hosted-{:016x}", rand::random::<u64>()));
+    std::fs::create_dir(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     Ok(dir)
 }
 

@@ -171,10 +171,11 @@ class ModelNew(nn.Module):
         assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
     }
 
-    /// Forking (a process that would outlive the run and write later) is refused by the
-    /// hosted filter: `os.fork` fails, and the failure is the candidate's.
+    /// Forking (a process that would outlive the run and write later), new namespaces, a
+    /// new session, signals to the worker and network sockets are refused by the hosted
+    /// filters: each fails in python, and the failure is the candidate's.
     #[test]
-    fn forking_and_network_sockets_are_refused() {
+    fn forking_namespaces_signals_and_network_sockets_are_refused() {
         let Some((_d, cfg, mut runner)) = hosted_setup() else {
             return;
         };
@@ -186,6 +187,13 @@ class ModelNew(nn.Module):
                 "import socket; socket.socket(socket.AF_INET, socket.SOCK_STREAM)",
             ),
             ("kill", "import os; os.kill(os.getppid(), 19)"),
+            ("setsid", "import os; os.setsid()"),
+            (
+                "user namespace",
+                "import ctypes\n        \
+                 if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0:\n            \
+                 raise PermissionError(ctypes.get_errno(), 'unshare')",
+            ),
         ] {
             let src = SOFTMAX_HONEST.replace(
                 "m = x.max(dim=1, keepdim=True).values",

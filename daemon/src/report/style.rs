@@ -61,6 +61,7 @@ impl Class {
                 Verdict::Nondeterministic => RGBColor(0x17, 0xbe, 0xcf),
                 Verdict::ImplausibleTime => RGBColor(0xbc, 0xbd, 0x22),
                 Verdict::UnmeasurableTime => RGBColor(0x55, 0x6b, 0x2f),
+                Verdict::NoOwnKernels => RGBColor(0x8c, 0x6d, 0x1f),
                 Verdict::Ok => RGBColor(0x1b, 0x9e, 0x45),
             },
         }

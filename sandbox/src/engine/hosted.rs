@@ -12,9 +12,12 @@
 //! - [`cpu`]: `modelnew-cpu` on the host backend: the host engine's runner protocol and
 //!   shared buffers, with the python runner in place of the C one;
 //! - [`gpu`]: `modelnew` on the cuda backend: the GPU engine's shared tensors, mapped by
-//!   the runner, and the time of a forward taken on the worker's clock.
+//!   the runner, and the time of a forward taken on the worker's clock;
+//! - [`kernels`]: the kernels a forward launched (the runner's claim), sorted into the
+//!   file's own and library ones.
 
 pub mod cpu;
 pub mod gpu;
+pub mod kernels;
 pub mod setup;
 pub mod wrapper;

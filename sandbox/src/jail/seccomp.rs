@@ -94,6 +94,15 @@ macro_rules! allow {
     };
 }
 
+/// Each namespace flag alone (a deny-list needs one rule per flag: any one set is refused).
+const NEWNS: u64 = libc::CLONE_NEWNS as u64;
+const NEWUSER: u64 = libc::CLONE_NEWUSER as u64;
+const NEWPID: u64 = libc::CLONE_NEWPID as u64;
+const NEWNET: u64 = libc::CLONE_NEWNET as u64;
+const NEWIPC: u64 = libc::CLONE_NEWIPC as u64;
+const NEWUTS: u64 = libc::CLONE_NEWUTS as u64;
+const NEWCGROUP: u64 = libc::CLONE_NEWCGROUP as u64;
+
 /// Namespace-creating clone flags: never allowed to a jailed process.
 const NS_FLAGS: u64 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWUSER
@@ -120,6 +129,7 @@ const TTY_IOCTLS: &[u64] = &[
 
 /// prctl options a trusted kiln process uses on itself.
 const PRCTL_OPTIONS: &[u64] = &[
+    libc::PR_SET_DUMPABLE as u64,
     libc::PR_SET_PDEATHSIG as u64,
     libc::PR_SET_NO_NEW_PRIVS as u64,
     libc::PR_SET_NAME as u64,
@@ -578,17 +588,54 @@ pub const HOSTED_NO_PROCESSES: &[Rule] = &[
         "new processes (threads, with CLONE_THREAD, stay allowed)",
         Cond::NoBits(0, libc::CLONE_THREAD as u64)
     ),
+    allow!(SYS_setpgid, "leaving the runner's process group"),
 ];
 
 /// What the hosted runner (a KernelBench `ModelNew` file's python, hostile from its first
 /// import) may NOT do, beyond [`GPU_DENY`]: python, torch and the CUDA driver need too much
 /// for an allow-list, so this too is a deny-list. No signals to any other process, no
-/// leaving the worker's process group, no network sockets, no namespaces, no tracing. On
-/// the GPU it may start processes (`load_inline` runs ninja, nvcc and the host compiler,
-/// Triton runs ptxas): the shared allocations' descriptors are closed before the file is
-/// imported, so a child cannot map kiln's memory, and the whole group is killed at the end.
+/// leaving the worker's session, no network sockets, no namespaces, no tracing. On the GPU
+/// it may start processes (`load_inline` runs ninja, nvcc and the host compiler, Triton
+/// runs ptxas), and ninja puts its commands in process groups of their own: the shared
+/// allocations' descriptors are closed before the file is imported, so a child cannot map
+/// kiln's memory, and after the evaluation the worker, PID 1 of its jail, kills every
+/// other process in it (`engine::hosted::gpu::kill_leftovers`).
 pub const HOSTED_DENY: &[Rule] = &[
-    allow!(SYS_clone, "namespaces", Cond::Masked(0, NS_FLAGS, NS_FLAGS)),
+    allow!(
+        SYS_clone,
+        "a new mount namespace",
+        Cond::Masked(0, NEWNS, NEWNS)
+    ),
+    allow!(
+        SYS_clone,
+        "a new user namespace",
+        Cond::Masked(0, NEWUSER, NEWUSER)
+    ),
+    allow!(
+        SYS_clone,
+        "a new PID namespace",
+        Cond::Masked(0, NEWPID, NEWPID)
+    ),
+    allow!(
+        SYS_clone,
+        "a new network namespace",
+        Cond::Masked(0, NEWNET, NEWNET)
+    ),
+    allow!(
+        SYS_clone,
+        "a new IPC namespace",
+        Cond::Masked(0, NEWIPC, NEWIPC)
+    ),
+    allow!(
+        SYS_clone,
+        "a new UTS namespace",
+        Cond::Masked(0, NEWUTS, NEWUTS)
+    ),
+    allow!(
+        SYS_clone,
+        "a new cgroup namespace",
+        Cond::Masked(0, NEWCGROUP, NEWCGROUP)
+    ),
     allow!(SYS_kill, "signals to other processes", Cond::NotSelfPid(0)),
     allow!(
         SYS_tgkill,
@@ -625,7 +672,6 @@ pub const HOSTED_DENY: &[Rule] = &[
         )
     ),
     allow!(SYS_setsid, "leaving the worker's session"),
-    allow!(SYS_setpgid, "leaving the worker's process group"),
 ];
 
 /// The hosted runner's second filter (stacked on [`HOSTED_DENY`]): `clone3` answers
@@ -858,6 +904,9 @@ mod tests {
             Stage::PluginHost,
             Stage::RunnerLoader,
             Stage::Runner,
+            Stage::HostedRunner,
+            Stage::HostedGpuRunner,
+            Stage::HostedFallback,
         ] {
             let prog = build(stage).expect("filter builds");
             assert!(!prog.is_empty());
@@ -865,6 +914,45 @@ mod tests {
                 assert!(!r.why.is_empty(), "{} has no reason", r.name);
             }
         }
+    }
+
+    #[test]
+    fn the_hosted_deny_lists_name_what_a_hostile_python_must_not_do() {
+        let denied = |stage: Stage| -> Vec<i64> { rules(stage).iter().map(|r| r.nr).collect() };
+        let gpu = denied(Stage::HostedGpuRunner);
+        for nr in [
+            libc::SYS_ptrace,
+            libc::SYS_process_vm_readv,
+            libc::SYS_process_vm_writev,
+            libc::SYS_kill,
+            libc::SYS_tgkill,
+            libc::SYS_socket,
+            libc::SYS_setsid,
+            libc::SYS_unshare,
+            libc::SYS_setns,
+            libc::SYS_pidfd_getfd,
+        ] {
+            assert!(
+                gpu.contains(&nr),
+                "syscall {nr} is not denied to a hosted runner"
+            );
+        }
+        // Every namespace flag on its own is a denied clone.
+        let ns_rules = rules(Stage::HostedGpuRunner)
+            .into_iter()
+            .filter(|r| r.nr == libc::SYS_clone)
+            .filter_map(|r| match r.cond {
+                Cond::Masked(0, mask, value) if mask == value => Some(mask),
+                _ => None,
+            })
+            .fold(0u64, |acc, m| acc | m);
+        assert_eq!(ns_rules, NS_FLAGS);
+        // On the CPU no process either; on the GPU processes (the compilers) stay allowed.
+        let cpu = denied(Stage::HostedRunner);
+        for nr in [libc::SYS_fork, libc::SYS_vfork, libc::SYS_setpgid] {
+            assert!(cpu.contains(&nr) && !gpu.contains(&nr), "syscall {nr}");
+        }
+        assert_eq!(denied(Stage::HostedFallback), [libc::SYS_clone3]);
     }
 
     #[test]

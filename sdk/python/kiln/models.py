@@ -53,6 +53,7 @@ VERDICTS: Tuple[str, ...] = (
     "nondeterministic",
     "implausible_time",
     "unmeasurable_time",
+    "no_own_kernels",
     "ok",
 )
 

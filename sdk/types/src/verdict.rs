@@ -31,6 +31,10 @@ pub enum Verdict {
     /// the overhead it subtracts) even with repeated runs per sample: no time is reported,
     /// and it never ranks.
     UnmeasurableTime,
+    /// Correct and timed, but a hosted `ModelNew` whose forward launched no GPU kernel of
+    /// its own (only library ones: cuBLAS, cuDNN, ATen...): the reference renamed. Its time
+    /// is shown; it never ranks.
+    NoOwnKernels,
     /// Correct, timed, and plausible.
     Ok,
 }
@@ -49,6 +53,7 @@ impl Verdict {
             Verdict::Nondeterministic => "nondeterministic",
             Verdict::ImplausibleTime => "implausible_time",
             Verdict::UnmeasurableTime => "unmeasurable_time",
+            Verdict::NoOwnKernels => "no_own_kernels",
             Verdict::Ok => "ok",
         }
     }

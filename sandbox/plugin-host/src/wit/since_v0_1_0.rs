@@ -59,6 +59,9 @@ fn verdict(v: kiln_types::Verdict) -> types::Verdict {
         // ABI 0.1 has no `unmeasurable-time` (sdk/wit/PENDING_CHANGES.md): the nearest
         // verdict that also carries no time to rank; `message` and `json` say which.
         V::UnmeasurableTime => W::ImplausibleTime,
+        // Nor `no-own-kernels` (a hosted file that is the reference renamed): also a
+        // verdict that never ranks; `message` and `json` say which.
+        V::NoOwnKernels => W::ImplausibleTime,
         V::Ok => W::Ok,
     }
 }

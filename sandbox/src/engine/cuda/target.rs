@@ -526,6 +526,7 @@ pub(super) fn evaluate_on(
     };
     let mut session = Session::new(problem, job.plan, target);
     let mut e = session.run()?;
+    let hosted_kernels = hosted_breakdown(&mut session.target, job.candidate, &mut e);
     if let GpuReference::Torch(_, precision) = &session.target.reference
         && !precision.is_empty()
     {
@@ -542,12 +543,78 @@ pub(super) fn evaluate_on(
         gpu_t["clock_policy"] = "observe".into();
         tele["gpu"] = gpu_t;
     }
+    if let Some(k) = hosted_kernels {
+        tele["hosted"] = k;
+    }
     e.telemetry = Some(tele);
     e.compile = Some(CompileInfo {
         kernels,
         ..CompileInfo::default()
     });
     Ok(e)
+}
+
+/// For a hosted file that came out correct and timed: the kernels one more forward
+/// launches (the runner's claim), sorted into the file's own and library ones, as JSON for
+/// the telemetry; a forward with none of its own turns `ok` into `no_own_kernels` (its
+/// time kept). A runner that cannot say leaves the verdict and adds a note.
+fn hosted_breakdown(
+    target: &mut GpuTarget<'_>,
+    candidate: &Candidate,
+    e: &mut Evaluation,
+) -> Option<serde_json::Value> {
+    let CandCode::Hosted(runner, _) = &mut target.code else {
+        return None;
+    };
+    if !matches!(e.verdict, Verdict::Ok | Verdict::UnmeasurableTime) {
+        return None;
+    }
+    let records = match runner.kernels() {
+        Ok(r) => r,
+        Err(why) => {
+            e.evidence
+                .notes
+                .push(format!("kernels: not recorded ({why})"));
+            return None;
+        }
+    };
+    let b = crate::engine::hosted::kernels::classify(&candidate.source, records);
+    if b.kernels.is_empty() {
+        e.evidence
+            .notes
+            .push("kernels: the runner's profiler recorded no GPU work".into());
+    } else if !b.has_own() && e.verdict == Verdict::Ok {
+        e.verdict = Verdict::NoOwnKernels;
+        e.message = format!(
+            "{}; but forward launched no kernel of its own: {} library kernel(s) ran ({}), \
+             so it is the reference renamed and does not rank",
+            e.message,
+            b.kernels.len(),
+            b.kernels
+                .iter()
+                .take(3)
+                .map(|(k, _)| k.name.chars().take(60).collect::<String>())
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+    if let Some(t) = &e.timing
+        && b.own_us + b.library_us > t.median_us * 1.5 + 5.0
+    {
+        e.evidence.notes.push(format!(
+            "kernels: the runner's records sum to {:.1} us of GPU time, above the {:.1} us \
+             kiln measured from its side: they disagree (the records are the runner's claim)",
+            b.own_us + b.library_us,
+            t.median_us
+        ));
+    }
+    e.evidence.notes.push(format!(
+        "kernels: {} recorded, {:.0} % of their GPU time in library kernels (the runner's \
+         claim)",
+        b.kernels.len(),
+        100.0 * b.library_fraction()
+    ));
+    Some(b.to_json())
 }
 
 /// Scratch names must be new, sizes positive and bounded.

@@ -268,6 +268,39 @@ impl Runner {
 
     /// Reads the ready frame (length-prefixed JSON) with a deadline.
     fn read_ready(&mut self, timeout: Duration) -> Result<Ready, RunEnd> {
+        self.read_frame("ready", timeout)
+    }
+
+    /// Sends `cmd` and reads the one message it answers with (no `D`) within `timeout`,
+    /// then stops the runner again. Everything in it is the runner's claim.
+    pub fn ask<T: serde::de::DeserializeOwned>(
+        &mut self,
+        cmd: u8,
+        timeout: Duration,
+    ) -> Result<T, RunEnd> {
+        if !self.alive {
+            return Err(RunEnd::Died("runner already gone".into()));
+        }
+        if self.stopped {
+            let _ = sys::kill(self.pid, libc::SIGCONT);
+            self.stopped = false;
+        }
+        if sys::write_all(self.go.as_raw_fd(), &[cmd]).is_err() {
+            return Err(self.reap_died());
+        }
+        let answer = self.read_frame("answer", timeout);
+        if answer.is_ok() && !self.stop() {
+            return Err(self.reap_died());
+        }
+        answer
+    }
+
+    /// Reads one length-prefixed message of kiln's framing from the done pipe.
+    fn read_frame<T: serde::de::DeserializeOwned>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+    ) -> Result<T, RunEnd> {
         let deadline = Instant::now() + timeout;
         let mut buf = Vec::new();
         loop {
@@ -275,14 +308,15 @@ impl Runner {
                 let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
                 if len > 1 << 20 {
                     self.kill();
-                    return Err(RunEnd::Died("runner sent a malformed ready frame".into()));
+                    return Err(RunEnd::Died(format!(
+                        "runner sent a malformed {what} frame"
+                    )));
                 }
                 if buf.len() >= 4 + len {
-                    let parsed: Result<(Ready, _), _> =
-                        protocol::read_message(&mut &buf[..4 + len]);
+                    let parsed: Result<(T, _), _> = protocol::read_message(&mut &buf[..4 + len]);
                     return parsed.map(|(r, _)| r).map_err(|e| {
                         self.kill();
-                        RunEnd::Died(format!("runner sent a malformed ready frame: {e}"))
+                        RunEnd::Died(format!("runner sent a malformed {what} frame: {e}"))
                     });
                 }
             }

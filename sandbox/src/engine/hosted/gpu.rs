@@ -22,6 +22,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::cpu::Hosted;
+use super::kernels::{KernelAnswer, KernelRecord};
 use super::setup::{CANDIDATE_NAME, SCRIPT, SCRIPT_NAME};
 use crate::engine::contract::RunFailure;
 use crate::engine::host::layout::Layout;
@@ -119,6 +120,32 @@ pub fn spawn(
     ))
 }
 
+/// After a hosted evaluation on the GPU: kills every process the file may have left in the
+/// jail (its compilers may leave the runner's process group: ninja gives each command a
+/// group of its own) and reaps them. Only where this worker is PID 1 of its own PID
+/// namespace, where `kill(-1)` reaches nothing outside the jail; elsewhere the runner's
+/// group was killed with it, and that is all.
+pub fn kill_leftovers() {
+    if std::process::id() != 1 {
+        return;
+    }
+    // SAFETY: kill with no pointer arguments.
+    if unsafe { libc::kill(-1, libc::SIGKILL) } != 0 {
+        return; // nothing else in the jail
+    }
+    // Reap them (a process in the GPU driver can take a moment to die); bounded.
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < until {
+        // SAFETY: waitpid with a null status pointer.
+        match unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } {
+            0 => std::thread::sleep(Duration::from_millis(1)),
+            n if n > 0 => {}
+            _ => return, // no children left
+        }
+    }
+    tracing::warn!("processes a hosted file left were killed but not all reaped within 2 s");
+}
+
 impl HostedGpu {
     /// The contract's failure for a command that did not end in `D`.
     pub fn failure(&self, end: RunEnd) -> RunFailure {
@@ -166,5 +193,20 @@ impl HostedGpu {
     /// What the file printed (an excerpt).
     pub fn output_excerpt(&self) -> Option<String> {
         self.runner.output_excerpt()
+    }
+
+    /// The kernels one more run of forward launches (`K`, untimed, on the current inputs),
+    /// as the runner's profiler saw them; `Err` says why there is no list.
+    pub fn kernels(&mut self) -> Result<Vec<KernelRecord>, String> {
+        let limit = self.run_timeout.saturating_mul(4) + Duration::from_secs(30);
+        match self.runner.ask::<KernelAnswer>(b'K', limit) {
+            Ok(KernelAnswer {
+                kernels: Some(k), ..
+            }) => Ok(k),
+            Ok(KernelAnswer { error, .. }) => {
+                Err(error.unwrap_or_else(|| "the runner recorded nothing".into()))
+            }
+            Err(end) => Err(format!("the profiled run did not answer: {end:?}")),
+        }
     }
 }

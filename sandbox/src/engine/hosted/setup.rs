@@ -34,6 +34,21 @@ pub struct HostedSetup {
     /// `CUDA_HOME`, else the `nvcc` on kilnd's PATH, else `/usr/local/cuda`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub toolkit: Option<PathBuf>,
+    /// The folder of the `ninja` torch's `load_inline` runs, when it is not beside the
+    /// python: the first on kilnd's PATH.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ninja_dir: Option<PathBuf>,
+}
+
+/// The folder of the first `ninja` on kilnd's PATH, unless the python has its own.
+fn find_ninja(python: &Path) -> Option<PathBuf> {
+    if python.parent().is_some_and(|d| d.join("ninja").is_file()) {
+        return None;
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .find(|d| d.join("ninja").is_file())
+        .and_then(|d| std::fs::canonicalize(d).ok())
 }
 
 /// The CUDA toolkit to show hosted runners, as [`HostedSetup::toolkit`] says.
@@ -66,6 +81,9 @@ pub fn runner_env(dir: &Path, setup: &HostedSetup, cuda: bool) -> Vec<(String, S
     let mut path: Vec<String> = Vec::new();
     if let Some(bin) = setup.python.parent() {
         path.push(bin.display().to_string()); // a venv's ninja
+    }
+    if let Some(d) = &setup.ninja_dir {
+        path.push(d.display().to_string());
     }
     if let Some(t) = setup.toolkit.as_ref().filter(|_| cuda) {
         path.push(t.join("bin").display().to_string());
@@ -107,13 +125,16 @@ impl HostedSetup {
     pub fn find(python: &str, timeout: Duration) -> Result<HostedSetup, String> {
         let p = probe(python, "torch", timeout)?;
         let toolkit = find_toolkit();
+        let ninja_dir = find_ninja(&p.python);
         let mut ro_paths = p.ro_paths;
         ro_paths.extend(toolkit.iter().cloned());
+        ro_paths.extend(ninja_dir.iter().cloned());
         Ok(HostedSetup {
             python: p.python,
             torch_version: p.version,
             ro_paths,
             toolkit,
+            ninja_dir,
         })
     }
 

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Hosted ModelNew files through a running kilnd, as a user would submit them, on a GPU
+host (scripts/gpu-check.sh's `hosted` step runs it).
+
+    hosted-check.py KILN CORPUS [--python PY] [--helper kiln_torch.py] [--out DIR]
+
+CORPUS holds `manifest.json` (a list of {"file", "problem_file", "kind", "repo", "path",
+...}), the files, and the KernelBench problem files they answer (`problem_file`, relative
+to CORPUS or to --problems-root, e.g. KernelBench's own `KernelBench/` folder).
+Every problem folder is imported (`kiln problems import kernelbench`) and registered, the
+torch baselines (eager, torch.compile) of each answered problem are measured, and every
+file is submitted as written (`kiln submit --problem NAME FILE --wait`). One `SUMMARY`
+line per file: verdict, trust, median, speedups against eager and torch.compile, and the
+message; then the counts. Exit 0 when every file got a verdict (any verdict: judging the
+answers is kiln's job here, not this script's) and every entry's `expect` (verdicts it
+must get, kiln's own examples) and `min_median_us` held; 1 otherwise.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+
+def problem_name(path):
+    """kiln's name of a KernelBench file (kiln_types::kernelbench::problem_name)."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    level = os.path.basename(os.path.dirname(path))
+    slug = ""
+    for c in stem.lower():
+        if c.isascii() and c.isalnum():
+            slug += c
+        elif not slug.endswith("-"):
+            slug += "-"
+    slug = slug.strip("-")
+    if level.startswith("level") and level[5:].isdigit():
+        return f"kb-l{level[5:]}-{slug}"[:120].rstrip("-")
+    return f"kb-{slug}"[:120].rstrip("-")
+
+
+def run(cmd, timeout, log=None):
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        out, code = p.stdout, p.returncode
+        err = p.stderr
+    except subprocess.TimeoutExpired as e:
+        out, code, err = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), 124, "timeout"
+    if log:
+        log.write(f"$ {' '.join(cmd)}  ({time.time() - t0:.1f} s, exit {code})\n{out}\n{err}\n")
+        log.flush()
+    return code, out, err
+
+
+def baseline_medians(kiln, name, log):
+    """(eager µs, torch.compile µs) of the problem, measured by kilnd (None where not)."""
+    code, out, _ = run([kiln, "problems", "baseline", name, "-o", "json"], 1200, log)
+    if code != 0:
+        return None, None
+    try:
+        v = json.loads(out)
+    except json.JSONDecodeError:
+        return None, None
+    got = {}
+    for r in v.get("results", []):
+        m = (r.get("timing") or {}).get("median_us")
+        name = str(r.get("name", ""))
+        for kind in ("torch-eager", "torch-compile"):
+            # The first measured variant of each kind (fp32 comes first).
+            if r.get("status") == "measured" and m and name.startswith(kind) and kind not in got:
+                got[kind] = m
+    return got.get("torch-eager"), got.get("torch-compile")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kiln")
+    ap.add_argument("corpus")
+    ap.add_argument("--python", default=os.environ.get("KILN_PYTHON", "python3"))
+    ap.add_argument("--helper", default=None)
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--only", default=None, help="a regular expression on the file names")
+    ap.add_argument("--problems-root", default=None,
+                    help="where the manifest's problem_file paths start (default: CORPUS)")
+    args = ap.parse_args()
+    kiln, corpus = args.kiln, args.corpus
+    log = open(os.path.join(args.out, "hosted-check.log"), "a")
+    manifest = json.load(open(os.path.join(corpus, "manifest.json")))
+    if args.only:
+        manifest = [m for m in manifest if re.search(args.only, m["file"])]
+    imported = os.path.join(args.out, "kb-hosted")
+    # Only the answered problems, copied level by level (an import describes every file of
+    # its folder).
+    staged = os.path.join(args.out, "kb-problems")
+    root = args.problems_root or corpus
+    for m in manifest:
+        # "./…": a problem file of the corpus itself (its own folder level: "problems").
+        own = m["problem_file"].startswith("./")
+        src = os.path.join(corpus if own else root, m["problem_file"])
+        dst = os.path.join(staged, os.path.basename(os.path.dirname(m["problem_file"])),
+                           os.path.basename(m["problem_file"]))
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        with open(src, "rb") as f, open(dst, "wb") as g:
+            g.write(f.read())
+    levels = sorted(os.listdir(staged))
+    for level in levels:
+        cmd = [kiln, "problems", "import", "kernelbench", os.path.join(staged, level), "--out",
+               os.path.join(imported, level), "--python", args.python, "-o", "json"]
+        if args.helper:
+            cmd += ["--helper", args.helper]
+        code, out, _ = run(cmd, 1200, log)
+        try:
+            refused = json.loads(out).get("refused", [])
+        except json.JSONDecodeError:
+            refused = [{"file": level, "reason": "no import report"}]
+        for r in refused:
+            print("import refused:", r.get("file"), "-", str(r.get("reason"))[:200], flush=True)
+        run([kiln, "problems", "add", os.path.join(imported, level)], 600, log)
+    counts, failed_jobs, baselines, unmet = {}, 0, {}, []
+    for m in manifest:
+        name = problem_name(m["problem_file"])
+        if name not in baselines:
+            baselines[name] = baseline_medians(kiln, name, log)
+        eager, compiled = baselines[name]
+        t0 = time.time()
+        code, out, err = run([kiln, "submit", "--problem", name, os.path.join(corpus, m["file"]),
+                              "--wait", "-o", "json"], 1800, log)
+        wall = time.time() - t0
+        try:
+            r = json.loads(out)
+        except json.JSONDecodeError:
+            r = {}
+        rec = r.get("record", r)
+        e = rec.get("evaluation") or r.get("evaluation") or {}
+        job = rec.get("job") or r.get("job") or {}
+        verdict = e.get("verdict") or f"job {job.get('state')}: {job.get('error') or err.strip()[-300:]}"
+        if not e.get("verdict"):
+            failed_jobs += 1
+        counts[e.get("verdict") or "failed job"] = counts.get(e.get("verdict") or "failed job", 0) + 1
+        med = (e.get("timing") or {}).get("median_us")
+        hk = ((e.get("telemetry") or {}).get("hosted") or {})
+        kernel_us = (hk.get("own_us") or 0) + (hk.get("library_us") or 0) if hk else None
+        sp = lambda base: f"{base / med:.2f}x" if (base and med) else "-"
+        print(f"SUMMARY {m['file']} problem={name} kind={m.get('kind')} verdict={verdict} "
+              f"trust={e.get('trust')} median_us={med} eager_us={eager} compile_us={compiled} "
+              f"speedup_eager={sp(eager)} speedup_compile={sp(compiled)} wall_s={wall:.1f} "
+              f"kernels_us={kernel_us} library_fraction={hk.get('library_fraction')} "
+              f"overhead_us={(med - kernel_us) if (med and kernel_us) else None} "
+              f"msg={(e.get('message') or '')[:240]!r}", flush=True)
+        # kiln's own examples say what they must get.
+        want = m.get("expect")
+        if want and e.get("verdict") not in want:
+            unmet.append(f"{m['file']}: {e.get('verdict')} (expected one of {want})")
+        if m.get("min_median_us") and med is not None and med < m["min_median_us"]:
+            unmet.append(f"{m['file']}: median {med} us below {m['min_median_us']}")
+    print("COUNTS", json.dumps(counts, sort_keys=True), "failed_jobs", failed_jobs, flush=True)
+    for u in unmet:
+        print("EXPECTATION NOT MET", u, flush=True)
+    return 1 if failed_jobs or unmet else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
