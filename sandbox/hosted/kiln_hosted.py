@@ -41,7 +41,7 @@ Setup (body; unknown keys are ignored):
 
 Order: setup; the buffers mapped and viewed as torch tensors (no copies); the file
 imported as module `kiln_candidate`; torch.manual_seed(0); ModelNew(*init_inputs), moved
-to the device, eval(); its parameters and buffers checked against `state`; then
+to the device (left in training mode, as the reference is run); its parameters and buffers checked against `state`; then
 
 Ready (body): {"missing": [what does not match], "error": null or a reason for people}.
 After a ready with an error the runner exits 0.
@@ -56,8 +56,8 @@ Commands (bytes on fd 3), each answered with b"D" on fd 4:
          kernels it launched, a claim the worker only classifies
   Q      answer D, then exit 0 (EOF on fd 3: exit 0)
 
-A run binds slot j's tensors to the module (parameters' .data, buffers replaced in their
-module: no copies), calls forward on slot j's inputs under torch.no_grad() and copies what
+A run binds slot j's tensors to the module (parameters' .data: no copies; buffers replaced
+in their module by copies, since a module may update them in place), calls forward on slot j's inputs under torch.no_grad() and copies what
 it returns into slot j's outputs. Exit 1: forward raised (its traceback on stderr). Exit 3:
 forward returned the wrong number of tensors, something else, or a tensor of the wrong
 size (a `kiln:` line on stderr). Exit 2: a command kiln does not send.
@@ -369,7 +369,10 @@ def build_model(torch, module, setup, device):
         # way KernelBench's get_init_inputs() returns them.
         model = cls(*(as_args(v) for v in init))
         model.to(device)
-        model.eval()
+        # Left in the mode it was built in (training), as the reference Model is run by
+        # kiln's torch runner and by KernelBench: BatchNorm then uses the batch's
+        # statistics in both.
+
     except BaseException as e:  # noqa: BLE001 - the reason is the answer
         raise SetupError(f"ModelNew(*get_init_inputs()) raised: {describe_exception(e)}") from None
     return model
@@ -442,8 +445,11 @@ class Runs:
         try:
             for p, view, as_bool in params:
                 p.data = view.bool() if as_bool else view
+            # Buffers as copies: a module updates some in place (BatchNorm's running
+            # statistics, in training mode), and kiln's tensors must stay as drawn (the
+            # trusted reference gives its module copies too).
             for holder, attr, view, as_bool in bufs:
-                holder[attr] = view.bool() if as_bool else view
+                holder[attr] = view.bool() if as_bool else view.clone()
             call = [v.bool() if b else v for v, b in args] if any_bool else [v for v, _ in args]
             with torch.no_grad():
                 out = self.model(*call)
