@@ -43,7 +43,8 @@ Order: setup; the buffers mapped and viewed as torch tensors (no copies); the fi
 imported as module `kiln_candidate`; torch.manual_seed(0); ModelNew(*init_inputs), moved
 to the device (left in training mode, as the reference is run); its parameters and buffers checked against `state`; then
 
-Ready (body): {"missing": [what does not match], "error": null or a reason for people}.
+Ready (body): {"missing": [what does not match], "error": null or a reason for people,
+"notes": [for people: parameters matched by order where their names differ]}.
 After a ready with an error the runner exits 0.
 
 Commands (bytes on fd 3), each answered with b"D" on fd 4:
@@ -379,10 +380,33 @@ def build_model(torch, module, setup, device):
 
 
 def check_state(model, setup, shapes):
-    """Every key of `state` is a parameter or buffer of the model of the kiln tensor's size;
-    every parameter is set by kiln (else it keeps its own random init). Extra buffers are
-    the module's own. Returns {module name: (kind, the tensor)}."""
+    """Where kiln's weights go: {module name: (kind, the module's tensor, kiln's tensor)},
+    and notes for people.
+
+    By name first: every key of `state` is a parameter or buffer of the model of the kiln
+    tensor's size, and every parameter is set by kiln (else it keeps its own random init);
+    extra buffers are the module's own. Where names differ, by order, as KernelBench's own
+    check lets them differ (it seeds torch before building each model, so the n-th
+    parameter created gets the same values): the problem's tensors the names left unmatched
+    (in the problem's order: the reference's parameters, then its floating buffers) pair
+    with the model's unmatched parameters, then floating buffers, in creation order, when
+    every parameter is paired (extra buffers stay the model's) and each pair has the same
+    number of elements."""
     state = setup.get("state") or {}
+    try:
+        return by_name(model, state, shapes), []
+    except SetupError as by_name_failed:
+        order = [t["name"] for t in setup.get("tensors", [])]
+        paired = by_order(model, state, shapes, order)
+        if paired is None:
+            raise by_name_failed from None
+        renamed = [f"{p}<-{ref}" for p, ref, _ in paired[1]]
+        note = ("ModelNew's parameters matched the problem's by order, as their names differ "
+                f"({clip(', '.join(renamed), 600)})")
+        return paired[0], [note]
+
+
+def by_name(model, state, shapes):
     params = dict(model.named_parameters(remove_duplicate=False))
     buffers = dict(model.named_buffers(remove_duplicate=False))
     missing, found = [], {}
@@ -396,7 +420,7 @@ def check_state(model, setup, shapes):
             missing.append(f"{kind} {pname!r} has {t.numel()} elements, kiln's tensor {tname!r} has "
                            f"{numel(shapes[tname])}")
         else:
-            found[pname] = (kind, t)
+            found[pname] = (kind, t, tname)
     covered = {id(params[n]) for n in state if n in params}
     for pname, p in model.named_parameters():
         if id(p) not in covered:
@@ -411,6 +435,37 @@ def check_state(model, setup, shapes):
     return found
 
 
+def by_order(model, state, shapes, order):
+    """({module name: (kind, tensor, kiln name)}, [(module name, reference name, kiln
+    name)]) pairing by creation order what the names left unmatched, or None."""
+    params = list(model.named_parameters())
+    buffers = [(n, b) for n, b in model.named_buffers() if b.is_floating_point()]
+    named = dict(params)
+    named.update(dict(model.named_buffers()))
+    inverse = {tname: pname for pname, tname in state.items()}
+    found, taken = {}, set()
+    for pname, tname in state.items():
+        t = named.get(pname)
+        if t is not None and tname in shapes and t.numel() == numel(shapes[tname]):
+            found[pname] = ("parameter" if any(t is p for _, p in params) else "buffer", t, tname)
+            taken.add(id(t))
+    pending = [(inverse[t], t) for t in order if t in inverse and inverse[t] not in found]
+    free_params = [(n, "parameter", p) for n, p in params if id(p) not in taken]
+    free_buffers = [(n, "buffer", b) for n, b in buffers if id(b) not in taken]
+    # Every parameter set (none keeps its own init), then buffers for what is left (a model
+    # may keep buffers of its own).
+    rest = len(pending) - len(free_params)
+    if not pending or rest < 0 or rest > len(free_buffers):
+        return None
+    paired = []
+    for (ref, tname), (name, kind, t) in zip(pending, free_params + free_buffers[:rest]):
+        if tname not in shapes or t.numel() != numel(shapes[tname]):
+            return None
+        found[name] = (kind, t, tname)
+        paired.append((name, ref, tname))
+    return found, paired
+
+
 class Runs:
     """The model bound to each slot: per slot, precomputed once, what a run sets and reads,
     so the timed window holds little besides forward."""
@@ -422,19 +477,18 @@ class Runs:
         # reach native code: the worker's own checks do not rely on this wait).
         self.sync = sync
         bools = set(setup.get("bool_tensors") or [])
-        state = setup.get("state") or {}
         self.outputs = list(setup["outputs"])
         self.plans = []
         for views in buffers.views:
             params, bufs = [], []
-            for pname, (kind, t) in found.items():
-                view = views[state[pname]].view(t.shape)
+            for pname, (kind, t, tname) in found.items():
+                view = views[tname].view(t.shape)
                 if kind == "parameter":
-                    params.append((t, view, state[pname] in bools))
+                    params.append((t, view, tname in bools))
                 else:
                     owner, _, attr = pname.rpartition(".")
                     holder = model.get_submodule(owner)._buffers
-                    bufs.append((holder, attr, view, state[pname] in bools))
+                    bufs.append((holder, attr, view, tname in bools))
             args = [(views[n], n in bools) for n in setup["forward"]]
             dests = [views[n] for n in self.outputs]
             self.plans.append((params, bufs, args, any(b for _, b in args), dests))
@@ -542,8 +596,8 @@ def prepare(setup):
     sync = torch.cuda.synchronize if device == "cuda" else None
     module = load_candidate(setup["source"])
     model = build_model(torch, module, setup, device)
-    found = check_state(model, setup, shapes)
-    return Runs(torch, model, buffers, setup, found, sync)
+    found, notes = check_state(model, setup, shapes)
+    return Runs(torch, model, buffers, setup, found, sync), notes
 
 
 def serve():
@@ -558,11 +612,11 @@ def serve():
     except EOFError:
         leave(0)
     try:
-        runs = prepare(setup)
+        runs, notes = prepare(setup)
     except SetupError as e:
         write_message(DONE_FD, {"missing": e.missing, "error": clip(str(e), 2 * ERROR_CHARS)})
         leave(0)
-    write_message(DONE_FD, {"missing": [], "error": None})
+    write_message(DONE_FD, {"missing": [], "error": None, "notes": notes})
     slots = len(runs.plans)
     while True:
         cmd = os.read(GO_FD, 1)

@@ -106,19 +106,36 @@ class ModelNew(nn.Module):
 "#;
 
 #[test]
-fn weights_are_kilns_by_name_and_a_mismatch_names_them() {
+fn weights_are_kilns_by_name_or_order_and_a_mismatch_names_them() {
     let Some((_d, cfg, mut runner)) = hosted_setup() else {
         return;
     };
     let p = fixture("kb-linear-relu-4x16x8");
     // Its own layer, under the reference's name: kiln's drawn weights reach it.
     assert_correct(&evaluate(&cfg, &p, LINEAR, &mut runner));
-    // The same layer under another name keeps its own random weights: refused, named.
+    // The same layer under another name: paired by creation order (as KernelBench's
+    // seeding lets it pass), with a note saying so.
     let renamed = LINEAR.replace("self.linear", "self.fc");
     let e = evaluate(&cfg, &p, &renamed, &mut runner);
+    assert_correct(&e);
+    assert!(
+        e.evidence
+            .notes
+            .iter()
+            .any(|n| n.contains("fc.weight<-linear.weight")),
+        "{:?}",
+        e.evidence.notes
+    );
+    // A parameter the problem does not have would keep its own random init: refused,
+    // named.
+    let extra = LINEAR.replace(
+        "self.linear = nn.Linear(in_features, out_features)",
+        "self.linear = nn.Linear(in_features, out_features)\n        \
+         self.scale = nn.Parameter(torch.ones(out_features))",
+    );
+    let e = evaluate(&cfg, &p, &extra, &mut runner);
     assert_eq!(e.verdict, Verdict::InvalidLaunch, "{e:#?}");
-    assert!(e.message.contains("linear.weight"), "{}", e.message);
-    assert!(e.message.contains("fc.weight"), "{}", e.message);
+    assert!(e.message.contains("scale"), "{}", e.message);
 }
 
 #[test]

@@ -440,6 +440,7 @@ impl Scheduler {
             .await?;
         let t1 = Instant::now();
         let be = backend.clone();
+        let hosted = candidate.language.is_hosted();
         let mut eval = tokio::task::spawn_blocking(move || {
             be.evaluate(
                 lane_index,
@@ -456,10 +457,16 @@ impl Scheduler {
         .map(|(mut e, mut info)| {
             // The backend may learn kernel resources only when it loads the module (cuda):
             // keep what it reported over the compile step's empty list.
-            if let Some(reported) = e.compile.take()
-                && info.kernels.is_empty()
-            {
-                info.kernels = reported.kernels;
+            if let Some(reported) = e.compile.take() {
+                if info.kernels.is_empty() {
+                    info.kernels = reported.kernels;
+                }
+                // A hosted file is built by its runner at evaluation (its compile step only
+                // carries the file): the runner's import and build time is its compile.
+                if hosted && reported.duration_ms > 0.0 {
+                    info.duration_ms = reported.duration_ms;
+                    info.log = reported.log;
+                }
             }
             e.compile = Some(info);
             e

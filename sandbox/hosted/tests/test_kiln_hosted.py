@@ -315,6 +315,15 @@ CASES = {
                                            ("y", "f32", [2, 4], "output")],
                    forward=["x"], outputs=["y"], init="[3, 4]", slots=2,
                    state={"linear.weight": "w", "linear.bias": "b", "shift": "s"}),
+    # The same layer and buffer under other names: paired by creation order, as
+    # KernelBench's seeding lets such answers pass.
+    "renamed": dict(source=LINEAR.replace("self.linear", "self.fc").replace('"shift"', '"offset"')
+                    .replace("self.shift", "self.offset"),
+                    tensors=[("x", "f32", [2, 3], "input"), ("w", "f32", [4, 3], "input"),
+                             ("b", "f32", [4], "input"), ("s", "f32", [4], "input"),
+                             ("y", "f32", [2, 4], "output")],
+                    forward=["x"], outputs=["y"], init="[3, 4]", slots=1,
+                    state={"linear.weight": "w", "linear.bias": "b", "shift": "s"}),
     "tuple_bool": dict(source=TUPLE_BOOL, tensors=[("x", "f32", [2, 3], "input"), ("mask", "u8", [2, 3], "input"),
                                                    ("y", "f32", [2, 3], "output"), ("count", "i64", [1], "output")],
                        forward=["x", "mask"], outputs=["y", "count"], bools=["mask"]),
@@ -363,7 +372,7 @@ class HostedRunner(unittest.TestCase):
         return self.runners[name], self.readies[name]
 
     def assert_ok(self, r, ready):
-        self.assertEqual(ready, {"missing": [], "error": None}, r.output())
+        self.assertEqual(ready, {"missing": [], "error": None, "notes": []}, r.output())
 
     def test_double_on_slots_with_t_g_e_q(self):
         r, ready = self.ready("double")
@@ -412,6 +421,23 @@ class HostedRunner(unittest.TestCase):
         os.close(r.go)
         r.go = -1
         self.assertEqual(r.wait(), 0)
+
+    def test_renamed_parameters_are_paired_by_creation_order_with_a_note(self):
+        r, ready = self.ready("renamed")
+        self.assertEqual((ready["missing"], ready["error"]), ([], None), r.output())
+        self.assertEqual(len(ready["notes"]), 1, ready)
+        self.assertIn("fc.weight<-linear.weight", ready["notes"][0])
+        self.assertIn("offset<-shift", ready["notes"][0])
+        x = [0.5 * i - 1 for i in range(6)]
+        w = [0.25 * ((i * 7) % 5) - 0.5 for i in range(12)]
+        b, s = [1.0, -2.0, 0.5, 3.0], [0.0, 0.0, -1.0, 2.0]
+        for name, v in (("x", x), ("w", w), ("b", b), ("s", s)):
+            r.put(0, name, v)
+        self.assertEqual(r.command(b"G"), b"D")
+        want = [sum(x[row * 3 + k] * w[o * 3 + k] for k in range(3)) + b[o] + s[o]
+                for row in range(2) for o in range(4)]
+        for g, v in zip(r.get(0, "y"), want):
+            self.assertAlmostEqual(g, v, places=5)
 
     def test_tuple_outputs_and_a_bool_tensor(self):
         r, ready = self.ready("tuple_bool")

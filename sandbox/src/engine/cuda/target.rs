@@ -376,6 +376,8 @@ pub(super) fn evaluate_on(
         }
         (None, None) => return Err("no reference".into()),
     };
+    // What a hosted runner said when it was ready (parameters matched by order).
+    let mut ready_notes: Vec<String> = Vec::new();
     let code = match job.candidate_code {
         Code::Hosted(h) => {
             let exported = tensors
@@ -402,13 +404,19 @@ pub(super) fn evaluate_on(
                 run_timeout,
             )?;
             let failed = match ready {
-                Ok(r) => crate::engine::hosted::cpu::ready_verdict(&r).map(|(v, m)| {
-                    let mut e = early(v, m);
-                    if v == Verdict::RuntimeFault {
-                        e.evidence.fault = r.error.clone();
-                    }
-                    e
-                }),
+                Ok(r) => crate::engine::hosted::cpu::ready_verdict(&r).map_or_else(
+                    || {
+                        ready_notes = r.notes.clone();
+                        None
+                    },
+                    |(v, m)| {
+                        let mut e = early(v, m);
+                        if v == Verdict::RuntimeFault {
+                            e.evidence.fault = r.error.clone();
+                        }
+                        Some(e)
+                    },
+                ),
                 Err(end) => {
                     let f = runner.failure(end);
                     let (v, m) = match f {
@@ -526,6 +534,7 @@ pub(super) fn evaluate_on(
     };
     let mut session = Session::new(problem, job.plan, target);
     let mut e = session.run()?;
+    e.evidence.notes.extend(ready_notes);
     let hosted_kernels = hosted_breakdown(&mut session.target, job.candidate, &mut e);
     if let GpuReference::Torch(_, precision) = &session.target.reference
         && !precision.is_empty()
@@ -547,9 +556,12 @@ pub(super) fn evaluate_on(
         tele["hosted"] = k;
     }
     e.telemetry = Some(tele);
-    e.compile = Some(CompileInfo {
-        kernels,
-        ..CompileInfo::default()
+    e.compile = Some(match &session.target.code {
+        CandCode::Hosted(runner, _) => runner.compile_info(),
+        CandCode::Launches(..) => CompileInfo {
+            kernels,
+            ..CompileInfo::default()
+        },
     });
     Ok(e)
 }

@@ -183,6 +183,7 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
     if job.hosted.is_some() {
         match &ready {
             Ok(r) => {
+                session.evidence.notes.extend(r.notes.iter().cloned());
                 if let Some((verdict, message)) = hosted_cpu::ready_verdict(r) {
                     if verdict == Verdict::RuntimeFault {
                         session.evidence.fault = r.error.clone();
@@ -228,6 +229,11 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
         }
     }
     let mut e = session.run()?;
+    if job.hosted.is_some() {
+        e.compile = Some(crate::engine::hosted::gpu::load_info(
+            session.target.candidate.load_ms,
+        ));
+    }
     if let Reference::Torch(_, precision) = &session.target.reference
         && !precision.is_empty()
     {

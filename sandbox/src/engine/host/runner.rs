@@ -61,6 +61,9 @@ pub struct Ready {
     pub missing: Vec<String>,
     /// Why loading failed, if it did.
     pub error: Option<String>,
+    /// Notes for people (a hosted runner: parameters matched by order where names differ).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 type Entry = unsafe extern "C" fn(
@@ -106,6 +109,7 @@ pub fn main() -> i32 {
             return ready_and_exit(Ready {
                 missing: vec![],
                 error: Some(format!("setup: {e}")),
+                notes: Vec::new(),
             });
         }
     };
@@ -120,6 +124,7 @@ pub fn main() -> i32 {
         Err(e) => ready_and_exit(Ready {
             missing: vec![],
             error: Some(e),
+            notes: Vec::new(),
         }),
     }
 }

@@ -53,6 +53,9 @@ pub struct Runner {
     output_limit: u64,
     /// Leads a process group of its own (a hosted runner), killed as a whole.
     group: bool,
+    /// Milliseconds from the setup message to the ready one (loading the artifact; for a
+    /// hosted runner importing the file and building `ModelNew`, compiles included).
+    pub load_ms: f64,
 }
 
 /// What the runner is started with.
@@ -231,6 +234,7 @@ impl Runner {
             excerpt: Vec::new(),
             output_limit: cfg.output_limit,
             group,
+            load_ms: 0.0,
         };
         let mut frame = Vec::new();
         match program {
@@ -259,7 +263,9 @@ impl Runner {
             let end = runner.reap_died();
             return Ok((runner, Err(end)));
         }
+        let loading = Instant::now();
         let ready = runner.read_ready(cfg.load_timeout);
+        runner.load_ms = loading.elapsed().as_secs_f64() * 1e3;
         if ready.is_ok() {
             runner.stop();
         }

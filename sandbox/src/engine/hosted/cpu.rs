@@ -127,6 +127,7 @@ mod tests {
         let ready = Ready {
             missing: vec!["no parameter or buffer 'linear.weight'".into()],
             error: Some("state mismatch".into()),
+            notes: Vec::new(),
         };
         let (v, m) = ready_verdict(&ready).expect("a verdict");
         assert_eq!(v, Verdict::InvalidLaunch);
@@ -134,6 +135,7 @@ mod tests {
         let ready = Ready {
             missing: vec![],
             error: Some("ImportError: No module named 'nope'".into()),
+            notes: Vec::new(),
         };
         let (v, m) = ready_verdict(&ready).expect("a verdict");
         assert_eq!(v, Verdict::RuntimeFault);

@@ -120,6 +120,17 @@ pub fn spawn(
     ))
 }
 
+/// The compile info of a hosted runner that took `load_ms` to import and build the file.
+pub fn load_info(load_ms: f64) -> kiln_types::CompileInfo {
+    kiln_types::CompileInfo {
+        duration_ms: load_ms,
+        log: "hosted: the file imported and ModelNew built by its runner (its load_inline and \
+              Triton compiles at import included)"
+            .into(),
+        ..kiln_types::CompileInfo::default()
+    }
+}
+
 /// After a hosted evaluation on the GPU: kills every process the file may have left in the
 /// jail (its compilers may leave the runner's process group: ninja gives each command a
 /// group of its own) and reaps them. Only where this worker is PID 1 of its own PID
@@ -188,6 +199,12 @@ impl HostedGpu {
             best = best.min(self.empty()?);
         }
         Ok(best)
+    }
+
+    /// The import and build of the file (its `load_inline` and Triton compiles at import
+    /// included), as the compile step of a hosted evaluation.
+    pub fn compile_info(&self) -> kiln_types::CompileInfo {
+        load_info(self.runner.load_ms)
     }
 
     /// What the file printed (an excerpt).
