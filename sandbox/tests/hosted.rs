@@ -260,6 +260,50 @@ class ModelNew(nn.Module):
         assert!(t.median_us >= 3000.0, "{t:?}");
     }
 
+    /// The runner's own empty round trip slowed (3 ms) while its forward sleeps 2 ms: were
+    /// the overhead taken from the file's runner, most of the time would be subtracted.
+    /// kiln times its overhead on its own echo runner, so the time stays.
+    const SLOW_EMPTY_ROUND_TRIP: &str = r#"
+import sys, time
+import torch
+import torch.nn as nn
+_runner = sys.modules["__main__"]
+_sleep = time.sleep
+_last = {"forward": False}
+_write_all = _runner.write_all
+
+def _slow_write_all(fd, data):
+    if data == b"D" and not _last["forward"]:
+        _sleep(0.003)
+    _last["forward"] = False
+    return _write_all(fd, data)
+
+_runner.write_all = _slow_write_all
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        _last["forward"] = True
+        _sleep(0.002)
+        return torch.softmax(x, dim=1)
+"#;
+
+    #[test]
+    fn a_slow_empty_round_trip_takes_nothing_off_the_time() {
+        let Some((_d, cfg, mut runner)) = hosted_setup() else {
+            return;
+        };
+        let e = evaluate(
+            &cfg,
+            &fixture("kb-softmax-8x64"),
+            SLOW_EMPTY_ROUND_TRIP,
+            &mut runner,
+        );
+        assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
+        let t = e.timing.expect("timed");
+        assert!(t.median_us >= 2000.0, "{t:?}");
+        assert!(t.overhead_us < 1000.0, "{t:?}");
+    }
+
     /// A thread left running after `forward` returns, writing into kiln's inputs: the
     /// runner is stopped before the inputs are checked, and any change is the candidate's.
     const THREAD_AFTER_RETURN: &str = r#"

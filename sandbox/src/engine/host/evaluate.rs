@@ -78,6 +78,9 @@ pub struct HostTarget<'a, 'b> {
     rep: usize,
     /// How the candidate runs: its C artifact, or its hosted python.
     trust: kiln_types::TrustMode,
+    /// For a hosted file: kiln's echo runner, whose round trips are the timer's overhead
+    /// (the file's python answers `E` itself, and could slow it to have more subtracted).
+    echo: Option<Runner>,
 }
 
 /// Where the reference's outputs come from.
@@ -171,6 +174,10 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
             Runner::spawn_program(&cfg, cand_layout, program)?
         }
     };
+    let echo = match &job.hosted {
+        Some(_) => Some(crate::engine::hosted::gpu::spawn_echo(&cand_cfg)?),
+        None => None,
+    };
     let target = HostTarget {
         problem,
         reference,
@@ -178,6 +185,7 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
         run_timeout,
         rep: 0,
         trust: job.candidate.trust(),
+        echo,
     };
     let mut session = Session::new(problem, job.plan, target);
     if job.hosted.is_some() {
@@ -261,6 +269,20 @@ impl HostTarget<'_, '_> {
                 "output flood: {n} bytes written to stdout/stderr; runner killed"
             )),
             RunEnd::Done(_) => RunFailure::Fault("runner answered unexpectedly".into()),
+        }
+    }
+
+    /// One empty round trip, µs: of kiln's echo runner for a hosted file, else of the
+    /// candidate's runner (kiln's own code answers `E` there).
+    fn empty_round_trip(&mut self) -> Result<f64, RunFailure> {
+        let (runner, ours) = match self.echo.as_mut() {
+            Some(echo) => (echo, true),
+            None => (&mut self.candidate, false),
+        };
+        match runner.run(b'E', self.run_timeout) {
+            RunEnd::Done(d) => Ok(d.as_secs_f64() * 1e6),
+            end if ours => Err(RunFailure::Infra(format!("kiln's echo runner: {end:?}"))),
+            end => Err(self.failure(end)),
         }
     }
 
@@ -503,10 +525,7 @@ impl Target for HostTarget<'_, '_> {
     fn overhead(&mut self) -> Result<f64, RunFailure> {
         let mut empty = Vec::with_capacity(OVERHEAD_ROUNDS);
         for _ in 0..OVERHEAD_ROUNDS {
-            match self.candidate.run(b'E', self.run_timeout) {
-                RunEnd::Done(d) => empty.push(d.as_secs_f64() * 1e6),
-                end => return Err(self.failure(end)),
-            }
+            empty.push(self.empty_round_trip()?);
         }
         // The smallest empty round trip is the fixed part of the overhead: every sample
         // carries at least that much. Subtracting the median instead drove half the samples
@@ -518,10 +537,7 @@ impl Target for HostTarget<'_, '_> {
     /// before the samples can all come out slower than those during them, and then the
     /// overhead would swallow a short kernel's samples whole.
     fn overhead_probe(&mut self) -> Result<Option<f64>, RunFailure> {
-        match self.candidate.run(b'E', self.run_timeout) {
-            RunEnd::Done(d) => Ok(Some(d.as_secs_f64() * 1e6)),
-            end => Err(self.failure(end)),
-        }
+        self.empty_round_trip().map(Some)
     }
 
     fn outputs_every_sample(&self) -> bool {

@@ -9,8 +9,9 @@
 //! 1. the worker makes the inputs current, poisons the outputs, arms the guards, flushes
 //!    the L2 and waits for its own stream, all while the runner is stopped;
 //! 2. the time is the worker's monotonic clock from the `G` byte to the runner's `D` (the
-//!    runner synchronizes its device before answering; the empty round trip `E`, which
-//!    synchronizes too, is the overhead subtracted);
+//!    runner synchronizes its device before answering); the overhead subtracted is the
+//!    fastest empty round trip of kiln's own echo runner ([`spawn_echo`]), never one the
+//!    file's runner answers (a file could slow those to have more taken off its times);
 //! 3. the runner is stopped (SIGSTOP) and the outputs hashed at once: work the file left
 //!    running on the GPU after answering (a side stream never waited for) changes them
 //!    afterwards, and the kept copy taken later no longer matches that hash.
@@ -43,10 +44,27 @@ pub struct Exported<'a> {
     pub mapped: u64,
 }
 
-/// A live hosted runner on the GPU.
+/// A live hosted runner on the GPU, and the echo runner that times kiln's own round trip.
 pub struct HostedGpu {
     runner: Runner,
+    echo: Runner,
     run_timeout: Duration,
+}
+
+/// Starts an echo runner (`kiln-worker runner` with no artifact: it answers every command
+/// at once). Its round trips are the overhead subtracted from a hosted file's samples: the
+/// file's own runner answers `E` too, but a file could slow its `E` to have more taken off
+/// its times, so only kiln's process is asked.
+pub fn spawn_echo(cfg: &RunnerConfig) -> Result<Runner, String> {
+    let cfg = RunnerConfig {
+        artifact: Path::new(""),
+        ..*cfg
+    };
+    match Runner::spawn(&cfg, Layout::empty(), Vec::new())? {
+        (echo, Ok(r)) if r.error.is_none() => Ok(echo),
+        (_, Ok(r)) => Err(format!("the echo runner did not start: {:?}", r.error)),
+        (_, Err(end)) => Err(format!("the echo runner did not start: {end:?}")),
+    }
 }
 
 /// Starts the runner over `tensors` and waits until the file is imported and `ModelNew`
@@ -110,10 +128,12 @@ pub fn spawn(
         load_timeout: hosted.load_timeout,
         ..*cfg
     };
+    let echo = spawn_echo(&cfg)?;
     let (runner, ready) = Runner::spawn_program(&cfg, Layout::empty(), program)?;
     Ok((
         HostedGpu {
             runner,
+            echo,
             run_timeout,
         },
         ready,
@@ -184,11 +204,13 @@ impl HostedGpu {
         }
     }
 
-    /// One empty round trip (`E`: the runner synchronizes its device and answers), µs.
+    /// One empty round trip of kiln's echo runner, µs: pipes, a stopped process woken and
+    /// stopped again. What the file's runner adds to that (python waking, its device wait)
+    /// stays in its times.
     pub fn empty(&mut self) -> Result<f64, RunFailure> {
-        match self.runner.run(b'E', self.run_timeout) {
+        match self.echo.run(b'E', self.run_timeout) {
             RunEnd::Done(d) => Ok(d.as_secs_f64() * 1e6),
-            end => Err(self.failure(end)),
+            end => Err(RunFailure::Infra(format!("kiln's echo runner: {end:?}"))),
         }
     }
 
