@@ -260,6 +260,36 @@ class ModelNew(nn.Module):
         assert!(t.median_us >= 3000.0, "{t:?}");
     }
 
+    /// Reading the worker's memory (where the secret seed and the reference's results
+    /// live): the worker is another process, not dumpable, and the jail shows no procfs
+    /// on the host. The attempt fails in python, and the failure is the candidate's.
+    #[test]
+    fn the_workers_memory_cannot_be_read() {
+        let Some((_d, cfg, mut runner)) = hosted_setup() else {
+            return;
+        };
+        let src = SOFTMAX_HONEST.replace(
+            "m = x.max(dim=1, keepdim=True).values",
+            "import os\n        \
+             open(f'/proc/{os.getppid()}/mem', 'rb').read(1)\n        \
+             m = x.max(dim=1, keepdim=True).values",
+        );
+        let e = evaluate(&cfg, &fixture("kb-softmax-8x64"), &src, &mut runner);
+        assert_eq!(e.verdict, Verdict::RuntimeFault, "{e:#?}");
+        let printed = e.evidence.output_excerpt.clone().unwrap_or_default();
+        assert!(
+            [
+                "PermissionError",
+                "FileNotFoundError",
+                "ProcessLookupError",
+                "OSError"
+            ]
+            .iter()
+            .any(|err| printed.contains(err)),
+            "{printed}"
+        );
+    }
+
     /// The runner's own empty round trip slowed (3 ms) while its forward sleeps 2 ms: were
     /// the overhead taken from the file's runner, most of the time would be subtracted.
     /// kiln times its overhead on its own echo runner, so the time stays.
