@@ -11,6 +11,7 @@
     print(ev.verdict, ev.median_us)
     ev = client.submit(kiln.modelnew("kb-l1-19-relu", "model_new.py"))   # a KernelBench answer
     print(ev.trust)                             # "hosted"
+    records = kiln.rewards(client, "level1/19", texts, language="modelnew")   # RL rewards
 
 See :class:`Client`, :class:`AsyncClient` and :func:`rewards`.
 """
@@ -48,10 +49,12 @@ from .errors import (
     NotFound,
     PayloadTooLarge,
     ProblemFolderError,
+    QueueFull,
     ServerError,
     Timeout,
     TransportError,
 )
+from .kernelbench import KernelBenchProblem
 from .models import (
     JOB_STATES,
     WAITING_JOB_STATES,
@@ -59,6 +62,8 @@ from .models import (
     VERDICTS,
     ArchiveEntry,
     Backend,
+    BaselineResult,
+    BaselineSet,
     CandidateRecord,
     CandidateSummary,
     CompileInfo,
@@ -97,6 +102,7 @@ __all__ = [
     "rewards",
     "arewards",
     "Reward",
+    "KernelBenchProblem",
     "CLIENT_ERROR",
     "SERVER_ERROR",
     "JOB_FAILED",
@@ -124,6 +130,7 @@ __all__ = [
     "MethodNotAllowed",
     "Conflict",
     "PayloadTooLarge",
+    "QueueFull",
     "ServerError",
     "Timeout",
     "JobFailed",
@@ -140,6 +147,8 @@ __all__ = [
     "ProblemSummary",
     "Problem",
     "ProblemAdded",
+    "BaselineResult",
+    "BaselineSet",
     "TimingStats",
     "ErrorMetrics",
     "Unwritten",

@@ -4,11 +4,13 @@ The sync and async drivers submit candidates, feed the tracker the submissions, 
 events and the records they fetch, and yield the outcomes it returns. The tracker
 decides which candidates are still waited for, which are known to be finished (from an
 event, possibly one that arrived before the submission's answer) and which ran out of
-time.
+time. The backoff decides when to send again a candidate kilnd refused because its
+queue was full.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections import OrderedDict
 from typing import Callable, Dict, List, Optional
@@ -104,6 +106,67 @@ class Tracker:
         if not self._deadline:
             return None
         return max(0.0, min(self._deadline.values()) - self._clock())
+
+
+class Backoff:
+    """When to send again the candidate kilnd refused with a full queue (429).
+
+    The driver holds that one candidate (and pulls no further input) until it is taken.
+    The waits grow from ``first`` seconds, doubling up to ``cap``, each shortened by a
+    random part of up to half (so clients that were refused together do not come back
+    together), and start over once a candidate is taken. Once the queue has been full
+    for ``give_up`` seconds in a row, a refusal is final: that candidate's outcome is
+    the refusal, and so is the next one's if kilnd refuses it too, until one is taken.
+    """
+
+    def __init__(
+        self,
+        give_up: float,
+        first: float = 0.1,
+        cap: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.give_up = give_up
+        self.first = first
+        self.cap = cap
+        self._clock = clock
+        self._jitter = jitter
+        self._delay = first
+        self._retry_at: Optional[float] = None
+        self._full_since: Optional[float] = None
+        #: Refusals seen (for logs and tests).
+        self.refusals = 0
+
+    def due(self) -> bool:
+        """True when a candidate may be sent now."""
+        return self._retry_at is None or self._clock() >= self._retry_at
+
+    def refused(self) -> bool:
+        """Notes a refusal; True when it is final (the queue has been full too long),
+        else the candidate is sent again after :meth:`seconds_to_retry`."""
+        now = self._clock()
+        self.refusals += 1
+        if self._full_since is None:
+            self._full_since = now
+        if now - self._full_since >= self.give_up:
+            self._retry_at = None
+            return True
+        self._retry_at = now + self._delay * (1.0 - 0.5 * self._jitter())
+        self._delay = min(self.cap, self._delay * 2)
+        return False
+
+    def taken(self) -> None:
+        """A candidate was taken: the queue has room again."""
+        self._delay = self.first
+        self._retry_at = None
+        self._full_since = None
+
+    def seconds_to_retry(self) -> Optional[float]:
+        """Seconds until the held candidate may be sent again; ``None`` if none waits."""
+        if self._retry_at is None:
+            return None
+        return max(0.0, self._retry_at - self._clock())
 
 
 def _outcome(index: int, record: CandidateRecord) -> Outcome:

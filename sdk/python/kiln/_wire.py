@@ -12,6 +12,7 @@ from urllib.parse import quote, urlencode
 from .errors import ApiError, TransportError
 from .models import (
     ArchiveEntry,
+    BaselineSet,
     CandidateRecord,
     CandidateSummary,
     Event,
@@ -27,6 +28,10 @@ from .models import (
 )
 
 T = TypeVar("T")
+
+#: How long kilnd may take to measure a problem's baselines (minutes on first use:
+#: ``torch.compile``'s first call alone takes ~10 s), seconds.
+MEASURE_BASELINES_S = 1800.0
 
 #: How much longer than the server-side long-poll the client waits for the answer.
 WAIT_MARGIN_S = 30.0
@@ -82,6 +87,24 @@ def problems() -> Call[List[ProblemSummary]]:
 
 def problem(name: str) -> Call[Problem]:
     return Call("GET", f"/v1/problems/{_seg(name)}", None, lambda v: Problem.from_dict(_expect_object(v)))
+
+
+def baselines(name: str, remeasure: bool, gpu: Optional[str]) -> Call[BaselineSet]:
+    """``GET /v1/problems/{name}/baselines[?gpu=]`` (cached, or measured now), or with
+    ``remeasure`` ``POST`` ``{"remeasure": true}`` (measured again)."""
+    target = f"/v1/problems/{_seg(name)}/baselines"
+
+    def decode(v: Any) -> BaselineSet:
+        return BaselineSet.from_dict(_expect_object(v))
+
+    if remeasure:
+        body: Dict[str, Any] = {"remeasure": True}
+        if gpu is not None:
+            body["gpu"] = gpu
+        return Call("POST", target, _json(body), decode, server_wait_s=MEASURE_BASELINES_S)
+    if gpu is not None:
+        target += f"?{urlencode({'gpu': gpu})}"
+    return Call("GET", target, None, decode, server_wait_s=MEASURE_BASELINES_S)
 
 
 def add_problem(spec: Mapping[str, Any]) -> Call[ProblemAdded]:

@@ -25,7 +25,7 @@ from typing import (
 
 from . import _ahttp, _wire
 from ._ahttp import AsyncEventStream
-from ._batch import Tracker
+from ._batch import Backoff, Tracker
 from ._paths import resolve_socket
 from .candidate import CandidateLike, candidate_dict
 from .client import (
@@ -34,6 +34,7 @@ from .client import (
     FOLLOW_IDLE_S,
     LONG_POLL_S,
     backend_warning,
+    batch_wait,
     evaluation_of,
     poll_chunk,
     settled,
@@ -41,9 +42,10 @@ from .client import (
     wasm_bytes,
     with_warning,
 )
-from .errors import ApiError, KilnError, Timeout, TransportError
+from .errors import ApiError, KilnError, QueueFull, Timeout, TransportError
 from .models import (
     ArchiveEntry,
+    BaselineSet,
     CandidateRecord,
     CandidateSummary,
     Devices,
@@ -116,6 +118,11 @@ class AsyncClient:
     async def problem(self, name: str) -> Problem:
         """One problem's spec and derived figures."""
         return await self._call(_wire.problem(name))
+
+    async def baselines(self, name: str, *, remeasure: bool = False, gpu: Optional[str] = None) -> BaselineSet:
+        """The problem's baselines on a GPU of this machine (measured on first use);
+        see :meth:`kiln.Client.baselines`."""
+        return await self._call(_wire.baselines(name, remeasure, gpu))
 
     async def add_problem(self, problem: Union[PathLike, Mapping[str, object]]) -> ProblemAdded:
         """Registers a problem folder (read here) or a loaded spec dict."""
@@ -281,36 +288,49 @@ class AsyncClient:
         if window < 1:
             raise ValueError("window must be at least 1")
         tracker = Tracker(timeout)
+        backoff = Backoff(timeout)
         follower = await _AsyncFollower.start(self._socket)
         inputs = _Enumerate(candidates)
+        held: Optional[Tuple[int, CandidateLike]] = None  # refused with a full queue: sent again
         exhausted = False
         info: Optional[Info] = None
         last_sweep = time.monotonic()
         try:
             while True:
-                while not exhausted and tracker.in_flight < window:
-                    item = await inputs.next()
-                    if item is None:
-                        exhausted = True
+                while tracker.in_flight < window:
+                    if held is None:
+                        held = None if exhausted else await inputs.next()
+                        if held is None:
+                            exhausted = True
+                            break
+                    if not backoff.due():
                         break
-                    index, cand = item
+                    index, cand = held
                     try:
                         sub = await self._call(_wire.submit(candidate_dict(cand, problem)))
-                    except (ApiError, TypeError, ValueError) as e:
+                    except QueueFull as e:
+                        if not backoff.refused():
+                            break
+                        held = None
                         yield Outcome(index, None, None, e)
                         continue
+                    except (ApiError, TypeError, ValueError) as e:
+                        held = None
+                        yield Outcome(index, None, None, e)
+                        continue
+                    held = None
+                    backoff.taken()
                     if unfinished_duplicate(sub):
                         info = info or await self.info()
                         sub = with_warning(sub, backend_warning(info, sub.backend))
                     for o in tracker.add(index, sub):
                         yield o
-                if exhausted and tracker.in_flight == 0:
+                if exhausted and held is None and tracker.in_flight == 0:
                     return
-                wait = poll_interval
-                to_deadline = tracker.seconds_to_deadline()
-                if to_deadline is not None:
-                    wait = min(wait, to_deadline)
-                if follower is not None and follower.alive:
+                wait = batch_wait(poll_interval, tracker, backoff)
+                if tracker.in_flight == 0:
+                    await asyncio.sleep(wait)  # only a refused candidate waits: nothing to follow
+                elif follower is not None and follower.alive:
                     await follower.drain(tracker, wait)
                 else:
                     ids = tracker.waiting_ids()

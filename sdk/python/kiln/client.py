@@ -8,15 +8,16 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Literal, Mapping, Optional, TypeVar, Union, overload
+from typing import Any, Dict, Iterable, Iterator, List, Literal, Mapping, Optional, Tuple, TypeVar, Union, overload
 
 from . import _http, _wire
-from ._batch import Tracker
+from ._batch import Backoff, Tracker
 from ._paths import resolve_socket
 from .candidate import CandidateLike, candidate_dict
-from .errors import ApiError, BackendUnavailable, JobFailed, KilnError, Timeout, TransportError
+from .errors import ApiError, BackendUnavailable, JobFailed, KilnError, QueueFull, Timeout, TransportError
 from .models import (
     ArchiveEntry,
+    BaselineSet,
     CandidateRecord,
     CandidateSummary,
     Devices,
@@ -100,6 +101,16 @@ def wasm_bytes(wasm: Union[bytes, PathLike, None]) -> Optional[bytes]:
         return f.read()
 
 
+def batch_wait(poll_interval: float, tracker: Tracker, backoff: Backoff) -> float:
+    """How long a batch may wait for news before it must look again: the poll interval,
+    shortened to the next candidate's deadline and to the held candidate's retry."""
+    wait = poll_interval
+    for t in (tracker.seconds_to_deadline(), backoff.seconds_to_retry()):
+        if t is not None:
+            wait = min(wait, t)
+    return wait
+
+
 def poll_chunk(deadline: float) -> int:
     """Seconds for the next long-poll before ``deadline`` (0 once it has passed)."""
     left = deadline - time.monotonic()
@@ -171,6 +182,16 @@ class Client:
         """One problem's spec (sources inlined) and derived figures; :class:`NotFound` if
         it is not registered."""
         return self._call(_wire.problem(name))
+
+    def baselines(self, name: str, *, remeasure: bool = False, gpu: Optional[str] = None) -> BaselineSet:
+        """The problem's baselines (its reference, cuBLAS, cuDNN, torch eager and
+        ``torch.compile``, as its spec asks) timed on a GPU of this machine under the
+        candidates' protocol: cached, else measured now (minutes on first use: it holds
+        a GPU lane meanwhile); ``remeasure`` measures again. ``gpu`` (NVML index or UUID)
+        picks the GPU model, default lane 0's. Raises :class:`NotFound` for an unknown
+        problem or GPU and :class:`Conflict` (``baselines_unavailable``) without a
+        usable cuda backend."""
+        return self._call(_wire.baselines(name, remeasure, gpu))
 
     def add_problem(self, problem: Union[PathLike, Mapping[str, object]]) -> ProblemAdded:
         """Registers a problem: a folder with ``problem.toml`` (read here, sources
@@ -383,6 +404,13 @@ class Client:
         is unavailable), so a missed event cannot hang the batch. Each candidate has
         ``timeout`` seconds from its submission to finish.
 
+        Backpressure: a candidate kilnd refuses because its queue is full
+        (:class:`~kiln.errors.QueueFull`, 429) is held and sent again after a growing
+        wait (0.1 s doubling up to 5 s, with jitter), and no further input is read
+        meanwhile: a full queue never makes the batch read ``candidates`` ahead of
+        what kilnd takes. Once the queue has been full for ``timeout`` seconds in a
+        row, the refusal is the candidate's outcome.
+
         Outcomes come in completion order; ``Outcome.index`` is the input position.
         One candidate's failure (refused by kilnd, job failed, no verdict in time,
         backend not usable) is its outcome's ``error``, never an exception; only a
@@ -392,35 +420,48 @@ class Client:
         if window < 1:
             raise ValueError("window must be at least 1")
         tracker = Tracker(timeout)
+        backoff = Backoff(timeout)
         follower = _Follower.start(self._socket)
         inputs = iter(enumerate(candidates))
+        held: Optional[Tuple[int, CandidateLike]] = None  # refused with a full queue: sent again
         exhausted = False
         info: Optional[Info] = None
         last_sweep = time.monotonic()
         try:
             while True:
-                while not exhausted and tracker.in_flight < window:
-                    item = next(inputs, None)
-                    if item is None:
-                        exhausted = True
+                while tracker.in_flight < window:
+                    if held is None:
+                        held = None if exhausted else next(inputs, None)
+                        if held is None:
+                            exhausted = True
+                            break
+                    if not backoff.due():
                         break
-                    index, cand = item
+                    index, cand = held
                     try:
                         sub = self._call(_wire.submit(candidate_dict(cand, problem)))
-                    except (ApiError, TypeError, ValueError) as e:
+                    except QueueFull as e:
+                        if not backoff.refused():
+                            break
+                        held = None
                         yield Outcome(index, None, None, e)
                         continue
+                    except (ApiError, TypeError, ValueError) as e:
+                        held = None
+                        yield Outcome(index, None, None, e)
+                        continue
+                    held = None
+                    backoff.taken()
                     if unfinished_duplicate(sub):
                         info = info or self.info()
                         sub = with_warning(sub, backend_warning(info, sub.backend))
                     yield from tracker.add(index, sub)
-                if exhausted and tracker.in_flight == 0:
+                if exhausted and held is None and tracker.in_flight == 0:
                     return
-                wait = poll_interval
-                to_deadline = tracker.seconds_to_deadline()
-                if to_deadline is not None:
-                    wait = min(wait, to_deadline)
-                if follower is not None and follower.alive:
+                wait = batch_wait(poll_interval, tracker, backoff)
+                if tracker.in_flight == 0:
+                    time.sleep(wait)  # only a refused candidate waits: nothing to follow
+                elif follower is not None and follower.alive:
                     follower.drain(tracker, wait)
                 else:
                     yield from self._long_poll_one(tracker, wait)

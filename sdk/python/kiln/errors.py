@@ -7,7 +7,8 @@ Everything the client raises on purpose derives from :class:`KilnError`:
 - :class:`ApiError`: kilnd refused the request; it carries the HTTP status and the
   server's stable error ``code`` and ``message``. Subclasses by status:
   :class:`BadRequest` (400), :class:`Forbidden` (401/403), :class:`NotFound` (404),
-  :class:`Conflict` (409), :class:`PayloadTooLarge` (413), :class:`ServerError` (5xx).
+  :class:`Conflict` (409), :class:`PayloadTooLarge` (413), :class:`QueueFull` (429),
+  :class:`ServerError` (5xx).
 - :class:`Timeout`: no answer (or no verdict) within the time allowed.
 - :class:`JobFailed`: kilnd could not evaluate the candidate (infrastructure failure).
 - :class:`BackendUnavailable`: the backend that would run the candidate is not usable
@@ -31,6 +32,7 @@ __all__ = [
     "MethodNotAllowed",
     "Conflict",
     "PayloadTooLarge",
+    "QueueFull",
     "ServerError",
     "Timeout",
     "JobFailed",
@@ -124,6 +126,15 @@ class PayloadTooLarge(ApiError):
     """413: the request body is larger than kilnd's ``server.max_body_bytes``."""
 
 
+class QueueFull(ApiError):
+    """429: kilnd's queue is full (``queue_full``): back off and send it again later.
+
+    :meth:`kiln.Client.submit_many` (and so :func:`kiln.rewards`) does that itself,
+    holding the refused candidate until kilnd takes it; :meth:`kiln.Client.submit`
+    raises it.
+    """
+
+
 class ServerError(ApiError):
     """5xx: kilnd failed while answering."""
 
@@ -136,6 +147,7 @@ _BY_STATUS: Dict[int, Type[ApiError]] = {
     405: MethodNotAllowed,
     409: Conflict,
     413: PayloadTooLarge,
+    429: QueueFull,
 }
 
 

@@ -9,7 +9,7 @@ never break older clients.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 __all__ = [
     "VERDICTS",
@@ -23,6 +23,8 @@ __all__ = [
     "ProblemSummary",
     "Problem",
     "ProblemAdded",
+    "BaselineResult",
+    "BaselineSet",
     "TimingStats",
     "ErrorMetrics",
     "Unwritten",
@@ -278,6 +280,19 @@ class Problem:
             raw=dict(d),
         )
 
+    @property
+    def baselines(self) -> List["BaselineSet"]:
+        """The baseline sets measured for the current spec, one per GPU model and driver,
+        newest first (cached by kilnd; reading a problem never measures them)."""
+        return [BaselineSet.from_dict(b) for b in _list(self.raw.get("baselines")) if isinstance(b, dict)]
+
+    def baseline_set(self, gpu_model: Optional[str] = None) -> Optional["BaselineSet"]:
+        """The newest baseline set measured on ``gpu_model`` (a GPU's name, as in
+        ``telemetry.device.name``); without one, the newest set when every set is of one
+        model. ``None`` when there is no such set: times on different GPU models are
+        never compared."""
+        return pick_baseline_set(self.baselines, gpu_model)
+
     def seed(self, backend: str = "host") -> Optional[Json]:
         """The seed kernel for ``backend`` (``file``, ``source``, ``launches``, ...), if any."""
         s = _obj(self.spec.get("seed")).get(backend)
@@ -350,6 +365,106 @@ class TimingStats:
             overhead_us=_float(d.get("overhead_us")),
             raw=dict(d),
         )
+
+
+#: The torch baseline kinds: eager PyTorch and ``torch.compile`` of the same module.
+TORCH_EAGER = "torch-eager"
+TORCH_COMPILE = "torch-compile"
+
+
+def torch_variant(names: "Iterable[str]", kind: str) -> Optional[str]:
+    """Which result of the torch baseline ``kind`` (``torch-eager``, ``torch-compile``)
+    stands for it among ``names`` (``torch-eager-fp32``, ``torch-eager-tf32``, ..., in
+    kilnd's order): its ``fp32`` variant (PyTorch's default precision, the one KernelBench
+    times), else the bare kind, else the first; ``None`` if there is none."""
+    found = [n for n in names if n == kind or n.startswith(kind + "-")]
+    for preferred in (f"{kind}-fp32", kind):
+        if preferred in found:
+            return preferred
+    return found[0] if found else None
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    """One baseline of a problem on one GPU model (``reference``, ``cublas-fp32``,
+    ``torch-eager-fp32``, ``torch-compile-fp32``, ...): ``status`` is ``measured``,
+    ``unavailable`` or ``failed`` (``detail`` says why)."""
+
+    name: str
+    library: str
+    precision: str
+    status: str
+    timing: Optional[TimingStats]
+    rel_l2: Optional[float]
+    mismatches: Optional[int]
+    detail: str
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "BaselineResult":
+        return cls(
+            name=_str(d.get("name")) or "",
+            library=_str(d.get("library")) or "",
+            precision=_str(d.get("precision")) or "",
+            status=_str(d.get("status")) or "",
+            timing=TimingStats.from_dict(_obj(d.get("timing"))),
+            rel_l2=_float(d.get("rel_l2")),
+            mismatches=_int(d.get("mismatches")),
+            detail=_str(d.get("detail")) or "",
+            raw=dict(d),
+        )
+
+    @property
+    def median_us(self) -> Optional[float]:
+        """The median time in µs, when measured."""
+        if self.status != "measured" or self.timing is None or self.timing.median_us <= 0:
+            return None
+        return self.timing.median_us
+
+
+@dataclass(frozen=True)
+class BaselineSet:
+    """``GET /v1/problems/{name}/baselines``: a problem's baselines on one GPU model and
+    driver (also each entry of :attr:`Problem.baselines`)."""
+
+    gpu_model: str
+    driver: str
+    problem: str
+    measured_at: Optional[int]
+    results: List[BaselineResult]
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "BaselineSet":
+        return cls(
+            gpu_model=_str(d.get("gpu_model")) or "",
+            driver=_str(d.get("driver")) or "",
+            problem=_str(d.get("problem")) or "",
+            measured_at=_int(d.get("measured_at")),
+            results=[BaselineResult.from_dict(r) for r in _list(d.get("results")) if isinstance(r, dict)],
+            raw=dict(d),
+        )
+
+    def median_us(self, name: str) -> Optional[float]:
+        """The median of the baseline called ``name``, when measured."""
+        return next((r.median_us for r in self.results if r.name == name), None)
+
+    def torch_us(self, kind: str) -> Optional[float]:
+        """The median of the torch baseline ``kind`` (``torch-eager`` or
+        ``torch-compile``): its measured variant chosen by :func:`torch_variant`."""
+        name = torch_variant([r.name for r in self.results if r.median_us is not None], kind)
+        return self.median_us(name) if name is not None else None
+
+
+def pick_baseline_set(sets: "Iterable[BaselineSet]", gpu_model: Optional[str]) -> Optional[BaselineSet]:
+    """The first of ``sets`` measured on ``gpu_model``; without one, the first when every
+    set is of one model; else ``None`` (times on different GPU models are not compared)."""
+    sets = list(sets)
+    if gpu_model is not None:
+        return next((b for b in sets if b.gpu_model == gpu_model), None)
+    if sets and all(b.gpu_model == sets[0].gpu_model for b in sets):
+        return sets[0]
+    return None
 
 
 @dataclass(frozen=True)
@@ -446,8 +561,12 @@ class CompileInfo:
 def _speedups(v: Any) -> Optional[Dict[str, float]]:
     """Reads ``speedups`` as ``{baseline: factor}``; ``None`` when absent or not that shape.
 
-    kilnd does not send speedups yet; whatever shape it sends is also in ``raw``.
+    kilnd sends a list, ``[{"baseline", "precision", "baseline_us", "speedup"}]``, beside
+    the evaluation of a candidate timed on the cuda backend; a ``{baseline: factor}`` (or
+    ``{baseline: {"speedup": factor}}``) object is read too.
     """
+    if isinstance(v, list):
+        v = {e.get("baseline"): e for e in v if isinstance(e, dict) and isinstance(e.get("baseline"), str)}
     if not isinstance(v, dict):
         return None
     out: Dict[str, float] = {}
@@ -479,7 +598,10 @@ class Evaluation:
         timing: timing statistics (correct candidates only).
         tier: the precision tier (``fp32-faithful``, ``tf32-like``, ...; correct only).
         telemetry: backend-specific telemetry (GPU clocks, throttling, ...).
-        speedups: speedup factor per baseline, when kilnd reports them (not yet).
+        speedups: speedup factor (baseline median / this median) per baseline, as kilnd
+            reports them beside a candidate timed on the cuda backend: against the
+            baselines cached for the model of the GPU that timed it (empty until they
+            are measured); ``None`` when kilnd sends none.
         candidate_id: the candidate evaluated, when known.
         job_id: the job that produced it, when known.
         raw: the evaluation object as received.
@@ -505,7 +627,10 @@ class Evaluation:
         d: Mapping[str, Any],
         candidate_id: Optional[str] = None,
         job_id: Optional[int] = None,
+        speedups: Any = None,
     ) -> "Evaluation":
+        """``speedups``: kilnd's, sent beside the evaluation (in the candidate's record),
+        used when the evaluation itself has none."""
         compile_info = d.get("compile")
         telemetry = d.get("telemetry")
         return cls(
@@ -517,7 +642,7 @@ class Evaluation:
             timing=TimingStats.from_dict(_obj(d.get("timing"))),
             tier=_str(d.get("tier")),
             telemetry=telemetry if isinstance(telemetry, dict) else None,
-            speedups=_speedups(d.get("speedups")),
+            speedups=_speedups(d["speedups"] if "speedups" in d else speedups),
             candidate_id=candidate_id,
             job_id=job_id,
             raw=dict(d),
@@ -533,6 +658,12 @@ class Evaluation:
     def median_us(self) -> Optional[float]:
         """The median time in microseconds, for correct candidates."""
         return self.timing.median_us if self.timing else None
+
+    @property
+    def gpu_model(self) -> Optional[str]:
+        """The name of the GPU that ran it (``telemetry.device.name``), when it says."""
+        device = _obj(_obj(self.telemetry).get("device"))
+        return _str(device.get("name"))
 
     def speedup(self, baseline: Optional[str] = None) -> Optional[float]:
         """The speedup over ``baseline``, as reported by kilnd; ``None`` if not reported.
@@ -629,7 +760,7 @@ class CandidateRecord:
         job = Job.from_dict(d["job"]) if isinstance(d.get("job"), dict) else None
         ev = d.get("evaluation")
         evaluation = (
-            Evaluation.from_dict(ev, candidate_id=cid, job_id=job.id if job else None)
+            Evaluation.from_dict(ev, candidate_id=cid, job_id=job.id if job else None, speedups=d.get("speedups"))
             if isinstance(ev, dict)
             else None
         )

@@ -1,13 +1,14 @@
-"""Batch rewards for RL loops: many candidate sources for one problem in, one flat,
-reward-ready record per candidate out, in input order, without exceptions per candidate.
+"""Batch rewards for RL loops: many candidate sources in, one flat, reward-ready record
+per candidate out, in input order, without exceptions per candidate.
 
 ::
 
     records = kiln.rewards(client, "vecadd-4096", sources)
-    scores = [(r.speedup or 1.0) if r.ok else 0.0 for r in records]
+    scores = [r.reward for r in records]       # speedup (else 1.0) when ok, else 0.0
 
-    # KernelBench ModelNew files, run as written in kiln's hosted runner:
-    records = kiln.rewards(client, "kb-l1-19-relu", model_new_texts, language="modelnew")
+    # KernelBench ModelNew files, run as written in kiln's hosted runner, by KernelBench id:
+    records = kiln.rewards(client, "level1/19", model_new_texts, language="modelnew")
+    print(records[0].verdict, records[0].speedup_eager, records[0].speedup_compile, records[0].trust)
 """
 
 from __future__ import annotations
@@ -18,8 +19,19 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from .aio import AsyncClient
 from .candidate import HOSTED_LANGUAGES
 from .client import DEFAULT_WAIT_S, Client
-from .errors import ApiError, BackendUnavailable, JobFailed, Timeout
-from .models import Evaluation, Outcome, Problem
+from .errors import ApiError, BackendUnavailable, JobFailed, QueueFull, Timeout
+from .kernelbench import KernelBenchProblem, problem_id
+from .models import (
+    TORCH_COMPILE,
+    TORCH_EAGER,
+    BaselineSet,
+    Evaluation,
+    Outcome,
+    Problem,
+    ProblemSummary,
+    pick_baseline_set,
+    torch_variant,
+)
 
 __all__ = [
     "Reward",
@@ -38,10 +50,14 @@ CLIENT_ERROR = "client_error"
 SERVER_ERROR = "server_error"
 #: kilnd accepted the candidate but could not evaluate it (infrastructure failure).
 JOB_FAILED = "job_failed"
-#: No verdict: the time ran out, or the backend is not usable on this kilnd.
+#: No verdict: the time ran out, the backend is not usable on this kilnd, or kilnd's
+#: queue stayed full (429) for the whole timeout.
 NO_VERDICT = "no_verdict"
 
 Source = Union[str, Mapping[str, Any]]
+#: A problem: a kiln problem name, or a KernelBench id (``"level1/19"``,
+#: :class:`~kiln.KernelBenchProblem`) naming the problem imported from it.
+ProblemLike = Union[str, KernelBenchProblem]
 
 
 @dataclass(frozen=True)
@@ -51,15 +67,29 @@ class Reward:
     Attributes:
         index: position in the input.
         id: the candidate's id, once kilnd accepted it.
-        verdict: one of kiln's verdicts (``ok``, ``wrong_answer``, ``compile_error``, ...)
-            or, when there is none, :data:`CLIENT_ERROR`, :data:`SERVER_ERROR`,
-            :data:`JOB_FAILED` or :data:`NO_VERDICT`.
+        verdict: one of kiln's verdicts (``ok``, ``wrong_answer``, ``compile_error``,
+            ``no_own_kernels``, ...) or, when there is none, :data:`CLIENT_ERROR`,
+            :data:`SERVER_ERROR`, :data:`JOB_FAILED` or :data:`NO_VERDICT`.
         ok: True if and only if the verdict is ``ok``.
-        speedup: for ``ok`` candidates: kilnd's reported speedup over ``baseline`` when
-            it reports speedups, else ``baseline_us / median_us`` when a baseline time
-            was given; otherwise ``None``.
-        median_us: the median time, for ``ok`` candidates.
-        message: why, in one line (kilnd's message, or the error).
+        speedup: for ``ok`` candidates: over ``baseline`` when one is named (kilnd's
+            reported speedup, else computed from the problem's cached baselines), else
+            ``baseline_us / median_us`` when a baseline time was given, else
+            :attr:`speedup_eager`, else kilnd's only reported speedup; otherwise ``None``.
+        median_us: the median time, for correct candidates.
+        message: why, in one line (kilnd's message, or the error): for a verdict other
+            than ``ok``, the reason.
+        reward: the scalar for an RL loop: ``speedup`` (``1.0`` when unknown) for an
+            ``ok`` candidate, ``0.0`` for everything else (a wrong, failing or refused
+            candidate, one without a verdict, and ``no_own_kernels``: correct only by
+            calling the library the reference calls, which must earn nothing).
+        speedup_eager: torch eager's median / this median, for an ``ok`` candidate timed
+            on the cuda backend when the problem's ``torch-eager`` baseline is measured
+            on that GPU model (its ``fp32`` variant, else the one measured); otherwise
+            ``None``.
+        speedup_compile: the same against ``torch.compile`` (``torch-compile``).
+        trust: how it ran: ``contract`` or ``hosted`` (a ``ModelNew`` file's own Python,
+            in kiln's jailed runner); ``None`` without an evaluation.
+        problem: the kiln problem it was evaluated for (a KernelBench id resolved).
     """
 
     index: int
@@ -69,55 +99,39 @@ class Reward:
     speedup: Optional[float]
     median_us: Optional[float]
     message: str
+    reward: float = 0.0
+    speedup_eager: Optional[float] = None
+    speedup_compile: Optional[float] = None
+    trust: Optional[str] = None
+    problem: Optional[str] = None
 
     def as_dict(self) -> Dict[str, Any]:
         """The record as a plain dict (for JSON logs)."""
         return asdict(self)
 
 
-def _failure(index: int, cid: Optional[str], verdict: str, message: str) -> Reward:
-    return Reward(index, cid, verdict, False, None, None, message)
+def _failure(index: int, cid: Optional[str], verdict: str, message: str, problem: Optional[str] = None) -> Reward:
+    return Reward(index, cid, verdict, False, None, None, message, problem=problem)
 
 
-def _speedup(ev: Evaluation, baseline: Optional[str], baseline_us: Optional[float]) -> Optional[float]:
-    if not ev.ok:
-        return None
-    reported = ev.speedup(baseline)
-    if reported is not None:
-        return reported
-    if baseline_us is not None and ev.median_us:
-        return baseline_us / ev.median_us
-    return None
+def _per_source(problem: Union[ProblemLike, Sequence[ProblemLike]], n: int) -> List[ProblemLike]:
+    """The problem of each source: the one given, or one per source."""
+    if isinstance(problem, (str, KernelBenchProblem)):
+        return [problem_id(problem)] * n
+    if isinstance(problem, Sequence):
+        if len(problem) != n:
+            raise ValueError(f"{len(problem)} problems for {n} sources: give one problem, or one per source")
+        return [problem_id(p) for p in problem]
+    raise TypeError(
+        "problem is a kiln problem name, a KernelBench id (`level1/19`, kiln.KernelBenchProblem), "
+        f"or a list of them, one per source; not {type(problem).__name__}"
+    )
 
 
-def _reward(
-    index: int, outcome: Outcome, baseline: Optional[str], baseline_us: Optional[float]
-) -> Reward:
-    ev, err, cid = outcome.evaluation, outcome.error, outcome.candidate_id
-    if ev is not None:
-        return Reward(index, cid, ev.verdict, ev.ok, _speedup(ev, baseline, baseline_us), ev.median_us, ev.message)
-    if isinstance(err, ApiError):
-        verdict = SERVER_ERROR if err.status >= 500 else CLIENT_ERROR
-        return _failure(index, cid, verdict, f"{err.code}: {err.message}")
-    if isinstance(err, JobFailed):
-        return _failure(index, cid, JOB_FAILED, str(err))
-    if isinstance(err, (Timeout, BackendUnavailable)):
-        return _failure(index, cid, NO_VERDICT, str(err))
-    return _failure(index, cid, CLIENT_ERROR, str(err))
-
-
-def _needs_plan(sources: Sequence[Any], language: str) -> bool:
-    """Whether some input is a source launched from a plan (a hosted ``ModelNew`` file
-    has none: its ``forward`` is the plan)."""
-
-    def needs(s: Any) -> bool:
-        if isinstance(s, str):
-            return language not in HOSTED_LANGUAGES
-        if isinstance(s, Mapping) and "launches" not in s:
-            return s.get("language", language) not in HOSTED_LANGUAGES
-        return False
-
-    return any(needs(s) for s in sources)
+def _names(ids: Sequence[ProblemLike], listing: Sequence[ProblemSummary]) -> List[str]:
+    """Each source's kiln problem name, KernelBench ids resolved (each once)."""
+    found = {kb: kb.find(listing) for kb in dict.fromkeys(p for p in ids if isinstance(p, KernelBenchProblem))}
+    return [found[p] if isinstance(p, KernelBenchProblem) else p for p in ids]
 
 
 def _default_launches(problem: Problem, language: str) -> Optional[List[Any]]:
@@ -129,36 +143,41 @@ def _default_launches(problem: Problem, language: str) -> Optional[List[Any]]:
 
 
 def _prepare(
-    problem: str,
+    names: Sequence[str],
     sources: Sequence[Any],
     language: str,
-    launches: Optional[Sequence[Any]],
+    plans: Mapping[str, Optional[Sequence[Any]]],
 ) -> Tuple[List[Tuple[int, Dict[str, Any]]], List[Reward]]:
-    """Turns the inputs into candidates; the ones that cannot be are records already."""
+    """Turns the inputs into candidates (source ``i`` for problem ``names[i]``, launched
+    with ``plans[names[i]]`` when it needs a plan); the ones that cannot be are records
+    already."""
     good: List[Tuple[int, Dict[str, Any]]] = []
     bad: List[Reward] = []
     for i, s in enumerate(sources):
+        problem = names[i]
         if isinstance(s, str):
             cand: Dict[str, Any] = {"source": s}
         elif isinstance(s, Mapping):
             cand = dict(s)
         else:
-            bad.append(_failure(i, None, CLIENT_ERROR, f"a {type(s).__name__} is neither a source string nor a candidate dict"))
+            bad.append(_failure(i, None, CLIENT_ERROR, f"a {type(s).__name__} is neither a source string nor a candidate dict", problem))
             continue
         if cand.setdefault("problem", problem) != problem:
-            bad.append(_failure(i, None, CLIENT_ERROR, f"the candidate names problem {cand['problem']!r}, not {problem!r}"))
+            bad.append(_failure(i, None, CLIENT_ERROR, f"the candidate names problem {cand['problem']!r}, not {problem!r}", problem))
             continue
         if not isinstance(cand.get("source"), str):
-            bad.append(_failure(i, None, CLIENT_ERROR, "the candidate has no `source` string"))
+            bad.append(_failure(i, None, CLIENT_ERROR, "the candidate has no `source` string", problem))
             continue
         cand.setdefault("language", language)
         if "launches" not in cand and cand["language"] not in HOSTED_LANGUAGES:
+            launches = plans.get(problem)
             if launches is None:
                 bad.append(
                     _failure(
                         i, None, CLIENT_ERROR,
                         f"no launch plan: problem {problem!r} has no seed kernel for the "
                         f"{language!r} language to take one from; pass launches=",
+                        problem,
                     )
                 )
                 continue
@@ -167,9 +186,95 @@ def _prepare(
     return good, bad
 
 
+class _Batch:
+    """What one call knows about its problems (each fetched once): names per source,
+    launch plans, baselines; and how an outcome becomes a :class:`Reward`."""
+
+    def __init__(
+        self,
+        names: List[str],
+        problems: Mapping[str, Problem],
+        measured: Mapping[str, BaselineSet],
+        language: str,
+        launches: Optional[Sequence[Any]],
+        baseline: Optional[str],
+        baseline_us: Optional[float],
+    ) -> None:
+        self.names = names
+        self.problems = problems
+        self.measured = measured
+        self.language = language
+        self.plans = {n: launches if launches is not None else _default_launches(p, language) for n, p in problems.items()}
+        self.baseline = baseline
+        self.baseline_us = baseline_us
+
+    def prepare(self, sources: Sequence[Any]) -> Tuple[List[Tuple[int, Dict[str, Any]]], List[Reward]]:
+        return _prepare(self.names, sources, self.language, self.plans)
+
+    def _baseline_us(self, problem: str, ev: Evaluation, name: Optional[str], kind: Optional[str]) -> Optional[float]:
+        """A baseline's median on the GPU model that timed ``ev`` (cuda only): the
+        baseline ``name``, or the chosen variant of the torch ``kind``."""
+        if ev.backend != "cuda":
+            return None
+        sets = [self.measured[problem]] if problem in self.measured else []
+        sets += self.problems[problem].baselines
+        chosen = pick_baseline_set(sets, ev.gpu_model)
+        if chosen is None:
+            return None
+        return chosen.median_us(name) if name is not None else chosen.torch_us(kind or "")
+
+    def _over(self, problem: str, ev: Evaluation, name: Optional[str] = None, kind: Optional[str] = None) -> Optional[float]:
+        """The speedup of an ``ok`` ``ev`` over baseline ``name`` (or the torch ``kind``):
+        kilnd's reported one, else computed from the problem's cached baselines."""
+        median = ev.median_us
+        if not ev.ok or not median or median <= 0:
+            return None
+        if ev.speedups:
+            reported = name if name is not None else torch_variant(ev.speedups, kind or "")
+            if reported is not None and reported in ev.speedups:
+                return ev.speedups[reported]
+        us = self._baseline_us(problem, ev, name, kind)
+        return us / median if us else None
+
+    def reward(self, index: int, outcome: Outcome) -> Reward:
+        problem = self.names[index]
+        ev, err, cid = outcome.evaluation, outcome.error, outcome.candidate_id
+        if ev is not None:
+            eager = self._over(problem, ev, kind=TORCH_EAGER)
+            compiled = self._over(problem, ev, kind=TORCH_COMPILE)
+            speedup = self._speedup(problem, ev, eager)
+            score = (speedup if speedup is not None else 1.0) if ev.ok else 0.0
+            return Reward(index, cid, ev.verdict, ev.ok, speedup, ev.median_us, ev.message,
+                          reward=score, speedup_eager=eager, speedup_compile=compiled, trust=ev.trust,
+                          problem=problem)
+        if isinstance(err, QueueFull):
+            return _failure(index, cid, NO_VERDICT, f"kilnd's queue stayed full: {err.message}", problem)
+        if isinstance(err, ApiError):
+            verdict = SERVER_ERROR if err.status >= 500 else CLIENT_ERROR
+            return _failure(index, cid, verdict, f"{err.code}: {err.message}", problem)
+        if isinstance(err, JobFailed):
+            return _failure(index, cid, JOB_FAILED, str(err), problem)
+        if isinstance(err, (Timeout, BackendUnavailable)):
+            return _failure(index, cid, NO_VERDICT, str(err), problem)
+        return _failure(index, cid, CLIENT_ERROR, str(err), problem)
+
+    def _speedup(self, problem: str, ev: Evaluation, eager: Optional[float]) -> Optional[float]:
+        if not ev.ok:
+            return None
+        if self.baseline is not None:
+            named = self._over(problem, ev, name=self.baseline)
+            if named is not None:
+                return named
+        if self.baseline_us is not None and ev.median_us:
+            return self.baseline_us / ev.median_us
+        if self.baseline is None:
+            return eager if eager is not None else ev.speedup()
+        return None
+
+
 def rewards(
     client: Client,
-    problem: str,
+    problem: Union[ProblemLike, Sequence[ProblemLike]],
     sources: Sequence[Source],
     *,
     language: str = "c",
@@ -178,14 +283,19 @@ def rewards(
     window: int = 64,
     baseline: Optional[str] = None,
     baseline_us: Optional[float] = None,
+    measure_baselines: bool = False,
 ) -> List[Reward]:
-    """Evaluates candidates for one problem and returns one :class:`Reward` per input,
-    in input order.
+    """Evaluates candidates and returns one :class:`Reward` per input, in input order.
 
     Args:
         client: the client to use.
-        problem: the problem's name (it must be registered: a :class:`NotFound` is raised
-            otherwise, since no candidate could be evaluated).
+        problem: the problem of every source, or a list with one per source. Each is a
+            registered kiln problem's name, or a KernelBench id: ``"level1/19"`` (also
+            ``"level1/19_ReLU.py"``, ``"level_1_problem_19"``) or
+            ``kiln.KernelBenchProblem(level=1, id=19)``, naming the problem imported from
+            it (``kb-l1-19-relu``; see :meth:`KernelBenchProblem.find`). Each problem is
+            fetched once per call (plans, baselines); one that is not registered raises
+            :class:`NotFound`, since none of its candidates could be evaluated.
         sources: each a source string (launched with ``launches``, by default the
             problem's seed kernel's launch plan, so the source must define the seed's
             kernel names with the same arguments; for a hosted language, the text of a
@@ -197,28 +307,45 @@ def rewards(
             CPU); the problem then needs a torch reference.
         launches: the launch plan for source strings.
         timeout: seconds each candidate may take from submission to verdict.
-        window: candidates in flight at once.
-        baseline: the baseline whose speedup to report, among those kilnd reports.
+        window: candidates in flight at once (a full queue is waited out, see
+            :meth:`Client.submit_many`).
+        baseline: the baseline whose speedup to report as ``speedup`` (``reference``,
+            ``torch-compile-fp32``, ...), among kilnd's reported or cached ones.
         baseline_us: a baseline time in µs, for a speedup computed here
-            (``baseline_us / median_us``) when kilnd reports none.
+            (``baseline_us / median_us``) when ``baseline`` gives none.
+        measure_baselines: fetch each problem's baselines with
+            :meth:`Client.baselines`, which measures them when they are not cached
+            (minutes on first use, holding a GPU lane); by default only baselines
+            already measured count. A problem whose baselines cannot be measured here
+            (no cuda backend) simply has no speedups.
 
-    Only a batch-level failure raises (daemon not running, problem not registered); a
-    single candidate's failure is its record's verdict (:data:`CLIENT_ERROR`, ...).
+    Only a batch-level failure raises (daemon not running, problem not registered, a
+    KernelBench id that names no registered problem or several); a single candidate's
+    failure is its record's verdict (:data:`CLIENT_ERROR`, ...).
     """
-    plan = launches
-    if plan is None and _needs_plan(sources, language):
-        plan = _default_launches(client.problem(problem), language)
-    good, bad = _prepare(problem, sources, language, plan)
+    ids = _per_source(problem, len(sources))
+    listing = client.problems() if any(isinstance(p, KernelBenchProblem) for p in ids) else []
+    names = _names(ids, listing)
+    problems = {n: client.problem(n) for n in dict.fromkeys(names)}
+    measured: Dict[str, BaselineSet] = {}
+    if measure_baselines:
+        for n in problems:
+            try:
+                measured[n] = client.baselines(n)
+            except (ApiError, Timeout):
+                pass
+    batch = _Batch(names, problems, measured, language, launches, baseline, baseline_us)
+    good, bad = batch.prepare(sources)
     out: Dict[int, Reward] = {r.index: r for r in bad}
     origin = [i for i, _ in good]
     for o in client.submit_many([c for _, c in good], timeout=timeout, window=window):
-        out[origin[o.index]] = _reward(origin[o.index], o, baseline, baseline_us)
+        out[origin[o.index]] = batch.reward(origin[o.index], o)
     return [out[i] for i in range(len(sources))]
 
 
 async def arewards(
     client: AsyncClient,
-    problem: str,
+    problem: Union[ProblemLike, Sequence[ProblemLike]],
     sources: Sequence[Source],
     *,
     language: str = "c",
@@ -227,14 +354,24 @@ async def arewards(
     window: int = 64,
     baseline: Optional[str] = None,
     baseline_us: Optional[float] = None,
+    measure_baselines: bool = False,
 ) -> List[Reward]:
     """:func:`rewards` for an :class:`~kiln.AsyncClient`."""
-    plan = launches
-    if plan is None and _needs_plan(sources, language):
-        plan = _default_launches(await client.problem(problem), language)
-    good, bad = _prepare(problem, sources, language, plan)
+    ids = _per_source(problem, len(sources))
+    listing = await client.problems() if any(isinstance(p, KernelBenchProblem) for p in ids) else []
+    names = _names(ids, listing)
+    problems = {n: await client.problem(n) for n in dict.fromkeys(names)}
+    measured: Dict[str, BaselineSet] = {}
+    if measure_baselines:
+        for n in problems:
+            try:
+                measured[n] = await client.baselines(n)
+            except (ApiError, Timeout):
+                pass
+    batch = _Batch(names, problems, measured, language, launches, baseline, baseline_us)
+    good, bad = batch.prepare(sources)
     out: Dict[int, Reward] = {r.index: r for r in bad}
     origin = [i for i, _ in good]
     async for o in client.submit_many([c for _, c in good], timeout=timeout, window=window):
-        out[origin[o.index]] = _reward(origin[o.index], o, baseline, baseline_us)
+        out[origin[o.index]] = batch.reward(origin[o.index], o)
     return [out[i] for i in range(len(sources))]

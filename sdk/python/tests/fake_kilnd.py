@@ -1,11 +1,15 @@
 """A stand-in for kilnd that finishes jobs itself, to test the client's pipelining
 (event-driven completion, missed events, failed jobs) independently of any backend.
 
-It speaks the same wire shapes as kilnd for the routes the batch machinery uses:
-``POST /v1/candidates``, ``GET /v1/candidates/{id}[?wait=N]``, ``GET /v1/events``,
-``GET /v1/info``. A candidate whose source contains ``BROKEN`` gets ``compile_error``,
-one containing ``FAILJOB`` a failed job, one containing ``NEVER`` never finishes;
-anything else is ``ok``.
+It speaks the same wire shapes as kilnd for the routes the batch machinery and
+``rewards`` use: ``POST /v1/candidates``, ``GET /v1/candidates/{id}[?wait=N]``,
+``GET /v1/events``, ``GET /v1/info``, ``GET /v1/problems[/{name}[/baselines]]``. A
+candidate whose source contains ``BROKEN`` gets ``compile_error``, ``WRONG``
+``wrong_answer``, ``LIBONLY`` ``no_own_kernels``, one containing ``FAILJOB`` a failed
+job, one containing ``NEVER`` never finishes; anything else is ``ok``, in
+``10 + len(source) % 7`` µs. Problem ``dbl`` is registered; :meth:`FakeKilnd.register`
+adds others, with torch baselines. With ``queue_cap``, a new candidate is refused with
+``429 queue_full`` while that many jobs are queued.
 """
 
 from __future__ import annotations
@@ -33,7 +37,11 @@ class FakeKilnd:
         events: serve ``/v1/events`` at all (False: 404, the client must poll).
         lag: send a ``lagged`` event instead of every done event (the client must poll).
         delay: seconds each job takes, drawn uniformly from this range.
+        queue_cap: refuse new candidates (429 ``queue_full``) while this many jobs wait.
     """
+
+    #: The GPU the fake's cuda evaluations say they ran on.
+    GPU = "NVIDIA H200"
 
     def __init__(
         self,
@@ -41,18 +49,28 @@ class FakeKilnd:
         events: bool = True,
         lag: bool = False,
         delay: "tuple[float, float]" = (0.01, 0.2),
+        queue_cap: Optional[int] = None,
     ) -> None:
         self.publish_done = publish_done
         self.events_enabled = events
         self.lag = lag
         self.delay = delay
+        self.queue_cap = queue_cap
+        #: Refusals with a full queue, problem records served, and baseline requests
+        #: (``GET …/baselines``).
+        self.refused_full = 0
+        self.problem_requests = 0
+        self.baseline_requests = 0
         self.dir = Path(tempfile.mkdtemp(prefix="kiln-fake-"))
         self.socket = str(self.dir / "fake.sock")
         self.records: Dict[str, Dict[str, Any]] = {}
         self.cond = threading.Condition()
+        self.problems: Dict[str, Dict[str, Any]] = {}
+        self.register("dbl")
         self.subscribers: List["queue.Queue[Optional[str]]"] = []
         self.next_job = 1
         self.posts = 0
+        self.accepted = 0
         self.max_unfinished = 0
         fake = self
 
@@ -73,6 +91,54 @@ class FakeKilnd:
 
     # -- behaviour -------------------------------------------------------------------
 
+    def register(
+        self, name: str, eager_us: Optional[float] = None, compile_us: Optional[float] = None,
+        cached: bool = True,
+    ) -> None:
+        """Registers problem ``name``; with ``eager_us``/``compile_us``, its torch
+        baselines on :attr:`GPU` (``torch-eager-fp32``, ``torch-compile-fp32``, and a
+        faster tf32 variant that must not be the one compared), in its record when
+        ``cached``, else only once measured by ``GET …/baselines``."""
+        results: List[Dict[str, Any]] = [
+            {"name": "reference", "library": "kiln", "precision": "reference-f64acc", "status": "measured",
+             "timing": {"median_us": 1000.0}},
+        ]
+        for kind, us in (("torch-eager", eager_us), ("torch-compile", compile_us)):
+            if us is None:
+                results.append({"name": f"{kind}-fp32", "library": "torch", "precision": "fp32",
+                                "status": "unavailable", "detail": "no torch (fake)"})
+                continue
+            for precision, factor in (("fp32", 1.0), ("tf32", 0.5)):
+                results.append({"name": f"{kind}-{precision}", "library": "torch", "precision": precision,
+                                "status": "measured", "timing": {"median_us": us * factor, "n": 20}})
+        baselines = {"gpu_model": self.GPU, "driver": "580.0", "problem": name, "problem_hash": "h",
+                     "measured_at": int(time.time() * 1000), "results": results}
+        with self.cond:
+            self.problems[name] = {
+                "summary": f"fake problem {name}",
+                "baselines": baselines if eager_us is not None or compile_us is not None else None,
+                "cached": cached,
+            }
+
+    def problem_record(self, name: str) -> "tuple[int, Dict[str, Any]]":
+        self.problem_requests += 1
+        p = self.problems.get(name)
+        if p is None:
+            return 404, {"error": {"code": "not_found", "message": f"problem {name!r} is not registered"}}
+        cached = [p["baselines"]] if p["baselines"] is not None and p["cached"] else []
+        return 200, {"spec": {"name": name, "summary": p["summary"]},
+                     "derived": {"backends": ["host", "cuda"]}, "baselines": cached}
+
+    def measure_baselines(self, name: str) -> "tuple[int, Dict[str, Any]]":
+        self.baseline_requests += 1
+        p = self.problems.get(name)
+        if p is None:
+            return 404, {"error": {"code": "not_found", "message": f"problem {name!r} is not registered"}}
+        if p["baselines"] is None:
+            return 409, {"error": {"code": "baselines_unavailable", "message": "no usable cuda backend (fake)"}}
+        p["cached"] = True
+        return 200, p["baselines"]
+
     def publish(self, event: Dict[str, Any]) -> None:
         frame = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
         with self.cond:
@@ -80,30 +146,37 @@ class FakeKilnd:
                 q.put(frame)
 
     def submit(self, cand: Dict[str, Any]) -> "tuple[int, Dict[str, Any]]":
-        if cand.get("problem") != "dbl":
+        if cand.get("problem") not in self.problems:
             return 404, {"error": {"code": "not_found", "message": f"problem {cand.get('problem')!r} is not registered"}}
         if cand.get("language") not in ("c", "cuda", "modelnew", "modelnew-cpu") or not isinstance(cand.get("source"), str):
             return 400, {"error": {"code": "invalid_field", "message": "field `language`: unknown variant"}}
         if cand["language"].startswith("modelnew") and (cand.get("launches") or "class ModelNew" not in cand["source"]):
             return 400, {"error": {"code": "invalid_candidate", "message": "launches: a modelnew candidate takes none"}}
-        cid = hashlib.sha256(cand["source"].encode()).hexdigest()[:32]
+        key = "\0".join((cand["problem"], cand["language"], cand["source"]))
+        cid = hashlib.sha256(key.encode()).hexdigest()[:32]
+        backend = "cuda" if cand["language"] in ("cuda", "modelnew") else "host"
         with self.cond:
             self.posts += 1
             if cid in self.records:
                 rec = self.records[cid]
                 return 200, {"id": cid, "job_id": rec["job"]["id"], "duplicate": True, "record": rec}
+            queued = sum(1 for r in self.records.values() if r["job"]["state"] == "queued")
+            if self.queue_cap is not None and queued >= self.queue_cap:
+                self.refused_full += 1
+                return 429, {"error": {"code": "queue_full",
+                                       "message": f"{queued} candidates are waiting; wait for some first"}}
             job_id, self.next_job = self.next_job, self.next_job + 1
             self.records[cid] = {
                 "id": cid,
                 "candidate": cand,
-                "backend": "host",
+                "backend": backend,
                 "created_at": int(time.time() * 1000),
-                "job": {"id": job_id, "candidate_id": cid, "backend": "host", "state": "queued", "attempts": 0},
+                "job": {"id": job_id, "candidate_id": cid, "backend": backend, "state": "queued", "attempts": 0},
                 "evaluation": None,
             }
-            unfinished = sum(1 for r in self.records.values() if r["job"]["state"] == "queued")
-            self.max_unfinished = max(self.max_unfinished, unfinished)
-        self.publish({"type": "job", "job_id": job_id, "candidate_id": cid, "problem": "dbl", "state": "queued"})
+            self.accepted += 1
+            self.max_unfinished = max(self.max_unfinished, queued + 1)
+        self.publish({"type": "job", "job_id": job_id, "candidate_id": cid, "problem": cand["problem"], "state": "queued"})
         if "NEVER" not in cand["source"]:
             threading.Timer(random.uniform(*self.delay), self.finish, args=(cid,)).start()
         return 202, {"id": cid, "job_id": job_id, "duplicate": False, "state": "queued"}
@@ -111,36 +184,49 @@ class FakeKilnd:
     def finish(self, cid: str) -> None:
         with self.cond:
             rec = self.records[cid]
-            source = rec["candidate"]["source"]
-            event: Dict[str, Any] = {"type": "job", "job_id": rec["job"]["id"], "candidate_id": cid, "problem": "dbl"}
+            source, backend = rec["candidate"]["source"], rec["backend"]
+            event: Dict[str, Any] = {"type": "job", "job_id": rec["job"]["id"], "candidate_id": cid,
+                                     "problem": rec["candidate"]["problem"]}
+            trust = "hosted" if rec["candidate"]["language"].startswith("modelnew") else "contract"
             if "FAILJOB" in source:
                 rec["job"].update(state="failed", error="worker crashed (fake)")
                 event.update(state="failed", error="worker crashed (fake)")
-            elif "BROKEN" in source:
+            elif "BROKEN" in source or "WRONG" in source:
+                verdict, message = (
+                    ("compile_error", "the compiler refused the source") if "BROKEN" in source
+                    else ("wrong_answer", "y: 1024 of 1024 elements outside the tolerance (max abs error 1.0)")
+                )
                 rec["job"]["state"] = "done"
                 rec["evaluation"] = {
-                    "verdict": "compile_error",
-                    "message": "the compiler refused the source",
-                    "backend": "host",
-                    "compile": {"duration_ms": 3.0, "log": "error: expected ';'", "cached": False},
-                    "evidence": {"trials_passed": 0, "trials_run": 0, "bitwise_diffs": 0},
+                    "verdict": verdict,
+                    "message": message,
+                    "backend": backend,
+                    "trust": trust,
+                    "compile": {"duration_ms": 3.0, "log": "error: expected ';'" if "BROKEN" in source else "",
+                                "cached": False},
+                    "evidence": {"trials_passed": 0, "trials_run": 1, "bitwise_diffs": 0},
                 }
-                event.update(state="done", verdict="compile_error")
+                event.update(state="done", verdict=verdict)
             else:
                 median = 10.0 + len(source) % 7
+                verdict, message = (
+                    ("no_own_kernels", "correct, but its forward launched only library kernels")
+                    if "LIBONLY" in source else ("ok", "correct on 3 trials")
+                )
                 rec["job"]["state"] = "done"
                 rec["evaluation"] = {
-                    "verdict": "ok",
-                    "message": "correct on 3 trials",
-                    "backend": "host",
+                    "verdict": verdict,
+                    "message": message,
+                    "backend": backend,
+                    "trust": trust,
                     "evidence": {"trials_passed": 3, "trials_run": 3, "bitwise_diffs": 0},
                     "timing": {"median_us": median, "mean_us": median, "stdev_us": 0.1, "min_us": median,
                                "max_us": median, "n": 10, "rse": 0.001, "stop_reason": "converged"},
                     "tier": "fp32-faithful",
                 }
-                if rec["candidate"]["language"].startswith("modelnew"):
-                    rec["evaluation"]["trust"] = "hosted"
-                event.update(state="done", verdict="ok", median_us=median)
+                if backend == "cuda":
+                    rec["evaluation"]["telemetry"] = {"device": {"name": self.GPU, "uuid": "GPU-fake"}}
+                event.update(state="done", verdict=verdict, median_us=median)
             self.cond.notify_all()
         if self.lag:
             self.publish({"type": "lagged", "missed": 1})
@@ -195,7 +281,15 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         fake = self.server_fake
         if url.path == "/v1/info":
-            self._send(200, {"version": "fake", "backends": [{"name": "host", "usable": True, "detail": "fake"}]})
+            self._send(200, {"version": "fake", "backends": [{"name": "host", "usable": True, "detail": "fake"},
+                                                             {"name": "cuda", "usable": True, "detail": "fake"}]})
+        elif url.path == "/v1/problems":
+            self._send(200, {"problems": [{"name": n, "summary": p["summary"], "backends": ["host", "cuda"]}
+                                          for n, p in sorted(fake.problems.items())]})
+        elif url.path.startswith("/v1/problems/") and url.path.endswith("/baselines"):
+            self._send(*fake.measure_baselines(url.path.split("/")[3]))
+        elif url.path.startswith("/v1/problems/"):
+            self._send(*fake.problem_record(url.path.rsplit("/", 1)[1]))
         elif url.path.startswith("/v1/candidates/"):
             wait = float(parse_qs(url.query).get("wait", ["0"])[0])
             self._send(*fake.show(url.path.rsplit("/", 1)[1], wait))

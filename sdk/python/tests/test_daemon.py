@@ -409,6 +409,24 @@ class Rewards(WithProblem):
             self.assertAlmostEqual(r.speedup, 1000.0 / r.median_us)
         self.assertIsNone(records[1].speedup)
 
+    @needs_host
+    def test_rewards_by_kernelbench_id(self) -> None:
+        # A problem named the way `kiln problems import kernelbench` names them: found by its id.
+        level, pid = 9, 7
+        name = f"kb-l{level}-{pid}-double"
+        self.client.add_problem(harness.double_problem_spec(name))
+        seed = double_source(HONEST, "kb0").replace("void k(", "void double_it(")
+        wrong = double_source(WRONG, "kb1").replace("void k(", "void double_it(")
+        records = kiln.rewards(self.client, f"level{level}/{pid}", [seed, wrong], timeout=EVAL_TIMEOUT)
+        self.assertEqual([(r.verdict, r.problem, r.trust) for r in records],
+                         [("ok", name, "contract"), ("wrong_answer", name, "contract")])
+        self.assertEqual(records[0].reward, 1.0)  # correct; no baseline to compare with
+        self.assertEqual((records[0].speedup_eager, records[0].speedup_compile), (None, None))
+        self.assertEqual(records[1].reward, 0.0)
+        self.assertTrue(records[1].message)
+        with self.assertRaises(kiln.NotFound):
+            kiln.rewards(self.client, kiln.KernelBenchProblem(level, pid + 1), [seed])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -18,7 +18,7 @@ from unittest import mock
 import harness  # noqa: F401 - puts the package on sys.path
 import kiln
 from kiln import _paths, _wire
-from kiln._batch import Tracker
+from kiln._batch import Backoff as _Backoff, Tracker
 from kiln.models import Submission
 
 
@@ -71,7 +71,8 @@ class Errors(unittest.TestCase):
         self.assertEqual((e.status, e.code, e.message), (400, "invalid_field", "field `x`: bad"))
         self.assertIn("invalid_field", str(e))
         for status, cls in [(403, kiln.Forbidden), (404, kiln.NotFound), (405, kiln.MethodNotAllowed),
-                            (409, kiln.Conflict), (413, kiln.PayloadTooLarge), (500, kiln.ServerError),
+                            (409, kiln.Conflict), (413, kiln.PayloadTooLarge), (429, kiln.QueueFull),
+                            (500, kiln.ServerError),
                             (503, kiln.ServerError)]:
             self.assertIsInstance(kiln.ApiError.from_response(status, body), cls)
         odd = kiln.ApiError.from_response(418, b"teapot")
@@ -143,6 +144,93 @@ class Models(unittest.TestCase):
         self.assertEqual(sub.backend, "host")
         assert sub.record is not None and sub.record.job is not None
         self.assertEqual(sub.record.job.error, "boom")
+
+
+    BASELINES = {
+        "gpu_model": "NVIDIA H200", "driver": "580.0", "problem": "kb-l1-19-relu", "measured_at": 2,
+        "results": [
+            {"name": "reference", "library": "kiln", "precision": "reference-f64acc", "status": "measured",
+             "timing": {"median_us": 50.0}},
+            {"name": "torch-eager-tf32", "library": "torch", "precision": "tf32", "status": "measured",
+             "timing": {"median_us": 20.0}},
+            {"name": "torch-eager-fp32", "library": "torch", "precision": "fp32", "status": "measured",
+             "timing": {"median_us": 40.0}},
+            {"name": "torch-compile-fp32", "library": "torch", "precision": "fp32", "status": "failed",
+             "detail": "outside the tolerance"},
+            {"name": "torch-compile-bf16", "library": "torch", "precision": "bf16", "status": "measured",
+             "timing": {"median_us": 9.0}},
+        ],
+    }
+
+    def test_baselines_and_the_torch_variant_compared(self) -> None:
+        b = kiln.BaselineSet.from_dict(self.BASELINES)
+        self.assertEqual((b.gpu_model, len(b.results)), ("NVIDIA H200", 5))
+        self.assertEqual(b.median_us("reference"), 50.0)
+        self.assertIsNone(b.median_us("torch-compile-fp32"))  # failed: no time
+        self.assertEqual(b.torch_us("torch-eager"), 40.0)  # fp32, though tf32 is faster
+        self.assertEqual(b.torch_us("torch-compile"), 9.0)  # the only measured variant
+        self.assertIsNone(b.torch_us("cublas"))
+        older = {**self.BASELINES, "measured_at": 1, "results": []}
+        other = {**self.BASELINES, "gpu_model": "NVIDIA A100"}
+        p = kiln.Problem.from_dict({"spec": {"name": "kb-l1-19-relu"}, "baselines": [self.BASELINES, older]})
+        self.assertEqual([s.measured_at for s in p.baselines], [2, 1])
+        self.assertEqual(p.baseline_set().measured_at, 2)  # type: ignore[union-attr]
+        self.assertIsNone(p.baseline_set("NVIDIA A100"))
+        mixed = kiln.Problem.from_dict({"spec": {"name": "x"}, "baselines": [other, self.BASELINES]})
+        self.assertIsNone(mixed.baseline_set(), "two GPU models: which one ran it must be known")
+        self.assertEqual(mixed.baseline_set("NVIDIA H200").gpu_model, "NVIDIA H200")  # type: ignore[union-attr]
+        self.assertEqual(kiln.Problem.from_dict({"spec": {}}).baselines, [])
+
+    def test_baselines_request(self) -> None:
+        get = _wire.baselines("kb-l1-19-relu", False, None)
+        self.assertEqual((get.method, get.target, get.body), ("GET", "/v1/problems/kb-l1-19-relu/baselines", None))
+        self.assertGreaterEqual(get.server_wait_s, 600)  # measuring on first use takes minutes
+        self.assertEqual(_wire.baselines("p", False, "1").target, "/v1/problems/p/baselines?gpu=1")
+        post = _wire.baselines("p", True, "GPU-x")
+        self.assertEqual((post.method, json.loads(post.body or b"")), ("POST", {"remeasure": True, "gpu": "GPU-x"}))
+        self.assertEqual(get.decode(self.BASELINES).torch_us("torch-eager"), 40.0)
+
+    def test_speedups_beside_the_evaluation(self) -> None:
+        rec = {"id": "c1", "candidate": {"problem": "p", "language": "modelnew"}, "backend": "cuda",
+               "job": {"id": 1, "state": "done"},
+               "evaluation": {"verdict": "ok", "message": "m", "backend": "cuda", "timing": {"median_us": 10.0},
+                              "telemetry": {"device": {"name": "NVIDIA H200", "uuid": "GPU-1"}}},
+               "speedups": [{"baseline": "torch-eager-fp32", "precision": "fp32", "baseline_us": 40.0, "speedup": 4.0},
+                            {"baseline": "reference", "precision": "reference-f64acc", "baseline_us": 5.0,
+                             "speedup": 0.5}]}
+        ev = kiln.CandidateRecord.from_dict(rec).evaluation
+        assert ev is not None
+        self.assertEqual(ev.speedups, {"torch-eager-fp32": 4.0, "reference": 0.5})
+        self.assertEqual(ev.speedup("reference"), 0.5)
+        self.assertEqual(ev.gpu_model, "NVIDIA H200")
+        self.assertNotIn("speedups", ev.raw)  # raw stays the evaluation as received
+        self.assertIsNone(kiln.Evaluation.from_dict({"verdict": "ok"}).gpu_model)
+
+
+class KernelBenchIds(unittest.TestCase):
+    def test_forms(self) -> None:
+        kb = kiln.KernelBenchProblem(1, 19)
+        for text in ["level1/19", "level1/19_ReLU.py", "KernelBench/level1/19_ReLU.py", " level1/19 ",
+                     "level_1_problem_19", "level_1_problem_19_sample_3"]:
+            self.assertEqual(kiln.KernelBenchProblem.parse(text), kb, text)
+        self.assertEqual((str(kb), kb.prefix), ("level1/19", "kb-l1-19-"))
+        for text in ["kb-l1-19-relu", "vecadd-4096", "level1", "level1/x", "level0/3", "19_ReLU.py"]:
+            self.assertIsNone(kiln.KernelBenchProblem.from_text(text), text)
+        with self.assertRaisesRegex(ValueError, "level1/19"):
+            kiln.KernelBenchProblem.parse("relu")
+        with self.assertRaises(ValueError):
+            kiln.KernelBenchProblem(0, 3)
+
+    def test_find(self) -> None:
+        names = ["kb-l1-1-square-matmul", "kb-l1-19-relu", "kb-l1-190-x", "kb-l2-19-conv", "vecadd-4096"]
+        self.assertEqual(kiln.KernelBenchProblem(1, 19).find(names), "kb-l1-19-relu")
+        self.assertEqual(kiln.KernelBenchProblem(1, 1).find(names), "kb-l1-1-square-matmul")
+        summaries = [kiln.ProblemSummary.from_dict({"name": n}) for n in names]
+        self.assertEqual(kiln.KernelBenchProblem(2, 19).find(summaries), "kb-l2-19-conv")
+        with self.assertRaisesRegex(kiln.NotFound, "kb-l3-1-"):
+            kiln.KernelBenchProblem(3, 1).find(names)
+        with self.assertRaisesRegex(ValueError, "several"):
+            kiln.KernelBenchProblem(1, 19).find(names + ["kb-l1-19-relu-big"])
 
 
 class EventParsing(unittest.TestCase):
@@ -275,15 +363,12 @@ class HostedCandidates(unittest.TestCase):
 
     def test_rewards_take_modelnew_sources_without_a_plan(self) -> None:
         r = importlib.import_module("kiln.rewards")  # the module: kiln.rewards is the function
-        self.assertFalse(r._needs_plan([MODEL_NEW], "modelnew"))
-        self.assertFalse(r._needs_plan([{"source": MODEL_NEW, "language": "modelnew-cpu"}], "c"))
-        self.assertTrue(r._needs_plan([MODEL_NEW], "c"))
-        good, bad = r._prepare("kb-relu", [MODEL_NEW, {"source": MODEL_NEW}], "modelnew-cpu", None)
+        good, bad = r._prepare(["kb-relu"] * 2, [MODEL_NEW, {"source": MODEL_NEW}], "modelnew-cpu", {"kb-relu": None})
         self.assertEqual(bad, [])
         self.assertEqual([c for _, c in good],
                          [{"problem": "kb-relu", "language": "modelnew-cpu", "source": MODEL_NEW}] * 2)
         # A C source with no plan to take is still the caller's error.
-        _, bad = r._prepare("kb-relu", ["void k(){}"], "c", None)
+        _, bad = r._prepare(["kb-relu"], ["void k(){}"], "c", {"kb-relu": None})
         self.assertEqual(bad[0].verdict, kiln.CLIENT_ERROR)
 
     def test_trust_is_parsed_and_defaults_to_contract(self) -> None:
@@ -347,6 +432,35 @@ class Tracking(unittest.TestCase):
         (o,) = self.t.add(3, self.sub("c", duplicate=True))
         self.assertIsInstance(o.error, kiln.BackendUnavailable)
         self.assertEqual(self.t.in_flight, 0)
+
+
+class Backoff(unittest.TestCase):
+    def test_waits_grow_reset_and_give_up(self) -> None:
+        now = [0.0]
+        b = _Backoff(give_up=10.0, first=0.125, cap=0.5, clock=lambda: now[0], jitter=lambda: 0.0)
+        self.assertTrue(b.due())
+        self.assertIsNone(b.seconds_to_retry())
+        waits = []
+        for _ in range(4):
+            self.assertFalse(b.refused())
+            self.assertFalse(b.due())
+            waits.append(b.seconds_to_retry())
+            now[0] += waits[-1] or 0
+            self.assertTrue(b.due())
+        self.assertEqual(waits, [0.125, 0.25, 0.5, 0.5])  # doubling up to the cap
+        b.taken()
+        self.assertFalse(b.refused())
+        self.assertEqual(b.seconds_to_retry(), 0.125)  # started over
+        now[0] += 10.0
+        self.assertTrue(b.refused())  # full for the whole timeout: final
+        self.assertTrue(b.due())
+        self.assertTrue(b.refused(), "and the next refusal too, until one is taken")
+        self.assertEqual(b.refusals, 7)
+
+    def test_jitter_shortens_by_at_most_half(self) -> None:
+        b = _Backoff(give_up=10.0, first=1.0, clock=lambda: 0.0, jitter=lambda: 1.0)
+        b.refused()
+        self.assertEqual(b.seconds_to_retry(), 0.5)
 
 
 class FollowerClose(unittest.IsolatedAsyncioTestCase):

@@ -8,7 +8,7 @@ import asyncio
 import threading
 import time
 import unittest
-from typing import Any, AsyncIterator, Dict, List
+from typing import Any, AsyncIterator, Dict, Iterator, List
 
 import harness  # noqa: F401 - puts the package on sys.path
 import kiln
@@ -140,7 +140,12 @@ class SyncPipeline(unittest.TestCase):
         assert ok.median_us is not None and ok.speedup is not None
         self.assertAlmostEqual(ok.speedup, 100.0 / ok.median_us)
         self.assertIsNone(records[1].speedup)
-        self.assertEqual(set(ok.as_dict()), {"index", "id", "verdict", "ok", "speedup", "median_us", "message"})
+        self.assertEqual(ok.reward, ok.speedup)
+        self.assertEqual([r.reward for r in records[1:]], [0.0] * 5)
+        self.assertEqual((ok.trust, records[1].trust, records[2].trust), ("contract", "contract", None))
+        self.assertIsNone(ok.speedup_eager)  # dbl has no torch baselines
+        self.assertEqual(set(ok.as_dict()), {"index", "id", "verdict", "ok", "speedup", "median_us", "message",
+                                             "reward", "speedup_eager", "speedup_compile", "trust", "problem"})
 
     def test_rewards_of_modelnew_sources_need_no_plan(self) -> None:
         fake = self.start()
@@ -157,6 +162,134 @@ class SyncPipeline(unittest.TestCase):
         ev = client.submit(kiln.modelnew("dbl", model_new.format(0)))
         self.assertEqual(ev.trust, "hosted")
         self.assertEqual(client.submit(cand("plain")).trust, "contract")
+
+
+def model_new(tag: str, body: str = "return torch.relu(x)") -> str:
+    """A ModelNew file; the fake judges it by its markers (WRONG, LIBONLY, BROKEN, ...)."""
+    return f"import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):  # {tag}\n    def forward(self, x):\n        {body}\n"
+
+
+class KernelBenchRewards(unittest.TestCase):
+    def setUp(self) -> None:
+        self.fake = FakeKilnd()
+        self.addCleanup(self.fake.stop)
+        self.fake.register("kb-l1-19-relu", eager_us=40.0, compile_us=20.0)
+        self.fake.register("kb-l1-1-square-matmul")  # no torch baselines measured
+        self.client = kiln.Client(self.fake.socket)
+
+    def test_records_carry_speedups_trust_and_reasons(self) -> None:
+        sources: List[Any] = [
+            model_new("k0"),
+            model_new("k1", "return x + 1  # WRONG"),
+            model_new("k2", "return torch.relu(x)  # LIBONLY: the reference renamed"),
+            "print('no class here')",
+            model_new("k4", "return x BROKEN"),
+            kiln.modelnew("kb-l1-19-relu", model_new("k5"), cpu=True),
+        ]
+        records = kiln.rewards(self.client, kiln.KernelBenchProblem(level=1, id=19), sources,
+                               language="modelnew", timeout=30.0)
+        self.assertEqual([r.verdict for r in records],
+                         ["ok", "wrong_answer", "no_own_kernels", kiln.CLIENT_ERROR, "compile_error", "ok"])
+        self.assertEqual({r.problem for r in records}, {"kb-l1-19-relu"})
+        ok = records[0]
+        assert ok.median_us is not None and ok.speedup_eager is not None and ok.speedup_compile is not None
+        # Against the fp32 variants (40 and 20 µs), never the faster tf32 ones.
+        self.assertAlmostEqual(ok.speedup_eager, 40.0 / ok.median_us)
+        self.assertAlmostEqual(ok.speedup_compile, 20.0 / ok.median_us)
+        self.assertEqual((ok.speedup, ok.reward, ok.trust), (ok.speedup_eager, ok.speedup_eager, "hosted"))
+        for r in records[1:5]:
+            self.assertEqual((r.reward, r.speedup, r.speedup_eager, r.speedup_compile), (0.0, None, None, None), r)
+            self.assertTrue(r.message, r)
+        self.assertIn("outside the tolerance", records[1].message)
+        self.assertIn("library kernels", records[2].message)
+        self.assertIn("invalid_candidate", records[3].message)
+        self.assertEqual([r.trust for r in records[1:5]], ["hosted", "hosted", None, "hosted"])
+        # On the CPU (host backend): correct, but GPU baselines are no yardstick for it.
+        cpu = records[5]
+        self.assertEqual((cpu.ok, cpu.speedup_eager, cpu.speedup_compile, cpu.reward), (True, None, None, 1.0))
+        self.assertEqual(self.fake.problem_requests, 1)
+
+    def test_ids_as_text_and_one_problem_per_source(self) -> None:
+        src = [model_new("m0"), model_new("m1")]
+        by_text = kiln.rewards(self.client, "level1/19", src, language="modelnew", timeout=30.0)
+        by_file = kiln.rewards(self.client, "KernelBench/level1/19_ReLU.py", src, language="modelnew", timeout=30.0)
+        self.assertEqual([r.as_dict() for r in by_text], [r.as_dict() for r in by_file])  # the same candidates
+        before = self.fake.problem_requests
+        mixed = kiln.rewards(self.client, ["level1/19", "level_1_problem_1_sample_0", "level1/19", "kb-l1-19-relu"],
+                             [model_new("p0"), model_new("p1"), model_new("p2", "x  # WRONG"), model_new("p3")],
+                             language="modelnew", timeout=30.0)
+        self.assertEqual(self.fake.problem_requests - before, 2, "each problem fetched once")
+        self.assertEqual([r.problem for r in mixed], ["kb-l1-19-relu", "kb-l1-1-square-matmul"] + ["kb-l1-19-relu"] * 2)
+        self.assertEqual([r.verdict for r in mixed], ["ok", "ok", "wrong_answer", "ok"])
+        self.assertIsNotNone(mixed[0].speedup_eager)
+        self.assertIsNone(mixed[1].speedup_eager)  # no baselines measured for it
+        self.assertEqual(mixed[1].reward, 1.0)
+        with self.assertRaisesRegex(ValueError, "2 problems for 3 sources"):
+            kiln.rewards(self.client, ["level1/19"] * 2, src + src[:1], language="modelnew")
+
+    def test_unknown_and_ambiguous_ids_raise(self) -> None:
+        with self.assertRaisesRegex(kiln.NotFound, "kb-l1-2-"):
+            kiln.rewards(self.client, "level1/2", [model_new("u")], language="modelnew")
+        self.fake.register("kb-l1-19-relu-small")
+        with self.assertRaisesRegex(ValueError, "kb-l1-19-relu, kb-l1-19-relu-small"):
+            kiln.rewards(self.client, kiln.KernelBenchProblem(1, 19), [model_new("u")], language="modelnew")
+        self.assertEqual(self.fake.posts, 0)
+
+    def test_measured_on_request(self) -> None:
+        self.fake.register("kb-l2-7-gemm", eager_us=90.0, compile_us=60.0, cached=False)
+        (r,) = kiln.rewards(self.client, "level2/7", [model_new("g")], language="modelnew", timeout=30.0)
+        self.assertTrue(r.ok)
+        self.assertIsNone(r.speedup_eager)  # not measured yet, and not asked to
+        self.assertEqual(self.fake.baseline_requests, 0)
+        (r,) = kiln.rewards(self.client, "level2/7", [model_new("g")], language="modelnew",
+                            measure_baselines=True, timeout=30.0)
+        assert r.median_us is not None
+        self.assertEqual(self.fake.baseline_requests, 1)
+        self.assertAlmostEqual(r.speedup_eager or 0, 90.0 / r.median_us)
+        # A problem whose baselines cannot be measured here simply has none.
+        (r,) = kiln.rewards(self.client, "level1/1", [model_new("h")], language="modelnew",
+                            measure_baselines=True, timeout=30.0)
+        self.assertEqual((r.verdict, r.speedup_eager), ("ok", None))
+
+
+class Backpressure(unittest.TestCase):
+    def test_a_full_queue_is_waited_out_without_reading_ahead(self) -> None:
+        fake = FakeKilnd(queue_cap=3, delay=(0.01, 0.05))
+        self.addCleanup(fake.stop)
+        read_ahead: List[int] = []
+
+        def produce() -> Iterator[Dict[str, Any]]:
+            for i, c in enumerate(mixed_batch(30)):
+                read_ahead.append(i - fake.accepted)  # inputs read but not yet taken by kilnd
+                yield c
+
+        outcomes = list(kiln.Client(fake.socket).submit_many(produce(), window=16, poll_interval=60))
+        check_mixed(self, outcomes, 30)
+        self.assertGreater(fake.refused_full, 0)
+        self.assertLessEqual(fake.max_unfinished, 3)
+        self.assertEqual(max(read_ahead), 0)  # the refused one is held; nothing more is read
+
+    def test_rewards_through_a_full_queue(self) -> None:
+        fake = FakeKilnd(queue_cap=2, delay=(0.01, 0.05))
+        self.addCleanup(fake.stop)
+        records = kiln.rewards(kiln.Client(fake.socket), "dbl", [model_new(f"q{i}") for i in range(12)],
+                               language="modelnew", window=8, timeout=30.0)
+        self.assertEqual([r.verdict for r in records], ["ok"] * 12)
+        self.assertGreater(fake.refused_full, 0)
+
+    def test_a_queue_full_for_the_whole_timeout_is_no_verdict(self) -> None:
+        fake = FakeKilnd(queue_cap=0)
+        self.addCleanup(fake.stop)
+        t0 = time.monotonic()
+        outcomes = sorted(kiln.Client(fake.socket).submit_many(mixed_batch(5), timeout=0.5), key=lambda o: o.index)
+        self.assertLess(time.monotonic() - t0, 10)
+        self.assertTrue(all(isinstance(o.error, kiln.QueueFull) for o in outcomes), outcomes)
+        self.assertEqual(outcomes[0].error.code, "queue_full")  # type: ignore[union-attr]
+        records = kiln.rewards(kiln.Client(fake.socket), "dbl", [model_new("z")], language="modelnew", timeout=0.3)
+        self.assertEqual(records[0].verdict, kiln.NO_VERDICT)
+        self.assertIn("queue", records[0].message)
+        with self.assertRaises(kiln.QueueFull):
+            kiln.Client(fake.socket).submit(cand("plain"))
 
 
 class AsyncPipeline(unittest.IsolatedAsyncioTestCase):
@@ -192,6 +325,20 @@ class AsyncPipeline(unittest.IsolatedAsyncioTestCase):
             await self.client.submit(cand("aw3", "NEVER"), timeout=1.0)
         records = await kiln.arewards(self.client, "dbl", ["/* ar0 */ ok", None], launches=LAUNCHES)  # type: ignore[list-item]
         self.assertEqual([r.verdict for r in records], ["ok", kiln.CLIENT_ERROR])
+
+    async def test_kernelbench_rewards_through_a_full_queue(self) -> None:
+        self.fake.register("kb-l1-19-relu", eager_us=40.0, compile_us=20.0)
+        self.fake.queue_cap = 2
+        sources = [model_new(f"aq{i}") for i in range(8)] + [model_new("aq-wrong", "x  # WRONG")]
+        records = await kiln.arewards(self.client, "level1/19", sources, language="modelnew", window=6, timeout=30.0)
+        self.assertEqual([r.verdict for r in records], ["ok"] * 8 + ["wrong_answer"])
+        self.assertGreater(self.fake.refused_full, 0)
+        self.assertLessEqual(self.fake.max_unfinished, 2)
+        for r in records[:8]:
+            assert r.median_us is not None
+            self.assertAlmostEqual(r.speedup_eager or 0, 40.0 / r.median_us)
+            self.assertEqual((r.reward, r.trust), (r.speedup_eager, "hosted"))
+        self.assertEqual(records[8].reward, 0.0)
 
 
 if __name__ == "__main__":
