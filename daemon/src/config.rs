@@ -299,6 +299,10 @@ pub struct QueueConfig {
     /// Jobs ahead of each lane at most, however slow compiles are (they are bounded by
     /// the compile slots too).
     pub max_lane_ahead: usize,
+    /// Jobs waiting (queued, compiling or compiled) at most: `POST /v1/candidates` answers
+    /// 429 `queue_full` beyond it, so a client that submits faster than the lanes evaluate
+    /// is slowed down instead of growing the queue without bound.
+    pub max_waiting: u64,
 }
 
 impl Default for QueueConfig {
@@ -308,6 +312,7 @@ impl Default for QueueConfig {
             compile_workers: 0,
             lane_prefetch: 2,
             max_lane_ahead: 32,
+            max_waiting: 100_000,
         }
     }
 }

@@ -102,6 +102,26 @@ pub(super) fn record_json(record: &crate::store::CandidateRecord) -> Result<Valu
     Ok(v)
 }
 
+/// 429 `queue_full` when `[queue] max_waiting` jobs already wait (queued, compiling or
+/// compiled): the client retries later (the Python client backs off by itself).
+async fn queue_room(s: &AppState) -> Result<(), ApiError> {
+    let counts = s.store.job_counts().await?;
+    let waiting: i64 = counts
+        .iter()
+        .filter(|(st, _)| st.is_waiting())
+        .map(|(_, n)| n)
+        .sum();
+    let cap = s.config.queue.max_waiting;
+    if u64::try_from(waiting).unwrap_or(0) >= cap {
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "queue_full",
+            format!("{waiting} jobs are waiting ([queue] max_waiting = {cap}); submit again later"),
+        ));
+    }
+    Ok(())
+}
+
 /// Publishes `queued` for a new job, then wakes the scheduler (so events arrive in order).
 fn announce_queued(s: &AppState, job_id: i64, candidate_id: &str, problem: &str) {
     s.events.publish(crate::events::Event::Job {
@@ -164,6 +184,7 @@ pub async fn submit(
     if backend == BackendKind::Cuda {
         super::fit::check(&s, &problem)?;
     }
+    queue_room(&s).await?;
     let class = s.sched.class_of(backend.as_str()).unwrap_or_default();
     let submitted = s
         .store

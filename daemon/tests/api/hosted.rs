@@ -205,3 +205,42 @@ async fn a_modelnew_cpu_candidate_is_evaluated_hosted() {
     assert_eq!(rec["evaluation"]["trust"], "hosted", "{rec:#}");
     assert_eq!(rec["evaluation"]["backend"], "host", "{rec:#}");
 }
+
+/// `[queue] max_waiting`: past it, a new candidate is refused with 429 `queue_full` (a
+/// client faster than the lanes is slowed down) and nothing is stored; once there is room
+/// again it is accepted. Here the cuda backend is not usable (no GPU in CI), so a
+/// `modelnew` job waits in the queue for good.
+#[tokio::test]
+async fn a_full_queue_answers_429_and_stores_nothing() {
+    if std::path::Path::new("/dev/nvidia0").exists() {
+        eprintln!("SKIP: a GPU is here, so the cuda job would not wait");
+        return;
+    }
+    let d = Daemon::start("[queue]\nmax_waiting = 1\n");
+    let c = d.client();
+    register(&c, &write_torch_problem(d.dir.path(), "double-torch")).await;
+    let (status, first) = c
+        .post("/v1/candidates", &modelnew("double-torch", "modelnew"))
+        .await
+        .expect("the first candidate is queued");
+    assert_eq!(status, 202, "{first}");
+    let mut second = modelnew("double-torch", "modelnew");
+    second["note"] = json!("another");
+    second["source"] = json!(format!("{MODEL_NEW}# another\n"));
+    let e = c
+        .post("/v1/candidates", &second)
+        .await
+        .expect_err("the queue is full");
+    let (status, code, message) = refusal(e);
+    assert_eq!((status, code.as_str()), (429, "queue_full"), "{message}");
+    assert!(message.contains("max_waiting"), "{message}");
+    let listed = c
+        .get("/v1/candidates?problem=double-torch")
+        .await
+        .expect("list");
+    assert_eq!(
+        listed["candidates"].as_array().map(Vec::len),
+        Some(1),
+        "{listed:#}"
+    );
+}
