@@ -6,6 +6,7 @@ mod cluster;
 #[cfg(test)]
 mod docs_commands;
 mod doctor;
+mod kernelbench;
 mod output;
 mod problems;
 mod report;
@@ -64,6 +65,9 @@ enum Command {
     /// Nodes sharing this kilnd's database: `kiln cluster status`.
     #[command(subcommand)]
     Cluster(cluster::ClusterCmd),
+    /// KernelBench answers by the level: `kiln kernelbench run --level N --answers DIR`.
+    #[command(subcommand)]
+    Kernelbench(kernelbench::KernelbenchCmd),
 }
 
 fn main() -> std::process::ExitCode {
@@ -102,5 +106,6 @@ async fn run(args: Args, client: Client) -> Result<std::process::ExitCode> {
         Command::Watch(a) => watch::watch(&client, out, a).await,
         Command::Bench(cmd) => bench::run(&client, out, cmd).await,
         Command::Cluster(cmd) => cluster::run(&client, out, cmd).await,
+        Command::Kernelbench(cmd) => kernelbench::run(&client, out, cmd).await,
     }
 }

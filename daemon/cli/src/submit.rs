@@ -165,7 +165,7 @@ fn read_text(file: &Path) -> Result<String> {
 /// A hosted candidate (language `modelnew`, or `modelnew-cpu` with `cpu`) whose source is
 /// the KernelBench `ModelNew` file as written; checked here (a top-level `class
 /// ModelNew`, the size limits) so that a wrong file is refused before any request.
-fn modelnew_candidate(file: &Path, problem: Option<&str>, cpu: bool) -> Result<Value> {
+pub(crate) fn modelnew_candidate(file: &Path, problem: Option<&str>, cpu: bool) -> Result<Value> {
     let problem = problem.with_context(|| {
         format!(
             "{} is a ModelNew file: say which problem it solves with --problem NAME",

@@ -1,0 +1,359 @@
+//! One record per answer (what kilnd said of it, read from its candidate record), the
+//! problem's torch baselines, and the two notions of correct the summary keeps apart:
+//!
+//! - **KernelBench-correct**: every normal correctness trial passed, i.e. correct on
+//!   KernelBench's own input distribution. `ok`, `no_own_kernels` (KernelBench has no such
+//!   check), `implausible_time` and `unmeasurable_time` (reached only after every trial),
+//!   and a `wrong_answer` or `nondeterministic` decided by one of kiln's extra trials: the
+//!   shifted trial, the range trial or the recheck of a timed run on fresh inputs
+//!   (`evidence.deciding_trial`, named in `sandbox/src/engine/contract.rs` and
+//!   `contract/timing.rs`), or a `wrong_answer` for a precision tier the problem requires
+//!   (no deciding trial, every trial passed).
+//! - **kiln-correct**: `ok` only.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// The torch baselines of one problem, µs (`None`: not measured; `note` says why).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Baselines {
+    /// torch eager (the first measured `torch-eager-*`: fp32 first).
+    pub eager_us: Option<f64>,
+    /// torch.compile (the first measured `torch-compile-*`).
+    pub compile_us: Option<f64>,
+    /// Why one is missing, when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl Baselines {
+    /// From a baseline set (`GET/POST /v1/problems/{name}/baselines`).
+    pub fn from_set(set: &Value) -> Baselines {
+        let results = set["results"].as_array().cloned().unwrap_or_default();
+        let first = |kind: &str| {
+            results
+                .iter()
+                .filter(|r| r["name"].as_str().is_some_and(|n| n.starts_with(kind)))
+                .filter(|r| r["status"] == "measured")
+                .find_map(|r| r["timing"]["median_us"].as_f64())
+        };
+        let mut b = Baselines {
+            eager_us: first("torch-eager"),
+            compile_us: first("torch-compile"),
+            note: None,
+        };
+        if b.eager_us.is_none() || b.compile_us.is_none() {
+            let why: Vec<String> = results
+                .iter()
+                .filter(|r| {
+                    r["name"].as_str().is_some_and(|n| n.starts_with("torch-"))
+                        && r["status"] != "measured"
+                })
+                .map(|r| {
+                    format!(
+                        "{} {}: {}",
+                        r["name"].as_str().unwrap_or("?"),
+                        r["status"].as_str().unwrap_or("?"),
+                        r["detail"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+            b.note = Some(if why.is_empty() {
+                "kilnd measured no torch baseline for it".into()
+            } else {
+                why.join("; ")
+            });
+        }
+        b
+    }
+
+    /// None measured, for `why`.
+    pub fn unavailable(why: impl Into<String>) -> Baselines {
+        Baselines {
+            eager_us: None,
+            compile_us: None,
+            note: Some(why.into()),
+        }
+    }
+}
+
+/// What became of one answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Evaluated: it has a verdict.
+    Evaluated,
+    /// Refused before evaluation (no `class ModelNew`, an invalid candidate): the
+    /// answer's fault, counted as incorrect.
+    Refused,
+    /// kiln failed to evaluate it (a failed job, no verdict in time): counted as
+    /// incorrect, and said.
+    Failed,
+}
+
+/// One answer's line of the table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Answer {
+    /// The answer's file name.
+    pub file: String,
+    /// The problem's number in the level.
+    pub problem_id: u64,
+    /// kiln's problem name.
+    pub problem: String,
+    /// `K` of `sample_K`, when the name has one.
+    pub sample: Option<u64>,
+    /// What became of it.
+    pub status: Status,
+    /// Why it was refused or failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The candidate's id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// kilnd answered it from its store (submitted before: content-addressed ids).
+    pub from_store: bool,
+    /// The verdict.
+    pub verdict: Option<String>,
+    /// `hosted` or `contract`.
+    pub trust: Option<String>,
+    /// The verdict's message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The trial that decided a failing verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deciding_trial: Option<String>,
+    /// Median time, µs.
+    pub median_us: Option<f64>,
+    /// Precision tier.
+    pub tier: Option<String>,
+    /// Library kernels' share of the recorded GPU time (hosted, on the GPU).
+    pub library_fraction: Option<f64>,
+    /// torch eager time / this time.
+    pub speedup_eager: Option<f64>,
+    /// torch.compile time / this time.
+    pub speedup_compile: Option<f64>,
+    /// Correct on KernelBench's own input distribution (see the module's doc).
+    pub kernelbench_correct: bool,
+    /// `ok`.
+    pub kiln_correct: bool,
+}
+
+/// Whether an evaluation is correct on KernelBench's own input distribution.
+pub fn kernelbench_correct(evaluation: &Value) -> bool {
+    let ev = &evaluation["evidence"];
+    let decided_by_extra = ev["deciding_trial"].as_str().is_some_and(|t| {
+        t.contains("(shifted") || t.starts_with("range trial") || t.starts_with("recheck of")
+    });
+    match evaluation["verdict"].as_str().unwrap_or("") {
+        "ok" | "no_own_kernels" | "implausible_time" | "unmeasurable_time" => true,
+        "nondeterministic" => decided_by_extra,
+        "wrong_answer" => {
+            let all_passed = ev["trials_run"].as_u64().is_some_and(|n| n > 0)
+                && ev["trials_passed"] == ev["trials_run"];
+            decided_by_extra || (ev["deciding_trial"].is_null() && all_passed)
+        }
+        _ => false,
+    }
+}
+
+/// What is known of an answer before kilnd's record: its file, problem and sample.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// File name.
+    pub file: String,
+    /// Problem number.
+    pub problem_id: u64,
+    /// kiln's problem name.
+    pub problem: String,
+    /// Sample number.
+    pub sample: Option<u64>,
+}
+
+impl Answer {
+    fn blank(who: &Identity, status: Status) -> Answer {
+        Answer {
+            file: who.file.clone(),
+            problem_id: who.problem_id,
+            problem: who.problem.clone(),
+            sample: who.sample,
+            status,
+            reason: None,
+            id: None,
+            from_store: false,
+            verdict: None,
+            trust: None,
+            message: None,
+            deciding_trial: None,
+            median_us: None,
+            tier: None,
+            library_fraction: None,
+            speedup_eager: None,
+            speedup_compile: None,
+            kernelbench_correct: false,
+            kiln_correct: false,
+        }
+    }
+
+    /// An answer refused (`Status::Refused`) or one kiln failed on (`Status::Failed`).
+    pub fn not_evaluated(who: &Identity, status: Status, reason: String) -> Answer {
+        let mut a = Answer::blank(who, status);
+        a.reason = Some(reason);
+        a
+    }
+
+    /// An answer from its candidate record (`GET /v1/candidates/{id}`).
+    pub fn from_record(who: &Identity, record: &Value, from_store: bool) -> Answer {
+        let e = &record["evaluation"];
+        let s = |v: &Value| v.as_str().map(str::to_string);
+        let mut a = Answer::blank(who, Status::Evaluated);
+        a.id = s(&record["id"]);
+        a.from_store = from_store;
+        if e.is_null() {
+            a.status = Status::Failed;
+            a.reason = Some(match record["job"]["error"].as_str() {
+                Some(err) => format!("kiln's failure, not the answer's: {err}"),
+                None => format!(
+                    "no verdict (job {})",
+                    record["job"]["state"].as_str().unwrap_or("?")
+                ),
+            });
+            return a;
+        }
+        a.verdict = s(&e["verdict"]);
+        a.trust = s(&e["trust"]).or_else(|| s(&record["trust"]));
+        a.message = s(&e["message"]);
+        a.deciding_trial = s(&e["evidence"]["deciding_trial"]);
+        a.median_us = e["timing"]["median_us"].as_f64();
+        a.tier = s(&e["tier"]);
+        a.library_fraction = e["telemetry"]["hosted"]["library_fraction"].as_f64();
+        a.kernelbench_correct = kernelbench_correct(e);
+        a.kiln_correct = a.verdict.as_deref() == Some("ok");
+        a
+    }
+
+    /// Sets the speedups against the problem's baselines.
+    pub fn with_baselines(mut self, b: &Baselines) -> Answer {
+        let over = |base: Option<f64>| match (base, self.median_us) {
+            (Some(b), Some(t)) if b > 0.0 && t > 0.0 => Some(b / t),
+            _ => None,
+        };
+        self.speedup_eager = over(b.eager_us);
+        self.speedup_compile = over(b.compile_us);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn eval(verdict: &str, deciding: Option<&str>, passed: u64, run: u64) -> Value {
+        let mut e =
+            json!({"verdict": verdict, "evidence": {"trials_run": run, "trials_passed": passed}});
+        if let Some(d) = deciding {
+            e["evidence"]["deciding_trial"] = json!(d);
+        }
+        e
+    }
+
+    #[test]
+    fn kernelbench_correct_means_every_normal_trial_passed() {
+        for v in [
+            "ok",
+            "no_own_kernels",
+            "implausible_time",
+            "unmeasurable_time",
+        ] {
+            assert!(kernelbench_correct(&eval(v, None, 3, 3)), "{v}");
+        }
+        // kiln's extra trials, as contract.rs and timing.rs name them.
+        for d in [
+            "trial 4 (shifted: mean 1000, std 0.1)",
+            "range trial (float inputs scaled by 2^-20)",
+            "recheck of timed sample 17",
+        ] {
+            assert!(
+                kernelbench_correct(&eval("wrong_answer", Some(d), 3, 4)),
+                "{d}"
+            );
+        }
+        assert!(kernelbench_correct(&eval(
+            "nondeterministic",
+            Some("trial 4 (shifted: mean 1000, std 0.1)"),
+            3,
+            4
+        )));
+        // A tier the problem requires: every trial passed, no deciding trial.
+        assert!(kernelbench_correct(&eval("wrong_answer", None, 4, 4)));
+        // A normal trial decided it, or nothing ran.
+        assert!(!kernelbench_correct(&eval(
+            "wrong_answer",
+            Some("trial 2"),
+            1,
+            2
+        )));
+        assert!(!kernelbench_correct(&eval(
+            "nondeterministic",
+            Some("trial 1"),
+            0,
+            1
+        )));
+        assert!(!kernelbench_correct(&eval("wrong_answer", None, 0, 0)));
+        for v in [
+            "compile_error",
+            "runtime_fault",
+            "timeout",
+            "input_tampered",
+            "incomplete_output",
+            "invalid_launch",
+        ] {
+            assert!(!kernelbench_correct(&eval(v, Some("trial 1"), 0, 1)), "{v}");
+        }
+    }
+
+    #[test]
+    fn a_record_becomes_a_line_with_its_speedups() {
+        let who = Identity {
+            file: "level_1_problem_1_sample_0_kernel.py".into(),
+            problem_id: 1,
+            problem: "kb-l1-1-softmax".into(),
+            sample: Some(0),
+        };
+        let record = json!({"id": "abc", "trust": "hosted", "evaluation": {
+            "verdict": "no_own_kernels", "trust": "hosted", "tier": "fp32-faithful",
+            "message": "correct; but forward launched no kernel of its own",
+            "evidence": {"trials_run": 3, "trials_passed": 3},
+            "timing": {"median_us": 20.0},
+            "telemetry": {"hosted": {"library_fraction": 1.0}}}});
+        let set = json!({"results": [
+            {"name": "reference", "status": "measured", "timing": {"median_us": 1.0}},
+            {"name": "torch-eager-fp32", "status": "measured", "timing": {"median_us": 40.0}},
+            {"name": "torch-compile-fp32", "status": "failed", "detail": "inductor broke"}]});
+        let b = Baselines::from_set(&set);
+        assert_eq!((b.eager_us, b.compile_us), (Some(40.0), None));
+        assert!(
+            b.note
+                .as_deref()
+                .is_some_and(|n| n.contains("torch-compile-fp32 failed: inductor broke")),
+            "{b:?}"
+        );
+        let a = Answer::from_record(&who, &record, true).with_baselines(&b);
+        assert_eq!(a.status, Status::Evaluated);
+        assert!(a.from_store && a.kernelbench_correct && !a.kiln_correct);
+        assert_eq!(a.speedup_eager, Some(2.0));
+        assert_eq!(a.speedup_compile, None);
+        assert_eq!(a.library_fraction, Some(1.0));
+        assert_eq!(a.trust.as_deref(), Some("hosted"));
+        // A failed job: kiln's failure, said as such.
+        let failed = json!({"id": "x", "job": {"state": "failed", "error": "worker died"},
+                            "evaluation": null});
+        let a = Answer::from_record(&who, &failed, false);
+        assert_eq!(a.status, Status::Failed);
+        assert!(
+            a.reason
+                .as_deref()
+                .is_some_and(|r| r.contains("kiln's failure") && r.contains("worker died"))
+        );
+    }
+}
