@@ -2,26 +2,12 @@
 //! the level's numbers under both views, and the notes; inline CSS, no script, nothing
 //! fetched.
 
+use kiln_daemon::report::html::esc;
+
 use super::summary::{KERNELBENCH_CORRECT, KILN_CORRECT, Report};
 use super::table::{
     HEADER, NUMBERS_HEADER, answer_cells, missing_baselines, view_rows, why_not_ok,
 };
-
-/// Text made safe inside HTML.
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:2em;color:#222}\
 table{border-collapse:collapse;margin:1em 0}th,td{padding:3px 9px;border-bottom:1px solid #ddd;\
