@@ -15,6 +15,7 @@
 #   gpu-bundle/gpu-libs.sh    what both source to find the CUDA libraries
 #   gpu-bundle/timer-floor/   floor.cu + run.sh: the timer floor measured outside kiln
 #   gpu-bundle/BUILD-INFO     commit, rustc, glibc symbols the binary needs
+#   (gpu-bundle/corpus-*/ and gpu-bundle/kb/, put there by hand, are kept across rebuilds)
 # The binary loads libcuda/libnvrtc/libnvidia-ml at run time (dlopen), so it builds on a
 # machine without CUDA. The bundle must stay under 64 MiB (the device tool's limit).
 #
@@ -43,8 +44,18 @@ cxx_test=$(test_binary kiln-gpu cxx)
 for t in "$gpu_test" "$compile_test" "$cxx_test"; do
     [ -n "$t" ] || { echo "build-gpu-bundle: a GPU test binary was not found" >&2; exit 1; }
 done
+# Data put into the bundle by hand (gpu-bundle/corpus-*: answers kept outside the project,
+# gpu-bundle/kb: KernelBench problem files) survives a rebuild.
+keep=$(mktemp -d)
+for d in "$out"/corpus-* "$out"/kb; do
+    [ -d "$d" ] && mv "$d" "$keep/"
+done
 rm -rf "$out"
 mkdir -p "$out/gpu-tests"
+for d in "$keep"/*; do
+    [ -d "$d" ] && mv "$d" "$out/"
+done
+rmdir "$keep"
 cp target/release/examples/gpu_probe "$out/gpu_probe"
 for b in kiln-worker kilnd kiln kiln-plugin-host; do cp "target/release/$b" "$out/$b"; done
 cp "$gpu_test" "$out/gpu-tests/gpu"
