@@ -331,7 +331,8 @@ class ModelNew(nn.Module):
         assert_eq!(e.verdict, Verdict::Ok, "{e:#?}");
         let t = e.timing.expect("timed");
         assert!(t.median_us >= 2000.0, "{t:?}");
-        assert!(t.overhead_us < 1000.0, "{t:?}");
+        // Far below the file's 3 ms `E` (a loaded machine can slow kiln's own round trip).
+        assert!(t.overhead_us < 2500.0, "{t:?}");
     }
 
     /// A thread left running after `forward` returns, writing into kiln's inputs: the
