@@ -243,7 +243,7 @@ fn serve_on(
                 .is_none()
                 && problem.reference.torch.is_some();
 
-            let hosted_job = hosted.as_ref().map(|h| crate::engine::hosted::cpu::Hosted {
+            let hosted_job = hosted.as_ref().map(|h| crate::engine::hosted::Hosted {
                 setup: &h.setup,
                 load_timeout: Duration::from_millis(h.load_timeout_ms),
             });

@@ -15,9 +15,108 @@
 //!   the runner, and the time of a forward taken on the worker's clock;
 //! - [`kernels`]: the kernels a forward launched (the runner's claim), sorted into the
 //!   file's own and library ones.
+//!
+//! Here, shared by both engines: [`Hosted`] (the python and the import limit),
+//! [`ready_verdict`] (a runner that loaded but cannot run the file), [`load_info`] (its
+//! import as the compile step) and [`spawn_echo`] (kiln's own round trip, the overhead).
 
 pub mod cpu;
 pub mod gpu;
 pub mod kernels;
 pub mod setup;
 pub mod wrapper;
+
+use std::path::Path;
+use std::time::Duration;
+
+use kiln_types::Verdict;
+
+use crate::engine::host::layout::Layout;
+use crate::engine::host::runner::Ready;
+use crate::engine::host::runner_ctl::{Runner, RunnerConfig};
+use setup::HostedSetup;
+
+/// What an engine (host or cuda) needs to run a hosted candidate.
+#[derive(Debug, Clone, Copy)]
+pub struct Hosted<'a> {
+    /// The python with torch.
+    pub setup: &'a HostedSetup,
+    /// How long importing the file and building `ModelNew` may take (torch's import and
+    /// any `load_inline` or Triton build happen then).
+    pub load_timeout: Duration,
+}
+
+/// The verdict for a runner that loaded the file but said it cannot run it: `ModelNew`'s
+/// parameters and buffers do not match the problem's (`invalid_launch`, naming them), or
+/// the file failed to import or build (`runtime_fault`). `None`: ready to run.
+pub fn ready_verdict(ready: &Ready) -> Option<(Verdict, String)> {
+    if !ready.missing.is_empty() {
+        return Some((
+            Verdict::InvalidLaunch,
+            format!(
+                "ModelNew does not match the problem's parameters and buffers: {}",
+                ready.missing.join("; ")
+            ),
+        ));
+    }
+    ready.error.as_ref().map(|e| {
+        (
+            Verdict::RuntimeFault,
+            format!("the ModelNew file failed to load: {e}"),
+        )
+    })
+}
+
+/// The compile info of a hosted runner that took `load_ms` to import and build the file.
+pub fn load_info(load_ms: f64) -> kiln_types::CompileInfo {
+    kiln_types::CompileInfo {
+        duration_ms: load_ms,
+        log: "hosted: the file imported and ModelNew built by its runner (its load_inline and \
+              Triton compiles at import included)"
+            .into(),
+        ..kiln_types::CompileInfo::default()
+    }
+}
+
+/// Starts an echo runner (`kiln-worker runner` with no artifact: it answers every command
+/// at once). Its round trips are the overhead subtracted from a hosted file's samples: the
+/// file's own runner answers `E` too, but a file could slow its `E` to have more taken off
+/// its times, so only kiln's process is asked.
+pub fn spawn_echo(cfg: &RunnerConfig) -> Result<Runner, String> {
+    let cfg = RunnerConfig {
+        artifact: Path::new(""),
+        ..*cfg
+    };
+    match Runner::spawn(&cfg, Layout::empty(), Vec::new())? {
+        (echo, Ok(r)) if r.error.is_none() => Ok(echo),
+        (_, Ok(r)) => Err(format!("the echo runner did not start: {:?}", r.error)),
+        (_, Err(end)) => Err(format!("the echo runner did not start: {end:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::host::runner::Ready;
+
+    #[test]
+    fn a_mismatch_names_the_parameters_and_a_failed_import_is_a_fault() {
+        let ready = Ready {
+            missing: vec!["no parameter or buffer 'linear.weight'".into()],
+            error: Some("state mismatch".into()),
+            notes: Vec::new(),
+        };
+        let (v, m) = ready_verdict(&ready).expect("a verdict");
+        assert_eq!(v, Verdict::InvalidLaunch);
+        assert!(m.contains("linear.weight"), "{m}");
+        let ready = Ready {
+            missing: vec![],
+            error: Some("ImportError: No module named 'nope'".into()),
+            notes: Vec::new(),
+        };
+        let (v, m) = ready_verdict(&ready).expect("a verdict");
+        assert_eq!(v, Verdict::RuntimeFault);
+        assert!(m.contains("nope"), "{m}");
+        assert!(ready_verdict(&Ready::default()).is_none());
+    }
+}

@@ -168,7 +168,7 @@ pub struct HostedCode<'a> {
     /// The file.
     pub source: &'a str,
     /// The python and the import limit.
-    pub hosted: crate::engine::hosted::cpu::Hosted<'a>,
+    pub hosted: crate::engine::hosted::Hosted<'a>,
     /// The runner's process settings (kiln-worker's path, tag, limits).
     pub runner: RunnerConfig<'a>,
     /// The job's scratch directory (the runner's home).
@@ -404,7 +404,7 @@ pub(super) fn evaluate_on(
                 run_timeout,
             )?;
             let failed = match ready {
-                Ok(r) => crate::engine::hosted::cpu::ready_verdict(&r).map_or_else(
+                Ok(r) => crate::engine::hosted::ready_verdict(&r).map_or_else(
                     || {
                         ready_notes = r.notes.clone();
                         None

@@ -25,7 +25,8 @@ use crate::engine::contract::data;
 use crate::engine::contract::{
     CheckError, InputVariant, Outputs, RunFailure, Session, Target, Unwritten,
 };
-use crate::engine::hosted::cpu::{self as hosted_cpu, Hosted};
+use crate::engine::hosted::Hosted;
+use crate::engine::hosted::cpu as hosted_cpu;
 use crate::protocol::RunLimits;
 
 /// One drawn input set: (tensor name, bytes).
@@ -175,7 +176,7 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
         }
     };
     let echo = match &job.hosted {
-        Some(_) => Some(crate::engine::hosted::gpu::spawn_echo(&cand_cfg)?),
+        Some(_) => Some(crate::engine::hosted::spawn_echo(&cand_cfg)?),
         None => None,
     };
     let target = HostTarget {
@@ -192,7 +193,7 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
         match &ready {
             Ok(r) => {
                 session.evidence.notes.extend(r.notes.iter().cloned());
-                if let Some((verdict, message)) = hosted_cpu::ready_verdict(r) {
+                if let Some((verdict, message)) = crate::engine::hosted::ready_verdict(r) {
                     if verdict == Verdict::RuntimeFault {
                         session.evidence.fault = r.error.clone();
                     }
@@ -238,7 +239,7 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
     }
     let mut e = session.run()?;
     if job.hosted.is_some() {
-        e.compile = Some(crate::engine::hosted::gpu::load_info(
+        e.compile = Some(crate::engine::hosted::load_info(
             session.target.candidate.load_ms,
         ));
     }

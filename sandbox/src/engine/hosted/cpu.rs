@@ -11,25 +11,14 @@
 //! arguments, the outputs, and the parameters and buffers kiln sets by name.
 
 use std::path::Path;
-use std::time::Duration;
 
-use kiln_types::{ProblemSpec, Verdict};
+use kiln_types::ProblemSpec;
 use serde_json::json;
 
-use super::setup::{CANDIDATE_NAME, HostedSetup, SCRIPT, SCRIPT_NAME};
+use super::Hosted;
+use super::setup::{CANDIDATE_NAME, SCRIPT, SCRIPT_NAME};
 use crate::engine::host::layout::{Kind, Layout};
-use crate::engine::host::runner::Ready;
 use crate::engine::host::runner_ctl::Program;
-
-/// What the host engine needs to run a hosted candidate.
-#[derive(Debug, Clone, Copy)]
-pub struct Hosted<'a> {
-    /// The python with torch.
-    pub setup: &'a HostedSetup,
-    /// How long importing the file and building `ModelNew` may take (torch's import and
-    /// any `load_inline` or Triton build happen then).
-    pub load_timeout: Duration,
-}
 
 /// Threads torch may use in a CPU runner: one, so a run's time is its own and the jail's
 /// process limit holds.
@@ -95,51 +84,4 @@ pub fn program<'a>(
         fds: Vec::new(),
         processes: false,
     })
-}
-
-/// The verdict for a runner that loaded the file but said it cannot run it: `ModelNew`'s
-/// parameters and buffers do not match the problem's (`invalid_launch`, naming them), or
-/// the file failed to import or build (`runtime_fault`). `None`: ready to run.
-pub fn ready_verdict(ready: &Ready) -> Option<(Verdict, String)> {
-    if !ready.missing.is_empty() {
-        return Some((
-            Verdict::InvalidLaunch,
-            format!(
-                "ModelNew does not match the problem's parameters and buffers: {}",
-                ready.missing.join("; ")
-            ),
-        ));
-    }
-    ready.error.as_ref().map(|e| {
-        (
-            Verdict::RuntimeFault,
-            format!("the ModelNew file failed to load: {e}"),
-        )
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_mismatch_names_the_parameters_and_a_failed_import_is_a_fault() {
-        let ready = Ready {
-            missing: vec!["no parameter or buffer 'linear.weight'".into()],
-            error: Some("state mismatch".into()),
-            notes: Vec::new(),
-        };
-        let (v, m) = ready_verdict(&ready).expect("a verdict");
-        assert_eq!(v, Verdict::InvalidLaunch);
-        assert!(m.contains("linear.weight"), "{m}");
-        let ready = Ready {
-            missing: vec![],
-            error: Some("ImportError: No module named 'nope'".into()),
-            notes: Vec::new(),
-        };
-        let (v, m) = ready_verdict(&ready).expect("a verdict");
-        assert_eq!(v, Verdict::RuntimeFault);
-        assert!(m.contains("nope"), "{m}");
-        assert!(ready_verdict(&Ready::default()).is_none());
-    }
 }

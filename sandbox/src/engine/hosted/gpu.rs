@@ -22,9 +22,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::cpu::Hosted;
 use super::kernels::{KernelAnswer, KernelRecord};
 use super::setup::{CANDIDATE_NAME, SCRIPT, SCRIPT_NAME};
+use super::{Hosted, load_info, spawn_echo};
 use crate::engine::contract::RunFailure;
 use crate::engine::host::layout::Layout;
 use crate::engine::host::runner::Ready;
@@ -49,22 +49,6 @@ pub struct HostedGpu {
     runner: Runner,
     echo: Runner,
     run_timeout: Duration,
-}
-
-/// Starts an echo runner (`kiln-worker runner` with no artifact: it answers every command
-/// at once). Its round trips are the overhead subtracted from a hosted file's samples: the
-/// file's own runner answers `E` too, but a file could slow its `E` to have more taken off
-/// its times, so only kiln's process is asked.
-pub fn spawn_echo(cfg: &RunnerConfig) -> Result<Runner, String> {
-    let cfg = RunnerConfig {
-        artifact: Path::new(""),
-        ..*cfg
-    };
-    match Runner::spawn(&cfg, Layout::empty(), Vec::new())? {
-        (echo, Ok(r)) if r.error.is_none() => Ok(echo),
-        (_, Ok(r)) => Err(format!("the echo runner did not start: {:?}", r.error)),
-        (_, Err(end)) => Err(format!("the echo runner did not start: {end:?}")),
-    }
 }
 
 /// Starts the runner over `tensors` and waits until the file is imported and `ModelNew`
@@ -138,17 +122,6 @@ pub fn spawn(
         },
         ready,
     ))
-}
-
-/// The compile info of a hosted runner that took `load_ms` to import and build the file.
-pub fn load_info(load_ms: f64) -> kiln_types::CompileInfo {
-    kiln_types::CompileInfo {
-        duration_ms: load_ms,
-        log: "hosted: the file imported and ModelNew built by its runner (its load_inline and \
-              Triton compiles at import included)"
-            .into(),
-        ..kiln_types::CompileInfo::default()
-    }
 }
 
 /// After a hosted evaluation on the GPU: kills every process the file may have left in the
