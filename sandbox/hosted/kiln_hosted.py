@@ -10,7 +10,12 @@ runner_ctl.rs) spawns it as
 through `kiln-worker hosted-runner` (seccomp filters loaded before the exec), writes the
 inputs, parameters and buffers into shared memory, sends a one-byte command, takes the
 time on its own clock until this process answers `D`, stops it (SIGSTOP) and reads and
-compares the outputs itself.
+compares the outputs itself. kiln's compile step runs it once before, with no GPU and no
+descriptors, as
+
+    python -I -B kiln_hosted.py build SOURCE RECORD INIT_INPUTS_JSON
+
+to build the file's load_inline libraries ahead (see "load_inline builds" below).
 
 Descriptors, set up by the worker before the exec:
 
@@ -33,7 +38,8 @@ Setup (body; unknown keys are ignored):
    "map_len": N, "slots": S, "slot_bytes": B,
    "tensors": [{"name", "dtype", "shape", "role", "offset", "bytes"}, ...],
    "forward": [names], "outputs": [names], "state": {module name: kiln name},
-   "bool_tensors": [names], "init_inputs": "[json]", "threads": 1}
+   "bool_tensors": [names], "init_inputs": "[json]", "threads": 1,
+   "prebuilt": "/scratch" (optional: the folder of the compile step's load_inline libraries)}
 
   A tensor's copy in slot j starts at offset + j * slot_bytes; dtypes are f32 f64 f16
   bf16 i32 i64 u8; a 0-d tensor is [1]. On "device": "cuda" there is one slot, and each
@@ -44,7 +50,8 @@ imported as module `kiln_candidate`; torch.manual_seed(0); ModelNew(*init_inputs
 to the device (left in training mode, as the reference is run); its parameters and buffers checked against `state`; then
 
 Ready (body): {"missing": [what does not match], "error": null or a reason for people,
-"notes": [for people: parameters matched by order where their names differ]}.
+"notes": [for people: parameters matched by order where their names differ, each
+load_inline call and whether its library came from the compile step]}.
 After a ready with an error the runner exits 0.
 
 Commands (bytes on fd 3), each answered with b"D" on fd 4:
@@ -328,6 +335,117 @@ def check_device(device):
         raise SetupError(f"hosted runner: unknown device {device!r}")
 
 
+# ---- load_inline builds: made at compile, loaded at run ---------------------------------
+#
+# kiln's compile step runs this script as `build` (no GPU, the lane's architecture in
+# TORCH_CUDA_ARCH_LIST): the file is imported and ModelNew built on the meta device, and
+# every torch.utils.cpp_extension.load_inline call builds into RECORD/<key>/, where <key>
+# is a hash of the call's arguments. kiln keeps the <name>.so files as the file's compile
+# artifact (its compile cache is keyed on the whole file). At run, `serve` with the
+# setup's "prebuilt" folder loads a call's library from PREBUILT/kiln-prebuilt-<key>-
+# <name>.so when there is one, and builds as usual when there is none. Both sides are the candidate's own
+# process: a library is only ever loaded by the file whose compile made it.
+
+BUILD_KEY_SKIP = ("verbose", "build_directory")
+SO_NAME_CHARS = 128
+
+
+def build_key(arguments):
+    """The hash of one load_inline call's arguments (as bound, defaults not filled in),
+    leaving out what does not change the library."""
+    import hashlib
+
+    doc = {k: v for k, v in arguments.items() if k not in BUILD_KEY_SKIP}
+    text = json.dumps(doc, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def prebuilt_name(key, name):
+    """A prebuilt library's file name in the setup's "prebuilt" folder (flat: the worker
+    writes no folders)."""
+    return f"kiln-prebuilt-{key}-{name}.so"
+
+
+def load_prebuilt(torch, name, path, is_python_module):
+    """The library at `path` loaded as load_inline would load what it built."""
+    if not is_python_module:
+        torch.ops.load_library(path)
+        return path
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def keep_builds(torch, prebuilt=None, record=None):
+    """Wraps torch.utils.cpp_extension.load_inline (before the file is imported, so that
+    `from ... import load_inline` gets the wrapper): a call whose library is in
+    `prebuilt` loads it; with `record`, a call builds into record/<key>/. Returns the
+    notes (for people) the calls leave: one per call."""
+    import inspect
+    import torch.utils.cpp_extension as ext
+
+    real = ext.load_inline
+    signature = inspect.signature(real)
+    notes = []
+
+    def load_inline(*args, **kwargs):
+        try:
+            arguments = signature.bind(*args, **kwargs).arguments
+        except TypeError:
+            return real(*args, **kwargs)  # torch says what is wrong with the call
+        name = str(arguments.get("name", ""))
+        key = build_key(arguments)
+        is_module = arguments.get("is_python_module", True)
+        so = f"{name}.so"
+        if prebuilt and len(so) <= SO_NAME_CHARS:
+            path = os.path.join(prebuilt, prebuilt_name(key, name))
+            if os.path.isfile(path):
+                notes.append(f"load_inline {clip(name, 80)!r}: built at compile, loaded from kiln's cache")
+                return load_prebuilt(torch, name, path, is_module)
+        if record:
+            kwargs = dict(arguments)
+            kwargs["build_directory"] = os.path.join(record, key)
+            os.makedirs(kwargs["build_directory"], exist_ok=True)
+            notes.append(f"load_inline {clip(name, 80)!r}: built into {key}")
+            return real(**kwargs)
+        if prebuilt is not None:
+            notes.append(f"load_inline {clip(name, 80)!r}: not built at compile; built now")
+        return real(*args, **kwargs)
+
+    load_inline.__wrapped__ = real
+    ext.load_inline = load_inline
+    return notes
+
+
+def build(source, record, init_inputs):
+    """`build`: the file imported and ModelNew built (on the meta device) so that its
+    load_inline calls build into `record`. Nothing here is a verdict: what failed is
+    printed for people, and the run builds it again (and says why it fails)."""
+    try:
+        import torch
+    except Exception as e:  # noqa: BLE001
+        print(f"kiln build: python cannot import torch: {describe_exception(e)}")
+        return 0
+    notes = keep_builds(torch, record=record)
+    try:
+        module = load_candidate(source)
+        init = json.loads(init_inputs) if init_inputs else []
+        cls = getattr(module, "ModelNew", None)
+        if isinstance(cls, type) and isinstance(init, list):
+            with torch.device("meta"):
+                cls(*(as_args(v) for v in init))
+    except BaseException as e:  # noqa: BLE001 - the run reports it
+        print(f"kiln build: {clip(str(e), ERROR_CHARS)}")
+    for n in notes:
+        print(f"kiln build: {n}")
+    return 0
+
+
 # ---- the candidate ----------------------------------------------------------------------
 
 
@@ -594,10 +712,11 @@ def prepare(setup):
         if n not in shapes:
             raise SetupError(f"setup: forward or outputs name {n!r}, which is no tensor")
     sync = torch.cuda.synchronize if device == "cuda" else None
+    built = keep_builds(torch, prebuilt=setup.get("prebuilt") or "")
     module = load_candidate(setup["source"])
     model = build_model(torch, module, setup, device)
     found, notes = check_state(model, setup, shapes)
-    return Runs(torch, model, buffers, setup, found, sync), notes
+    return Runs(torch, model, buffers, setup, found, sync), built + notes
 
 
 def serve():
@@ -652,6 +771,8 @@ def main(argv):
     if argv == ["serve"]:
         serve()
         return 0
+    if len(argv) == 4 and argv[0] == "build":
+        return build(*argv[1:])
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -88,11 +88,12 @@ fn compile_failure(
 const RUNAWAY_HINT: &str = ": preprocessing or template instantiation that does not end \
                             (a macro or template bomb?)";
 
-/// The compile step of a hosted `ModelNew` file: nothing is compiled here. Its
-/// `load_inline` CUDA and Triton kernels are built by its own runner, in the evaluation's
-/// jail, when the file is imported (and that time is reported with the evaluation). The
-/// artifact is the file itself. No python with torch for hosted runners is an unusable
-/// backend, not the candidate's fault.
+/// The compile step of a hosted `ModelNew` file that builds nothing ahead: the artifact
+/// is the file itself (its Triton kernels, and `load_inline` calls its build ahead missed,
+/// are built by its own runner when the file is imported for its evaluation, and that
+/// time is reported with the evaluation). A file that names `load_inline` has its
+/// libraries built ahead in a compile jail (`engine::hosted::build`). No python with torch
+/// for hosted runners is an unusable backend, not the candidate's fault.
 fn hosted_compile(
     cfg: &SandboxConfig,
     candidate: &Candidate,
@@ -131,7 +132,6 @@ pub fn compile(
     candidate: &Candidate,
 ) -> Result<CompileOutcome, SandboxError> {
     let language = candidate.language;
-    let cuda = language == Language::Cuda;
     let backend = language.backend();
     let refused = |verdict: Verdict, message: String| CompileOutcome {
         artifact: None,
@@ -148,7 +148,37 @@ pub fn compile(
         return Ok(refused(Verdict::CompileError, e.to_string()));
     }
     if language.is_hosted() {
-        return hosted_compile(cfg, candidate);
+        let as_written = hosted_compile(cfg, candidate)?;
+        let Some(setup) = cfg
+            .hosted
+            .as_ref()
+            .filter(|_| crate::engine::hosted::build::wants_build(&candidate.source))
+        else {
+            return Ok(as_written);
+        };
+        let job = crate::engine::hosted::build::HostedBuild {
+            setup: setup.clone(),
+            arch: (language == Language::ModelNew).then(|| cfg.cuda_arch.clone()),
+            init_inputs: problem
+                .reference
+                .torch
+                .as_ref()
+                .map_or_else(|| "[]".to_string(), |t| t.init_inputs.clone()),
+        };
+        // Nothing the build does is a verdict: whatever fails, the file goes on as written
+        // and its evaluation builds what is missing.
+        return Ok(match compile_in_jail(cfg, candidate, None, Some(job)) {
+            Ok(built) if built.failure.is_none() && built.artifact.is_some() => built,
+            Ok(failed) => {
+                let why = failed.failure.map(|f| f.message).unwrap_or_default();
+                tracing::warn!(candidate = %candidate.problem, "hosted build: {why}");
+                with_log(as_written, &format!("the build ahead failed ({why})"))
+            }
+            Err(e) => {
+                tracing::warn!(candidate = %candidate.problem, "hosted build: {e}");
+                with_log(as_written, &format!("the build ahead could not run ({e})"))
+            }
+        });
     }
     let mut triton = None;
     match language {
@@ -195,12 +225,43 @@ pub fn compile(
             triton = Some((setup, plan));
         }
     }
+    compile_in_jail(cfg, candidate, triton, None)
+}
+
+/// A hosted file's compile outcome with `note` added to its log.
+fn with_log(mut out: CompileOutcome, note: &str) -> CompileOutcome {
+    out.info.log.push_str("; ");
+    out.info.log.push_str(note);
+    out
+}
+
+/// The compile proper, in a compile-role jail: the compiler for C and CUDA, Triton's for
+/// `triton` (its setup and launch plan), the hosted build for `hosted`.
+fn compile_in_jail(
+    cfg: &SandboxConfig,
+    candidate: &Candidate,
+    triton: Option<(
+        &crate::engine::triton::setup::TritonSetup,
+        triton_spec::Plan,
+    )>,
+    hosted: Option<crate::engine::hosted::build::HostedBuild>,
+) -> Result<CompileOutcome, SandboxError> {
+    let language = candidate.language;
+    let cuda = language == Language::Cuda;
+    let backend = language.backend();
+    let build_timeout = if hosted.is_some() {
+        crate::engine::hosted::setup::load_timeout(cfg.compile_timeout)
+    } else {
+        cfg.compile_timeout
+    };
     let job = JobDir::new(cfg)?;
+    // Python, LLVM's threads and ptxas (Triton), torch with ninja, nvcc and the host
+    // compiler (a hosted build) need more than a C compiler.
+    let python = triton.is_some() || hosted.is_some();
     let limits = Limits {
-        cpu_s: cfg.compile_timeout.as_secs() + 2,
-        // Python, LLVM's threads and ptxas (Triton) need more than a C compiler.
-        nofile: if triton.is_some() { 1024 } else { 256 },
-        nproc: if triton.is_some() { 256 } else { 64 },
+        cpu_s: build_timeout.as_secs() + 2,
+        nofile: if python { 1024 } else { 256 },
+        nproc: if python { 256 } else { 64 },
         fsize_bytes: 64 << 20,
         // NVRTC maps large libraries; it never loads the driver, so a limit is fine. So
         // do Triton's python and LLVM.
@@ -217,8 +278,11 @@ pub fn compile(
     if let Some((setup, _)) = &triton {
         spec.ro_paths.extend(setup.ro_paths.iter().cloned());
     }
+    if let Some(h) = &hosted {
+        spec.ro_paths.extend(h.setup.ro_paths.iter().cloned());
+    }
     let cc = crate::config::which_cc(&cfg.cc);
-    let deadline = cfg.compile_timeout + Duration::from_secs(10);
+    let deadline = build_timeout + Duration::from_secs(10);
     let mut child = jail::spawn(&cfg.worker_exe, &spec, deadline)?;
     let layers = child.report.layers.clone();
     // The header folders are at their fixed paths when the private root came up, and at
@@ -233,7 +297,7 @@ pub fn compile(
         version: PROTOCOL_VERSION,
         candidate: candidate.clone(),
         cc,
-        timeout_ms: cfg.compile_timeout.as_millis() as u64,
+        timeout_ms: build_timeout.as_millis() as u64,
         arch: (language != Language::C).then(|| cfg.cuda_arch.clone()),
         include_dirs,
         triton: triton.map(|(setup, plan)| TritonJob {
@@ -242,6 +306,7 @@ pub fn compile(
             arch: cfg.cuda_arch.clone(),
             plan,
         }),
+        hosted,
     };
     let reply = child
         .stdin

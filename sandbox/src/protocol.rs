@@ -115,6 +115,10 @@ pub enum Request {
         /// For a Triton candidate: the python, Triton version and compile plan.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         triton: Option<crate::engine::triton::compile::TritonJob>,
+        /// For a hosted file that calls `load_inline`: the python and the architecture its
+        /// libraries are built for (`engine::hosted::build`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hosted: Option<crate::engine::hosted::build::HostedBuild>,
     },
     /// Evaluate a compiled candidate; blobs: reference artifact, candidate artifact.
     Evaluate {

@@ -163,13 +163,20 @@ fn serve_on(
             arch,
             include_dirs,
             triton,
+            hosted,
             ..
         } => {
             let timeout = Duration::from_millis(timeout_ms);
             let compiled = match candidate.language {
-                Language::ModelNew | Language::ModelNewCpu => {
-                    Err("hosted candidates are not compiled by a worker (see api::compile)".into())
-                }
+                Language::ModelNew | Language::ModelNewCpu => match &hosted {
+                    Some(job) => {
+                        let built =
+                            crate::engine::hosted::build::build(&candidate.source, job, timeout);
+                        crate::engine::hosted::gpu::kill_leftovers();
+                        built.map(|b| (Some(b.artifact), b.info, String::new(), None))
+                    }
+                    None => Err("a hosted compile request without its python".into()),
+                },
                 Language::C => {
                     let c = host::compile::compile(&candidate, &cc, timeout);
                     Ok((c.artifact, c.info, c.message, None))
@@ -290,8 +297,8 @@ fn serve_on(
                     };
                     on_gpu(context, job, &mut retire)
                 }
-                Language::ModelNew => match (&hosted_job, std::str::from_utf8(artifact)) {
-                    (Some(h), Ok(source)) => {
+                Language::ModelNew => match &hosted_job {
+                    Some(h) => {
                         let exe = std::env::args_os()
                             .next()
                             .map(PathBuf::from)
@@ -308,7 +315,7 @@ fn serve_on(
                         };
                         let dir = RemovedOnDrop(dir);
                         let code = cuda::target::HostedCode {
-                            source,
+                            artifact,
                             hosted: *h,
                             runner: host::runner_ctl::RunnerConfig {
                                 exe: &exe,
@@ -334,10 +341,9 @@ fn serve_on(
                         crate::engine::hosted::gpu::kill_leftovers();
                         r
                     }
-                    (None, _) => {
+                    None => {
                         failed("a hosted candidate's request carries no python with torch".into())
                     }
-                    (_, Err(e)) => failed(format!("hosted artifact: {e}")),
                 },
                 Language::Triton => {
                     let lowered = triton::artifact::Artifact::decode(artifact)

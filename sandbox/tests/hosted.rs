@@ -160,6 +160,83 @@ fn a_file_that_fails_to_import_or_to_run_is_a_fault_with_its_reason() {
     assert!(printed.contains("too many resources"), "{e:#?}");
 }
 
+/// A softmax whose row pass is C++ from `load_inline` (on the CPU: `cpp_sources` only).
+const SOFTMAX_LOAD_INLINE: &str = r#"
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CPP = """
+#include <torch/extension.h>
+torch::Tensor row_softmax(torch::Tensor x) {
+    auto m = std::get<0>(x.max(1, true));
+    auto e = (x - m).exp();
+    return e / e.sum(1, true);
+}
+"""
+ops = load_inline(name="kiln_test_softmax", cpp_sources=CPP, functions=["row_softmax"])
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ops.row_softmax(x)
+"#;
+
+/// A file's `load_inline` library is built at its compile step (a compile jail, processes
+/// allowed for ninja and the compiler), carried in its artifact, and loaded by its runner
+/// at evaluation, where building is impossible on the host backend (no processes). Needs
+/// ninja beside the python (CI installs it); skipped without.
+#[test]
+fn a_load_inline_library_is_built_at_compile_and_loaded_at_evaluation() {
+    let Some((_d, cfg, mut runner)) = hosted_setup() else {
+        return;
+    };
+    let python = cfg.hosted.as_ref().expect("hosted").python.clone();
+    if !python.with_file_name("ninja").is_file() && which_ninja().is_none() {
+        eprintln!("SKIP: no ninja beside {} or on PATH", python.display());
+        return;
+    }
+    let p = fixture("kb-softmax-8x64");
+    let c = modelnew(&p, SOFTMAX_LOAD_INLINE);
+    let out = kiln_sandbox::compile(&cfg, &p, &c).expect("compile step runs");
+    let art = out.artifact.expect("an artifact");
+    let unpacked = kiln_sandbox::engine::hosted::artifact::unpack(&art).expect("unpacks");
+    assert_eq!(unpacked.source, SOFTMAX_LOAD_INLINE);
+    assert_eq!(unpacked.libs.len(), 1, "{}", out.info.log);
+    assert_eq!(unpacked.libs[0].1, "kiln_test_softmax");
+    assert!(out.info.duration_ms > 0.0);
+    let e =
+        kiln_sandbox::evaluate_with(&cfg, &p, &[], &c, &art, &common::plan(), Some(&mut runner))
+            .expect("evaluate runs");
+    assert_correct(&e);
+    assert!(
+        e.evidence
+            .notes
+            .iter()
+            .any(|n| n.contains("kiln_test_softmax") && n.contains("loaded from kiln's cache")),
+        "{:#?}",
+        e.evidence.notes
+    );
+    // The same file as written, without its libraries: the runner must build, and a
+    // runner on the host backend may not start processes: the reason is the file's fault.
+    let e = kiln_sandbox::evaluate_with(
+        &cfg,
+        &p,
+        &[],
+        &c,
+        SOFTMAX_LOAD_INLINE.as_bytes(),
+        &common::plan(),
+        Some(&mut runner),
+    )
+    .expect("evaluate runs");
+    assert_eq!(e.verdict, Verdict::RuntimeFault, "{e:#?}");
+}
+
+fn which_ninja() -> Option<std::path::PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join("ninja"))
+        .find(|n| n.is_file())
+}
+
 /// Hacks that need no GPU: each gets its verdict, and nothing else changes.
 mod hacks {
     use super::*;

@@ -196,6 +196,10 @@ impl Backend for CudaBackend {
             (kiln_types::Language::Triton, None) => {
                 format!("triton none for {}", self.cfg.cuda_arch)
             }
+            (l, _) if l.is_hosted() => match &self.cfg.hosted {
+                Some(h) => format!("{}; hosted {}", self.identity, h.build_identity()),
+                None => self.identity.clone(),
+            },
             _ => self.identity.clone(),
         }
     }

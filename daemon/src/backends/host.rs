@@ -35,8 +35,11 @@ impl Backend for HostBackend {
         self.status.clone()
     }
 
-    fn compile_identity(&self, _language: kiln_types::Language) -> String {
-        self.identity.clone()
+    fn compile_identity(&self, language: kiln_types::Language) -> String {
+        match (&self.cfg.hosted, language.is_hosted()) {
+            (Some(h), true) => format!("{}; hosted {}", self.identity, h.build_identity()),
+            _ => self.identity.clone(),
+        }
     }
 
     fn compile(

@@ -461,11 +461,20 @@ impl Scheduler {
                 if info.kernels.is_empty() {
                     info.kernels = reported.kernels;
                 }
-                // A hosted file is built by its runner at evaluation (its compile step only
-                // carries the file): the runner's import and build time is its compile.
+                // A hosted file's compile is its compile step (the load_inline libraries
+                // built ahead, when it has any and they were not cached) and its runner's
+                // import at evaluation (torch, Triton's builds, anything built late).
                 if hosted && reported.duration_ms > 0.0 {
-                    info.duration_ms = reported.duration_ms;
-                    info.log = reported.log;
+                    let ahead = if info.cached { 0.0 } else { info.duration_ms };
+                    info.duration_ms = ahead + reported.duration_ms;
+                    info.log = if info.log.is_empty() {
+                        reported.log
+                    } else {
+                        format!(
+                            "{}\n{} ({:.0} ms)",
+                            info.log, reported.log, reported.duration_ms
+                        )
+                    };
                 }
             }
             e.compile = Some(info);

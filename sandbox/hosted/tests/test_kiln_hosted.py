@@ -494,5 +494,82 @@ class HostedRunner(unittest.TestCase):
         self.assertIn("[1, 4]", lines[0])
 
 
+# Drives keep_builds in a python with torch, with load_inline replaced by a fake that
+# "builds" <name>.so holding its source (no compiler, no ninja needed) and load_prebuilt by
+# one that reads it back.
+KEEP_BUILDS = r"""
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import kiln_hosted as h
+import torch
+import torch.utils.cpp_extension as ext
+
+tmp = sys.argv[2]
+def fake(name, cpp_sources, cuda_sources=None, functions=None, verbose=False,
+         build_directory=None, is_python_module=True):
+    d = build_directory or os.path.join(tmp, "default", name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name + ".so"), "w") as f:
+        f.write(str(cpp_sources))
+    return ["built", name, d]
+h.load_prebuilt = lambda torch, name, path, module: ["prebuilt", open(path).read(), module]
+record = os.path.join(tmp, "record")
+out = {}
+ext.load_inline = fake
+out["build_notes"] = h.keep_builds(torch, record=record)
+from torch.utils.cpp_extension import load_inline
+out["a"] = load_inline("ops", "int a;", verbose=True)
+out["a_kw"] = load_inline(name="ops", cpp_sources="int a;")
+out["b"] = load_inline("ops", "int b;", is_python_module=False)
+out["keys"] = sorted(os.listdir(record))
+flat = os.path.join(tmp, "flat")
+os.makedirs(flat)
+for key in os.listdir(record):
+    for f in os.listdir(os.path.join(record, key)):
+        os.rename(os.path.join(record, key, f), os.path.join(flat, h.prebuilt_name(key, f[:-3])))
+ext.load_inline = fake
+out["run_notes"] = h.keep_builds(torch, prebuilt=flat)
+out["a_run"] = ext.load_inline("ops", "int a;")
+out["b_run"] = ext.load_inline(name="ops", cpp_sources="int b;", is_python_module=False)
+out["c_run"] = ext.load_inline("ops", "int c;")
+ext.load_inline = fake
+h.keep_builds(torch, prebuilt=os.path.join(tmp, "nothing"))
+out["none_run"] = ext.load_inline("ops", "int a;")
+print(json.dumps(out))
+"""
+
+
+class KeptBuilds(unittest.TestCase):
+    def test_a_load_inline_built_at_compile_is_loaded_at_run_by_its_arguments(self):
+        python, why = torch_python()
+        if python is None:
+            self.skipTest(why)
+        with tempfile.TemporaryDirectory() as tmp:
+            p = subprocess.run([python, "-I", "-c", KEEP_BUILDS, os.path.dirname(SCRIPT), tmp],
+                               capture_output=True, text=True, timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            out = json.loads(p.stdout.strip().splitlines()[-1])
+            record = os.path.join(tmp, "record")
+            # At compile: each call builds into record/<hash of its arguments>; the same
+            # call by position or by keyword (verbose aside) is the same key.
+            # (The worker writes them flat, as kiln-prebuilt-<key>-<name>.so.)
+            self.assertEqual(len(out["keys"]), 2, out)
+            self.assertEqual(out["a"][2], out["a_kw"][2])
+            self.assertNotEqual(out["a"][2], out["b"][2])
+            for k in out["keys"]:
+                self.assertRegex(k, "^[0-9a-f]{32}$")
+            self.assertEqual(os.path.dirname(out["a"][2]), record)
+            self.assertEqual(len(out["build_notes"]), 3)
+            # At run: a call compile built is loaded from there, as a module or a library
+            # as it asked; a call it did not build is built now, and says so.
+            self.assertEqual(out["a_run"], ["prebuilt", "int a;", True])
+            self.assertEqual(out["b_run"], ["prebuilt", "int b;", False])
+            self.assertEqual(out["c_run"][0], "built")
+            self.assertEqual(out["none_run"][0], "built")
+            notes = out["run_notes"]
+            self.assertEqual(sum("loaded from kiln's cache" in n for n in notes), 2, notes)
+            self.assertEqual(sum("not built at compile" in n for n in notes), 1, notes)
+
+
 if __name__ == "__main__":
     unittest.main()

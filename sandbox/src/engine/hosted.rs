@@ -5,6 +5,8 @@
 //! them where the runner reads them, takes the time on its own clock from the command to
 //! the runner's answer, stops the runner, and reads and compares the outputs itself.
 //!
+//! - [`build`]: the compile step, which builds a file's `load_inline` libraries ahead, off
+//!   the lane, and [`artifact`], the file and those libraries as one artifact;
 //! - [`setup`]: the python with torch that runs them, found once by kilnd, and the runner
 //!   script (`sandbox/hosted/kiln_hosted.py`) carried inside `kiln-worker`;
 //! - [`wrapper`]: `kiln-worker hosted-runner`, which loads the hosted filter and execs
@@ -20,6 +22,8 @@
 //! [`ready_verdict`] (a runner that loaded but cannot run the file), [`load_info`] (its
 //! import as the compile step) and [`spawn_echo`] (kiln's own round trip, the overhead).
 
+pub mod artifact;
+pub mod build;
 pub mod cpu;
 pub mod gpu;
 pub mod kernels;
@@ -65,6 +69,23 @@ pub fn ready_verdict(ready: &Ready) -> Option<(Verdict, String)> {
             format!("the ModelNew file failed to load: {e}"),
         )
     })
+}
+
+/// The files a hosted runner starts from, written into `dir` (the evaluation's scratch):
+/// kiln's runner script, the candidate file and the libraries its compile step built
+/// ([`artifact`]). Returns the candidate's path and the `prebuilt` folder, if any.
+pub fn write_files(
+    dir: &Path,
+    artifact: &[u8],
+) -> Result<(std::path::PathBuf, Option<std::path::PathBuf>), String> {
+    let unpacked = artifact::unpack(artifact)?;
+    std::fs::write(dir.join(setup::SCRIPT_NAME), setup::SCRIPT)
+        .map_err(|e| format!("write {}: {e}", setup::SCRIPT_NAME))?;
+    let candidate = dir.join(setup::CANDIDATE_NAME);
+    std::fs::write(&candidate, unpacked.source)
+        .map_err(|e| format!("write {}: {e}", setup::CANDIDATE_NAME))?;
+    let prebuilt = unpacked.write_libs(dir)?;
+    Ok((candidate, prebuilt))
 }
 
 /// The compile info of a hosted runner that took `load_ms` to import and build the file.

@@ -165,8 +165,9 @@ pub enum Code<'a> {
 
 /// What starting a hosted runner on the GPU takes.
 pub struct HostedCode<'a> {
-    /// The file.
-    pub source: &'a str,
+    /// The artifact: the file and the libraries its compile step built
+    /// (`engine::hosted::artifact`).
+    pub artifact: &'a [u8],
     /// The python and the import limit.
     pub hosted: crate::engine::hosted::Hosted<'a>,
     /// The runner's process settings (kiln-worker's path, tag, limits).
@@ -396,7 +397,7 @@ pub(super) fn evaluate_on(
             let run_timeout = Duration::from_millis(job.plan.run_timeout_ms.max(1));
             let (runner, ready) = crate::engine::hosted::gpu::spawn(
                 problem,
-                h.source,
+                h.artifact,
                 exported,
                 &h.hosted,
                 &h.runner,

@@ -164,10 +164,14 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
     let (candidate, ready) = match &job.hosted {
         None => Runner::spawn(&cand_cfg, cand_layout, cand_calls)?,
         Some(hosted) => {
-            let source = std::str::from_utf8(job.candidate_artifact)
-                .map_err(|e| format!("hosted artifact: {e}"))?;
-            let program =
-                hosted_cpu::program(problem, source, &cand_layout, hosted, &dir, &script)?;
+            let program = hosted_cpu::program(
+                problem,
+                job.candidate_artifact,
+                &cand_layout,
+                hosted,
+                &dir,
+                &script,
+            )?;
             let cfg = RunnerConfig {
                 load_timeout: hosted.load_timeout,
                 ..cand_cfg

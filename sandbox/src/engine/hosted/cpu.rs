@@ -16,7 +16,6 @@ use kiln_types::ProblemSpec;
 use serde_json::json;
 
 use super::Hosted;
-use super::setup::{CANDIDATE_NAME, SCRIPT, SCRIPT_NAME};
 use crate::engine::host::layout::{Kind, Layout};
 use crate::engine::host::runner_ctl::Program;
 
@@ -24,11 +23,12 @@ use crate::engine::host::runner_ctl::Program;
 /// process limit holds.
 const CPU_THREADS: u32 = 1;
 
-/// Writes the runner script and the candidate file into `dir` (the job's scratch) and
-/// returns the runner to start over `layout` (slot 0 of the candidate's buffers).
+/// Writes the runner script, the candidate file and its prebuilt libraries (from
+/// `artifact`) into `dir` (the job's scratch) and returns the runner to start over
+/// `layout` (slot 0 of the candidate's buffers).
 pub fn program<'a>(
     problem: &ProblemSpec,
-    source: &str,
+    artifact: &[u8],
     layout: &Layout,
     hosted: &'a Hosted<'a>,
     dir: &'a Path,
@@ -39,9 +39,7 @@ pub fn program<'a>(
         .torch
         .as_ref()
         .ok_or_else(|| format!("problem {} has no torch reference", problem.name))?;
-    std::fs::write(script, SCRIPT).map_err(|e| format!("write {SCRIPT_NAME}: {e}"))?;
-    let candidate = dir.join(CANDIDATE_NAME);
-    std::fs::write(&candidate, source).map_err(|e| format!("write {CANDIDATE_NAME}: {e}"))?;
+    let (candidate, prebuilt) = super::write_files(dir, artifact)?;
     let mut tensors = Vec::new();
     for b in layout.buffers.iter().filter(|b| b.kind != Kind::Scratch) {
         let spec = problem
@@ -74,6 +72,7 @@ pub fn program<'a>(
         "bool_tensors": torch.bool_tensors,
         "init_inputs": torch.init_inputs,
         "threads": CPU_THREADS,
+        "prebuilt": prebuilt,
     });
     let env = super::setup::runner_env(dir, hosted.setup, false);
     Ok(Program::Hosted {

@@ -23,7 +23,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::kernels::{KernelAnswer, KernelRecord};
-use super::setup::{CANDIDATE_NAME, SCRIPT, SCRIPT_NAME};
+use super::setup::SCRIPT_NAME;
 use super::{Hosted, load_info, spawn_echo};
 use crate::engine::contract::RunFailure;
 use crate::engine::host::layout::Layout;
@@ -55,7 +55,7 @@ pub struct HostedGpu {
 /// built (the `Ready` says whether it could be); `Err` is kiln's failure.
 pub fn spawn(
     problem: &kiln_types::ProblemSpec,
-    source: &str,
+    artifact: &[u8],
     tensors: Vec<Exported>,
     hosted: &Hosted,
     cfg: &RunnerConfig,
@@ -68,9 +68,7 @@ pub fn spawn(
         .as_ref()
         .ok_or_else(|| format!("problem {} has no torch reference", problem.name))?;
     let script = dir.join(SCRIPT_NAME);
-    std::fs::write(&script, SCRIPT).map_err(|e| format!("write {SCRIPT_NAME}: {e}"))?;
-    let candidate = dir.join(CANDIDATE_NAME);
-    std::fs::write(&candidate, source).map_err(|e| format!("write {CANDIDATE_NAME}: {e}"))?;
+    let (candidate, prebuilt) = super::write_files(dir, artifact)?;
     let mut listed = Vec::new();
     let mut fds = Vec::new();
     for (i, t) in tensors.into_iter().enumerate() {
@@ -99,6 +97,7 @@ pub fn spawn(
         "state": torch.state,
         "bool_tensors": torch.bool_tensors,
         "init_inputs": torch.init_inputs,
+        "prebuilt": prebuilt,
     });
     let program = Program::Hosted {
         python: &hosted.setup.python,

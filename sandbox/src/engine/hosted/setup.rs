@@ -138,6 +138,19 @@ impl HostedSetup {
         })
     }
 
+    /// What besides the file decides the libraries a hosted file's compile step builds
+    /// (part of kilnd's compile cache key): torch's version, the python and the toolkit.
+    pub fn build_identity(&self) -> String {
+        format!(
+            "torch {} in {}, toolkit {}",
+            self.torch_version,
+            self.python.display(),
+            self.toolkit
+                .as_ref()
+                .map_or_else(|| "none".into(), |t| t.display().to_string())
+        )
+    }
+
     /// One line for logs and `/v1/info`.
     pub fn describe(&self) -> String {
         format!("torch {} in {}", self.torch_version, self.python.display())

@@ -1,10 +1,10 @@
-//! `kiln-worker hosted-runner --python=P --script=S --cpu-s=N [--processes] --tag=T`: the
-//! first moments of
-//! a hosted runner, in kiln's code. Started by the worker (fork + exec, fds already in
+//! `kiln-worker hosted-runner --python=P --script=S --cpu-s=N [--processes]
+//! [--script-arg=A ...] --tag=T`: the first moments of a hosted runner, in kiln's code. Started by the worker (fork + exec, fds already in
 //! place: see `engine::host::runner_ctl`), it lowers its CPU limit, loads the hosted
 //! filters ([`seccomp::Stage::HostedRunner`], or [`seccomp::Stage::HostedGpuRunner`] with
 //! `--processes`, then [`seccomp::Stage::HostedFallback`]) and
-//! execs `P -I -B S serve` with its own environment. The filters outlive the exec, so the
+//! execs `P -I -B S serve` (or `P -I -B S A...`: the compile step's `build`, see
+//! `engine::hosted::build`) with its own environment. The filters outlive the exec, so the
 //! candidate's python never runs without them.
 
 use std::ffi::CString;
@@ -44,8 +44,18 @@ pub fn main(args: &[String]) -> i32 {
         }
     }
     let cs = |s: &str| CString::new(s).map_err(|e| e.to_string());
-    let argv: Result<Vec<CString>, String> = [python.as_str(), "-I", "-B", &script, "serve"]
+    // The script's own arguments: `serve` (the evaluation), or the compile step's
+    // `build SOURCE RECORD INIT` given one `--script-arg=` each.
+    let mut script_args: Vec<String> = args
+        .iter()
+        .filter_map(|a| a.strip_prefix("--script-arg=").map(str::to_string))
+        .collect();
+    if script_args.is_empty() {
+        script_args.push("serve".into());
+    }
+    let argv: Result<Vec<CString>, String> = [python.as_str(), "-I", "-B", &script]
         .into_iter()
+        .chain(script_args.iter().map(String::as_str))
         .map(cs)
         .collect();
     let env: Result<Vec<CString>, String> = std::env::vars()
