@@ -34,6 +34,11 @@
 #      kiln's own examples in docs/examples/hosted (with $KERNELBENCH_ROOT, KernelBench's
 #      `KernelBench/` folder), each with the verdict it must get, and the published answers
 #      of $HOSTED_CORPUS (scripts/hosted-check.py: verdicts, times, speedups);
+#      With $KERNELBENCH_ROOT it also measures `kiln bench throughput --candidate` of the
+#      load_inline GELU on level-1 88 ($HOSTED_BENCH_COUNT files, cold, then cached).
+#  12. (step `kernelbench`, not in the default steps) `kiln kernelbench run` over every
+#      level folder of $KB_ANSWERS (published answers, KernelBench's run names) against
+#      $KERNELBENCH_ROOT/levelN: the table, and each level's page kernelbench-levelN.html.
 #  10. (step `level1`, not in the default steps; with $KERNELBENCH_LEVEL1, KernelBench's
 #      level1 folder, and KILN_PYTHON) every level-1 file imported and registered (or
 #      refused at registration with the memory it needs), the honest candidates of
@@ -77,7 +82,7 @@ section() { printf '\n=== %s === (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 steps=" ${GPU_CHECK_STEPS:-probe tests kilnd baselines searches bench agreement triton reports} "
 want() { case "$steps" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 # Any step that needs the bundled kilnd.
-want_kilnd() { want kilnd || want baselines || want searches || want bench || want agreement || want triton || want reports || want level1 || want hosted; }
+want_kilnd() { want kilnd || want baselines || want searches || want bench || want agreement || want triton || want reports || want level1 || want hosted || want kernelbench; }
 
 section "host"
 echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -276,6 +281,38 @@ PY
                 timeout 2400 python3 "$here/../scripts/hosted-check.py" "$bundle/kiln" "$HOSTED_CORPUS" \
                     --helper "$bundle/kiln_torch.py" --out "$hosted_out" || status=1
             fi
+        fi
+        if want hosted && [ -n "${KERNELBENCH_ROOT:-}" ]; then
+            # Hosted throughput on KernelBench level-1 88 (GELU): kiln's load_inline example,
+            # varied by a comment tag, so every variant is a new file (its library built
+            # cold at its compile step), then the same files again (compile cache).
+            section "hosted: throughput of a load_inline GELU on level-1 88, cold and cached"
+            python3 - "$here/../docs/examples/hosted/gelu_cuda.py" "$tmp/gelu-hosted.json" <<'PY'
+import json, sys
+json.dump({"problem": "kb-l1-88-mingptnewgelu", "language": "modelnew",
+           "source": open(sys.argv[1]).read()}, open(sys.argv[2], "w"))
+PY
+            timeout 900 "$bundle/kiln" bench throughput --candidate "$tmp/gelu-hosted.json" \
+                --count "${HOSTED_BENCH_COUNT:-12}" -o json >"${out:-$tmp}/bench-throughput-hosted.json" || status=1
+            python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d.get(k) for k in ("problem","passes","lanes")}, indent=1)[:4000])' \
+                "${out:-$tmp}/bench-throughput-hosted.json" || true
+        fi
+        if want kernelbench && [ -n "${KB_ANSWERS:-}" ] && [ -n "${KERNELBENCH_ROOT:-}" ]; then
+            # Whole levels of published answers (issue 30): $KB_ANSWERS holds one folder
+            # per level (level1, level2, ...) of ModelNew files named as KernelBench names
+            # its runs; $KERNELBENCH_ROOT the levels' problem files (KernelBench's
+            # `KernelBench/` folder, or a folder of levelN/ with the answered files only).
+            for dir in "$KB_ANSWERS"/level*; do
+                [ -d "$dir" ] || continue
+                n=${dir##*level}
+                section "kiln kernelbench run --level $n ($dir)"
+                started=$(date +%s)
+                timeout "${KB_RUN_TIMEOUT:-1500}" "$bundle/kiln" kernelbench run --level "$n" --answers "$dir" \
+                    --problems "$KERNELBENCH_ROOT/level$n" --helper "$bundle/kiln_torch.py" \
+                    --out "$tmp/kb-run/level$n" --in-flight "${KB_IN_FLIGHT:-16}" \
+                    --html "${out:-$tmp}/kernelbench-level$n.html" || status=1
+                echo "level $n: wall $(( $(date +%s) - started )) s"
+            done
         fi
         if want bench; then
             section "kiln bench"
