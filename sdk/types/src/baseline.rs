@@ -31,8 +31,9 @@ use crate::verdict::TimingStats;
 
 /// Every kind of baseline kiln measures, registered once: its name, its library, the
 /// `[baseline.TABLE]` of `problem.toml` that asks for it, and who runs it. Adding a kind
-/// is one variant here, its row in [`BaselineKind::ALL`], and its measurement in
-/// `kiln_sandbox::baselines` (docs/architecture.md, "Where to add things").
+/// is one variant here, its row in [`BaselineKind::ALL`], and its measurement: a GPU
+/// library's in the sandbox's `engine/cuda/baseline.rs`, torch's in the torch runner's
+/// `kiln_torch.py` (docs/architecture.md, "Baselines").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BaselineKind {
