@@ -443,4 +443,38 @@ class ModelNew(nn.Module):
         );
         assert_eq!(e.verdict, Verdict::InputTampered, "{e:#?}");
     }
+
+    /// Views returned instead of new tensors: the result computed in place in kiln's input
+    /// and that input returned (no output of its own), or a strided view of a result.
+    /// kiln copies what `forward` returns into its own outputs and hashes the inputs after
+    /// every run: the first is `input_tampered`; the second is values like any other.
+    const IN_PLACE_VIEW: &str = r#"
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x.copy_(torch.softmax(x, dim=1))
+        return x.view(x.shape)
+"#;
+
+    const STRIDED_VIEW: &str = r#"
+import torch
+import torch.nn as nn
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=1).t().contiguous().t()
+"#;
+
+    #[test]
+    fn views_returned_are_copied_and_an_input_written_in_place_is_caught() {
+        let Some((_d, cfg, mut runner)) = hosted_setup() else {
+            return;
+        };
+        let p = fixture("kb-softmax-8x64");
+        let e = evaluate(&cfg, &p, IN_PLACE_VIEW, &mut runner);
+        assert_eq!(e.verdict, Verdict::InputTampered, "{e:#?}");
+        assert_correct(&evaluate(&cfg, &p, STRIDED_VIEW, &mut runner));
+    }
 }
