@@ -133,7 +133,9 @@ fi
 # GPU tests' `torch_twins::` cases then run each hand-written seed kernel, renamed to the
 # imported tensors, against the torch reference on the GPU and compare verdict and tier
 # with its twin problem (GPU_TEST_FILTER=torch_twins runs only those).
-if [ -x "$bundle/kiln" ] && [ -d "$bundle/problems/kernelbench-format/seed" ]; then
+# Only for the steps that use them (a hosted or kernelbench step alone imports its own).
+if [ -x "$bundle/kiln" ] && [ -d "$bundle/problems/kernelbench-format/seed" ] &&
+    { want tests || want kilnd || want baselines || want bench || want searches; }; then
     section "import: the seed's problems in KernelBench format"
     # Each with its twin's tolerance, so that a verdict differs only if the reference does:
     # the seed's 1e-2 (its harness's), softmax's tighter one (a zero passes 1e-2 there).

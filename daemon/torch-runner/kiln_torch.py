@@ -680,13 +680,18 @@ class Server:
             del inputs, dests, views
             ms["compute"] = (time.perf_counter() - t0) * 1e3
         finally:
-            t0 = time.perf_counter()
-            shared.close()
-            ms["unmap"] = (time.perf_counter() - t0) * 1e3
-            t0 = time.perf_counter()
-            parts = scrub_cuda(torch)
-            ms["scrub"] = (time.perf_counter() - t0) * 1e3
-            ms.update({f"scrub_{k}": v for k, v in parts.items()})
+            # The scrub first, while the worker's memory is still mapped (it touches only
+            # torch's own blocks), then the unmap: scripts/probe-shared-scrub.py measures
+            # both orders.
+            try:
+                t0 = time.perf_counter()
+                parts = scrub_cuda(torch)
+                ms["scrub"] = (time.perf_counter() - t0) * 1e3
+                ms.update({f"scrub_{k}": v for k, v in parts.items()})
+            finally:
+                t0 = time.perf_counter()
+                shared.close()
+                ms["unmap"] = (time.perf_counter() - t0) * 1e3
         # Where the call's time went, for kilnd's log (milliseconds).
         answer["ms"] = {k: round(v, 3) for k, v in ms.items()}
         return answer, []
@@ -725,11 +730,14 @@ class Server:
                 if x.numel() != dest.numel():
                     raise Refused(f"get_inputs() gave {name} of shape {list(x.shape)}; the problem declares {list(dest.shape)}")
                 dest.copy_(x.reshape(dest.shape).to(dest.dtype))
+                del x, dest
             del made
             torch.cuda.synchronize()
         finally:
-            shared.close()
-            scrub_cuda(torch)
+            try:
+                scrub_cuda(torch)
+            finally:
+                shared.close()
         return {"ms": {"all": round((time.perf_counter() - t0) * 1e3, 3)}}, []
 
     def module_for(self, spec):
