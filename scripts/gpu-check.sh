@@ -34,6 +34,7 @@
 #      kiln's own examples in docs/examples/hosted (with $KERNELBENCH_ROOT, KernelBench's
 #      `KernelBench/` folder), each with the verdict it must get, and the published answers
 #      of $HOSTED_CORPUS (scripts/hosted-check.py: verdicts, times, speedups);
+#      ($HOSTED_ONLY: a regular expression on the example files to run.)
 #      With $KERNELBENCH_ROOT it also measures `kiln bench throughput --candidate` of the
 #      load_inline GELU on level-1 88 ($HOSTED_BENCH_COUNT files, cold, then cached).
 #  12. (step `kernelbench`, not in the default steps) `kiln kernelbench run` over every
@@ -276,7 +277,8 @@ PY
             if [ -n "${KERNELBENCH_ROOT:-}" ]; then
                 section "hosted: kiln's own ModelNew examples"
                 timeout 1500 python3 "$here/../scripts/hosted-check.py" "$bundle/kiln" "$here/../docs/examples/hosted" \
-                    --problems-root "$KERNELBENCH_ROOT" --helper "$bundle/kiln_torch.py" --out "$hosted_out" || status=1
+                    --problems-root "$KERNELBENCH_ROOT" --helper "$bundle/kiln_torch.py" --out "$hosted_out" \
+                    ${HOSTED_ONLY:+--only "$HOSTED_ONLY"} || status=1
             fi
             if [ -n "${HOSTED_CORPUS:-}" ]; then
                 section "hosted: published ModelNew files ($HOSTED_CORPUS)"

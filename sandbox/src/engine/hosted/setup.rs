@@ -93,6 +93,10 @@ pub fn runner_env(dir: &Path, setup: &HostedSetup, cuda: bool) -> Vec<(String, S
     let mut env = vec![
         ("PATH".to_string(), path.join(":")),
         ("HOME".into(), home.clone()),
+        // The jail has no passwd entry for its uid: getpass.getuser() (torch's profiler,
+        // Triton's and inductor's cache folders) reads these first.
+        ("USER".into(), "kiln".into()),
+        ("LOGNAME".into(), "kiln".into()),
         ("TMPDIR".into(), home.clone()),
         ("OMP_NUM_THREADS".into(), threads.into()),
         ("MKL_NUM_THREADS".into(), threads.into()),
