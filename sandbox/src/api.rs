@@ -171,11 +171,11 @@ pub fn compile(
             Ok(built) if built.failure.is_none() && built.artifact.is_some() => built,
             Ok(failed) => {
                 let why = failed.failure.map(|f| f.message).unwrap_or_default();
-                tracing::warn!(candidate = %candidate.problem, "hosted build: {why}");
+                tracing::warn!(problem = %candidate.problem, "hosted build: {why}");
                 with_log(as_written, &format!("the build ahead failed ({why})"))
             }
             Err(e) => {
-                tracing::warn!(candidate = %candidate.problem, "hosted build: {e}");
+                tracing::warn!(problem = %candidate.problem, "hosted build: {e}");
                 with_log(as_written, &format!("the build ahead could not run ({e})"))
             }
         });
