@@ -432,6 +432,8 @@ def build(source, record, init_inputs):
         print(f"kiln build: python cannot import torch: {describe_exception(e)}")
         return 0
     notes = keep_builds(torch, record=record)
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        pretend_cuda(torch)
     try:
         module = load_candidate(source)
         init = json.loads(init_inputs) if init_inputs else []
@@ -444,6 +446,14 @@ def build(source, record, init_inputs):
     for n in notes:
         print(f"kiln build: {n}")
     return 0
+
+
+def pretend_cuda(torch):
+    """For a GPU lane's build (no GPU in the compile jail): `torch.cuda.is_available()`
+    answers True, so a file that builds its extension only when CUDA is there (`if
+    torch.cuda.is_available(): load_inline(...)`) builds it here as it would on the lane.
+    Anything that needs the device itself still fails, and the run builds what is missing."""
+    torch.cuda.is_available = lambda: True
 
 
 # ---- the candidate ----------------------------------------------------------------------

@@ -571,5 +571,31 @@ class KeptBuilds(unittest.TestCase):
             self.assertEqual(sum("not built at compile" in n for n in notes), 1, notes)
 
 
+    def test_a_gpu_lanes_build_sees_cuda_so_a_guarded_build_runs(self):
+        python, why = torch_python()
+        if python is None:
+            self.skipTest(why)
+        with tempfile.TemporaryDirectory() as tmp:
+            seen = os.path.join(tmp, "seen")
+            source = os.path.join(tmp, "candidate.py")
+            with open(source, "w") as f:
+                f.write("import torch\n"
+                        f"open({seen!r}, 'a').write(str(torch.cuda.is_available()) + '\\n')\n"
+                        "class ModelNew(torch.nn.Module):\n    pass\n")
+            record = os.path.join(tmp, "record")
+            os.makedirs(record)
+            for arch, want in (("9.0", "True"), ("", "False")):
+                env = {k: v for k, v in os.environ.items() if k != "TORCH_CUDA_ARCH_LIST"}
+                env["CUDA_VISIBLE_DEVICES"] = ""
+                if arch:
+                    env["TORCH_CUDA_ARCH_LIST"] = arch
+                p = subprocess.run([python, "-I", SCRIPT, "build", source, record, "[]"],
+                                   capture_output=True, text=True, timeout=300, env=env)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                with open(seen) as f:
+                    # A GPU lane's build (an architecture given) answers True; a CPU
+                    # lane's build leaves torch as it is (no GPU here: False).
+                    self.assertEqual(f.read().split()[-1], want, p.stdout)
+
 if __name__ == "__main__":
     unittest.main()

@@ -49,6 +49,22 @@ pub struct HostedGpu {
     runner: Runner,
     echo: Runner,
     run_timeout: Duration,
+    /// The limit of the first run of forward: the import's. Triton's autotune and JITs
+    /// that compile on first use (`torch.compile` inside `ModelNew`, lazily built
+    /// kernels) do their work there, as they do in KernelBench's own first call.
+    first_run_timeout: Duration,
+    /// Whether forward has run once.
+    ran: bool,
+}
+
+/// The limit of the next run of forward: the import's limit for the first one (never less
+/// than a run's), the run timeout after it.
+fn run_limit(ran: bool, run_timeout: Duration, first_run_timeout: Duration) -> Duration {
+    if ran {
+        run_timeout
+    } else {
+        first_run_timeout.max(run_timeout)
+    }
 }
 
 /// Starts the runner over `tensors` and waits until the file is imported and `ModelNew`
@@ -118,6 +134,8 @@ pub fn spawn(
             runner,
             echo,
             run_timeout,
+            first_run_timeout: hosted.load_timeout,
+            ran: false,
         },
         ready,
     ))
@@ -170,8 +188,16 @@ impl HostedGpu {
     /// One run of `forward` (`G`), timed on the worker's clock, µs; the runner is stopped
     /// when this returns.
     pub fn run(&mut self) -> Result<f64, RunFailure> {
-        match self.runner.run(b'G', self.run_timeout) {
+        let first = !self.ran;
+        let limit = run_limit(self.ran, self.run_timeout, self.first_run_timeout);
+        self.ran = true;
+        match self.runner.run(b'G', limit) {
             RunEnd::Done(d) => Ok(d.as_secs_f64() * 1e6),
+            RunEnd::Timeout if first => Err(RunFailure::Timeout(format!(
+                "the first forward (where Triton autotunes and kernels built on first use \
+                 compile) did not return within {} ms; runner killed",
+                limit.as_millis()
+            ))),
             end => Err(self.failure(end)),
         }
     }
@@ -219,5 +245,22 @@ impl HostedGpu {
             }
             Err(end) => Err(format!("the profiled run did not answer: {end:?}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first forward gets the import's limit (an autotune at its first call is not a
+    /// hang); every later one the run timeout; a first limit below the run timeout never
+    /// shortens it.
+    #[test]
+    fn the_first_forward_gets_the_imports_limit() {
+        let run = Duration::from_secs(5);
+        let load = Duration::from_secs(120);
+        assert_eq!(run_limit(false, run, load), load);
+        assert_eq!(run_limit(true, run, load), run);
+        assert_eq!(run_limit(false, run, Duration::from_secs(1)), run);
     }
 }
