@@ -46,6 +46,7 @@ draws.
 """
 
 import json
+import math
 import os
 import struct
 import sys
@@ -352,7 +353,8 @@ class TorchModule:
                 return x.double()
             return x
 
-        args = tuple(cast(n) for n in self.ref["forward"])
+        constants = self.ref.get("constants") or {}
+        args = tuple(constants[n] if n in constants else cast(n) for n in self.ref["forward"])
         # kiln holds a 0-d parameter as shape [1]: give the module its own shape back.
         shapes = {k: t.shape for k, t in list(self.model.named_parameters()) + list(self.model.named_buffers())}
         state = {k: cast(v).reshape(shapes[k]) if k in shapes else cast(v)
@@ -1250,8 +1252,20 @@ def describe(path, run_limit_bytes, run_limit_flops=4 * 10**9, tol=(1e-4, 1e-4))
         torch.nn.Parameter.__new__ = real_param
     if not isinstance(inputs, (list, tuple)):
         raise Refused("get_inputs() does not return a list")
-    if not all(isinstance(x, torch.Tensor) for x in inputs):
-        raise Refused("get_inputs() returns a Python value beside its tensors (kiln's inputs are tensors)")
+    scalars = (bool, int, float)
+    if not all(isinstance(x, (torch.Tensor,) + scalars) for x in inputs):
+        raise Refused("get_inputs() returns a Python value that is neither a tensor nor a number or bool")
+    if any(isinstance(x, float) and not math.isfinite(x) for x in inputs):
+        raise Refused("get_inputs() returns a Python float that is not finite")
+    if any(isinstance(x, scalars) for x in inputs):
+        # A number forward takes is a constant of the problem: the same on every call.
+        with torch.device("meta"):
+            again = ns["get_inputs"]()
+        if len(again) != len(inputs) or any(
+                isinstance(a, scalars) and (type(a) is not type(b) or a != b)
+                for a, b in zip(inputs, again)):
+            raise Refused("get_inputs() returns a Python number that changes from call to call "
+                          "(kiln passes such a value as a constant)")
     taken = set()
     try:
         names = [p for p in inspect.signature(model.forward).parameters]
@@ -1261,11 +1275,14 @@ def describe(path, run_limit_bytes, run_limit_flops=4 * 10**9, tol=(1e-4, 1e-4))
                                          in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
                                          for n in names):
         names = [f"in{i}" for i in range(len(inputs))]
-    tensors, forward, state, bools = [], [], {}, []
+    tensors, forward, state, bools, constants = [], [], {}, [], {}
     for n, x in zip(names, inputs):
         kn = identifier(n, taken)
-        d = tensor_desc(torch, kn, x, prov.of(x), "input", from_file=True)
         forward.append(kn)
+        if isinstance(x, scalars):
+            constants[kn] = x
+            continue
+        d = tensor_desc(torch, kn, x, prov.of(x), "input", from_file=True)
         tensors.append(d)
     kept_buffers = []
     params = {n for n, _ in model.named_parameters()}
@@ -1323,6 +1340,7 @@ def describe(path, run_limit_bytes, run_limit_flops=4 * 10**9, tol=(1e-4, 1e-4))
     result = {
         "tensors": tensors,
         "forward": forward,
+        "constants": constants,
         "state": state,
         "outputs": outputs,
         "bool_tensors": bools,
@@ -1335,7 +1353,8 @@ def describe(path, run_limit_bytes, run_limit_flops=4 * 10**9, tol=(1e-4, 1e-4))
         "output_note": "",
     }
     if nbytes <= run_limit_bytes and result["flops"] <= run_limit_flops:
-        result.update(output_magnitude(torch, ns, init_json, tensors, forward, state, bools, outputs, tol))
+        result.update(output_magnitude(torch, ns, init_json, tensors, forward, state, bools, outputs, tol,
+                                       constants))
     else:
         result["output_note"] = (f"not run here ({nbytes} bytes of tensors, {result['flops']} flops; the limits are "
                                  f"{run_limit_bytes} bytes and {run_limit_flops} flops: --run-limit-bytes, "
@@ -1343,11 +1362,12 @@ def describe(path, run_limit_bytes, run_limit_flops=4 * 10**9, tol=(1e-4, 1e-4))
     return result
 
 
-def output_magnitude(torch, ns, init_json, tensors, forward, state, bools, outputs, tol):
+def output_magnitude(torch, ns, init_json, tensors, forward, state, bools, outputs, tol, constants=None):
     """Runs the module once on the CPU, on inputs drawn as kiln would, for the outputs' size."""
     spec = {"name": "import", "tensor": tensors,
             "reference": {"torch": {"source": "", "forward": forward, "state": state, "outputs": outputs,
-                                    "init_inputs": init_json, "bool_tensors": bools}}}
+                                    "init_inputs": init_json, "bool_tensors": bools,
+                                    "constants": constants or {}}}}
     gen = torch.Generator()
     gen.manual_seed(1)
     names = [t["name"] for t in tensors if t["role"] == "input"]

@@ -605,6 +605,7 @@ class Runs:
         # reach native code: the worker's own checks do not rely on this wait).
         self.sync = sync
         bools = set(setup.get("bool_tensors") or [])
+        constants = setup.get("constants") or {}
         self.outputs = list(setup["outputs"])
         self.plans = []
         for views in buffers.views:
@@ -617,7 +618,9 @@ class Runs:
                     owner, _, attr = pname.rpartition(".")
                     holder = model.get_submodule(owner)._buffers
                     bufs.append((holder, attr, view, tname in bools))
-            args = [(views[n], n in bools) for n in setup["forward"]]
+            # A constant (a Python number forward takes) is passed as it is.
+            args = [(constants[n], False) if n in constants else (views[n], n in bools)
+                    for n in setup["forward"]]
             dests = [views[n] for n in self.outputs]
             self.plans.append((params, bufs, args, any(b for _, b in args), dests))
 
@@ -718,7 +721,11 @@ def prepare(setup):
         torch.set_num_threads(max(1, int(setup.get("threads", 1))))
     buffers = BUFFERS[device](torch, setup)
     shapes = {t["name"]: [int(d) for d in t["shape"]] or [1] for t in setup["tensors"]}
-    for n in list(setup["forward"]) + list(setup["outputs"]):
+    constants = setup.get("constants") or {}
+    if not isinstance(constants, dict) or not all(
+            isinstance(v, (bool, int, float)) for v in constants.values()):
+        raise SetupError("setup: constants must map names to numbers or bools")
+    for n in [f for f in setup["forward"] if f not in constants] + list(setup["outputs"]):
         if n not in shapes:
             raise SetupError(f"setup: forward or outputs name {n!r}, which is no tensor")
     sync = torch.cuda.synchronize if device == "cuda" else None

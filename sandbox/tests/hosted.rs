@@ -92,6 +92,27 @@ fn an_honest_modelnew_is_correct_and_a_wrong_one_is_not() {
     assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
 }
 
+/// forward's Python number (a constant of the problem, as KernelBench's level-1 5 has) reaches
+/// the reference and the file as it is: a file that uses it is correct, one that assumes
+/// another value is not.
+#[test]
+fn a_constant_among_forwards_arguments_is_passed_as_it_is() {
+    let Some((_d, cfg, mut runner)) = hosted_setup() else {
+        return;
+    };
+    let p = fixture("kb-scale-by-constant-8x64");
+    let torch = p.reference.torch.as_ref().expect("torch reference");
+    assert_eq!(
+        torch.constants.get("s"),
+        Some(&kiln_types::ForwardConstant::Float(2.5))
+    );
+    let honest = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, A, s):\n        assert isinstance(s, float)\n        return A * s\n";
+    let e = evaluate(&cfg, &p, honest, &mut runner);
+    assert_correct(&e);
+    let e = evaluate(&cfg, &p, &honest.replace("A * s", "A * 2.0"), &mut runner);
+    assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
+}
+
 const LINEAR: &str = r#"
 import torch
 import torch.nn as nn

@@ -389,6 +389,24 @@ fn tensor_lines(spec: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
+/// `forward`'s arguments as `kiln problems show` lists them: tensor names, and a constant
+/// as `name=value`.
+fn forward_args(torch: &serde_json::Value) -> String {
+    torch["forward"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|n| {
+            let name = n.as_str().unwrap_or("?");
+            match torch["constants"].get(name) {
+                Some(v) => format!("{name}={v}"),
+                None => name.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// What a torch reference runs, for `kiln problems show`.
 fn torch_lines(torch: &serde_json::Value) -> Vec<String> {
     if torch.is_null() {
@@ -407,7 +425,7 @@ fn torch_lines(torch: &serde_json::Value) -> Vec<String> {
             "  reference  PyTorch module {} (KernelBench format): Model(*{}).forward({}) -> {}",
             text(&torch["file"]),
             text(&torch["init_inputs"]),
-            list(&torch["forward"]),
+            forward_args(torch),
             list(&torch["outputs"])
         ),
         format!(
@@ -493,5 +511,13 @@ mod tests {
             "{torch:?}"
         );
         assert!(torch_lines(&serde_json::Value::Null).is_empty());
+        // A constant among forward's arguments is shown with its value.
+        let with = serde_json::json!({"file": "reference.py", "init_inputs": "[]",
+            "forward": ["A", "s"], "constants": {"s": 2.75}, "outputs": ["out"]});
+        assert!(
+            torch_lines(&with)[0].contains("forward(A, s=2.75) -> out"),
+            "{:?}",
+            torch_lines(&with)
+        );
     }
 }

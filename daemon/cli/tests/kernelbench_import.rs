@@ -73,6 +73,7 @@ fn pinned_kernelbench_files_import_or_are_refused_with_a_reason() {
     assert_eq!(
         names(&v, "imported", "name"),
         [
+            "kb-l1-5-matrix-scalar-multiplication",
             "kb-l1-23-softmax",
             "kb-l1-40-layernorm",
             "kb-l1-95-crossentropyloss",
@@ -122,6 +123,21 @@ fn pinned_kernelbench_files_import_or_are_refused_with_a_reason() {
     assert_eq!(conv.roofline.flops, 2 * 128 * 128 * 64 * 9 * 126 * 126);
     let torch = conv.reference.torch.as_ref().expect("torch reference");
     assert_eq!(torch.init_inputs, "[64, 128, 3, [128, 1, 1]]");
+
+    // `get_inputs()` returns `[A, 3.14]`: the float is a constant forward takes, not a
+    // tensor kiln draws (KernelBench's literal, not π).
+    let scalar = load("kb-l1-5-matrix-scalar-multiplication");
+    let torch = scalar.reference.torch.as_ref().expect("torch reference");
+    assert_eq!(torch.forward, ["A", "s"]);
+    assert_eq!(
+        torch.constants.get("s"),
+        Some(&kiln_types::ForwardConstant::Float("3.14".parse().unwrap()))
+    );
+    assert!(scalar.tensor("s").is_none());
+    assert_eq!(
+        scalar.tensor("A").map(|t| t.shape.clone()),
+        Some(vec![65536, 16384])
+    );
 
     let ce = load("kb-l1-95-crossentropyloss");
     let targets = ce.tensor("targets").expect("targets");
@@ -184,7 +200,7 @@ fn kilns_own_fixtures_import_and_dropout_is_refused() {
         &[repo().join("problems/kernelbench-format/tiny")],
         out.path(),
     );
-    assert_eq!(names(&v, "imported", "name").len(), 6, "{v}");
+    assert_eq!(names(&v, "imported", "name").len(), 7, "{v}");
     let refused = names(&v, "refused", "file");
     assert_eq!(refused.len(), 1, "{v}");
     assert!(refused[0].ends_with("dropout_refused.py"), "{v}");

@@ -73,6 +73,9 @@ pub struct Description {
     tensors: Vec<DescribedTensor>,
     #[serde(default)]
     forward: Vec<String>,
+    /// forward's arguments that are Python numbers (not tensors).
+    #[serde(default)]
+    constants: BTreeMap<String, crate::problem::ForwardConstant>,
     #[serde(default)]
     state: BTreeMap<String, String>,
     #[serde(default)]
@@ -318,6 +321,18 @@ pub fn problem_toml(name: &str, d: &Description, tol: Tolerance) -> Result<(Stri
     t.push_str("\n[reference.torch]\nfile = \"reference.py\"\n");
     t.push_str(&format!("init_inputs = {}\n", toml_str(&d.init_inputs)));
     t.push_str(&format!("forward = [{}]\n", list(&d.forward)));
+    if !d.constants.is_empty() {
+        let items: Vec<String> = d
+            .constants
+            .iter()
+            .map(|(k, v)| format!("{} = {}", toml_str(k), toml_constant(v)))
+            .collect();
+        t.push_str(&format!(
+            "# forward's arguments that get_inputs() gives as Python values, passed as they are.\n\
+             constants = {{ {} }}\n",
+            items.join(", ")
+        ));
+    }
     t.push_str(&format!("outputs = [{}]\n", list(&d.outputs)));
     if !d.bool_tensors.is_empty() {
         t.push_str(&format!("bool_tensors = [{}]\n", list(&d.bool_tensors)));
@@ -352,6 +367,17 @@ pub fn write(out: &Path, d: &Description, tol: Tolerance) -> Result<Imported> {
         dir,
         warnings,
     })
+}
+
+/// A forward constant as a TOML value.
+fn toml_constant(c: &crate::problem::ForwardConstant) -> String {
+    use crate::problem::ForwardConstant;
+    match c {
+        ForwardConstant::Bool(b) => b.to_string(),
+        ForwardConstant::Int(i) => i.to_string(),
+        // `{:?}` keeps a decimal point or an exponent (3.0, 1e300): a TOML float.
+        ForwardConstant::Float(x) => format!("{x:?}"),
+    }
 }
 
 #[cfg(test)]
@@ -418,6 +444,35 @@ mod tests {
         ));
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(warnings[0].contains("constant"));
+    }
+
+    /// Python values among forward's arguments are written as constants and come back as
+    /// they were (a float that prints like an int stays a float).
+    #[test]
+    fn forward_constants_are_written_and_read_back() {
+        use crate::problem::ForwardConstant;
+        let mut d = softmax();
+        d.forward = vec![
+            "x".into(),
+            "s".into(),
+            "k".into(),
+            "flag".into(),
+            "big".into(),
+        ];
+        d.constants = [
+            ("s".to_string(), ForwardConstant::Float(3.0)),
+            ("k".to_string(), ForwardConstant::Int(-7)),
+            ("flag".to_string(), ForwardConstant::Bool(false)),
+            ("big".to_string(), ForwardConstant::Float(1e300)),
+        ]
+        .into_iter()
+        .collect();
+        let (text, _) = problem_toml("p", &d, KERNELBENCH_TOLERANCE).expect("toml");
+        let spec = ProblemSpec::from_toml(&text).expect("parses");
+        spec.validate().expect("valid");
+        let torch = spec.reference.torch.expect("torch");
+        assert_eq!(torch.constants, d.constants);
+        assert_eq!(torch.forward, d.forward);
     }
 
     #[test]

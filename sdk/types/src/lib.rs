@@ -41,8 +41,8 @@ pub use eval_plan::{
     TimingPlan,
 };
 pub use problem::{
-    Dtype, Init, KernelSource, ProblemError, ProblemSpec, References, Role, Roofline, TensorSpec,
-    Tolerance, TorchPrecision, TorchReference,
+    Dtype, ForwardConstant, Init, KernelSource, ProblemError, ProblemSpec, References, Role,
+    Roofline, TensorSpec, Tolerance, TorchPrecision, TorchReference,
 };
 pub use verdict::{
     CompileInfo, ErrorMetrics, Evaluation, Evidence, FigureSummary, MAX_KEPT_SAMPLES,

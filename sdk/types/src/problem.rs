@@ -330,8 +330,13 @@ pub struct TorchReference {
     /// `get_init_inputs()` as a JSON array, fixed at import (lists are passed as tuples).
     #[serde(default = "empty_json_list")]
     pub init_inputs: String,
-    /// The problem's input tensors passed to `forward`, in order.
+    /// `forward`'s arguments, in order: the problem's input tensors, and the names of
+    /// [`Self::constants`].
     pub forward: Vec<String>,
+    /// `forward` arguments that are a fixed Python number or bool, not a tensor (KernelBench
+    /// level-1 5: `get_inputs()` returns `[A, 3.14]`): passed as they are, never drawn.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub constants: BTreeMap<String, ForwardConstant>,
     /// The module's parameters and buffers (`conv.weight`) and the problem's input
     /// tensors holding them.
     #[serde(default)]
@@ -351,6 +356,30 @@ fn empty_json_list() -> String {
     "[]".into()
 }
 
+/// A `forward` argument that is a Python value, not a tensor (see
+/// [`TorchReference::constants`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ForwardConstant {
+    /// `True` / `False`.
+    Bool(bool),
+    /// A Python int.
+    Int(i64),
+    /// A Python float.
+    Float(f64),
+}
+
+impl std::fmt::Display for ForwardConstant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ForwardConstant::Bool(true) => write!(f, "True"),
+            ForwardConstant::Bool(false) => write!(f, "False"),
+            ForwardConstant::Int(i) => write!(f, "{i}"),
+            ForwardConstant::Float(x) => write!(f, "{x:?}"),
+        }
+    }
+}
+
 impl TorchReference {
     /// Checks that it names the problem's tensors consistently: every input exactly once
     /// (forward or state), every output once, `init_inputs` a JSON array.
@@ -358,7 +387,22 @@ impl TorchReference {
         let at = |m: String| format!("[reference.torch]: {m}");
         let role = |n: &str| tensors.iter().find(|t| t.name == n).map(|t| t.role);
         let mut seen: Vec<&str> = Vec::new();
-        for n in self.forward.iter().chain(self.state.values()) {
+        for (n, c) in &self.constants {
+            if !self.forward.contains(n) {
+                return Err(at(format!("constant {n:?} is not a forward argument")));
+            }
+            if role(n).is_some() {
+                return Err(at(format!("constant {n:?} is also a tensor")));
+            }
+            if matches!(c, ForwardConstant::Float(x) if !x.is_finite()) {
+                return Err(at(format!("constant {n:?} is not a finite number")));
+            }
+        }
+        let tensor_args = self
+            .forward
+            .iter()
+            .filter(|n| !self.constants.contains_key(*n));
+        for n in tensor_args.chain(self.state.values()) {
             match role(n) {
                 Some(Role::Input) => {}
                 Some(Role::Output) => return Err(at(format!("{n:?} is an output, not an input"))),
@@ -811,6 +855,64 @@ outputs = ["out"]
                 .validate()
                 .expect_err(needle)
                 .to_string();
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+    }
+
+    /// A Python number among forward's arguments is a constant: named in `forward`, given
+    /// in `constants`, never a tensor; it round-trips through TOML and JSON as it was.
+    #[test]
+    fn a_forward_constant_is_an_argument_that_is_not_a_tensor() {
+        let with = TORCH.replacen(
+            "forward = [\"x\"]",
+            "forward = [\"x\", \"s\"]\nconstants = { s = 2.75 }",
+            1,
+        );
+        let spec = ProblemSpec::from_toml(&with).expect("parses");
+        spec.validate().expect("valid");
+        let torch = spec.reference.torch.as_ref().expect("torch");
+        assert_eq!(torch.constants["s"], ForwardConstant::Float(2.75));
+        assert_eq!(torch.constants["s"].to_string(), "2.75");
+        let json = serde_json::to_string(&spec).expect("json");
+        let back: ProblemSpec = serde_json::from_str(&json).expect("back");
+        assert_eq!(
+            back.reference.torch.as_ref().unwrap().constants,
+            torch.constants
+        );
+        for (text, want) in [
+            ("constants = { s = 2 }", ForwardConstant::Int(2)),
+            ("constants = { s = true }", ForwardConstant::Bool(true)),
+        ] {
+            let t = with.replacen("constants = { s = 2.75 }", text, 1);
+            let spec = ProblemSpec::from_toml(&t).expect("parses");
+            spec.validate().expect("valid");
+            assert_eq!(spec.reference.torch.unwrap().constants["s"], want);
+        }
+        for (from, to, needle) in [
+            (
+                "forward = [\"x\", \"s\"]",
+                "forward = [\"x\"]",
+                "not a forward argument",
+            ),
+            (
+                "constants = { s = 2.75 }",
+                "constants = { x = 1.0, s = 2.75 }",
+                "also a tensor",
+            ),
+            (
+                "constants = { s = 2.75 }",
+                "constants = { s = nan }",
+                "finite",
+            ),
+            ("constants = { s = 2.75 }", "constants = { s = \"pi\" }", ""),
+            ("constants = { s = 2.75 }", "", "no tensor \"s\""),
+        ] {
+            let t = with.replacen(from, to, 1);
+            assert_ne!(t, with, "{from}");
+            let err = ProblemSpec::from_toml(&t)
+                .map_err(|e| e.to_string())
+                .and_then(|s| s.validate().map_err(|e| e.to_string()))
+                .expect_err(to);
             assert!(err.contains(needle), "{needle}: {err}");
         }
     }

@@ -67,6 +67,7 @@ pub fn program<'a>(
         "slot_bytes": layout.slot_bytes,
         "tensors": tensors,
         "forward": torch.forward,
+        "constants": torch.constants,
         "outputs": torch.outputs,
         "state": torch.state,
         "bool_tensors": torch.bool_tensors,

@@ -109,6 +109,7 @@ pub fn spawn(
         "slots": 1,
         "tensors": listed,
         "forward": torch.forward,
+        "constants": torch.constants,
         "outputs": torch.outputs,
         "state": torch.state,
         "bool_tensors": torch.bool_tensors,

@@ -71,7 +71,15 @@ pub fn torch_reference(t: &kiln_types::TorchReference) -> String {
          what Model(*{init}).forward({args}) returns, into {outs}, and is compared with torch \
          eager and torch.compile of it. get_inputs() is not used: kiln draws every input tensor.",
         init = t.init_inputs,
-        args = t.forward.join(", "),
+        args = t
+            .forward
+            .iter()
+            .map(|n| match t.constants.get(n) {
+                Some(c) => format!("{n}={c}"),
+                None => n.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
         outs = t.outputs.join(", "),
     );
     if !t.state.is_empty() {
