@@ -83,7 +83,7 @@ if [ -n "$nvrtc_root" ]; then
   stage "NVRTC tests (NVRTC and headers from $nvrtc_root)"
   python3 scripts/run-tests.py --no-doc \
     --env "LD_LIBRARY_PATH=$nvrtc_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" --env "CUDA_HOME=$nvrtc_root" \
-    --only kiln-gpu:lib --only kiln-gpu:cxx --only kiln-sandbox:cuda_compile -- --workspace --locked
+    --only kiln-gpu:lib --only kiln-gpu:cxx --only kiln-sandbox:cuda_compile --only kiln-sandbox:pch -- --workspace --locked
 else
   echo "== NVRTC tests: skipped (no libnvrtc.so.13 in KILN_PYTHON's nvidia wheels)"
 fi

@@ -421,12 +421,25 @@ impl Default for GpuConfig {
 }
 
 /// `[cuda]`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CudaConfig {
     /// The toolkit's include folders (absolute); empty = discovered (see
     /// `kiln_sandbox::engine::cuda::toolkit`).
     pub include_dirs: Vec<String>,
+    /// Whether compiles of candidates whose leading `#include`s name toolkit headers start
+    /// from NVRTC precompiled headers (`kiln_sandbox::engine::cuda::pch`), kept in
+    /// `<state_dir>/scratch/pch`.
+    pub precompiled_headers: bool,
+}
+
+impl Default for CudaConfig {
+    fn default() -> Self {
+        CudaConfig {
+            include_dirs: Vec::new(),
+            precompiled_headers: true,
+        }
+    }
 }
 
 /// `[triton]`

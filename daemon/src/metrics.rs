@@ -1,6 +1,7 @@
 //! Prometheus metrics: request counters kept in memory, queue and verdict figures read
 //! from the store when scraped, each evaluation lane's busy time (fed by the scheduler
-//! through [`add_lane_busy`]), and this node's own figures (claims and their latency,
+//! through [`add_lane_busy`]), the CUDA compiles' precompiled headers (the sandbox's
+//! counts), and this node's own figures (claims and their latency,
 //! writes fenced out, leases reaped, heartbeats missed, whether it claims), labelled with
 //! the node's id so a cluster's scrapes can be told apart.
 
@@ -180,6 +181,21 @@ impl Metrics {
                     "kiln_lane_busy_seconds_total{{backend=\"{}\",lane=\"{lane}\"}} {secs}",
                     escape(backend)
                 );
+            }
+        }
+        {
+            let pch = kiln_sandbox::engine::cuda::pch::counts();
+            out.push_str(
+                "# HELP kiln_cuda_pch_total CUDA compiles given a precompiled header (used or not) and precompiled headers built (or failed), since start.\n",
+            );
+            out.push_str("# TYPE kiln_cuda_pch_total counter\n");
+            for (what, n) in [
+                ("used", pch.used),
+                ("not_used", pch.not_used),
+                ("built", pch.built),
+                ("build_failed", pch.build_failed),
+            ] {
+                let _ = writeln!(out, "kiln_cuda_pch_total{{outcome=\"{what}\"}} {n}");
             }
         }
         match store.job_counts().await {

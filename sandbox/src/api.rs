@@ -12,6 +12,7 @@ use kiln_types::{Candidate, CompileInfo, EvalPlan, Evaluation, Language, Problem
 use serde::{Deserialize, Serialize};
 
 use crate::config::{SandboxConfig, which};
+use crate::engine::cuda::pch;
 use crate::engine::host::flags;
 use crate::engine::triton::compile::TritonJob;
 use crate::engine::triton::spec as triton_spec;
@@ -236,7 +237,11 @@ fn with_log(mut out: CompileOutcome, note: &str) -> CompileOutcome {
 }
 
 /// The compile proper, in a compile-role jail: the compiler for C and CUDA, Triton's for
-/// `triton` (its setup and launch plan), the hosted build for `hosted`.
+/// `triton` (its setup and launch plan), the hosted build for `hosted`. A cuda candidate
+/// whose include prefix has a precompiled header ([`pch::Plan`]) starts from it, after
+/// building it first when it is the first compile to need it; a compile whose worker
+/// crashed while it used one is compiled again without it (and the file deleted when that
+/// one goes through).
 fn compile_in_jail(
     cfg: &SandboxConfig,
     candidate: &Candidate,
@@ -246,6 +251,63 @@ fn compile_in_jail(
     )>,
     hosted: Option<crate::engine::hosted::build::HostedBuild>,
 ) -> Result<CompileOutcome, SandboxError> {
+    let plan = (candidate.language == Language::Cuda)
+        .then(|| pch::Plan::for_candidate(cfg, candidate))
+        .flatten();
+    if let Some(p) = &plan {
+        p.ensure_built(cfg, candidate);
+    }
+    match compile_once(cfg, candidate, triton, hosted, plan.as_ref())? {
+        Attempt::Done(out) => Ok(*out),
+        Attempt::CrashedWithPch(chosen, why) => {
+            tracing::warn!(
+                key = %chosen.key,
+                "the compile crashed while it used a precompiled header ({why}); compiling \
+                 again without it"
+            );
+            match compile_once(cfg, candidate, None, None, None)? {
+                Attempt::Done(out) => {
+                    let mut out = *out;
+                    pch::record(&chosen, Some(pch::Outcome::Damaged));
+                    let log = &mut out.info.log;
+                    if !log.is_empty() && !log.ends_with('\n') {
+                        log.push('\n');
+                    }
+                    log.push_str(&pch::Outcome::Damaged.log_line());
+                    Ok(out)
+                }
+                Attempt::CrashedWithPch(..) => {
+                    Err(SandboxError::Worker("the compile crashed twice".into()))
+                }
+            }
+        }
+    }
+}
+
+/// The largest file a compile given a precompiled header may write (NVRTC's temporary
+/// parse state).
+const PCH_TEMP_FILE_BYTES: u64 = 1 << 30;
+
+/// How one compile in a jail ended.
+enum Attempt {
+    /// With an outcome (compiled, or the candidate's compile error).
+    Done(Box<CompileOutcome>),
+    /// The worker died of a signal (not a limit) while it used this precompiled header.
+    CrashedWithPch(pch::Chosen, String),
+}
+
+/// One compile in a jail (see [`compile_in_jail`]); `plan`: the cuda candidate's
+/// precompiled header, if it has one.
+fn compile_once(
+    cfg: &SandboxConfig,
+    candidate: &Candidate,
+    triton: Option<(
+        &crate::engine::triton::setup::TritonSetup,
+        triton_spec::Plan,
+    )>,
+    hosted: Option<crate::engine::hosted::build::HostedBuild>,
+    plan: Option<&pch::Plan>,
+) -> Result<Attempt, SandboxError> {
     let language = candidate.language;
     let cuda = language == Language::Cuda;
     let backend = language.backend();
@@ -274,6 +336,18 @@ fn compile_in_jail(
         }),
     };
     let cpu_s = limits.cpu_s;
+    // NVRTC keeps the parse state of a compile given a precompiled header in a temporary
+    // file (in the scratch), about the size of its PCH heap (256 MiB): 1 GiB at most.
+    let limits = match plan {
+        Some(_) => Limits {
+            fsize_bytes: limits
+                .as_bytes
+                .unwrap_or(limits.fsize_bytes)
+                .min(PCH_TEMP_FILE_BYTES),
+            ..limits
+        },
+        None => limits,
+    };
     let mut spec = jail_spec(cfg, Role::Compile, cuda, &job, limits, "serve")?;
     if let Some((setup, _)) = &triton {
         spec.ro_paths.extend(setup.ro_paths.iter().cloned());
@@ -281,10 +355,14 @@ fn compile_in_jail(
     if let Some(h) = &hosted {
         spec.ro_paths.extend(h.setup.ro_paths.iter().cloned());
     }
+    if let Some(p) = plan {
+        p.prepare(&mut spec);
+    }
     let cc = crate::config::which_cc(&cfg.cc);
     let deadline = build_timeout + Duration::from_secs(10);
     let mut child = jail::spawn(&cfg.worker_exe, &spec, deadline)?;
     let layers = child.report.layers.clone();
+    let chosen = plan.and_then(|p| p.choose(cfg, candidate, &layers));
     // The header folders are at their fixed paths when the private root came up, and at
     // their host paths when it did not (the jail's layers say which).
     let private_root = layers.iter().any(|l| l.name == "private-root" && l.active);
@@ -307,6 +385,7 @@ fn compile_in_jail(
             plan,
         }),
         hosted,
+        pch: chosen.as_ref().map(|c| c.inside.clone()),
     };
     let reply = child
         .stdin
@@ -324,7 +403,7 @@ fn compile_in_jail(
         if cuda {
             msg.push_str(RUNAWAY_HINT);
         }
-        return Ok(CompileOutcome {
+        return Ok(Attempt::Done(Box::new(CompileOutcome {
             artifact: None,
             info: CompileInfo::default(),
             failure: Some(compile_failure(
@@ -334,18 +413,25 @@ fn compile_in_jail(
                 CompileInfo::default(),
             )),
             layers,
-        });
+        })));
     }
     let (response, mut blobs) = match reply {
         Ok(r) => r,
         Err(e) => {
             // NVRTC compiles inside the worker: a limit that kills the compiler kills it.
             let ended = child.finish();
-            let limit = ended
+            let signal = ended
                 .status
                 .and_then(|s| s.code())
                 .filter(|&c| c > 128)
-                .and_then(|c| crate::engine::limits::signal_limit(c - 128));
+                .map(|c| c - 128);
+            let limit = signal.and_then(crate::engine::limits::signal_limit);
+            if let (Some(chosen), Some(sig), None) = (chosen, signal, &limit) {
+                return Ok(Attempt::CrashedWithPch(
+                    chosen,
+                    crate::jail::sys::signal_name(sig),
+                ));
+            }
             if let Some(limit) = limit {
                 let msg = if limit.contains("RLIMIT_CPU") {
                     format!(
@@ -357,7 +443,7 @@ fn compile_in_jail(
                 } else {
                     format!("the compiling worker died: {limit}")
                 };
-                return Ok(CompileOutcome {
+                return Ok(Attempt::Done(Box::new(CompileOutcome {
                     artifact: None,
                     info: CompileInfo::default(),
                     failure: Some(compile_failure(
@@ -367,25 +453,31 @@ fn compile_in_jail(
                         CompileInfo::default(),
                     )),
                     layers,
-                });
+                })));
             }
             return Err(crate::jailed_worker::protocol_error_after(e, &ended));
         }
     };
     child.finish();
+    if let (Some(c), Response::Compiled { pch: outcome, .. }) = (&chosen, &response) {
+        pch::record(c, *outcome);
+    }
     match response {
-        Response::Compiled { ok: true, info, .. } if blobs.len() == 1 => Ok(CompileOutcome {
-            artifact: blobs.pop(),
-            info,
-            failure: None,
-            layers,
-        }),
+        Response::Compiled { ok: true, info, .. } if blobs.len() == 1 => {
+            Ok(Attempt::Done(Box::new(CompileOutcome {
+                artifact: blobs.pop(),
+                info,
+                failure: None,
+                layers,
+            })))
+        }
         Response::Compiled {
             ok: false,
             info,
             message,
             verdict,
-        } => Ok(CompileOutcome {
+            ..
+        } => Ok(Attempt::Done(Box::new(CompileOutcome {
             artifact: None,
             failure: Some(compile_failure(
                 verdict.unwrap_or(Verdict::CompileError),
@@ -395,7 +487,7 @@ fn compile_in_jail(
             )),
             info,
             layers,
-        }),
+        }))),
         Response::Failed { message } => Err(SandboxError::Worker(message)),
         other => Err(SandboxError::Protocol {
             message: format!("unexpected response to compile: {other:?}"),

@@ -62,6 +62,12 @@ pub struct SandboxConfig {
     /// kilnd at start from `[gpu] python`, see [`crate::engine::hosted::setup`]); `None`:
     /// hosted candidates cannot be evaluated here.
     pub hosted: Option<crate::engine::hosted::setup::HostedSetup>,
+    /// The folder of NVRTC precompiled headers cuda compiles start from (built by the
+    /// sandbox from kiln's own text, shown read-only in compile jails; see
+    /// [`crate::engine::cuda::pch`]); `None`: compiles never use one. [`SandboxConfig::new`]
+    /// puts it at `scratch_root/pch`.
+    #[serde(default)]
+    pub pch_dir: Option<PathBuf>,
 }
 
 fn default_arch() -> String {
@@ -72,14 +78,16 @@ impl SandboxConfig {
     /// Defaults: worker next to the current executable, `cc` from PATH, 30 s compile
     /// timeout, 2 GiB memory, 1 MiB of candidate output, namespaces on, no cgroup, the
     /// toolkit headers found by [`SandboxConfig::find_cuda_headers`] with nothing configured,
-    /// no Triton.
+    /// no Triton, precompiled headers in `scratch_root/pch`.
     pub fn new(scratch_root: impl Into<PathBuf>) -> Self {
         let library_path = std::env::var("LD_LIBRARY_PATH")
             .ok()
             .filter(|v| !v.is_empty());
+        let scratch_root: PathBuf = scratch_root.into();
         let mut cfg = SandboxConfig {
             worker_exe: default_worker_exe(),
-            scratch_root: scratch_root.into(),
+            pch_dir: Some(scratch_root.join("pch")),
+            scratch_root,
             hidden_paths: Vec::new(),
             compile_timeout: Duration::from_secs(30),
             memory_limit_bytes: 2 << 30,

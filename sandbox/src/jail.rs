@@ -118,6 +118,41 @@ pub struct JailSpec {
     pub cgroup: Option<CgroupSpec>,
 }
 
+/// The entry of [`JailSpec::env`] that asks the helper to exec the payload with
+/// address-space randomization off (see [`JailSpec::disable_aslr`]); the helper takes it
+/// out of the payload's environment.
+pub const NO_ASLR_ENV: &str = "KILN_JAIL_NO_ASLR";
+
+impl JailSpec {
+    /// Asks for the payload to be exec'd with address-space randomization off
+    /// (`personality(ADDR_NO_RANDOMIZE)`, applied by the helper before the seccomp filter;
+    /// recorded as the `aslr` layer). Only compile jails that build or use an NVRTC
+    /// precompiled header ask for it (docs/security.md, "Precompiled headers"): such a
+    /// header is only usable in a process whose memory layout matches the one that made it.
+    ///
+    /// Carried as an entry of `env` that the helper consumes, so that every spec written
+    /// before this switch existed still reads the same.
+    pub fn disable_aslr(&mut self) {
+        if !self.wants_no_aslr() {
+            self.env.push((NO_ASLR_ENV.to_string(), "1".to_string()));
+        }
+    }
+
+    /// Whether [`JailSpec::disable_aslr`] was asked for.
+    pub fn wants_no_aslr(&self) -> bool {
+        self.env.iter().any(|(k, v)| k == NO_ASLR_ENV && v == "1")
+    }
+
+    /// The payload's environment: [`JailSpec::env`] without the helper's own entries.
+    pub fn payload_env(&self) -> Vec<(String, String)> {
+        self.env
+            .iter()
+            .filter(|(k, _)| k != NO_ASLR_ENV)
+            .cloned()
+            .collect()
+    }
+}
+
 /// Why a spec is refused before anything happens.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum SpecError {

@@ -14,6 +14,9 @@
 //! caller       -> worker : Request::Compile    (0 blobs)
 //! worker       -> caller : Response::Compiled  (1 blob: the artifact, when ok; else 0)
 //!   or
+//! caller       -> worker : Request::BuildPch   (0 blobs; cuda: a precompiled header)
+//! worker       -> caller : Response::PchBuilt  (0 blobs; the header is in the scratch dir)
+//!   or
 //! caller       -> worker : Request::Evaluate   (2 blobs: reference artifact, candidate artifact)
 //!   zero or more times, for a torch reference (host and cuda), between candidate runs:
 //!   worker     -> caller : Response::Reference         (blobs: one input set)
@@ -29,8 +32,9 @@
 //! worker       -> caller : Response::Failed    (infrastructure failure inside the worker)
 //! ```
 //!
-//! A compile, a host evaluation and a baselines request each get a fresh jail and one
-//! request; a baselines worker then exits, the others exit when the caller closes stdin.
+//! A compile, a precompiled-header build, a host evaluation and a baselines request each
+//! get a fresh jail and one request; a baselines worker then exits, the others exit when
+//! the caller closes stdin.
 //! A GPU worker is warm ([`crate::WarmWorker`]): it answers one evaluate request after
 //! another until stdin closes, or until it answers `retire: true` (a fault or timeout
 //! poisoned its CUDA context) and exits. The worker's stderr carries its tracing log and
@@ -119,6 +123,30 @@ pub enum Request {
         /// libraries are built for (`engine::hosted::build`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         hosted: Option<crate::engine::hosted::build::HostedBuild>,
+        /// For a cuda candidate: the precompiled header of its include prefix, as the
+        /// worker sees it (read-only), to start the compile from (`engine::cuda::pch`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pch: Option<PathBuf>,
+    },
+    /// Build the precompiled header of an include prefix (cuda only; no blobs): the
+    /// prefix's includes, re-spelled by kiln, compiled with the options a candidate with
+    /// that prefix, these flags and these implied headers gets, plus `--create-pch=out`.
+    /// Nothing of a candidate's source is sent.
+    BuildPch {
+        /// Protocol version the caller speaks.
+        version: u32,
+        /// The prefix (names checked again by the worker).
+        prefix: kiln_gpu::cxx::pch::Prefix,
+        /// kiln's target architecture (`sm_90`).
+        arch: String,
+        /// The candidate's flags (allow-listed again by the worker).
+        flags: Vec<String>,
+        /// The CUDA toolkit's include folders as the worker sees them.
+        include_dirs: Vec<PathBuf>,
+        /// The headers the candidate's compile pre-includes because it uses their names.
+        implied: Vec<String>,
+        /// Where the worker writes the header (in its scratch directory).
+        out: PathBuf,
     },
     /// Evaluate a compiled candidate; blobs: reference artifact, candidate artifact.
     Evaluate {
@@ -178,6 +206,20 @@ pub enum Response {
         /// does not fit its jit function: `invalid_launch`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         verdict: Option<kiln_types::Verdict>,
+        /// Whether NVRTC used the precompiled header the request named (none named: `None`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pch: Option<kiln_gpu::cxx::pch::Outcome>,
+    },
+    /// The answer to `Request::BuildPch`.
+    PchBuilt {
+        /// True if and only if the header was written to the request's `out`.
+        ok: bool,
+        /// Its size, bytes (0 when not ok).
+        bytes: u64,
+        /// Wall time of the build, milliseconds.
+        duration_ms: f64,
+        /// Why not, when not ok.
+        message: String,
     },
     /// The evaluation finished with a verdict.
     Evaluated {

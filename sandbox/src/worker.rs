@@ -49,8 +49,22 @@ fn exit_on_cpu_limit() {
 }
 
 /// Serves requests on stdin/stdout until stdin closes or the GPU context is poisoned;
-/// returns the exit status.
-pub fn serve(tag: &str) -> i32 {
+/// returns the exit status. With `pch_heap` (`serve --pch-heap`: a cuda compile that
+/// builds or uses a precompiled header, in a jail without address-space randomization),
+/// NVRTC's PCH heap is mapped first, before the request is read, so that it lies at the
+/// same address in every such worker (see `kiln_gpu::cxx::pch::reserve_heap`).
+pub fn serve(tag: &str, pch_heap: bool) -> i32 {
+    if pch_heap {
+        let here = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        // NVRTC writes a temporary file while it makes a PCH, in $TMPDIR (else /tmp, which
+        // a jail does not have): the scratch directory.
+        // SAFETY: nothing else runs yet: the worker has started no thread, and the
+        // environment is read by no one concurrently.
+        unsafe { std::env::set_var("TMPDIR", &here) };
+        if let Err(e) = kiln_gpu::cxx::pch::reserve_heap(&here) {
+            tracing::warn!("kiln-worker: the PCH heap could not be mapped early: {e}");
+        }
+    }
     exit_on_cpu_limit();
     // Not dumpable: a process of the same user (a hosted runner's python above all) can
     // then neither open this process's /proc files (mem, fd, environ) nor trace it.
@@ -93,6 +107,41 @@ pub fn serve(tag: &str) -> i32 {
     }
 }
 
+/// Builds a precompiled header for `Request::BuildPch` at `out`, which must be a PCH file
+/// name ([`kiln_gpu::cxx::pch::file_name`]) in this worker's working directory (its
+/// scratch).
+fn build_pch(
+    prefix: &kiln_gpu::cxx::pch::Prefix,
+    arch: &str,
+    flags: &[String],
+    include_dirs: &[PathBuf],
+    implied: &[String],
+    out: &std::path::Path,
+) -> Result<kiln_gpu::cxx::pch::Built, String> {
+    use kiln_gpu::cxx::pch;
+    let here = std::env::current_dir().map_err(|e| format!("no working directory: {e}"))?;
+    let named = out
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(pch::key_of)
+        .is_some();
+    if !named || out.parent() != Some(here.as_path()) {
+        return Err(format!(
+            "{} is not a precompiled header's name in the scratch directory",
+            out.display()
+        ));
+    }
+    pch::build(&pch::Build {
+        prefix,
+        arch,
+        flags,
+        include_dirs,
+        implied,
+        out,
+    })
+    .map_err(|e| e.to_string())
+}
+
 /// Set (by the caller, in a GPU worker's environment) to capture fd 1 for device printf.
 pub const CAPTURE_ENV: &str = "KILN_CAPTURE_STDOUT";
 
@@ -118,7 +167,9 @@ fn serve_on(
     let mut retire = false;
     let failed = |message: String| Response::Failed { message };
     match request {
-        Request::Compile { version, .. } | Request::Evaluate { version, .. }
+        Request::Compile { version, .. }
+        | Request::Evaluate { version, .. }
+        | Request::BuildPch { version, .. }
             if version != PROTOCOL_VERSION =>
         {
             {
@@ -156,6 +207,31 @@ fn serve_on(
             };
             protocol::write_message(output, &r, &[]).map(|()| Next::Exit)
         }
+        Request::BuildPch {
+            prefix,
+            arch,
+            flags,
+            include_dirs,
+            implied,
+            out,
+            ..
+        } => {
+            let r = match build_pch(&prefix, &arch, &flags, &include_dirs, &implied, &out) {
+                Ok(b) => Response::PchBuilt {
+                    ok: true,
+                    bytes: b.bytes,
+                    duration_ms: b.duration_ms,
+                    message: String::new(),
+                },
+                Err(message) => Response::PchBuilt {
+                    ok: false,
+                    bytes: 0,
+                    duration_ms: 0.0,
+                    message,
+                },
+            };
+            protocol::write_message(output, &r, &[]).map(|()| Next::More)
+        }
         Request::Compile {
             candidate,
             cc,
@@ -164,9 +240,11 @@ fn serve_on(
             include_dirs,
             triton,
             hosted,
+            pch,
             ..
         } => {
             let timeout = Duration::from_millis(timeout_ms);
+            let mut pch_outcome = None;
             let compiled = match candidate.language {
                 Language::ModelNew | Language::ModelNewCpu => match &hosted {
                     Some(job) => {
@@ -183,8 +261,12 @@ fn serve_on(
                 }
                 Language::Cuda => {
                     let arch = arch.unwrap_or_else(|| cuda::setup::DEFAULT_ARCH.to_string());
-                    cuda::compile::compile(&candidate, &arch, &include_dirs)
-                        .map(|c| (c.artifact, c.info, c.message, None))
+                    cuda::compile::compile(&candidate, &arch, &include_dirs, pch.as_deref()).map(
+                        |c| {
+                            pch_outcome = c.pch;
+                            (c.artifact, c.info, c.message, None)
+                        },
+                    )
                 }
                 Language::Triton => match &triton {
                     Some(job) => triton::compile::compile(&candidate, job, timeout).map(|c| {
@@ -203,6 +285,7 @@ fn serve_on(
                         info,
                         message,
                         verdict,
+                        pch: pch_outcome,
                     };
                     match &artifact {
                         Some(a) => protocol::write_message(output, &r, &[a]),

@@ -95,6 +95,10 @@ pub fn sandbox_config(config: &Config, state_dir: &Path) -> SandboxConfig {
     let configured: Vec<std::path::PathBuf> =
         config.cuda.include_dirs.iter().map(Into::into).collect();
     cfg.find_cuda_headers(&configured);
+    // [cuda] precompiled_headers = false: every CUDA compile parses its headers itself.
+    if !config.cuda.precompiled_headers {
+        cfg.pch_dir = None;
+    }
     cfg
 }
 

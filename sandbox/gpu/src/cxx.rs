@@ -10,12 +10,19 @@
 //!   not resolve;
 //! - [`compile`]: [`compile_candidate`], the whole recipe — toolkit include folders, stand-ins,
 //!   prelude, `-default-device`, kernels by name expression — ending in an
-//!   [`crate::artifact::Artifact`] whose manifest maps each launch name to its symbol.
+//!   [`crate::artifact::Artifact`] whose manifest maps each launch name to its symbol;
+//!   [`compile_candidate_with_pch`], the same starting from a precompiled header;
+//! - [`pch`]: precompiled headers of a candidate's leading `#include`s — the prefix, the
+//!   key, the trusted build text, and what NVRTC's log says about them.
 
 pub mod compile;
 pub mod lexer;
 pub mod names;
+pub mod pch;
 pub mod screen;
 pub mod standins;
 
-pub use compile::{CandidateModule, CandidateSource, SOURCE_NAME, compile_candidate};
+pub use compile::{
+    CandidateModule, CandidateOptions, CandidateSource, SOURCE_NAME, candidate_options,
+    compile_candidate, compile_candidate_with_pch,
+};

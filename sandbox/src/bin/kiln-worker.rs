@@ -3,7 +3,9 @@
 //!
 //! - `kiln-worker jail SPEC-JSON`: set up the jail's layers and exec the payload
 //!   (single-threaded on purpose: nothing here starts a thread);
-//! - `kiln-worker serve --tag=T`: answer one request on stdin/stdout (inside the jail);
+//! - `kiln-worker serve [--pch-heap] --tag=T`: answer one request on stdin/stdout (inside
+//!   the jail); `--pch-heap` first maps NVRTC's precompiled-header heap (a cuda compile
+//!   that builds or uses a precompiled header);
 //! - `kiln-worker runner --tag=T`: hold candidate code (started by `serve`);
 //! - `kiln-worker hosted-runner --python=P --script=S --tag=T`: load the hosted filter and
 //!   exec the python that holds a hosted `ModelNew` file (started by `serve`);
@@ -36,7 +38,7 @@ fn main() -> ExitCode {
             Some(spec) => kiln_sandbox::jail::helper::run(spec),
             None => usage(),
         },
-        Some("serve") => kiln_sandbox::worker::serve(tag),
+        Some("serve") => kiln_sandbox::worker::serve(tag, args.iter().any(|a| a == "--pch-heap")),
         Some("runner") => kiln_sandbox::engine::host::runner::main(),
         Some("hosted-runner") => kiln_sandbox::engine::hosted::wrapper::main(&args[2..]),
         Some("probe") => 0,
@@ -47,7 +49,9 @@ fn main() -> ExitCode {
 }
 
 fn usage() -> i32 {
-    eprintln!("usage: kiln-worker jail SPEC-JSON | serve --tag=T | runner --tag=T | probe --tag=T");
+    eprintln!(
+        "usage: kiln-worker jail SPEC-JSON | serve [--pch-heap] --tag=T | runner --tag=T | probe --tag=T"
+    );
     eprintln!("       {}", kiln_sandbox::engine::cuda::launcher::USAGE);
     eprintln!(
         "kiln-worker is started by kilnd (launch: by kiln bench agreement); it is not meant to be run by hand."

@@ -21,7 +21,9 @@
 //!   its own for an external profiler (`kiln bench agreement` runs it under Nsight Compute);
 //! - [`launch_timing`]: `kiln-worker launch --time`, the same runs timed by kiln's own
 //!   samples (the bench's timer-floor calibration);
-//! - [`toolkit`]: where the CUDA toolkit's headers are, bound into the compile jail.
+//! - [`toolkit`]: where the CUDA toolkit's headers are, bound into the compile jail;
+//! - [`pch`]: NVRTC precompiled headers of candidates' include prefixes — who builds
+//!   them, where they live, which compiles start from them.
 //!
 //! Per-kernel resources (registers, shared and local memory, max threads, occupancy for
 //! the launch's block) need the module loaded on a GPU, so they are filled at evaluation
@@ -37,6 +39,7 @@ pub mod compile;
 pub mod context;
 pub mod launch_timing;
 pub mod launcher;
+pub mod pch;
 pub mod printf;
 pub mod setup;
 pub mod target;

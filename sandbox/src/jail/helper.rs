@@ -17,7 +17,8 @@
 //! 8. (child) chdir into scratch;
 //! 9. (child) rlimits: CPU, NOFILE, NPROC, FSIZE, CORE=0, AS (when given);
 //! 10. (child) `no_new_privs`, then every capability dropped (ambient, bounding,
-//!     effective, permitted, inheritable);
+//!     effective, permitted, inheritable); for a spec that asks for it
+//!     ([`JailSpec::disable_aslr`]), address-space randomization off for the payload;
 //! 11. (child) seccomp filter of the role, the last step before exec;
 //! 12. (child) write the [`JailReport`] as the first frame on stdout, then exec with only
 //!     the spec's environment.
@@ -287,8 +288,25 @@ fn child(
         )),
         Err(e) => return JailError::Setup(format!("dropping capabilities: {e}")),
     }
+    // Step 10c (compile jails with a precompiled header only): no address-space
+    // randomization for the payload. A failure is recorded, never fatal: the compile then
+    // runs without the header.
+    if spec.wants_no_aslr() {
+        layers.push(match sys::disable_aslr() {
+            Ok(()) => LayerStatus::off(
+                "aslr",
+                "address-space randomization off for this compile (it builds or uses a \
+                 precompiled header; see docs/security.md)",
+            ),
+            Err(e) => LayerStatus::on(
+                "aslr",
+                format!("could not be turned off ({e}): no precompiled header for this compile"),
+            ),
+        });
+    }
     // Everything the exec needs is built before the filter is loaded.
-    let exec = match ExecVectors::new(&program, &spec.args, &spec.env) {
+    let env = spec.payload_env();
+    let exec = match ExecVectors::new(&program, &spec.args, &env) {
         Ok(x) => x,
         Err(e) => {
             return JailError::Exec {
@@ -299,7 +317,7 @@ fn child(
     };
     layers.push(LayerStatus::on(
         "env-cleared",
-        format!("{} variables passed", spec.env.len()),
+        format!("{} variables passed", env.len()),
     ));
     // Step 11.
     match seccomp::apply(spec.role.into()) {

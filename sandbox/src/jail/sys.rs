@@ -108,6 +108,26 @@ pub fn set_no_new_privs() -> io::Result<()> {
     check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }).map(drop)
 }
 
+/// Adds `ADDR_NO_RANDOMIZE` to this process's execution domain, keeping the rest: the
+/// next `execve` lays the program out without address-space randomization.
+pub fn disable_aslr() -> io::Result<()> {
+    const QUERY: libc::c_ulong = 0xffff_ffff;
+    // SAFETY: personality takes an integer; 0xffffffff only reads the current value.
+    let current = check(unsafe { libc::personality(QUERY) })?;
+    let wanted = (current as libc::c_ulong) | libc::ADDR_NO_RANDOMIZE as libc::c_ulong;
+    // SAFETY: as above; this sets the domain read just now with one more flag.
+    check(unsafe { libc::personality(wanted) })?;
+    // The call returns the previous domain even when it ignored the new one: read back.
+    // SAFETY: as above.
+    let now = check(unsafe { libc::personality(QUERY) })?;
+    if now as libc::c_ulong & libc::ADDR_NO_RANDOMIZE as libc::c_ulong == 0 {
+        return Err(io::Error::other(
+            "the kernel kept address-space randomization on",
+        ));
+    }
+    Ok(())
+}
+
 /// Sets soft and hard limit of one resource to `value` (fork-safe).
 pub fn set_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> io::Result<()> {
     set_rlimits(resource, value, value)

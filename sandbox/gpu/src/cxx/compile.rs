@@ -18,12 +18,18 @@
 //!    instantiates templates that only host code used to instantiate; its lowered name
 //!    goes into the artifact's manifest. A name NVRTC cannot resolve, or one that is not a
 //!    kernel, is a compile error naming the kernels the module does contain.
+//! 6. given a precompiled header of the source's leading `#include`s
+//!    ([`compile_candidate_with_pch`], see [`super::pch`]), `--use-pch` and
+//!    `--pch-messages=true` join the options for NVRTC only (the module's recorded options
+//!    are the plain ones); NVRTC's lines about the header leave the log, whose last line
+//!    says whether it was used. The image holds the same code and the manifest is the
+//!    same; the CUBIN's symbol table may list some local symbols in another order.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::{names, screen, standins};
+use super::{names, pch, screen, standins};
 use crate::artifact::{Artifact, KernelEntry};
 use crate::nvrtc::{
     self, CompileError, CompiledModule, ImageKind, Program, check_flags, compile_program,
@@ -68,23 +74,132 @@ pub struct CandidateModule {
     pub artifact: Artifact,
 }
 
+/// The options of a candidate compile, and what was chosen for them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CandidateOptions {
+    /// The architecture compiled for (kiln's, or its arch-specific variant).
+    pub arch: String,
+    /// The headers pre-included because the source uses their names without including
+    /// them ([`standins::implied`]).
+    pub implied: Vec<String>,
+    /// Every option passed to NVRTC, in order (see the module docs).
+    pub options: Vec<String>,
+}
+
+/// The options [`compile_candidate`] compiles `c` with (its flags checked, its
+/// architecture resolved). Pure: NVRTC is not needed.
+pub fn candidate_options(c: &CandidateSource) -> Result<CandidateOptions, CompileError> {
+    let implied = standins::implied(c.source, !c.include_dirs.is_empty());
+    options_for(c.arch, c.flags, &implied, c.include_dirs)
+}
+
+/// The options of a compile for `arch` with `flags` (checked here), the `implied`
+/// pre-includes and the toolkit's `include_dirs`: shared by candidate compiles and the
+/// PCH builds made for them ([`super::pch::build`]), so both get the same options.
+pub(crate) fn options_for(
+    arch: &str,
+    flags: &[String],
+    implied: &[&str],
+    include_dirs: &[PathBuf],
+) -> Result<CandidateOptions, CompileError> {
+    let arch = target_arch(arch, flags)?;
+    if !is_valid_arch(&arch) {
+        return Err(CompileError::Arch(arch));
+    }
+    let flags = check_flags(flags)?;
+    let options = options(&arch, implied, include_dirs, flags);
+    Ok(CandidateOptions {
+        arch,
+        implied: implied.iter().map(|h| h.to_string()).collect(),
+        options,
+    })
+}
+
 /// Compiles a candidate (see the module docs). `Err(CompileError::Failed | Source | Flag |
 /// NoSuchKernel)` is the candidate's `compile_error`; `Unavailable`/`Panicked`/`Nvrtc` are
 /// kiln's.
 pub fn compile_candidate(c: &CandidateSource) -> Result<CandidateModule, CompileError> {
+    compile_inner(c, None).0
+}
+
+/// [`compile_candidate`] starting from the precompiled header at `pch` (see [`pch`]), and
+/// whether NVRTC used it. The result is the one [`compile_candidate`] gives (same
+/// artifact, same errors), but for the log, whose last line says whether the header was
+/// used; NVRTC's own lines about it are left out. When the file cannot be opened, or the
+/// compile from it ends in a catastrophic error, the candidate is compiled again without
+/// it.
+///
+/// [`pch`]: super::pch
+pub fn compile_candidate_with_pch(
+    c: &CandidateSource,
+    pch: &Path,
+) -> (Result<CandidateModule, CompileError>, pch::Outcome) {
+    let (result, outcome) = compile_inner(c, Some(pch));
+    (result, outcome.unwrap_or(pch::Outcome::Unreported))
+}
+
+/// The log of a raw compile result, if it has one.
+fn raw_log(r: &Result<nvrtc::Output, CompileError>) -> &str {
+    match r {
+        Ok(out) => &out.log,
+        Err(CompileError::Failed { log } | CompileError::Nvrtc { log, .. }) => log,
+        Err(_) => "",
+    }
+}
+
+/// Whether a raw compile failed with a catastrophic error (one that ends the compile).
+fn stopped_short(r: &Result<nvrtc::Output, CompileError>) -> bool {
+    matches!(r, Err(CompileError::Failed { log }) if log.lines().any(|l| l.contains("catastrophic error")))
+}
+
+/// The raw compile result with NVRTC's PCH lines taken out of its log.
+fn without_pch_lines(
+    r: Result<nvrtc::Output, CompileError>,
+) -> Result<nvrtc::Output, CompileError> {
+    match r {
+        Ok(out) => Ok(nvrtc::Output {
+            log: pch::strip_log(&out.log),
+            ..out
+        }),
+        Err(CompileError::Failed { log }) => Err(CompileError::Failed {
+            log: pch::strip_log(&log),
+        }),
+        Err(CompileError::Nvrtc { call, code, log }) => Err(CompileError::Nvrtc {
+            call,
+            code,
+            log: pch::strip_log(&log),
+        }),
+        Err(e) => Err(e),
+    }
+}
+
+/// `log` with the PCH outcome's line at its end (when a PCH was given).
+fn noted(mut log: String, outcome: Option<pch::Outcome>) -> String {
+    if let Some(o) = outcome {
+        if !log.is_empty() && !log.ends_with('\n') {
+            log.push('\n');
+        }
+        log.push_str(&o.log_line());
+    }
+    log
+}
+
+fn compile_inner(
+    c: &CandidateSource,
+    pch_file: Option<&Path>,
+) -> (Result<CandidateModule, CompileError>, Option<pch::Outcome>) {
     let started = Instant::now();
-    let arch = target_arch(c.arch, c.flags)?;
-    if !is_valid_arch(&arch) {
-        return Err(CompileError::Arch(arch));
-    }
-    let flags = check_flags(c.flags)?;
+    let opts = match candidate_options(c) {
+        Ok(o) => o,
+        Err(e) => return (Err(e), None),
+    };
     if let Some(message) = screen::host_code(c.source) {
-        return Err(CompileError::Source(message));
+        return (Err(CompileError::Source(message)), None);
     }
-    screen::directives(c.source).map_err(CompileError::Source)?;
+    if let Err(message) = screen::directives(c.source) {
+        return (Err(CompileError::Source(message)), None);
+    }
     let toolkit = !c.include_dirs.is_empty();
-    let implied = standins::implied(c.source, toolkit);
-    let options = options(&arch, &implied, c.include_dirs, flags);
     let headers = standins::headers(toolkit);
     let mut kernels: Vec<String> = Vec::new();
     for k in c.kernels {
@@ -92,31 +207,84 @@ pub fn compile_candidate(c: &CandidateSource) -> Result<CandidateModule, Compile
             kernels.push(k.clone());
         }
     }
-    let program = Program {
+    let with_pch: Vec<String> = match pch_file {
+        Some(p) => opts
+            .options
+            .iter()
+            .cloned()
+            .chain(pch::use_options(p))
+            .collect(),
+        None => Vec::new(),
+    };
+    let plain = Program {
         source: c.source,
         name: SOURCE_NAME,
-        options: &options,
+        options: &opts.options,
         headers: &headers,
         names: &kernels,
-        real_arch: arch.starts_with("sm_"),
+        real_arch: opts.arch.starts_with("sm_"),
     };
-    let mut out = match compile_program(&program) {
+    let (program, raw, outcome) = match pch_file {
+        None => (plain, compile_program(&plain), None),
+        Some(_) => {
+            let program = Program {
+                options: &with_pch,
+                ..plain
+            };
+            let raw = compile_program(&program);
+            match pch::outcome(raw_log(&raw)) {
+                // The file went away (or never was): compile as if none had been given.
+                pch::Outcome::Unreadable => (
+                    plain,
+                    compile_program(&plain),
+                    Some(pch::Outcome::Unreadable),
+                ),
+                // A compile given a PCH keeps its parse state in a temporary file; should
+                // it stop short, the candidate gets the plain compile's result.
+                _ if stopped_short(&raw) => {
+                    let again = compile_program(&plain);
+                    let o = if stopped_short(&again) {
+                        pch::Outcome::Abandoned
+                    } else {
+                        pch::Outcome::Damaged
+                    };
+                    (plain, again, Some(o))
+                }
+                o => (program, without_pch_lines(raw), Some(o)),
+            }
+        }
+    };
+    let result = finish(c, &opts, &program, &kernels, raw, outcome, started);
+    (result, outcome)
+}
+
+/// A compile's raw result made into the candidate's module or error.
+fn finish(
+    c: &CandidateSource,
+    opts: &CandidateOptions,
+    program: &Program,
+    kernels: &[String],
+    raw: Result<nvrtc::Output, CompileError>,
+    outcome: Option<pch::Outcome>,
+    started: Instant,
+) -> Result<CandidateModule, CompileError> {
+    let mut out = match raw {
         Ok(out) => out,
         Err(CompileError::Failed { log }) => {
             let log = shown(log);
             let unresolved = names::unresolved_in_log(&log);
             if !unresolved.is_empty() {
-                return Err(no_such_kernel(&program, &unresolved, log));
+                return Err(no_such_kernel(program, &unresolved, noted(log, outcome)));
             }
             return Err(CompileError::Failed {
-                log: with_hints(log, c.include_dirs.is_empty()),
+                log: noted(with_hints(log, c.include_dirs.is_empty()), outcome),
             });
         }
         Err(CompileError::Nvrtc { call, code, log }) => {
             return Err(CompileError::Nvrtc {
                 call,
                 code,
-                log: shown(log),
+                log: noted(shown(log), outcome),
             });
         }
         Err(e) => return Err(e),
@@ -146,11 +314,12 @@ pub fn compile_candidate(c: &CandidateSource) -> Result<CandidateModule, Compile
         return Err(CompileError::NoSuchKernel {
             names: missing,
             found: names::listing(&in_image),
-            log: shown(out.log),
+            log: noted(shown(out.log), outcome),
         });
     }
-    let log = shown(std::mem::take(&mut out.log));
-    let module = nvrtc::Output { log, ..out }.into_module(&arch, options, started);
+    let log = noted(shown(std::mem::take(&mut out.log)), outcome);
+    let module =
+        nvrtc::Output { log, ..out }.into_module(&opts.arch, opts.options.clone(), started);
     let artifact = Artifact::new(&module, entries);
     Ok(CandidateModule { module, artifact })
 }

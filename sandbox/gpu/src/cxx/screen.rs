@@ -242,7 +242,7 @@ fn literal_name(s: &str) -> Option<(String, bool)> {
 }
 
 /// Why a header name cannot be included, if it cannot.
-fn bad_header_name(name: &str) -> Option<&'static str> {
+pub(crate) fn bad_header_name(name: &str) -> Option<&'static str> {
     if name.is_empty() {
         return Some("an empty name");
     }

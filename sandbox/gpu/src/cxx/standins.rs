@@ -282,6 +282,12 @@ pub fn is_standin(name: &str) -> bool {
     STANDINS.iter().any(|(n, _)| *n == name) || EMPTY_HOST_HEADERS.contains(&name)
 }
 
+/// True if [`implied`] can name `name`: a header kiln pre-includes for a source that uses
+/// its names without including it.
+pub fn may_imply(name: &str) -> bool {
+    IMPLIED_BY_NAME.iter().any(|(_, h)| *h == name) || STD_PROVIDERS.iter().any(|(h, _)| *h == name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,11 +2,12 @@
 //! allow-list, no `-rdc`, no includes outside the toolkit): `kiln_gpu::cxx` compiles the
 //! candidate with the toolkit's include folders (bound into the jail), kiln's stand-in
 //! headers and prelude, and its kernels resolved by C++ name; the artifact is the image
-//! with its kernel manifest (`kiln_gpu::artifact`).
+//! with its kernel manifest (`kiln_gpu::artifact`). A compile the caller gives a
+//! precompiled header starts from it ([`super::pch`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use kiln_gpu::cxx::{self, CandidateSource};
+use kiln_gpu::cxx::{self, CandidateSource, pch};
 use kiln_gpu::nvrtc::CompileError;
 use kiln_types::{Candidate, CompileInfo};
 
@@ -18,15 +19,19 @@ pub struct Compiled {
     pub info: CompileInfo,
     /// Why it failed, for people and models (empty when ok).
     pub message: String,
+    /// Whether NVRTC used the precompiled header given (`None`: none was).
+    pub pch: Option<pch::Outcome>,
 }
 
 /// Compiles `candidate` for `arch` with the toolkit headers in `include_dirs` (as this
-/// process sees them). `Err` is an infrastructure failure (NVRTC missing or broken), never
+/// process sees them), starting from the precompiled header `pch` when one is given (see
+/// [`super::pch`]). `Err` is an infrastructure failure (NVRTC missing or broken), never
 /// the candidate's fault.
 pub fn compile(
     candidate: &Candidate,
     arch: &str,
     include_dirs: &[PathBuf],
+    pch_file: Option<&Path>,
 ) -> Result<Compiled, String> {
     let started = std::time::Instant::now();
     let kernels: Vec<String> = candidate
@@ -41,7 +46,14 @@ pub fn compile(
         include_dirs,
         kernels: &kernels,
     };
-    match cxx::compile_candidate(&source) {
+    let (result, pch) = match pch_file {
+        Some(p) => {
+            let (r, o) = cxx::compile_candidate_with_pch(&source, p);
+            (r, Some(o))
+        }
+        None => (cxx::compile_candidate(&source), None),
+    };
+    match result {
         Ok(m) => Ok(Compiled {
             artifact: Some(m.artifact.encode()),
             info: CompileInfo {
@@ -51,6 +63,7 @@ pub fn compile(
                 kernels: Vec::new(),
             },
             message: String::new(),
+            pch,
         }),
         Err(e @ (CompileError::Unavailable(_) | CompileError::Panicked(_))) => Err(e.to_string()),
         Err(e) => {
@@ -74,6 +87,7 @@ pub fn compile(
                 artifact: None,
                 info: crate::engine::compile_info(started, log),
                 message,
+                pch,
             })
         }
     }
