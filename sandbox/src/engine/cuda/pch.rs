@@ -247,7 +247,11 @@ impl Plan {
             return false;
         }
         let Some(_claim) = Claim::take(&self.dir, &key, stale_after(cfg)) else {
-            tracing::debug!(key, "precompiled header being built elsewhere");
+            // Another compile is building it (about a second): waiting for it costs less
+            // than a cold compile, and spares the CPUs the build needs.
+            let file = self.dir.join(pch::file_name(&key));
+            let waited = wait_for(&file, WAIT_FOR_BUILD);
+            tracing::debug!(key, waited, "precompiled header being built elsewhere");
             return false;
         };
         let started = Instant::now();
@@ -452,6 +456,24 @@ fn touch(file: &Path) {
     }
 }
 
+/// How long a compile waits for a build of its key that another compile is doing (a build
+/// took 1.1 s here and 2.2 s on a busy 16-CPU host) before it compiles without.
+pub const WAIT_FOR_BUILD: Duration = Duration::from_secs(5);
+
+/// Whether `file` exists within `limit` (checked every 20 ms).
+fn wait_for(file: &Path, limit: Duration) -> bool {
+    let until = Instant::now() + limit;
+    loop {
+        if file.exists() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// How long a build lock lives before it is taken for a crashed builder's.
 fn stale_after(cfg: &SandboxConfig) -> Duration {
     cfg.compile_timeout * 2 + Duration::from_secs(60)
@@ -611,6 +633,22 @@ mod tests {
         evict(dir.path(), 0, 0, &files[4]);
         assert!(files[4].exists() && !files[5].exists());
         assert!(dir.path().join("unrelated.txt").exists());
+    }
+
+    /// A compile that finds another building its header waits for the file: it sees one
+    /// that appears (here, written by another thread) and gives up on one that never does.
+    #[test]
+    fn a_build_in_progress_is_waited_for_within_a_bound() {
+        let dir = tempfile::tempdir().expect("dir");
+        let file = dir.path().join(pch::file_name(&"ab".repeat(32)));
+        let writer = {
+            let file = file.clone();
+            std::thread::spawn(move || fs::write(file, b"pch").expect("write"))
+        };
+        assert!(wait_for(&file, Duration::from_secs(60)));
+        writer.join().expect("writer");
+        let never = dir.path().join(pch::file_name(&"cd".repeat(32)));
+        assert!(!wait_for(&never, Duration::from_millis(30)));
     }
 
     #[test]
