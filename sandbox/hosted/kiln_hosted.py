@@ -15,7 +15,13 @@ descriptors, as
 
     python -I -B kiln_hosted.py build SOURCE RECORD INIT_INPUTS_JSON
 
-to build the file's load_inline libraries ahead (see "load_inline builds" below).
+to build the file's load_inline libraries ahead (see "load_inline builds" below), and,
+once per torch version and host compiler, with no candidate file at all, as
+
+    python -I -B kiln_hosted.py gch OUTDIR
+
+to precompile torch's extension header into OUTDIR/torch/extension.h.gch (see
+"precompiled header" below), which later builds find through CPATH.
 
 Descriptors, set up by the worker before the exec:
 
@@ -448,6 +454,105 @@ def build(source, record, init_inputs):
     return 0
 
 
+# ---- precompiled header -----------------------------------------------------------------
+#
+# Every C++ file load_inline writes begins with `#include <torch/extension.h>`, and parsing
+# it is most of the file's compile. `gch` compiles that header once, with the flags torch
+# gives a load_inline C++ file here, into OUTDIR/torch/extension.h.gch; a build with
+# CPATH=OUTDIR finds it before the header (GCC tries `<name>.gch` in each include folder
+# first) and ignores it silently when it does not fit (a different flag or compiler): a
+# mismatch costs time only. kiln runs this in a compile jail of its own, with its own text
+# only (no candidate's), and shows OUTDIR read-only to every later build.
+
+GCH_PROBE = "kiln_gch_probe"
+GCH_MAX_LOG = 4000
+
+
+class _NinjaWritten(Exception):
+    """Raised in place of torch's ninja run: the probe needs its build file only."""
+
+
+def probe_cflags(torch_ext, tmp):
+    """The flags torch compiles a load_inline C++ file with, read from the build.ninja of a
+    trivial load_inline in `tmp` (the extension's name left out), and the compiler torch
+    would run. torch's ninja run is skipped when it can be (the file is written first)."""
+    real = getattr(torch_ext, "_run_ninja_build", None)
+
+    def written(*args, **kwargs):
+        raise _NinjaWritten()
+
+    if real is not None:
+        torch_ext._run_ninja_build = written
+    try:
+        torch_ext.load_inline(name=GCH_PROBE, cpp_sources="int kiln_probe(int x) { return x; }",
+                              functions=["kiln_probe"], build_directory=tmp, verbose=False)
+    except _NinjaWritten:
+        pass
+    finally:
+        if real is not None:
+            torch_ext._run_ninja_build = real
+    with open(os.path.join(tmp, "build.ninja")) as f:
+        lines = f.read().splitlines()
+    values = {}
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep and not line.startswith((" ", "\t")):
+            values.setdefault(key.strip(), value.strip())
+    if "cflags" not in values:
+        raise RuntimeError("torch's build.ninja has no cflags line")
+    import shlex
+    flags = [f for f in shlex.split(values["cflags"]) + shlex.split(values.get("post_cflags", ""))
+             if not f.startswith("-DTORCH_EXTENSION_NAME=")]
+    return flags
+
+
+def gch(outdir):
+    """`gch`: torch's extension header precompiled into OUTDIR/torch/extension.h.gch. Exit
+    0 when the file is there, else nonzero with the reason printed."""
+    import tempfile
+    import time
+    started = time.monotonic()
+    try:
+        import torch  # noqa: F401
+        import torch.utils.cpp_extension as torch_ext
+    except Exception as e:  # noqa: BLE001
+        print(f"kiln gch: python cannot import torch: {describe_exception(e)}")
+        return 1
+    header = None
+    for d in torch_ext.include_paths():
+        if os.path.isfile(os.path.join(d, "torch", "extension.h")):
+            header = os.path.join(d, "torch", "extension.h")
+            break
+    if header is None:
+        print("kiln gch: torch/extension.h is not in torch's include folders")
+        return 1
+    with tempfile.TemporaryDirectory(prefix="kiln-gch-") as tmp:
+        try:
+            flags = probe_cflags(torch_ext, tmp)
+        except Exception as e:  # noqa: BLE001
+            print(f"kiln gch: the probe build did not give torch's flags: {describe_exception(e)}")
+            return 1
+    # As torch picks it (cpp_extension.get_cxx_compiler).
+    cxx = os.environ.get("CXX", "c++")
+    os.makedirs(os.path.join(outdir, "torch"), exist_ok=True)
+    out = os.path.join(outdir, "torch", "extension.h.gch")
+    command = [cxx, "-x", "c++-header", *flags, header, "-o", out]
+    print("kiln gch: " + " ".join(command))
+    sys.stdout.flush()
+    import subprocess
+    done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace")
+    if done.returncode != 0:
+        print(clip(done.stdout, GCH_MAX_LOG))
+        print(f"kiln gch: {cxx} exited with {done.returncode}")
+        return 1
+    if not os.path.isfile(out):
+        print(f"kiln gch: {cxx} wrote no {out}")
+        return 1
+    print(f"kiln gch: {os.path.getsize(out)} bytes in {time.monotonic() - started:.1f} s")
+    return 0
+
+
 def pretend_cuda(torch):
     """For a GPU lane's build (no GPU in the compile jail): `torch.cuda.is_available()`
     answers True, so a file that builds its extension only when CUDA is there (`if
@@ -790,6 +895,8 @@ def main(argv):
         return 0
     if len(argv) == 4 and argv[0] == "build":
         return build(*argv[1:])
+    if len(argv) == 2 and argv[0] == "gch":
+        return gch(argv[1])
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -6,6 +6,7 @@
 //! cleans both up before returning. What these calls share with the warm GPU worker
 //! ([`crate::WarmWorker`]) is in [`crate::jailed_worker`].
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use kiln_types::{Candidate, CompileInfo, EvalPlan, Evaluation, Language, ProblemSpec, Verdict};
@@ -165,6 +166,10 @@ pub fn compile(
                 .torch
                 .as_ref()
                 .map_or_else(|| "[]".to_string(), |t| t.init_inputs.clone()),
+            // torch's precompiled extension header (built first by the first build to need
+            // it): the host folder here, the jail's path once the jail is up.
+            cpath: crate::engine::hosted::gch::ensure(cfg, setup),
+            make_gch: false,
         };
         // Nothing the build does is a verdict: whatever fails, the file goes on as written
         // and its evaluation builds what is missing.
@@ -354,6 +359,12 @@ fn compile_once(
     }
     if let Some(h) = &hosted {
         spec.ro_paths.extend(h.setup.ro_paths.iter().cloned());
+        if let Some(folder) = &h.cpath {
+            spec.ro_binds.push((
+                folder.clone(),
+                PathBuf::from(crate::engine::hosted::gch::INSIDE),
+            ));
+        }
     }
     if let Some(p) = plan {
         p.prepare(&mut spec);
@@ -366,6 +377,14 @@ fn compile_once(
     // The header folders are at their fixed paths when the private root came up, and at
     // their host paths when it did not (the jail's layers say which).
     let private_root = layers.iter().any(|l| l.name == "private-root" && l.active);
+    // So is torch's precompiled header folder of a hosted build.
+    let mut hosted = hosted;
+    if let Some(h) = hosted
+        .as_mut()
+        .filter(|h| h.cpath.is_some() && private_root)
+    {
+        h.cpath = Some(PathBuf::from(crate::engine::hosted::gch::INSIDE));
+    }
     let include_dirs = match (cuda, private_root) {
         (false, _) => Vec::new(),
         (true, true) => cfg.cuda_headers.inside_paths(),

@@ -208,9 +208,11 @@ class ModelNew(nn.Module):
 /// ninja beside the python (CI installs it); skipped without.
 #[test]
 fn a_load_inline_library_is_built_at_compile_and_loaded_at_evaluation() {
-    let Some((_d, cfg, mut runner)) = hosted_setup() else {
+    let Some((_d, mut cfg, mut runner)) = hosted_setup() else {
         return;
     };
+    // Without torch's precompiled header (the test below builds one).
+    cfg.pch_dir = None;
     let python = cfg.hosted.as_ref().expect("hosted").python.clone();
     if !python.with_file_name("ninja").is_file() && which_ninja().is_none() {
         eprintln!("SKIP: no ninja beside {} or on PATH", python.display());
@@ -498,4 +500,88 @@ class ModelNew(nn.Module):
         assert_eq!(e.verdict, Verdict::InputTampered, "{e:#?}");
         assert_correct(&evaluate(&cfg, &p, STRIDED_VIEW, &mut runner));
     }
+}
+
+/// The same softmax from another `load_inline` call (another name, another library).
+const SOFTMAX_LOAD_INLINE_2: &str = r#"
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CPP = """
+#include <torch/extension.h>
+torch::Tensor softmax_rows(torch::Tensor x) {
+    return torch::softmax(x, 1);
+}
+"""
+ops = load_inline(name="kiln_test_softmax_two", cpp_sources=CPP, functions=["softmax_rows"])
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ops.softmax_rows(x)
+"#;
+
+/// The first hosted build with the precompiled-header folder configured builds torch's
+/// extension header there (`torch-gch-<key>/torch/extension.h.gch`, a jail of its own);
+/// later builds compile with it and their libraries load as before. The times are printed
+/// (cold, first with the header's build, second with the header), not asserted.
+#[test]
+fn torchs_header_is_precompiled_once_and_later_builds_use_it() {
+    let Some((_d, mut cfg, mut runner)) = hosted_setup() else {
+        return;
+    };
+    let python = cfg.hosted.as_ref().expect("hosted").python.clone();
+    if !python.with_file_name("ninja").is_file() && which_ninja().is_none() {
+        eprintln!("SKIP: no ninja beside {} or on PATH", python.display());
+        return;
+    }
+    let p = fixture("kb-softmax-8x64");
+    let build = |cfg: &SandboxConfig, source: &str| {
+        let started = std::time::Instant::now();
+        let out = kiln_sandbox::compile(cfg, &p, &modelnew(&p, source)).expect("compile runs");
+        let art = out.artifact.expect("an artifact");
+        let unpacked = kiln_sandbox::engine::hosted::artifact::unpack(&art).expect("unpacks");
+        assert_eq!(unpacked.libs.len(), 1, "{}", out.info.log);
+        (art, started.elapsed().as_secs_f64())
+    };
+    let pch_dir = cfg
+        .pch_dir
+        .clone()
+        .expect("a precompiled-header folder by default");
+    cfg.pch_dir = None;
+    let (_, cold) = build(&cfg, SOFTMAX_LOAD_INLINE);
+    cfg.pch_dir = Some(pch_dir.clone());
+    let (_, first) = build(&cfg, SOFTMAX_LOAD_INLINE);
+    let folders: Vec<_> = std::fs::read_dir(&pch_dir)
+        .expect("the folder")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|f| {
+            f.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("torch-gch-"))
+        })
+        .collect();
+    assert_eq!(folders.len(), 1, "{folders:?}");
+    let gch = folders[0].join("torch/extension.h.gch");
+    let meta = std::fs::symlink_metadata(&gch).expect("the header");
+    assert!(meta.is_file() && meta.len() > 0, "{meta:?}");
+    let (art, second) = build(&cfg, SOFTMAX_LOAD_INLINE_2);
+    eprintln!(
+        "hosted load_inline builds: {cold:.1} s cold without the header, {first:.1} s with \
+         its build ({} MB), {second:.1} s with it",
+        meta.len() >> 20
+    );
+    let c = modelnew(&p, SOFTMAX_LOAD_INLINE_2);
+    let e =
+        kiln_sandbox::evaluate_with(&cfg, &p, &[], &c, &art, &common::plan(), Some(&mut runner))
+            .expect("evaluate runs");
+    assert_correct(&e);
+    assert!(
+        e.evidence
+            .notes
+            .iter()
+            .any(|n| n.contains("kiln_test_softmax_two") && n.contains("loaded from kiln's cache")),
+        "{:#?}",
+        e.evidence.notes
+    );
 }

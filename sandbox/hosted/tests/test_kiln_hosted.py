@@ -597,5 +597,45 @@ class KeptBuilds(unittest.TestCase):
                     # lane's build leaves torch as it is (no GPU here: False).
                     self.assertEqual(f.read().split()[-1], want, p.stdout)
 
+
+class PrecompiledHeader(unittest.TestCase):
+    def test_gch_precompiles_torchs_extension_header_and_a_build_uses_it(self):
+        python, why = torch_python()
+        if python is None:
+            self.skipTest(why)
+        path = os.pathsep.join([os.path.dirname(python), os.environ.get("PATH", "")])
+        if shutil.which("ninja", path=path) is None:
+            self.skipTest("no ninja beside KILN_PYTHON or on PATH (torch's probe build needs it)")
+        cxx = os.environ.get("CXX", "c++")
+        if shutil.which(cxx, path=path) is None:
+            self.skipTest(f"no {cxx} (the host compiler) on PATH")
+        env = dict(os.environ, PATH=path, CUDA_VISIBLE_DEVICES="")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "gch")
+            # kiln's own text only: a trivial probe build gives torch's flags.
+            p = subprocess.run([python, "-I", "-B", SCRIPT, "gch", out], capture_output=True,
+                               text=True, timeout=600, env=dict(env, TMPDIR=tmp))
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            gch = os.path.join(out, "torch", "extension.h.gch")
+            self.assertTrue(os.path.isfile(gch), p.stdout)
+            self.assertGreater(os.path.getsize(gch), 0)
+            self.assertIn("kiln gch: ", p.stdout)
+            self.assertNotIn("TORCH_EXTENSION_NAME", p.stdout)
+            # A file as load_inline writes it, compiled with the same flags and CPATH set:
+            # GCC reports the header it used with "! " (a valid .gch).
+            flags = next(line for line in p.stdout.splitlines()
+                         if line.startswith("kiln gch: ") and "c++-header" in line).split()
+            flags = flags[flags.index("c++-header") + 1:flags.index("-o") - 1]
+            main = os.path.join(tmp, "main.cpp")
+            with open(main, "w") as f:
+                f.write("#include <torch/extension.h>\nint twice(int x) { return 2 * x; }\n")
+            c = subprocess.run([cxx, "-DTORCH_EXTENSION_NAME=kiln_probe_two", *flags, "-H",
+                                "-fsyntax-only", main], capture_output=True, text=True,
+                               timeout=600, env=dict(env, CPATH=out))
+            self.assertEqual(c.returncode, 0, c.stderr[-2000:])
+            used = [line for line in c.stderr.splitlines() if line.startswith("! ")]
+            self.assertTrue(used and used[0].endswith(gch), c.stderr[:2000])
+
+
 if __name__ == "__main__":
     unittest.main()

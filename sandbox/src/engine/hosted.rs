@@ -7,6 +7,8 @@
 //!
 //! - [`build`]: the compile step, which builds a file's `load_inline` libraries ahead, off
 //!   the lane, and [`artifact`], the file and those libraries as one artifact;
+//! - [`gch`]: torch's extension header precompiled once (GCC), shown read-only to those
+//!   builds;
 //! - [`setup`]: the python with torch that runs them, found once by kilnd, and the runner
 //!   script (`sandbox/hosted/kiln_hosted.py`) carried inside `kiln-worker`;
 //! - [`wrapper`]: `kiln-worker hosted-runner`, which loads the hosted filter and execs
@@ -25,6 +27,7 @@
 pub mod artifact;
 pub mod build;
 pub mod cpu;
+pub mod gch;
 pub mod gpu;
 pub mod kernels;
 pub mod setup;

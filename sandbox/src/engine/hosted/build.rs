@@ -17,7 +17,7 @@
 //! wrong then). The libraries are the candidate's own work, loaded only into the runner of
 //! the same file: a file cannot reach another file's artifact.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -47,6 +47,14 @@ pub struct HostedBuild {
     /// The problem's `get_init_inputs()`, JSON (ModelNew is built with them on the meta
     /// device, for files that call `load_inline` in `__init__`).
     pub init_inputs: String,
+    /// The folder of torch's precompiled extension header, as the jail shows it
+    /// ([`super::gch`]): the build's `CPATH`. `None`: built without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpath: Option<PathBuf>,
+    /// Build that header instead of a file (`kiln_hosted.py gch` into
+    /// `hosted-build/gch`; the request's source is not used).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub make_gch: bool,
 }
 
 /// Whether `source` can build anything at its compile step: it names `load_inline`.
@@ -98,20 +106,22 @@ pub fn build(source: &str, job: &HostedBuild, timeout: Duration) -> Result<Built
         .next()
         .ok_or("kiln-worker's own path: no argv[0]")?;
     let cuda = job.arch.is_some();
+    let script_args: Vec<String> = if job.make_gch {
+        vec!["gch".into(), dir.join("gch").display().to_string()]
+    } else {
+        vec![
+            "build".into(),
+            candidate.display().to_string(),
+            record.display().to_string(),
+            job.init_inputs.clone(),
+        ]
+    };
     let mut cmd = Command::new(exe);
     cmd.arg("hosted-runner")
         .arg(format!("--python={}", job.setup.python.display()))
         .arg(format!("--script={}", script.display()))
         .arg("--processes")
-        .args(
-            [
-                "build",
-                &candidate.display().to_string(),
-                &record.display().to_string(),
-                &job.init_inputs,
-            ]
-            .map(|a| format!("--script-arg={a}")),
-        )
+        .args(script_args.iter().map(|a| format!("--script-arg={a}")))
         .env_clear()
         .envs(runner_env(&dir, &job.setup, cuda))
         // No GPU here: torch builds for the lane's architecture, as it is told.
@@ -121,9 +131,23 @@ pub fn build(source: &str, job: &HostedBuild, timeout: Duration) -> Result<Built
     if let Some(list) = job.arch.as_deref().and_then(torch_arch_list) {
         cmd.env("TORCH_CUDA_ARCH_LIST", list);
     }
+    // torch's precompiled extension header, found before the header itself.
+    if let Some(folder) = &job.cpath {
+        cmd.env("CPATH", folder);
+    }
     let run = run_captured(&mut cmd, timeout, LOG_CAP)
         .map_err(|e| format!("cannot start the hosted build: {e}"))?;
     let mut log = run.output;
+    if job.make_gch {
+        // The caller checks the header it finds in the scratch; the log says why not.
+        if run.timed_out {
+            log.push_str("\nkiln: the header build ran out of time");
+        }
+        return Ok(Built {
+            artifact: Vec::new(),
+            info: crate::engine::compile_info(started, log),
+        });
+    }
     if run.timed_out {
         log.push_str(&format!(
             "\nkiln: the build ran out of its {:.0} s; the evaluation builds what is missing",
