@@ -13,6 +13,7 @@
 //!   (trust mode `hosted`), checked and timed from the worker's side;
 //! - [`limits`]: which resource limit ended a compile, for all of them.
 
+pub mod build_claim;
 pub mod contract;
 pub mod cuda;
 pub mod host;

@@ -30,12 +30,10 @@
 //! Plain compiles (other languages, no toolkit header in the prefix) are untouched: no
 //! bind, randomization on, no early heap mapping.
 
-use std::collections::HashMap;
 use std::fs;
 use std::io::ErrorKind;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -45,6 +43,7 @@ use kiln_gpu::cxx::{CandidateSource, candidate_options};
 use kiln_types::Candidate;
 
 use crate::config::SandboxConfig;
+use crate::engine::build_claim::{Claim, HeldBack};
 use crate::jail::{self, JailSpec, LayerStatus, Limits, Role};
 use crate::jailed_worker::{JobDir, jail_spec};
 use crate::protocol::{self, PROTOCOL_VERSION, Request, Response};
@@ -96,23 +95,8 @@ pub fn counts() -> Counts {
     }
 }
 
-/// Keys not to build again before the instant given.
-static HELD_BACK: Mutex<Option<HashMap<String, Instant>>> = Mutex::new(None);
-
-fn hold_back(key: &str) {
-    let mut map = HELD_BACK.lock().unwrap_or_else(|p| p.into_inner());
-    let map = map.get_or_insert_with(HashMap::new);
-    let now = Instant::now();
-    map.retain(|_, until| *until > now);
-    map.insert(key.to_string(), now + RETRY_AFTER);
-}
-
-fn held_back(key: &str) -> bool {
-    let map = HELD_BACK.lock().unwrap_or_else(|p| p.into_inner());
-    map.as_ref()
-        .and_then(|m| m.get(key))
-        .is_some_and(|until| *until > Instant::now())
-}
+/// Keys not to build again before [`RETRY_AFTER`] has passed.
+static HELD_BACK: HeldBack = HeldBack::new();
 
 /// The private-root state the last PCH jail had (0 unknown, 1 without, 2 with): the guess
 /// for the key a build looks up before it starts a jail.
@@ -243,10 +227,11 @@ impl Plan {
         let Some(key) = self.key(cfg, candidate, guess) else {
             return false;
         };
-        if self.dir.join(pch::file_name(&key)).exists() || held_back(&key) {
+        if self.dir.join(pch::file_name(&key)).exists() || HELD_BACK.held(&key) {
             return false;
         }
-        let Some(_claim) = Claim::take(&self.dir, &key, stale_after(cfg)) else {
+        let lock = self.dir.join(format!(".{}.lock", pch::file_name(&key)));
+        let Some(_claim) = Claim::take(lock, stale_after(cfg), "a precompiled header build") else {
             // Another compile is building it (about a second): waiting for it costs less
             // than a cold compile, and spares the CPUs the build needs.
             let file = self.dir.join(pch::file_name(&key));
@@ -275,7 +260,7 @@ impl Plan {
             }
             Err(why) => {
                 BUILD_FAILED.fetch_add(1, Ordering::Relaxed);
-                hold_back(&key);
+                HELD_BACK.hold(&key, RETRY_AFTER);
                 tracing::warn!(key, "precompiled header not built: {why}");
                 false
             }
@@ -379,7 +364,7 @@ pub fn record(chosen: &Chosen, outcome: Option<Outcome>) {
 
 /// Deletes a PCH file found wanting (and holds its key back from being built again soon).
 pub fn discard(chosen: &Chosen) {
-    hold_back(&chosen.key);
+    HELD_BACK.hold(&chosen.key, RETRY_AFTER);
     if let Err(e) = fs::remove_file(&chosen.file)
         && e.kind() != ErrorKind::NotFound
     {
@@ -477,48 +462,6 @@ fn wait_for(file: &Path, limit: Duration) -> bool {
 /// How long a build lock lives before it is taken for a crashed builder's.
 fn stale_after(cfg: &SandboxConfig) -> Duration {
     cfg.compile_timeout * 2 + Duration::from_secs(60)
-}
-
-/// A claim on building one key: an `O_EXCL` lock file in the folder, removed on drop.
-struct Claim {
-    path: PathBuf,
-}
-
-impl Claim {
-    fn take(dir: &Path, key: &str, stale: Duration) -> Option<Claim> {
-        let path = dir.join(format!(".{}.lock", pch::file_name(key)));
-        for _ in 0..2 {
-            match fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-            {
-                Ok(_) => return Some(Claim { path }),
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                    let age = fs::metadata(&path)
-                        .and_then(|m| m.modified())
-                        .ok()
-                        .and_then(|t| t.elapsed().ok());
-                    if age.is_some_and(|a| a > stale) {
-                        let _ = fs::remove_file(&path);
-                        continue;
-                    }
-                    return None;
-                }
-                Err(e) => {
-                    tracing::warn!(lock = %path.display(), "cannot claim a precompiled header build: {e}");
-                    return None;
-                }
-            }
-        }
-        None
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.path);
-    }
 }
 
 /// Moves the built file `from` (in a finished build's scratch) into `dir` as `name`,
@@ -649,20 +592,6 @@ mod tests {
         writer.join().expect("writer");
         let never = dir.path().join(pch::file_name(&"cd".repeat(32)));
         assert!(!wait_for(&never, Duration::from_millis(30)));
-    }
-
-    #[test]
-    fn a_claim_is_exclusive_until_dropped_or_stale() {
-        let dir = tempfile::tempdir().expect("dir");
-        let key = "ab".repeat(32);
-        let first = Claim::take(dir.path(), &key, Duration::from_secs(60)).expect("first");
-        assert!(Claim::take(dir.path(), &key, Duration::from_secs(60)).is_none());
-        // A lock older than the stale age is a crashed builder's: taken over.
-        let second = Claim::take(dir.path(), &key, Duration::ZERO);
-        assert!(second.is_some());
-        drop(second);
-        drop(first);
-        assert!(Claim::take(dir.path(), &key, Duration::from_secs(60)).is_some());
     }
 
     #[test]

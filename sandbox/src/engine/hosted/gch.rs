@@ -31,12 +31,10 @@
 //! - At most [`MAX_FOLDERS`] such folders are kept (least recently used removed); NVRTC's
 //!   eviction in [`crate::engine::cuda::pch`] only counts its own `.pch` files.
 
-use std::collections::HashMap;
 use std::fs;
 use std::io::ErrorKind;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use kiln_types::{Candidate, Language};
@@ -44,6 +42,7 @@ use kiln_types::{Candidate, Language};
 use super::build::HostedBuild;
 use super::setup::{HostedSetup, load_timeout, runner_env};
 use crate::config::SandboxConfig;
+use crate::engine::build_claim::{Claim, HeldBack};
 use crate::jail::{self, Limits, Role};
 use crate::jailed_worker::{JobDir, jail_spec};
 use crate::protocol::{self, PROTOCOL_VERSION, Request, Response};
@@ -75,23 +74,8 @@ pub const RETRY_AFTER: Duration = Duration::from_secs(3600);
 /// Where the build writes the header, under its scratch (the worker's `hosted-build`).
 const OUT_IN_SCRATCH: &str = "hosted-build/gch";
 
-/// Keys not to build again before the instant given.
-static HELD_BACK: Mutex<Option<HashMap<String, Instant>>> = Mutex::new(None);
-
-fn hold_back(key: &str) {
-    let mut map = HELD_BACK.lock().unwrap_or_else(|p| p.into_inner());
-    let map = map.get_or_insert_with(HashMap::new);
-    let now = Instant::now();
-    map.retain(|_, until| *until > now);
-    map.insert(key.to_string(), now + RETRY_AFTER);
-}
-
-fn held_back(key: &str) -> bool {
-    let map = HELD_BACK.lock().unwrap_or_else(|p| p.into_inner());
-    map.as_ref()
-        .and_then(|m| m.get(key))
-        .is_some_and(|until| *until > Instant::now())
-}
+/// Keys not to build again before [`RETRY_AFTER`] has passed.
+static HELD_BACK: HeldBack = HeldBack::new();
 
 /// The key of the header for `setup` built with `compiler` (its identity, [`compiler`]).
 pub fn key(setup: &HostedSetup, compiler: &str) -> String {
@@ -139,10 +123,14 @@ pub fn ensure(cfg: &SandboxConfig, setup: &HostedSetup) -> Option<PathBuf> {
         touch(&folder);
         return Some(folder);
     }
-    if held_back(&key) {
+    if HELD_BACK.held(&key) {
         return None;
     }
-    let _claim = Claim::take(&dir, &key, load_timeout(cfg.compile_timeout) * 2)?;
+    let _claim = Claim::take(
+        dir.join(format!(".{FOLDER_PREFIX}{key}.lock")),
+        load_timeout(cfg.compile_timeout) * 2,
+        "a torch header build",
+    )?;
     if installed(&folder) {
         return Some(folder);
     }
@@ -159,7 +147,7 @@ pub fn ensure(cfg: &SandboxConfig, setup: &HostedSetup) -> Option<PathBuf> {
             Some(folder)
         }
         Err(why) => {
-            hold_back(&key);
+            HELD_BACK.hold(&key, RETRY_AFTER);
             tracing::warn!(key, "torch's extension header not precompiled: {why}");
             None
         }
@@ -369,48 +357,6 @@ pub fn evict(dir: &Path, max: usize, keep: &Path) {
     }
 }
 
-/// A claim on building one key: an `O_EXCL` lock file in the folder, removed on drop.
-struct Claim {
-    path: PathBuf,
-}
-
-impl Claim {
-    fn take(dir: &Path, key: &str, stale: Duration) -> Option<Claim> {
-        let path = dir.join(format!(".{FOLDER_PREFIX}{key}.lock"));
-        for _ in 0..2 {
-            match fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-            {
-                Ok(_) => return Some(Claim { path }),
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                    let age = fs::metadata(&path)
-                        .and_then(|m| m.modified())
-                        .ok()
-                        .and_then(|t| t.elapsed().ok());
-                    if age.is_some_and(|a| a > stale) {
-                        let _ = fs::remove_file(&path);
-                        continue;
-                    }
-                    return None;
-                }
-                Err(e) => {
-                    tracing::warn!(lock = %path.display(), "cannot claim a torch header build: {e}");
-                    return None;
-                }
-            }
-        }
-        None
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.path);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -510,15 +456,5 @@ mod tests {
         assert!(!names.iter().any(|n| n.ends_with(".part")), "{names:?}");
         remove_folder(&folder);
         assert!(!folder.exists());
-    }
-
-    #[test]
-    fn a_claim_is_exclusive_until_dropped() {
-        let dir = tempfile::tempdir().expect("dir");
-        let key = "cd".repeat(16);
-        let first = Claim::take(dir.path(), &key, Duration::from_secs(60)).expect("first");
-        assert!(Claim::take(dir.path(), &key, Duration::from_secs(60)).is_none());
-        drop(first);
-        assert!(Claim::take(dir.path(), &key, Duration::from_secs(60)).is_some());
     }
 }
