@@ -406,12 +406,7 @@ fn compile_once(
         hosted,
         pch: chosen.as_ref().map(|c| c.inside.clone()),
     };
-    let reply = child
-        .stdin
-        .as_mut()
-        .ok_or_else(|| protocol::ProtocolError::Io(std::io::ErrorKind::BrokenPipe.into()))
-        .and_then(|w| protocol::write_message(w, &request, &[]))
-        .and_then(|()| protocol::read_message::<Response>(&mut child.stdout));
+    let reply = crate::jailed_worker::ask(&mut child, &request);
     if child.timed_out() {
         child.finish();
         let mut msg = format!(

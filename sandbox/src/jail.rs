@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use spawn::{JailedChild, Killer, spawn};
+pub use spawn::{Ended, JailedChild, Killer, spawn};
 
 /// The seccomp policy a jailed process runs under (see [`seccomp`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -17,6 +17,31 @@ use crate::jail::{self, CgroupSpec, JailSpec, JailedChild, LayerStatus, Limits, 
 use crate::protocol::{self, PROTOCOL_VERSION, ProtocolError, Request, Response, RunLimits};
 use kiln_torch_runner::ReferenceRunner;
 
+/// Sends one request (no blobs) to a jailed worker and reads its answer and blobs.
+pub(crate) fn ask(
+    child: &mut JailedChild,
+    request: &Request,
+) -> Result<(Response, Vec<Vec<u8>>), ProtocolError> {
+    child
+        .stdin
+        .as_mut()
+        .ok_or_else(|| ProtocolError::Io(std::io::ErrorKind::BrokenPipe.into()))
+        .and_then(|w| protocol::write_message(w, request, &[]))
+        .and_then(|()| protocol::read_message::<Response>(&mut child.stdout))
+}
+
+/// Why a one-shot build's worker gave no answer, for a log: the protocol error, how the
+/// worker ended and the end of its stderr.
+pub(crate) fn no_answer(e: &ProtocolError, ended: &jail::Ended) -> String {
+    format!(
+        "{e}; worker {}; log: {}",
+        ended
+            .status
+            .map_or("status unknown".into(), |s| s.to_string()),
+        ended.stderr_tail.trim()
+    )
+}
+
 /// A job's directory, removed on drop.
 pub(crate) struct JobDir {
     base: PathBuf,

@@ -46,7 +46,7 @@ use crate::config::SandboxConfig;
 use crate::engine::build_claim::{Claim, HeldBack};
 use crate::jail::{self, JailSpec, LayerStatus, Limits, Role};
 use crate::jailed_worker::{JobDir, jail_spec};
-use crate::protocol::{self, PROTOCOL_VERSION, Request, Response};
+use crate::protocol::{PROTOCOL_VERSION, Request, Response};
 
 /// Where the PCH folder appears inside a compile jail (read-only).
 pub const INSIDE: &str = "/kiln/pch";
@@ -171,14 +171,7 @@ impl Plan {
         private_root: bool,
     ) -> Option<String> {
         let include_dirs = include_dirs(cfg, private_root);
-        let opts = candidate_options(&CandidateSource {
-            source: &candidate.source,
-            arch: &cfg.cuda_arch,
-            flags: &candidate.flags,
-            include_dirs: &include_dirs,
-            kernels: &[],
-        })
-        .ok()?;
+        let opts = options(cfg, candidate, &include_dirs).ok()?;
         let nvrtc = kiln_gpu::facts::nvrtc_version()?;
         let environment = environment(cfg, private_root);
         Some(pch::key(&pch::KeyInputs {
@@ -294,15 +287,9 @@ impl Plan {
             scratch.join(&name)
         };
         let include_dirs = include_dirs(cfg, private_root);
-        let implied = candidate_options(&CandidateSource {
-            source: &candidate.source,
-            arch: &cfg.cuda_arch,
-            flags: &candidate.flags,
-            include_dirs: &include_dirs,
-            kernels: &[],
-        })
-        .map_err(|e| e.to_string())?
-        .implied;
+        let implied = options(cfg, candidate, &include_dirs)
+            .map_err(|e| e.to_string())?
+            .implied;
         let request = Request::BuildPch {
             version: PROTOCOL_VERSION,
             prefix: self.prefix.clone(),
@@ -312,12 +299,7 @@ impl Plan {
             implied,
             out,
         };
-        let reply = child
-            .stdin
-            .as_mut()
-            .ok_or_else(|| protocol::ProtocolError::Io(ErrorKind::BrokenPipe.into()))
-            .and_then(|w| protocol::write_message(w, &request, &[]))
-            .and_then(|()| protocol::read_message::<Response>(&mut child.stdout));
+        let reply = crate::jailed_worker::ask(&mut child, &request);
         let timed_out = child.timed_out();
         let ended = child.finish();
         if timed_out {
@@ -329,15 +311,25 @@ impl Plan {
             }
             Ok((Response::PchBuilt { message, .. }, _)) => Err(message),
             Ok((other, _)) => Err(format!("unexpected answer {other:?}")),
-            Err(e) => Err(format!(
-                "{e}; worker {}; log: {}",
-                ended
-                    .status
-                    .map_or("status unknown".into(), |s| s.to_string()),
-                ended.stderr_tail.trim()
-            )),
+            Err(e) => Err(crate::jailed_worker::no_answer(&e, &ended)),
         }
     }
+}
+
+/// The options a compile of `candidate` gets with `include_dirs` (kiln's recipe, as the
+/// worker will build them).
+fn options(
+    cfg: &SandboxConfig,
+    candidate: &Candidate,
+    include_dirs: &[PathBuf],
+) -> Result<kiln_gpu::cxx::compile::CandidateOptions, kiln_gpu::nvrtc::CompileError> {
+    candidate_options(&CandidateSource {
+        source: &candidate.source,
+        arch: &cfg.cuda_arch,
+        flags: &candidate.flags,
+        include_dirs,
+        kernels: &[],
+    })
 }
 
 /// Records what a compile given `chosen` says about it: counted; a file NVRTC rejected

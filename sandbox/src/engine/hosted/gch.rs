@@ -45,7 +45,7 @@ use crate::config::SandboxConfig;
 use crate::engine::build_claim::{Claim, HeldBack};
 use crate::jail::{self, Limits, Role};
 use crate::jailed_worker::{JobDir, jail_spec};
-use crate::protocol::{self, PROTOCOL_VERSION, Request, Response};
+use crate::protocol::{PROTOCOL_VERSION, Request, Response};
 
 /// Where the header's folder appears inside a hosted build jail (read-only).
 pub const INSIDE: &str = "/kiln/torch-gch";
@@ -210,12 +210,7 @@ fn build(
         }),
         pch: None,
     };
-    let reply = child
-        .stdin
-        .as_mut()
-        .ok_or_else(|| protocol::ProtocolError::Io(ErrorKind::BrokenPipe.into()))
-        .and_then(|w| protocol::write_message(w, &request, &[]))
-        .and_then(|()| protocol::read_message::<Response>(&mut child.stdout));
+    let reply = crate::jailed_worker::ask(&mut child, &request);
     let timed_out = child.timed_out();
     let ended = child.finish();
     if timed_out {
@@ -225,13 +220,7 @@ fn build(
         Ok((Response::Compiled { info, .. }, _)) => info.log,
         Ok((other, _)) => return Err(format!("unexpected answer {other:?}")),
         Err(e) => {
-            return Err(format!(
-                "{e}; worker {}; log: {}",
-                ended
-                    .status
-                    .map_or("status unknown".into(), |s| s.to_string()),
-                ended.stderr_tail.trim()
-            ));
+            return Err(crate::jailed_worker::no_answer(&e, &ended));
         }
     };
     let built = scratch.join(OUT_IN_SCRATCH);
