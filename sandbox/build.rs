@@ -17,6 +17,7 @@ const COMPILE_PATH: &[&str] = &[
     "src/engine/hosted/build.rs",
     "src/engine/hosted/artifact.rs",
     "hosted/kiln_hosted.py",
+    "hosted/kiln_extract.py",
     "src/worker.rs",
     "gpu/src/nvrtc.rs",
     "gpu/src/cxx.rs",

@@ -34,7 +34,10 @@
 #      kiln's own examples in docs/examples/hosted (with $KERNELBENCH_ROOT, KernelBench's
 #      `KernelBench/` folder), each with the verdict it must get, and the published answers
 #      of $HOSTED_CORPUS (scripts/hosted-check.py: verdicts, times, speedups);
-#      ($HOSTED_ONLY: a regular expression on the example files to run.)
+#      ($HOSTED_ONLY: a regular expression on the example files to run; $HOSTED_CHECK_ARGS:
+#      more arguments of hosted-check.py, e.g. "--parallel --no-baselines".) Each file's
+#      line says what lifting it into a contract candidate came to (issue 29).
+#      $HOSTED_EXAMPLES=0 skips kiln's own examples, $HOSTED_BENCH=0 the throughput.
 #      With $KERNELBENCH_ROOT it also measures `kiln bench throughput --candidate` of the
 #      load_inline GELU on level-1 88 ($HOSTED_BENCH_COUNT files, cold, then cached).
 #  12. (step `kernelbench`, not in the default steps) `kiln kernelbench run` over every
@@ -274,19 +277,19 @@ PY
             # ($HOSTED_CORPUS: manifest.json, the files, their problems).
             hosted_out=${out:-$tmp}
             here=$(cd "$(dirname "$0")" && pwd)
-            if [ -n "${KERNELBENCH_ROOT:-}" ]; then
+            if [ -n "${KERNELBENCH_ROOT:-}" ] && [ "${HOSTED_EXAMPLES:-1}" = 1 ]; then
                 section "hosted: kiln's own ModelNew examples"
                 timeout 1500 python3 "$here/../scripts/hosted-check.py" "$bundle/kiln" "$here/../docs/examples/hosted" \
                     --problems-root "$KERNELBENCH_ROOT" --helper "$bundle/kiln_torch.py" --out "$hosted_out" \
-                    ${HOSTED_ONLY:+--only "$HOSTED_ONLY"} || status=1
+                    ${HOSTED_ONLY:+--only "$HOSTED_ONLY"} ${HOSTED_CHECK_ARGS:-} || status=1
             fi
             if [ -n "${HOSTED_CORPUS:-}" ]; then
                 section "hosted: published ModelNew files ($HOSTED_CORPUS)"
                 timeout 2400 python3 "$here/../scripts/hosted-check.py" "$bundle/kiln" "$HOSTED_CORPUS" \
-                    --helper "$bundle/kiln_torch.py" --out "$hosted_out" || status=1
+                    --helper "$bundle/kiln_torch.py" --out "$hosted_out" ${HOSTED_CHECK_ARGS:-} || status=1
             fi
         fi
-        if want hosted && [ -n "${KERNELBENCH_ROOT:-}" ]; then
+        if want hosted && [ -n "${KERNELBENCH_ROOT:-}" ] && [ "${HOSTED_BENCH:-1}" = 1 ]; then
             # Hosted throughput on KernelBench level-1 88 (GELU): kiln's load_inline example,
             # varied by a comment tag, so every variant is a new file (its library built
             # cold at its compile step), then the same files again (compile cache).

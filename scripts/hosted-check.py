@@ -3,6 +3,7 @@
 host (scripts/gpu-check.sh's `hosted` step runs it).
 
     hosted-check.py KILN CORPUS [--python PY] [--helper kiln_torch.py] [--out DIR]
+                    [--only REGEX] [--parallel] [--no-baselines]
 
 CORPUS holds `manifest.json` (a list of {"file", "problem_file", "kind", "repo", "path",
 ...}), the files, and the KernelBench problem files they answer (`problem_file`, relative
@@ -10,10 +11,12 @@ to CORPUS or to --problems-root, e.g. KernelBench's own `KernelBench/` folder).
 Every problem folder is imported (`kiln problems import kernelbench`) and registered, the
 torch baselines (eager, torch.compile) of each answered problem are measured, and every
 file is submitted as written (`kiln submit --problem NAME FILE --wait`). One `SUMMARY`
-line per file: verdict, trust, median, speedups against eager and torch.compile, and the
-message; then the counts. Exit 0 when every file got a verdict (any verdict: judging the
+line per file: verdict, trust, median, speedups against eager and torch.compile, the
+message, and what lifting it came to (the lifted candidate's verdict and median, or why it
+stayed hosted); then the counts of verdicts and of lift outcomes. Exit 0 when every file got a verdict (any verdict: judging the
 answers is kiln's job here, not this script's) and every entry's `expect` (verdicts it
-must get, kiln's own examples) and `min_median_us` held; 1 otherwise.
+must get, kiln's own examples), `expect_lift` (`lifted` with the hosted verdict, or the
+codes of the reasons it may stay hosted for) and `min_median_us` held; 1 otherwise.
 """
 
 import argparse
@@ -39,6 +42,11 @@ def problem_name(path):
     if level.startswith("level") and level[5:].isdigit():
         return f"kb-l{level[5:]}-{slug}"[:120].rstrip("-")
     return f"kb-{slug}"[:120].rstrip("-")
+
+
+def sp_of(base, med):
+    """base / med as a speedup, or '-'."""
+    return f"{base / med:.2f}x" if (base and med) else "-"
 
 
 def run(cmd, timeout, log=None):
@@ -83,6 +91,11 @@ def main():
     ap.add_argument("--helper", default=None)
     ap.add_argument("--out", default=".")
     ap.add_argument("--only", default=None, help="a regular expression on the file names")
+    ap.add_argument("--parallel", action="store_true",
+                    help="submit every file first, then wait for each (kilnd evaluates them "
+                         "as its lanes and compile slots allow)")
+    ap.add_argument("--no-baselines", action="store_true",
+                    help="do not measure the torch baselines (no speedups)")
     ap.add_argument("--problems-root", default=None,
                     help="where the manifest's problem_file paths start (default: CORPUS)")
     args = ap.parse_args()
@@ -119,15 +132,32 @@ def main():
         for r in refused:
             print("import refused:", r.get("file"), "-", str(r.get("reason"))[:200], flush=True)
         run([kiln, "problems", "add", os.path.join(imported, level)], 600, log)
-    counts, failed_jobs, baselines, unmet = {}, 0, {}, []
-    for m in manifest:
+    counts, failed_jobs, baselines, unmet, lifts = {}, 0, {}, [], {}
+    submitted, started = {}, time.time()
+    if args.parallel:
+        # Every file queued at once; each then waited for in turn.
+        for k, m in enumerate(manifest):
+            name = problem_name(m["problem_file"])
+            code, out, err = run([kiln, "submit", "--problem", name, os.path.join(corpus, m["file"]),
+                                  "-o", "json"], 600, log)
+            try:
+                submitted[k] = json.loads(out).get("id")
+            except json.JSONDecodeError:
+                submitted[k] = None
+    for k, m in enumerate(manifest):
         name = problem_name(m["problem_file"])
         if name not in baselines:
-            baselines[name] = baseline_medians(kiln, name, log)
+            baselines[name] = (None, None) if args.no_baselines else baseline_medians(kiln, name, log)
         eager, compiled = baselines[name]
         t0 = time.time()
-        code, out, err = run([kiln, "submit", "--problem", name, os.path.join(corpus, m["file"]),
-                              "--wait", "-o", "json"], 1800, log)
+        if args.parallel and submitted.get(k):
+            code, out, err = run([kiln, "show", submitted[k], "--wait", "1800", "-o", "json"], 1900, log)
+            t0 = started
+        elif args.parallel:
+            code, out, err = 1, "", "not submitted (see hosted-check.log)"
+        else:
+            code, out, err = run([kiln, "submit", "--problem", name, os.path.join(corpus, m["file"]),
+                                  "--wait", "-o", "json"], 1800, log)
         wall = time.time() - t0
         try:
             r = json.loads(out)
@@ -144,19 +174,40 @@ def main():
         hk = ((e.get("telemetry") or {}).get("hosted") or {})
         kernel_us = (hk.get("own_us") or 0) + (hk.get("library_us") or 0) if hk else None
         sp = lambda base: f"{base / med:.2f}x" if (base and med) else "-"
+        # Lifting (issue 29): the lifted candidate's verdict and time beside the hosted ones.
+        lift = rec.get("lift") or r.get("lift") or {}
+        if lift.get("outcome") == "lifted":
+            lifted = (f"lift=lifted lifted_id={lift.get('candidate_id')} lifted_verdict={lift.get('verdict')} "
+                      f"lifted_state={lift.get('state')} lifted_median_us={lift.get('median_us')} "
+                      f"lifted_speedup_eager={sp_of(eager, lift.get('median_us'))} "
+                      f"lifted_msg={(lift.get('message') or '')[:160]!r}")
+            lifts[lift.get("verdict") or "no verdict"] = lifts.get(lift.get("verdict") or "no verdict", 0) + 1
+        elif lift:
+            lifted = f"lift=not_lifted lift_code={lift.get('code')} lift_reason={(lift.get('reason') or '')[:200]!r}"
+            lifts["not_lifted:" + str(lift.get("code"))] = lifts.get("not_lifted:" + str(lift.get("code")), 0) + 1
+        else:
+            lifted = "lift=none"
         print(f"SUMMARY {m['file']} problem={name} kind={m.get('kind')} verdict={verdict} "
               f"trust={e.get('trust')} median_us={med} eager_us={eager} compile_us={compiled} "
               f"speedup_eager={sp(eager)} speedup_compile={sp(compiled)} wall_s={wall:.1f} "
               f"kernels_us={kernel_us} library_fraction={hk.get('library_fraction')} "
               f"overhead_us={(med - kernel_us) if (med and kernel_us) else None} "
-              f"msg={(e.get('message') or '')[:240]!r}", flush=True)
+              f"msg={(e.get('message') or '')[:240]!r} {lifted}", flush=True)
         # kiln's own examples say what they must get.
         want = m.get("expect")
         if want and e.get("verdict") not in want:
             unmet.append(f"{m['file']}: {e.get('verdict')} (expected one of {want})")
+        # ... and what lifting them must come to (`lifted`, or the code of the reason).
+        want_lift = m.get("expect_lift")
+        got_lift = "lifted" if lift.get("outcome") == "lifted" else lift.get("code")
+        if want_lift and got_lift not in want_lift:
+            unmet.append(f"{m['file']}: lift {got_lift} (expected one of {want_lift})")
+        if want_lift == ["lifted"] and lift.get("verdict") != e.get("verdict"):
+            unmet.append(f"{m['file']}: lifted verdict {lift.get('verdict')}, hosted {e.get('verdict')}")
         if m.get("min_median_us") and med is not None and med < m["min_median_us"]:
             unmet.append(f"{m['file']}: median {med} us below {m['min_median_us']}")
     print("COUNTS", json.dumps(counts, sort_keys=True), "failed_jobs", failed_jobs, flush=True)
+    print("LIFTS", json.dumps(lifts, sort_keys=True), flush=True)
     for u in unmet:
         print("EXPECTATION NOT MET", u, flush=True)
     return 1 if failed_jobs or unmet else 0

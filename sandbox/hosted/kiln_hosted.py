@@ -21,7 +21,16 @@ once per torch version and host compiler, with no candidate file at all, as
     python -I -B kiln_hosted.py gch OUTDIR
 
 to precompile torch's extension header into OUTDIR/torch/extension.h.gch (see
-"precompiled header" below), which later builds find through CPATH.
+"precompiled header" below), which later builds find through CPATH. kiln's lift (a
+ModelNew file turned into a kiln launch plan, issue 29) runs it as
+
+    python -I -B kiln_hosted.py device-source FILE
+
+to print the CUDA device sources of FILE's load_inline calls as one JSON object on stdout:
+{"error": null or why, "sources": [{"source", "kernels", "flags", "names_skipped"}]}, the
+torch/pybind host wrapper removed by kiln_extract.py (beside this script, standard library
+only). FILE is read as text: nothing of it is imported or run; a file over 1 MiB is an
+error. Exit 0, also when "error" is set (2: bad usage).
 
 Descriptors, set up by the worker before the exec:
 
@@ -68,6 +77,19 @@ Commands (bytes on fd 3), each answered with b"D" on fd 4:
   K      one run of slot 0 under torch's profiler, answered with a message (no D):
          {"kernels": [{"name", "calls", "us"}] or null, "error": null or why}: the GPU
          kernels it launched, a claim the worker only classifies
+  R      one run of slot 0 as G, with the CUDA runtime and driver API calls of its
+         forward recorded through CUPTI's callback API, answered with a message and then
+         D: {"error": null or why, "ops": [...], "regions": [...], "allocations": [...]},
+         the lift's recording (issue 29): "ops" the outermost calls in order, each
+         {"op": "launch", "api", "symbol", "grid", "block", "shared_bytes", "stream":
+         "current"/"other", "cooperative", "cluster", "params": [{"offset", "size",
+         "hex"}]}, {"op": "memset"/"copy", "api", "bytes", "kind" (copies)}, {"op": "sync"},
+         {"op": "alloc", "api", "ptr", "bytes"} or {"op": "other", "api"}; "regions" kiln's
+         tensors and forward's results as forward saw them ({"name", "role": input, weight,
+         buffer or output, "ptr", "bytes"}, "contiguous" for outputs); "allocations" the
+         blocks torch's allocator handed out during forward ({"ptr", "bytes"}; when they
+         cannot be read, "allocations_error" says why). On the cpu, forward runs
+         unrecorded and "error" says so.
   Q      answer D, then exit 0 (EOF on fd 3: exit 0)
 
 A run binds slot j's tensors to the module (parameters' .data: no copies; buffers replaced
@@ -80,9 +102,11 @@ Only torch and the standard library: no network, no subprocess, no threads of it
 (the candidate's file may start compilers: load_inline and Triton do, on cuda).
 """
 
+import ctypes
 import json
 import mmap
 import os
+import re
 import struct
 import sys
 
@@ -712,37 +736,50 @@ class Runs:
         bools = set(setup.get("bool_tensors") or [])
         constants = setup.get("constants") or {}
         self.outputs = list(setup["outputs"])
+        # For R's regions: forward's arguments by name, and kiln's inputs that are no
+        # parameter or buffer of the module.
+        self.arg_names = list(setup["forward"])
+        state_names = {tname for _, _, tname in found.values()}
+        self.inputs = [t["name"] for t in setup["tensors"]
+                       if t.get("role") == "input" and t["name"] not in state_names]
         self.plans = []
         for views in buffers.views:
             params, bufs = [], []
             for pname, (kind, t, tname) in found.items():
                 view = views[tname].view(t.shape)
                 if kind == "parameter":
-                    params.append((t, view, tname in bools))
+                    params.append((t, view, tname in bools, tname))
                 else:
                     owner, _, attr = pname.rpartition(".")
                     holder = model.get_submodule(owner)._buffers
-                    bufs.append((holder, attr, view, tname in bools))
+                    bufs.append((holder, attr, view, tname in bools, tname))
             # A constant (a Python number forward takes) is passed as it is.
             args = [(constants[n], False) if n in constants else (views[n], n in bools)
                     for n in setup["forward"]]
             dests = [views[n] for n in self.outputs]
             self.plans.append((params, bufs, args, any(b for _, b in args), dests))
 
-    def run(self, j):
+    def run(self, j, around=None):
+        """One run of slot j; returns (the arguments forward got, the tensors it returned).
+        `around`, when given, is a context manager entered just around forward's call
+        (R's recorder): the binding before and the copies after stay outside it."""
         torch = self.torch
         params, bufs, args, any_bool, dests = self.plans[j]
         try:
-            for p, view, as_bool in params:
+            for p, view, as_bool, _ in params:
                 p.data = view.bool() if as_bool else view
             # Buffers as copies: a module updates some in place (BatchNorm's running
             # statistics, in training mode), and kiln's tensors must stay as drawn (the
             # trusted reference gives its module copies too).
-            for holder, attr, view, as_bool in bufs:
+            for holder, attr, view, as_bool, _ in bufs:
                 holder[attr] = view.bool() if as_bool else view.clone()
             call = [v.bool() if b else v for v, b in args] if any_bool else [v for v, _ in args]
             with torch.no_grad():
-                out = self.model(*call)
+                if around is None:
+                    out = self.model(*call)
+                else:
+                    with around:
+                        out = self.model(*call)
             got = list(out) if isinstance(out, (tuple, list)) else [out]
         except BaseException:  # noqa: BLE001 - SystemExit too: the run failed
             import traceback
@@ -769,6 +806,33 @@ class Runs:
 
             traceback.print_exc()
             leave(1)
+        return call, got
+
+    def used(self, j, call, got):
+        """R's regions: the tensors the last run of slot j used, as `regions` lists them
+        (forward's arguments as it got them, the parameters kiln set, the module's
+        buffer copies, what forward returned)."""
+        params, bufs, _, _, _ = self.plans[j]
+        views = self.buffers.views[j]
+        args = {n: t for n, t in zip(self.arg_names, call) if isinstance(t, self.torch.Tensor)}
+        inputs = [(n, args.get(n, views[n])) for n in self.inputs]
+        weights = [(tname, p) for p, _, _, tname in params]
+        copies = [(tname, holder[attr]) for holder, attr, _, _, tname in bufs]
+        return regions(inputs, weights, copies, list(zip(self.outputs, got)))
+
+    def record(self, j):
+        """R: one run of slot j, its CUDA API calls recorded (see `Recorder`): the answer
+        of the lift's spec (issue 29, §1): {"error", "ops", "regions", "allocations"}.
+        On the cpu the run is the same, unrecorded."""
+        if self.buffers.device != "cuda":
+            call, got = self.run(j)
+            return {"error": "launches are recorded on the GPU only", "ops": [],
+                    "regions": self.used(j, call, got), "allocations": []}
+        recorder = Recorder(self.torch, self.sync)
+        call, got = self.run(j, around=recorder)
+        answer = recorder.answer()
+        answer["regions"] = self.used(j, call, got)
+        return answer
 
     def kernels(self, j):
         """The GPU kernels one run of slot j launched, as torch's profiler saw them in this
@@ -808,6 +872,860 @@ class Runs:
                 leave(1)
 
 
+# ---- the recorder (R): the forward's CUDA API calls, through CUPTI's callback API -------
+#
+# R runs forward once like G with CUPTI's callback API subscribed (ctypes, no compiled
+# helper): every runtime and driver API call the forward makes reaches `Recorder.on_api`,
+# which keeps the outermost call of each nest (a runtime launch calls the driver: one op)
+# as an op of the recording (the lift's spec, issue 29, §1). Launches are read at their entry
+# (their parameters are valid then); an allocation's pointer at its exit.
+#
+# Every layout below is the one of the CUDA 13 headers (x86-64 Linux, LP64; the copy under
+# triton/backends/nvidia/include): cupti_callbacks.h, generated_cuda_runtime_api_meta.h
+# (the runtime's <name>_params), generated_cuda_meta.h (the driver's), cuda.h and
+# driver_types.h (launch configurations and attributes); tests/test_kiln_hosted.py
+# (RecorderLayouts) compiles them against those headers. Calls are told apart by their
+# functionName (CBIDs are renumbered between releases, names are not).
+
+MAX_OPS = 4096
+SYMBOL_CHARS = 512
+MAX_PARAMS = 256
+# A launch configuration's attributes read at most, the bytes of an `extra` parameter
+# buffer, and every launch's parameter bytes together (the answer's size).
+MAX_ATTRS = 64
+MAX_PARAM_BUFFER = 1 << 16
+MAX_PARAM_BYTES = 4 << 20
+# torch's allocator history kept during the forward (events), and the blocks answered.
+HISTORY_ENTRIES = 1 << 16
+MAX_ALLOCATIONS = 4096
+
+CUPTI_API_ENTER = 0                                       # CUpti_ApiCallbackSite
+CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_CB_DOMAIN_RUNTIME_API = 1, 2   # CUpti_CallbackDomain
+LAUNCH_ATTRIBUTE_COOPERATIVE = 2            # CU_LAUNCH_ATTRIBUTE_COOPERATIVE, cudaLaunchAttributeCooperative
+LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4      # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, cudaLaunchAttributeClusterDimension
+LAUNCH_PARAM_END, LAUNCH_PARAM_BUFFER_POINTER, LAUNCH_PARAM_BUFFER_SIZE = 0, 1, 2   # cuda.h
+CUDA_ERROR_INVALID_VALUE = 1
+# cudaStreamLegacy / CU_STREAM_LEGACY and cudaStreamPerThread / CU_STREAM_PER_THREAD, and
+# the null stream: the default stream, "current" as torch's own.
+DEFAULT_STREAMS = (0, 1, 2)
+MEMCPY_KINDS = {0: "h2h", 1: "h2d", 2: "d2h", 3: "d2d", 4: "default"}   # enum cudaMemcpyKind
+
+
+class RecordError(Exception):
+    """Why the forward's calls cannot be recorded (the answer's `error`)."""
+
+
+class Dim3(ctypes.Structure):
+    """dim3 (vector_types.h)."""
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+
+class CallbackData(ctypes.Structure):
+    """CUpti_CallbackData (cupti_callbacks.h); sizeof 72."""
+    _fields_ = [("callbackSite", ctypes.c_int),            # 0   CUpti_ApiCallbackSite
+                ("functionName", ctypes.c_void_p),         # 8   const char *
+                ("functionParams", ctypes.c_void_p),       # 16  const void *
+                ("functionReturnValue", ctypes.c_void_p),  # 24  void *
+                ("symbolName", ctypes.c_void_p),           # 32  const char *
+                ("context", ctypes.c_void_p),              # 40  CUcontext
+                ("contextUid", ctypes.c_uint32),           # 48
+                ("correlationData", ctypes.c_void_p),      # 56  uint64_t *
+                ("correlationId", ctypes.c_uint32)]        # 64
+
+
+class RtLaunch(ctypes.Structure):
+    """cudaLaunchKernel_v7000_params, cudaLaunchKernel_ptsz_v7000_params,
+    cudaLaunchCooperativeKernel_v9000_params and its _ptsz_ one; sizeof 56."""
+    _fields_ = [("func", ctypes.c_void_p),       # 0   const void *
+                ("gridDim", Dim3),               # 8
+                ("blockDim", Dim3),              # 20
+                ("args", ctypes.c_void_p),       # 32  void **
+                ("sharedMem", ctypes.c_size_t),  # 40
+                ("stream", ctypes.c_void_p)]     # 48  cudaStream_t
+
+
+class RtLaunchEx(ctypes.Structure):
+    """cudaLaunchKernelExC_v11060_params and its _ptsz_ one."""
+    _fields_ = [("config", ctypes.c_void_p),     # 0   const cudaLaunchConfig_t *
+                ("func", ctypes.c_void_p),       # 8   const void *
+                ("args", ctypes.c_void_p)]       # 16  void **
+
+
+class RtLaunchConfig(ctypes.Structure):
+    """cudaLaunchConfig_t (driver_types.h); sizeof 56."""
+    _fields_ = [("gridDim", Dim3),                       # 0
+                ("blockDim", Dim3),                      # 12
+                ("dynamicSmemBytes", ctypes.c_size_t),   # 24
+                ("stream", ctypes.c_void_p),             # 32  cudaStream_t
+                ("attrs", ctypes.c_void_p),              # 40  cudaLaunchAttribute *
+                ("numAttrs", ctypes.c_uint)]             # 48
+
+
+class LaunchAttributeValue(ctypes.Union):
+    """cudaLaunchAttributeValue (driver_types.h) and CUlaunchAttributeValue (cuda.h): 64
+    bytes; the members read here, and a pointer for its alignment."""
+    _fields_ = [("pad", ctypes.c_char * 64),
+                ("cooperative", ctypes.c_int),
+                ("clusterDim", Dim3),
+                ("aligned", ctypes.c_void_p)]
+
+
+class LaunchAttribute(ctypes.Structure):
+    """cudaLaunchAttribute (driver_types.h) and CUlaunchAttribute (cuda.h); sizeof 72."""
+    _fields_ = [("id", ctypes.c_int),                # 0   cudaLaunchAttributeID / CUlaunchAttributeID
+                ("pad", ctypes.c_char * 4),          # 4   char pad[8 - sizeof(id)]
+                ("value", LaunchAttributeValue)]     # 8
+
+
+class DrvLaunch(ctypes.Structure):
+    """cuLaunchKernel_params and cuLaunchKernel_ptsz_params; sizeof 64."""
+    _fields_ = [("f", ctypes.c_void_p),               # 0   CUfunction
+                ("gridDimX", ctypes.c_uint),          # 8
+                ("gridDimY", ctypes.c_uint),          # 12
+                ("gridDimZ", ctypes.c_uint),          # 16
+                ("blockDimX", ctypes.c_uint),         # 20
+                ("blockDimY", ctypes.c_uint),         # 24
+                ("blockDimZ", ctypes.c_uint),         # 28
+                ("sharedMemBytes", ctypes.c_uint),    # 32
+                ("hStream", ctypes.c_void_p),         # 40  CUstream
+                ("kernelParams", ctypes.c_void_p),    # 48  void **
+                ("extra", ctypes.c_void_p)]           # 56  void **
+
+
+class DrvCoopLaunch(ctypes.Structure):
+    """cuLaunchCooperativeKernel_params and its _ptsz_ one: cuLaunchKernel's, without
+    `extra`; sizeof 56."""
+    _fields_ = DrvLaunch._fields_[:-1]
+
+
+class DrvLaunchEx(ctypes.Structure):
+    """cuLaunchKernelEx_params and cuLaunchKernelEx_ptsz_params."""
+    _fields_ = [("config", ctypes.c_void_p),          # 0   const CUlaunchConfig *
+                ("f", ctypes.c_void_p),               # 8   CUfunction
+                ("kernelParams", ctypes.c_void_p),    # 16  void **
+                ("extra", ctypes.c_void_p)]           # 24  void **
+
+
+class DrvLaunchConfig(ctypes.Structure):
+    """CUlaunchConfig (cuda.h); sizeof 56."""
+    _fields_ = [("gridDimX", ctypes.c_uint),          # 0
+                ("gridDimY", ctypes.c_uint),          # 4
+                ("gridDimZ", ctypes.c_uint),          # 8
+                ("blockDimX", ctypes.c_uint),         # 12
+                ("blockDimY", ctypes.c_uint),         # 16
+                ("blockDimZ", ctypes.c_uint),         # 20
+                ("sharedMemBytes", ctypes.c_uint),    # 24
+                ("hStream", ctypes.c_void_p),         # 32  CUstream
+                ("attrs", ctypes.c_void_p),           # 40  CUlaunchAttribute *
+                ("numAttrs", ctypes.c_uint)]          # 48
+
+
+class RtMemcpy(ctypes.Structure):
+    """cudaMemcpy_v3020_params, cudaMemcpyAsync_v3020_params (a stream follows) and their
+    _ptds_/_ptsz_ ones."""
+    _fields_ = [("dst", ctypes.c_void_p), ("src", ctypes.c_void_p),
+                ("count", ctypes.c_size_t),           # 16
+                ("kind", ctypes.c_int)]               # 24  enum cudaMemcpyKind
+
+
+class RtMemcpySymbol(ctypes.Structure):
+    """cudaMemcpyToSymbol_v3020_params (symbol, src, ...), cudaMemcpyFromSymbol_v3020_params
+    (dst, symbol, ...), their Async ones (a stream follows) and _ptds_/_ptsz_ ones."""
+    _fields_ = [("a", ctypes.c_void_p), ("b", ctypes.c_void_p),
+                ("count", ctypes.c_size_t),           # 16
+                ("offset", ctypes.c_size_t),          # 24
+                ("kind", ctypes.c_int)]               # 32
+
+
+class RtMemcpyPeer(ctypes.Structure):
+    """cudaMemcpyPeer_v4000_params and cudaMemcpyPeerAsync_v4000_params."""
+    _fields_ = [("dst", ctypes.c_void_p), ("dstDevice", ctypes.c_int),
+                ("src", ctypes.c_void_p), ("srcDevice", ctypes.c_int),
+                ("count", ctypes.c_size_t)]           # 32
+
+
+class RtMemcpy2D(ctypes.Structure):
+    """cudaMemcpy2D_v3020_params and cudaMemcpy2DAsync_v3020_params (a stream follows)."""
+    _fields_ = [("dst", ctypes.c_void_p), ("dpitch", ctypes.c_size_t),
+                ("src", ctypes.c_void_p), ("spitch", ctypes.c_size_t),
+                ("width", ctypes.c_size_t),           # 32
+                ("height", ctypes.c_size_t),          # 40
+                ("kind", ctypes.c_int)]               # 48
+
+
+class DrvMemcpy(ctypes.Structure):
+    """cuMemcpy_params, cuMemcpyAsync_params, cuMemcpyHtoD_v2_params, cuMemcpyDtoH_v2_params,
+    cuMemcpyDtoD_v2_params and their Async/_ptds/_ptsz ones (a stream follows)."""
+    _fields_ = [("dst", ctypes.c_uint64), ("src", ctypes.c_uint64),   # CUdeviceptr or void *
+                ("ByteCount", ctypes.c_size_t)]                        # 16
+
+
+class DrvMemcpyPeer(ctypes.Structure):
+    """cuMemcpyPeer_params and cuMemcpyPeerAsync_params."""
+    _fields_ = [("dstDevice", ctypes.c_uint64), ("dstContext", ctypes.c_void_p),
+                ("srcDevice", ctypes.c_uint64), ("srcContext", ctypes.c_void_p),
+                ("ByteCount", ctypes.c_size_t)]                        # 32
+
+
+class RtMemset(ctypes.Structure):
+    """cudaMemset_v3020_params, cudaMemsetAsync_v3020_params (a stream follows) and their
+    _ptds_/_ptsz_ ones."""
+    _fields_ = [("devPtr", ctypes.c_void_p), ("value", ctypes.c_int),
+                ("count", ctypes.c_size_t)]           # 16
+
+
+class DrvMemset(ctypes.Structure):
+    """cuMemsetD8_v2_params (unsigned char uc), cuMemsetD16_v2_params (unsigned short us),
+    cuMemsetD32_v2_params (unsigned int ui), their Async/_ptds/_ptsz ones: N elements at 16."""
+    _fields_ = [("dstDevice", ctypes.c_uint64), ("value", ctypes.c_uint),
+                ("N", ctypes.c_size_t)]               # 16
+
+
+class AllocParams(ctypes.Structure):
+    """cudaMalloc_v3020_params (void **devPtr, size_t size) and every allocation of the same
+    first two fields (ALLOC_LAYOUTS)."""
+    _fields_ = [("ptr", ctypes.c_void_p),            # 0   void ** / CUdeviceptr *
+                ("size", ctypes.c_size_t)]           # 8
+
+
+class EventRecordParams(ctypes.Structure):
+    """cudaEventRecord_v3020_params, cudaEventRecordWithFlags_v11010_params, cuEventRecord_params,
+    cuEventRecordWithFlags_params and their _ptsz ones."""
+    _fields_ = [("event", ctypes.c_void_p), ("stream", ctypes.c_void_p)]
+
+
+# By layout key (`layout_key`): the struct a call's parameters are.
+LAUNCH_LAYOUTS = {
+    "cudaLaunchKernel": RtLaunch, "cudaLaunchCooperativeKernel": RtLaunch,
+    "cudaLaunchKernelExC": RtLaunchEx,
+    "cuLaunchKernel": DrvLaunch, "cuLaunchCooperativeKernel": DrvCoopLaunch,
+    "cuLaunchKernelEx": DrvLaunchEx,
+}
+COPY_LAYOUTS = {
+    "cudaMemcpy": RtMemcpy, "cudaMemcpyAsync": RtMemcpy,
+    "cudaMemcpyToSymbol": RtMemcpySymbol, "cudaMemcpyToSymbolAsync": RtMemcpySymbol,
+    "cudaMemcpyFromSymbol": RtMemcpySymbol, "cudaMemcpyFromSymbolAsync": RtMemcpySymbol,
+    "cudaMemcpyPeer": RtMemcpyPeer, "cudaMemcpyPeerAsync": RtMemcpyPeer,
+    "cudaMemcpy2D": RtMemcpy2D, "cudaMemcpy2DAsync": RtMemcpy2D,
+    "cuMemcpy": DrvMemcpy, "cuMemcpyAsync": DrvMemcpy,
+    "cuMemcpyHtoD_v2": DrvMemcpy, "cuMemcpyHtoDAsync_v2": DrvMemcpy,
+    "cuMemcpyDtoH_v2": DrvMemcpy, "cuMemcpyDtoHAsync_v2": DrvMemcpy,
+    "cuMemcpyDtoD_v2": DrvMemcpy, "cuMemcpyDtoDAsync_v2": DrvMemcpy,
+    "cuMemcpyPeer": DrvMemcpyPeer, "cuMemcpyPeerAsync": DrvMemcpyPeer,
+}
+# Memsets: (struct, bytes per counted element).
+MEMSET_LAYOUTS = {
+    "cudaMemset": (RtMemset, 1), "cudaMemsetAsync": (RtMemset, 1),
+    "cuMemsetD8_v2": (DrvMemset, 1), "cuMemsetD8Async": (DrvMemset, 1),
+    "cuMemsetD16_v2": (DrvMemset, 2), "cuMemsetD16Async": (DrvMemset, 2),
+    "cuMemsetD32_v2": (DrvMemset, 4), "cuMemsetD32Async": (DrvMemset, 4),
+}
+ALLOC_LAYOUTS = {
+    "cudaMalloc", "cudaMallocAsync", "cudaMallocManaged", "cudaMallocFromPoolAsync",
+    "cudaMallocHost", "cudaHostAlloc", "cuMemAlloc_v2", "cuMemAllocAsync", "cuMemAllocManaged",
+    "cuMemAllocFromPoolAsync", "cuMemAllocHost_v2", "cuMemHostAlloc",
+}
+EVENT_RECORDS = {"cudaEventRecord", "cudaEventRecordWithFlags", "cuEventRecord", "cuEventRecordWithFlags"}
+# Calls that enqueue GPU work kiln's lift cannot carry (by API name).
+OTHER_APIS = {
+    "cudaGraphLaunch", "cuGraphLaunch", "cudaGraphUpload", "cuGraphUpload",
+    "cudaStreamWaitEvent", "cuStreamWaitEvent", "cudaLaunchHostFunc", "cuLaunchHostFunc",
+    "cudaStreamAddCallback", "cuStreamAddCallback", "cudaLaunchCooperativeKernelMultiDevice",
+    "cuLaunchCooperativeKernelMultiDevice", "cudaLaunch", "cuLaunch", "cuLaunchGrid",
+    "cuLaunchGridAsync", "cudaMemPrefetchAsync", "cuMemPrefetchAsync", "cuStreamWriteValue32",
+    "cuStreamWriteValue64", "cuStreamWaitValue32", "cuStreamWaitValue64", "cuStreamBatchMemOp",
+}
+
+
+def api_name(function_name):
+    """The API a callback's functionName names, without its version and per-thread
+    suffixes: cudaLaunchKernel_ptsz_v7000 -> cudaLaunchKernel, cuMemcpyHtoD_v2_ptds ->
+    cuMemcpyHtoD."""
+    return re.sub(r"(?:_v\d+|_ptsz|_ptds)+$", "", function_name)
+
+
+def layout_key(function_name):
+    """The name whose <name>_params struct the call's parameters are: the per-thread
+    variants share their plain one's, and so do a runtime function's versions; a driver
+    function's versions differ (cuMemAlloc's 32-bit sizes, cuMemAlloc_v2's size_t)."""
+    key = re.sub(r"_(?:ptsz|ptds)(?=_|$)", "", function_name)
+    return re.sub(r"_v\d+$", "", key) if key.startswith("cuda") else key
+
+
+def op_kind(api):
+    """The op an API call is ("launch", "memset", "copy", "sync", "alloc", "other";
+    "event" for an event record, decided by its stream), or None: ignored."""
+    if api in LAUNCH_LAYOUTS:
+        return "launch"
+    if api in OTHER_APIS:
+        return "other"
+    if api in EVENT_RECORDS:
+        return "event"
+    if api.startswith(("cudaGraph", "cuGraph")):
+        return None  # building a graph enqueues nothing; launching one is "other"
+    if "Memset" in api:
+        return "memset"
+    if "Memcpy" in api:
+        return "copy"
+    if "Synchronize" in api:
+        return "sync"
+    if api.startswith(("cudaMalloc", "cuMemAlloc")) or api in ("cudaHostAlloc", "cuMemHostAlloc"):
+        return "alloc"
+    return None
+
+
+def stream_kind(handle, current):
+    """"current" for torch's current stream (`current`) or a default stream, else "other"."""
+    handle = int(handle or 0)
+    return "current" if handle == int(current or 0) or handle in DEFAULT_STREAMS else "other"
+
+
+def copy_kind(api, raw=None):
+    """A copy's direction: from its cudaMemcpyKind (`raw`) for the runtime, from its name
+    for the driver; "symbol" for a copy to or from a `__device__` symbol."""
+    if "Symbol" in api:
+        return "symbol"
+    if raw is not None:
+        return MEMCPY_KINDS.get(raw, "unknown")
+    if "Peer" in api:
+        return "d2d"
+    for pattern, kind in ((r"HtoD|HtoA", "h2d"), (r"DtoH|AtoH", "d2h"), (r"DtoD|DtoA|AtoD|AtoA", "d2d")):
+        if re.search(pattern, api):
+            return kind
+    return "default" if api in ("cuMemcpy", "cuMemcpyAsync") else "unknown"
+
+
+def c_string(address, limit=None):
+    """The NUL-terminated string at `address` (None when it is NULL), clipped to `limit`."""
+    if not address:
+        return None
+    text = ctypes.string_at(address).decode("utf-8", "replace")
+    return text if limit is None else text[:limit]
+
+
+def launch_attributes(address, count):
+    """(cooperative, cluster) from a launch configuration's attribute array: cooperative
+    True/False when the cooperative attribute is there (else None), cluster [x, y, z] when
+    a cluster dimension is."""
+    if count > MAX_ATTRS:
+        raise RecordError(f"a launch with {count} attributes (at most {MAX_ATTRS} are read)")
+    cooperative, cluster = None, None
+    if not address:
+        return cooperative, cluster
+    attrs = (LaunchAttribute * count).from_address(address)
+    for a in attrs:
+        if a.id == LAUNCH_ATTRIBUTE_COOPERATIVE:
+            cooperative = a.value.cooperative != 0
+        elif a.id == LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+            d = a.value.clusterDim
+            cluster = [d.x, d.y, d.z]
+    return cooperative, cluster
+
+
+def extra_buffer(address):
+    """The parameter buffer of a driver launch's `extra` array (CU_LAUNCH_PARAM_BUFFER_POINTER,
+    CU_LAUNCH_PARAM_BUFFER_SIZE pairs, CU_LAUNCH_PARAM_END last), as bytes."""
+    pointer, size = None, None
+    for i in range(8):
+        key = ctypes.c_void_p.from_address(address + 16 * i).value or 0
+        if key == LAUNCH_PARAM_END:
+            break
+        value = ctypes.c_void_p.from_address(address + 16 * i + 8).value
+        if key == LAUNCH_PARAM_BUFFER_POINTER:
+            pointer = value
+        elif key == LAUNCH_PARAM_BUFFER_SIZE:
+            size = ctypes.c_size_t.from_address(value).value if value else None
+        else:
+            raise RecordError(f"a launch's extra array holds the unknown key {key}")
+    else:
+        raise RecordError("a launch's extra array has no end")
+    if not pointer or size is None:
+        raise RecordError("a launch's extra array gives no parameter buffer and size")
+    if size > MAX_PARAM_BUFFER:
+        raise RecordError(f"a launch's parameter buffer of {size} bytes")
+    return ctypes.string_at(pointer, size)
+
+
+def launch_params(infos, args=None, buffer=None):
+    """Each parameter as the spec writes it ({"offset", "size", "hex"}), from its (offset,
+    size) in `infos`: read through `args` (the address of the launch's void* array, one
+    pointer per parameter) or sliced from `buffer` (an `extra` parameter buffer)."""
+    out = []
+    for i, (offset, size) in enumerate(infos):
+        if args:
+            at = ctypes.c_void_p.from_address(args + i * ctypes.sizeof(ctypes.c_void_p)).value
+            if not at:
+                raise RecordError(f"parameter {i} of a launch is a NULL pointer")
+            data = ctypes.string_at(at, size)
+        elif buffer is not None:
+            if offset + size > len(buffer):
+                raise RecordError(f"parameter {i} ({size} bytes at {offset}) is past the launch's "
+                                  f"{len(buffer)}-byte parameter buffer")
+            data = bytes(buffer[offset:offset + size])
+        else:
+            raise RecordError(f"a launch gives no parameters for a kernel that takes {len(infos)}")
+        out.append({"offset": int(offset), "size": int(size), "hex": data.hex()})
+    return out
+
+
+def read_launch(key, address):
+    """What a launch's parameters say: {"grid", "block", "shared_bytes", "stream", "func"
+    (runtime: the host stub's address) or "f" (driver: the CUfunction), "args", "extra",
+    "cooperative", "cluster"}."""
+    layout = LAUNCH_LAYOUTS[key]
+    p = layout.from_address(address)
+    out = {"args": None, "extra": None, "cooperative": "Cooperative" in key, "cluster": None}
+    attrs = (None, 0)
+    if layout is RtLaunch:
+        out.update(func=p.func, args=p.args, stream=p.stream, shared_bytes=p.sharedMem,
+                   grid=[p.gridDim.x, p.gridDim.y, p.gridDim.z],
+                   block=[p.blockDim.x, p.blockDim.y, p.blockDim.z])
+    elif layout is RtLaunchEx:
+        if not p.config:
+            raise RecordError(f"{key} without a launch configuration")
+        c = RtLaunchConfig.from_address(p.config)
+        out.update(func=p.func, args=p.args, stream=c.stream, shared_bytes=c.dynamicSmemBytes,
+                   grid=[c.gridDim.x, c.gridDim.y, c.gridDim.z],
+                   block=[c.blockDim.x, c.blockDim.y, c.blockDim.z])
+        attrs = (c.attrs, c.numAttrs)
+    else:
+        c = p
+        if layout is DrvLaunchEx:
+            if not p.config:
+                raise RecordError(f"{key} without a launch configuration")
+            c = DrvLaunchConfig.from_address(p.config)
+            attrs = (c.attrs, c.numAttrs)
+        out.update(f=p.f, args=p.kernelParams, extra=getattr(p, "extra", None), stream=c.hStream,
+                   shared_bytes=c.sharedMemBytes, grid=[c.gridDimX, c.gridDimY, c.gridDimZ],
+                   block=[c.blockDimX, c.blockDimY, c.blockDimZ])
+    cooperative, cluster = launch_attributes(*attrs)
+    if cooperative is not None:
+        out["cooperative"] = cooperative
+    out["cluster"] = cluster
+    return out
+
+
+class Decoder:
+    """Turns one API call (its functionName, parameters and the launch's symbol) into an
+    op of the recording, or None for a call the recording ignores. `kernels` finds what a
+    launch needs: .function(host stub address) -> CUfunction (runtime launches),
+    .params(CUfunction) -> [(offset, size)], .name(CUfunction) -> symbol or None."""
+
+    def __init__(self, current_stream, kernels):
+        self.current, self.kernels = current_stream, kernels
+        self.param_bytes = 0
+
+    def enter(self, name, params, symbol=None):
+        """The op of a call at its entry (`params`: the address of its <name>_params;
+        `symbol`: the address of CUPTI's symbolName), or None."""
+        api = api_name(name)
+        kind = op_kind(api)
+        if kind is None:
+            return None
+        key = layout_key(name)
+        if kind == "launch":
+            return self.launch(api, key, params, symbol)
+        if kind == "event":
+            p = EventRecordParams.from_address(params)
+            return None if stream_kind(p.stream, self.current) == "current" else {"op": "other", "api": api}
+        op = {"op": kind, "api": api}
+        if kind == "memset" and key in MEMSET_LAYOUTS:
+            layout, unit = MEMSET_LAYOUTS[key]
+            p = layout.from_address(params)
+            op["bytes"] = int(p.N if layout is DrvMemset else p.count) * unit
+        elif kind == "copy":
+            layout = COPY_LAYOUTS.get(key)
+            raw = None
+            if layout is not None:
+                p = layout.from_address(params)
+                if layout is RtMemcpy2D:
+                    op["bytes"] = int(p.width) * int(p.height)
+                else:
+                    op["bytes"] = int(p.ByteCount if layout in (DrvMemcpy, DrvMemcpyPeer) else p.count)
+                if layout in (RtMemcpy, RtMemcpySymbol, RtMemcpy2D):
+                    raw = p.kind
+            op["kind"] = copy_kind(api, raw)
+        elif kind == "alloc" and key in ALLOC_LAYOUTS:
+            op["ptr"] = None  # read at the call's exit
+            op["bytes"] = int(AllocParams.from_address(params).size)
+        return op
+
+    def exit(self, op, params, status):
+        """Completes an op at its call's exit: an allocation's pointer (when it succeeded)."""
+        if op.get("op") != "alloc" or "ptr" not in op:
+            return
+        p = AllocParams.from_address(params)
+        if status == 0 and p.ptr:
+            op["ptr"] = ctypes.c_uint64.from_address(p.ptr).value
+        else:
+            del op["ptr"]
+
+    def launch(self, api, key, params, symbol):
+        """A launch's op: its kernel (CUfunction, symbol and parameter layout), dimensions,
+        stream and parameter bytes."""
+        if key not in LAUNCH_LAYOUTS:
+            raise RecordError(f"cannot read the parameters of {key}")
+        launch = read_launch(key, params)
+        f = launch["f"] if "f" in launch else self.kernels.function(launch["func"])
+        name = c_string(symbol, SYMBOL_CHARS) or self.kernels.name(f) or ""
+        infos = self.kernels.params(f)
+        buffer = None
+        if not launch["args"] and launch["extra"]:
+            buffer = extra_buffer(launch["extra"])
+        values = launch_params(infos, launch["args"], buffer)
+        self.param_bytes += sum(size for _, size in infos)
+        if self.param_bytes > MAX_PARAM_BYTES:
+            raise RecordError(f"the forward's launches pass more than {MAX_PARAM_BYTES} bytes of parameters")
+        return {"op": "launch", "api": api, "symbol": name[:SYMBOL_CHARS], "grid": launch["grid"],
+                "block": launch["block"], "shared_bytes": int(launch["shared_bytes"]),
+                "stream": stream_kind(launch["stream"], self.current),
+                "cooperative": bool(launch["cooperative"]), "cluster": launch["cluster"],
+                "params": values}
+
+
+def regions(inputs, weights, buffers, outputs):
+    """The recording's regions from (name, tensor) pairs by role: {"name", "role", "ptr",
+    "bytes"}, and "contiguous" for what forward returned."""
+    out = []
+    for role, pairs in (("input", inputs), ("weight", weights), ("buffer", buffers), ("output", outputs)):
+        for name, t in pairs:
+            r = {"name": name, "role": role, "ptr": int(t.data_ptr()),
+                 "bytes": int(t.numel()) * int(t.element_size())}
+            if role == "output":
+                r["contiguous"] = bool(t.is_contiguous())
+            out.append(r)
+    return out
+
+
+def allocations_from(traces, limit=HISTORY_ENTRIES):
+    """([{"ptr", "bytes"}] of the "alloc" events in torch's allocator history `traces`, in
+    order), and why that list may be incomplete (or None)."""
+    allocs = [{"ptr": int(e["addr"]), "bytes": int(e["size"])} for e in traces if e.get("action") == "alloc"]
+    error = None
+    if len(traces) >= limit:
+        error = f"torch's allocator history overflowed ({limit} events in one forward)"
+    if len(allocs) > MAX_ALLOCATIONS:
+        allocs = allocs[:MAX_ALLOCATIONS]
+        error = f"more than {MAX_ALLOCATIONS} allocations in one forward"
+    return allocs, error
+
+
+# ---- the recorder's libraries (on the GPU) ----------------------------------------------
+
+CUPTI_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p)
+# Every callback CUPTI was given stays alive with the process (CUPTI may hold it past a
+# failed unsubscribe).
+_CALLBACKS = []
+_LIBRARIES = {}
+
+
+def load_library(names, patterns=()):
+    """The first of `names`, then of the files `patterns` (globs) match, that loads; a
+    RecordError saying what was tried otherwise."""
+    import glob
+
+    tried = []
+    for name in list(names) + [f for p in patterns for f in sorted(glob.glob(p), reverse=True)]:
+        try:
+            return ctypes.CDLL(name)
+        except OSError as e:
+            tried.append(clip(str(e), 200))
+    raise RecordError("; ".join(tried) or "nothing to load")
+
+
+def declare(lib, name, args, optional=False):
+    """lib.name with its argument types and an int result; None when `optional` and missing."""
+    try:
+        f = getattr(lib, name)
+    except AttributeError:
+        if optional:
+            return None
+        raise RecordError(f"{name} is missing from {lib._name}") from None
+    f.argtypes, f.restype = args, ctypes.c_int
+    return f
+
+
+def cuda_libraries(torch):
+    """{"cupti", "cudart", "cuda"}: the functions the recorder calls, loaded once. libcupti
+    by soname (torch's own is loaded already), else beside torch (site-packages/nvidia/*/lib,
+    which holds nvidia/cuda_cupti/lib and nvidia/cu13/lib)."""
+    if _LIBRARIES:
+        return _LIBRARIES
+    site = os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))
+    try:
+        cupti = load_library(["libcupti.so.13", "libcupti.so.12", "libcupti.so"],
+                             [os.path.join(site, "nvidia", "*", "lib", "libcupti.so*"),
+                              os.path.join(site, "nvidia", "cuda_cupti", "lib", "libcupti.so*")])
+    except RecordError as e:
+        raise RecordError(f"no CUPTI: {e}") from None
+    try:
+        cudart = load_library(["libcudart.so.13", "libcudart.so.12"],
+                              [os.path.join(site, "nvidia", "*", "lib", "libcudart.so*")])
+        cuda = load_library(["libcuda.so.1"])
+    except RecordError as e:
+        raise RecordError(f"no CUDA library: {e}") from None
+    p, size_p = ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)
+    libs = {
+        "cuptiSubscribe": declare(cupti, "cuptiSubscribe", [p, CUPTI_CALLBACK, ctypes.c_void_p]),
+        "cuptiEnableDomain": declare(cupti, "cuptiEnableDomain", [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_int]),
+        "cuptiUnsubscribe": declare(cupti, "cuptiUnsubscribe", [ctypes.c_void_p]),
+        "cuptiGetResultString": declare(cupti, "cuptiGetResultString",
+                                        [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]),
+        "cudaGetFuncBySymbol": declare(cudart, "cudaGetFuncBySymbol", [p, ctypes.c_void_p]),
+        "cudaGetLastError": declare(cudart, "cudaGetLastError", []),
+        "cuFuncGetParamInfo": declare(cuda, "cuFuncGetParamInfo", [ctypes.c_void_p, ctypes.c_size_t, size_p, size_p]),
+        "cuKernelGetParamInfo": declare(cuda, "cuKernelGetParamInfo",
+                                        [ctypes.c_void_p, ctypes.c_size_t, size_p, size_p], optional=True),
+        "cuFuncGetName": declare(cuda, "cuFuncGetName", [ctypes.POINTER(ctypes.c_char_p), ctypes.c_void_p],
+                                 optional=True),
+    }
+    _LIBRARIES.update(libs)
+    return _LIBRARIES
+
+
+def param_list(get, f):
+    """([(offset, size)] of kernel `f` by `get` (cuFuncGetParamInfo's signature), asked for
+    index 0, 1, ... until it fails, and the failing call's result code."""
+    infos, offset, size = [], ctypes.c_size_t(), ctypes.c_size_t()
+    for i in range(MAX_PARAMS + 1):
+        rc = get(ctypes.c_void_p(f), i, ctypes.byref(offset), ctypes.byref(size))
+        if rc != 0:
+            return infos, rc
+        infos.append((offset.value, size.value))
+    raise RecordError(f"a kernel with more than {MAX_PARAMS} parameters")
+
+
+class Kernels:
+    """What a launch needs from CUDA (see `Decoder`), cached per kernel."""
+
+    def __init__(self, libs):
+        self.libs = libs
+        self.functions, self.infos = {}, {}
+
+    def function(self, stub):
+        """The CUfunction of a runtime launch's host stub (cudaGetFuncBySymbol)."""
+        if stub not in self.functions:
+            f = ctypes.c_void_p()
+            rc = self.libs["cudaGetFuncBySymbol"](ctypes.byref(f), ctypes.c_void_p(stub))
+            if rc != 0:
+                self.libs["cudaGetLastError"]()  # leaves no error for the candidate to see
+                raise RecordError(f"cudaGetFuncBySymbol found no kernel (cudaError {rc})")
+            self.functions[stub] = f.value
+        return self.functions[stub]
+
+    def params(self, f):
+        """[(offset, size)] of the kernel's parameters: cuFuncGetParamInfo, or
+        cuKernelGetParamInfo when the handle is a CUkernel."""
+        if f not in self.infos:
+            self.infos[f] = self.read_params(f)
+        return self.infos[f]
+
+    def read_params(self, f):
+        answers = []
+        for getter in ("cuFuncGetParamInfo", "cuKernelGetParamInfo"):
+            get = self.libs.get(getter)
+            if get is None:
+                continue
+            infos, rc = param_list(get, f)
+            if infos:
+                return infos
+            answers.append((getter, rc))
+        # No parameter 0: a kernel without parameters when a getter said so ("invalid
+        # value": the index), else neither understood the handle.
+        if any(rc == CUDA_ERROR_INVALID_VALUE for _, rc in answers):
+            return []
+        raise RecordError("cannot read a kernel's parameters ("
+                          + "; ".join(f"{g}: CUresult {rc}" for g, rc in answers) + ")")
+
+    def name(self, f):
+        get = self.libs.get("cuFuncGetName")
+        out = ctypes.c_char_p()
+        if get is None or get(ctypes.byref(out), ctypes.c_void_p(f)) != 0 or not out.value:
+            return None
+        return out.value.decode("utf-8", "replace")
+
+
+class Recorder:
+    """R's recorder: a context manager `Runs.run` enters just around forward's call. On
+    entry: torch's allocator history, then CUPTI's callback API (runtime and driver
+    domains); on exit: the domains off, the device waited for, CUPTI unsubscribed, the
+    allocator's history read and turned off. What cannot be recorded is the answer's error:
+    forward still runs once."""
+
+    def __init__(self, torch, sync):
+        self.torch, self.sync = torch, sync
+        self.error, self.ops = None, []
+        self.allocations, self.allocations_error = [], None
+        self.history = False
+        self.libs, self.subscriber, self.decoder = None, None, None
+        self.threads = {}  # thread id -> [depth of API calls, the outermost call's op]
+        import threading
+
+        self.thread_id = threading.get_ident
+
+    def __enter__(self):
+        self.start_history()
+        try:
+            self.subscribe()
+        except RecordError as e:
+            self.error = str(e)
+        except Exception as e:  # noqa: BLE001 - no record is an answer too
+            self.error = f"CUPTI: {describe_exception(e, 400)}"
+        return self
+
+    def __exit__(self, kind, value, tb):
+        try:
+            self.unsubscribe(wait=kind is None)
+        finally:
+            self.stop_history()
+        return False
+
+    def answer(self):
+        out = {"error": self.error, "ops": self.ops, "regions": [], "allocations": self.allocations}
+        if self.allocations_error:
+            out["allocations_error"] = self.allocations_error
+        return out
+
+    def result(self, what, rc):
+        text = ctypes.c_char_p()
+        self.libs["cuptiGetResultString"](rc, ctypes.byref(text))
+        return f"CUPTI: {what}: {(text.value or b'error %d' % rc).decode(errors='replace')}"
+
+    def subscribe(self):
+        self.libs = cuda_libraries(self.torch)
+        kernels = Kernels(self.libs)
+        self.decoder = Decoder(int(self.torch.cuda.current_stream().cuda_stream), kernels)
+        callback = CUPTI_CALLBACK(self.on_api)
+        _CALLBACKS.append(callback)
+        handle = ctypes.c_void_p()
+        rc = self.libs["cuptiSubscribe"](ctypes.byref(handle), callback, None)
+        if rc != 0:
+            raise RecordError(self.result("cuptiSubscribe", rc))
+        self.subscriber = handle
+        for domain in (CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_DRIVER_API):
+            rc = self.libs["cuptiEnableDomain"](1, handle, domain)
+            if rc != 0:
+                raise RecordError(self.result("cuptiEnableDomain", rc))
+
+    def unsubscribe(self, wait):
+        if self.subscriber is None:
+            return
+        try:
+            for domain in (CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_DRIVER_API):
+                self.libs["cuptiEnableDomain"](0, self.subscriber, domain)
+            if wait and self.sync is not None:
+                self.sync()  # the runner's own wait, not recorded (an error: exit 1)
+        finally:
+            rc = self.libs["cuptiUnsubscribe"](self.subscriber)
+            self.subscriber = None
+            if rc != 0 and self.error is None:
+                self.error = self.result("cuptiUnsubscribe", rc)
+
+    def on_api(self, userdata, domain, cbid, cbdata):
+        """CUPTI's callback, on the thread that made the call; never raises into it."""
+        try:
+            self.step(CallbackData.from_address(cbdata))
+        except BaseException as e:  # noqa: BLE001 - nothing may unwind into CUDA
+            if self.error is None:
+                self.error = f"recording failed: {describe_exception(e, 400)}"
+
+    def step(self, data):
+        """Keeps the outermost call of each thread's nest: entries and exits are counted."""
+        state = self.threads.setdefault(self.thread_id(), [0, None])
+        if data.callbackSite == CUPTI_API_ENTER:
+            state[0] += 1
+            if state[0] == 1:
+                state[1] = self.enter(data)
+            return
+        if state[0] == 1 and state[1] is not None:
+            status = ctypes.c_int.from_address(data.functionReturnValue).value if data.functionReturnValue else 0
+            self.decoder.exit(state[1], data.functionParams, status)
+        if state[0] == 1:
+            state[1] = None
+        state[0] = max(0, state[0] - 1)
+
+    def enter(self, data):
+        if self.error is not None:
+            return None
+        try:
+            op = self.decoder.enter(c_string(data.functionName) or "", data.functionParams, data.symbolName)
+        except RecordError as e:
+            self.error = str(e)
+            return None
+        if op is None:
+            return None
+        if len(self.ops) >= MAX_OPS:
+            self.error = f"more than {MAX_OPS} GPU operations in one forward"
+            return None
+        self.ops.append(op)
+        return op
+
+    def start_history(self):
+        try:
+            self.torch.cuda.memory._record_memory_history(
+                enabled="all", context=None, stacks="python", max_entries=HISTORY_ENTRIES,
+                clear_history=True)
+            self.history = True
+        except Exception as e:  # noqa: BLE001 - allocations are then unknown, and said so
+            self.allocations_error = f"no allocator history: {describe_exception(e, 400)}"
+
+    def stop_history(self):
+        if not self.history:
+            return
+        memory = self.torch.cuda.memory
+        try:
+            traces = memory._snapshot()["device_traces"][self.torch.cuda.current_device()]
+            self.allocations, self.allocations_error = allocations_from(traces)
+        except Exception as e:  # noqa: BLE001
+            self.allocations_error = f"no allocator history: {describe_exception(e, 400)}"
+        finally:
+            try:
+                memory._record_memory_history(enabled=None)
+            except Exception:  # noqa: BLE001 - it stays on: a cost, not a wrong answer
+                pass
+
+
+# ---- device sources (device-source): the file read as text, never run ------------------
+
+MAX_SOURCE_BYTES = 1 << 20
+
+
+def device_source(path):
+    """`device-source`: the CUDA device sources of a ModelNew file, read as text by
+    kiln_extract (never imported or run): {"error": null or why, "sources": [{"source",
+    "kernels", "flags", "names_skipped"}]} (the lift's spec, issue 29, §2)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)  # -I leaves the script's folder off sys.path
+    try:
+        import kiln_extract as ke
+    except Exception as e:  # noqa: BLE001
+        return {"error": f"no extractor beside the runner: {describe_exception(e, 400)}", "sources": []}
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_SOURCE_BYTES + 1)
+    except OSError as e:
+        return {"error": f"cannot read the file: {e}", "sources": []}
+    if len(data) > MAX_SOURCE_BYTES:
+        return {"error": f"the file is larger than {MAX_SOURCE_BYTES} bytes", "sources": []}
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return {"error": f"the file is not UTF-8 text ({e.reason} at byte {e.start})", "sources": []}
+    try:
+        sources = []
+        for src, flags in ke.python_sources(text):
+            flags = ke.kiln_flags(flags)
+            device, kernels, skipped, _ = ke.extract(src, flags)
+            sources.append({"source": device, "kernels": kernels, "flags": flags,
+                            "names_skipped": len(skipped)})
+    except ke.Unresolved as e:
+        return {"error": clip(str(e), ERROR_CHARS), "sources": []}
+    except Exception as e:  # noqa: BLE001 - (RecursionError, MemoryError...): no sources
+        return {"error": f"the extractor failed: {describe_exception(e, 400)}", "sources": []}
+    return {"error": None, "sources": sources}
+
+
 # ---- serve ------------------------------------------------------------------------------
 
 
@@ -839,6 +1757,20 @@ def prepare(setup):
     model = build_model(torch, module, setup, device)
     found, notes = check_state(model, setup, shapes)
     return Runs(torch, model, buffers, setup, found, sync), built + notes
+
+
+# The longest recording sent: the worker reads answers of at most 1 MiB.
+MAX_RECORDING_BYTES = 900_000
+
+
+def bounded_recording(answer):
+    """`answer`, or, when its JSON is over MAX_RECORDING_BYTES, an answer that says so
+    (the worker then does not lift; the run itself stands)."""
+    size = len(json.dumps(answer, separators=(",", ":")))
+    if size <= MAX_RECORDING_BYTES:
+        return answer
+    return {"error": f"the recording is {size} bytes, over the {MAX_RECORDING_BYTES} sent",
+            "ops": [], "regions": [], "allocations": []}
 
 
 def serve():
@@ -877,6 +1809,13 @@ def serve():
         elif cmd == b"K":
             write_message(DONE_FD, runs.kernels(0))
             continue
+        elif cmd == b"R":
+            # A run with its GPU work recorded: finished (the outputs complete), then the
+            # recording as the answer, which the worker reads in place of `D`.
+            answer = runs.record(0)
+            runs.finish()
+            write_message(DONE_FD, bounded_recording(answer))
+            continue
         elif cmd == b"Q":
             write_all(DONE_FD, b"D")
             leave(0)
@@ -897,6 +1836,9 @@ def main(argv):
         return build(*argv[1:])
     if len(argv) == 2 and argv[0] == "gch":
         return gch(argv[1])
+    if len(argv) == 2 and argv[0] == "device-source":
+        print(json.dumps(device_source(argv[1])))
+        return 0
     print(__doc__, file=sys.stderr)
     return 2
 

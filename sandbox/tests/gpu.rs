@@ -86,6 +86,7 @@ fn plan(run_timeout_ms: u64) -> EvalPlan {
         peak_flops: PEAKS.1,
         plain: None,
         race: None,
+        record_launches: false,
     }
 }
 

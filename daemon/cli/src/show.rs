@@ -64,7 +64,7 @@ pub async fn wait_for(client: &Client, id: &str, timeout_s: u64) -> Result<Value
             .get(&format!("/v1/candidates/{id}?wait={chunk}"))
             .await?;
         let state = r["job"]["state"].as_str().unwrap_or("");
-        if !r["evaluation"].is_null() || state == "failed" {
+        if (!r["evaluation"].is_null() && !lift_pending(&r["lift"])) || state == "failed" {
             return Ok(r);
         }
         if left == 0 {
@@ -73,6 +73,12 @@ pub async fn wait_for(client: &Client, id: &str, timeout_s: u64) -> Result<Value
             );
         }
     }
+}
+
+/// True while a hosted file's lifted candidate (kilnd queued it after the file's own
+/// evaluation) has no verdict and its job has not failed.
+fn lift_pending(lift: &Value) -> bool {
+    lift["outcome"] == "lifted" && lift["verdict"].is_null() && lift["state"] != "failed"
 }
 
 /// Exit status for a finished record: 0 for `ok`, 2 for another verdict, 1 for a failed job.
@@ -105,6 +111,43 @@ fn trust(r: &Value) -> String {
         .to_string()
 }
 
+/// A hosted file's `lift` (kilnd's record of lifting it into a contract candidate) as
+/// lines: the lifted candidate with its result beside the file's hosted time, or why it
+/// stayed hosted.
+fn lift_lines(l: &Value) -> Vec<String> {
+    match l["outcome"].as_str() {
+        Some("lifted") => {
+            let us = |k: &str| l[k].as_f64().map_or("-".into(), fmt_us);
+            let mut out = vec![format!(
+                "  lifted    {}  {}  median {}  (hosted median {}){}",
+                text(&l["candidate_id"]),
+                if l["verdict"].is_null() {
+                    format!("job {}", text(&l["state"]))
+                } else {
+                    text(&l["verdict"])
+                },
+                us("median_us"),
+                us("hosted_median_us"),
+                if l["verdict"].is_null() {
+                    ""
+                } else {
+                    "  — kiln launched it: trust lifted"
+                }
+            )];
+            for n in l["notes"].as_array().into_iter().flatten() {
+                out.push(format!("            {}", text(n)));
+            }
+            out
+        }
+        Some("not_lifted") => vec![format!(
+            "  lifted    no ({}): {}",
+            text(&l["code"]),
+            text(&l["reason"])
+        )],
+        _ => Vec::new(),
+    }
+}
+
 /// A candidate record as labelled lines for people (no JSON: the document itself is what
 /// `-o json` prints).
 pub fn record_lines(r: &Value) -> Vec<String> {
@@ -120,6 +163,7 @@ pub fn record_lines(r: &Value) -> Vec<String> {
     if !c["note"].is_null() {
         out.push(format!("  note      {}", text(&c["note"])));
     }
+    out.extend(lift_lines(&r["lift"]));
     let job = &r["job"];
     let state = match job["state"].as_str() {
         Some("compiled") => "compiled, waiting for a lane".to_string(),

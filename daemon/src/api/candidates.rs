@@ -17,11 +17,18 @@ use super::{ApiError, AppState};
 /// Longest `?wait=` accepted, seconds.
 const MAX_WAIT_SECS: u64 = 600;
 
-/// Checked job options, or `400 invalid_field` naming the field.
+/// Checked job options, or `400 invalid_field` naming the field. `lifted_from` is kilnd's
+/// own mark on a candidate it lifted from a `ModelNew` file: never taken from a client.
 fn checked(options: JobOptions) -> Result<Option<JobOptions>, ApiError> {
     options
         .validate()
         .map_err(|e| ApiError::bad_request("invalid_field", e))?;
+    if options.lifted_from.is_some() {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            "field `lifted_from`: set by kilnd on the candidates it lifts, never by a client",
+        ));
+    }
     Ok((!options.is_empty()).then_some(options))
 }
 
@@ -93,13 +100,82 @@ pub(super) fn hosted_reference(
 }
 
 /// A candidate record as the API answers it: the stored record with `trust` (how the
-/// candidate is run: `contract` or `hosted`, from its language).
+/// candidate is run: `contract`, `hosted`, or `lifted` for a candidate kilnd lifted from a
+/// `ModelNew` file).
 pub(super) fn record_json(record: &crate::store::CandidateRecord) -> Result<Value, ApiError> {
     let mut v = serde_json::to_value(record).map_err(ApiError::internal)?;
     if let Some(obj) = v.as_object_mut() {
-        obj.insert("trust".into(), json!(record.candidate.trust()));
+        obj.insert("trust".into(), json!(record.trust()));
     }
     Ok(v)
+}
+
+/// For a hosted file whose evaluation tried to lift it: `lift` for its record (the
+/// outcome; when lifted, the lifted candidate's id, job state, verdict and time beside
+/// the file's hosted time) and whether the lifted candidate's job has ended (true when
+/// there is nothing to wait for).
+async fn lift_json(
+    s: &AppState,
+    record: &crate::store::CandidateRecord,
+) -> Result<Option<(Value, bool)>, ApiError> {
+    use kiln_types::lift::LiftOutcome;
+    let Some(outcome) = record
+        .evaluation
+        .as_ref()
+        .and_then(|e| LiftOutcome::of(e.telemetry.as_ref()))
+    else {
+        return Ok(None);
+    };
+    let (candidate_id, notes) = match outcome {
+        LiftOutcome::NotLifted { code, reason } => {
+            return Ok(Some((
+                json!({"outcome": "not_lifted", "code": code, "reason": reason}),
+                true,
+            )));
+        }
+        LiftOutcome::Lifted {
+            candidate_id,
+            notes,
+            ..
+        } => (candidate_id, notes),
+    };
+    let hosted_us = record
+        .evaluation
+        .as_ref()
+        .and_then(|e| e.timing.as_ref().map(|t| t.median_us));
+    let lifted = s.store.get_candidate(&candidate_id).await?;
+    let done = lifted.as_ref().is_none_or(finished);
+    let eval = lifted.as_ref().and_then(|r| r.evaluation.as_ref());
+    let median = eval.and_then(|e| e.timing.as_ref().map(|t| t.median_us));
+    let speedups = match eval.filter(|e| e.backend == BackendKind::Cuda && e.timing.is_some()) {
+        Some(e) => {
+            super::baselines::speedups(&s.store, &s.facts.gpu, &record.candidate.problem, e).await
+        }
+        None => Value::Null,
+    };
+    Ok(Some((
+        json!({
+            "outcome": "lifted",
+            "candidate_id": candidate_id,
+            "notes": notes,
+            // Queued before the file's result was stored: a lifted candidate that is not
+            // there was never queued (kilnd's log says why), and the hosted result stands.
+            "state": match &lifted {
+                Some(r) => json!(r.job.as_ref().map(|j| j.state)),
+                None => json!("failed"),
+            },
+            "verdict": eval.map(|e| e.verdict),
+            "message": match &lifted {
+                Some(_) => json!(eval.map(|e| e.message.clone())),
+                None => json!("kilnd could not queue the lifted candidate: the hosted result stands"),
+            },
+            "median_us": median,
+            "hosted_median_us": hosted_us,
+            "evaluation": eval,
+            "speedups": speedups,
+        }),
+        done,
+    )))
 }
 
 /// 429 `queue_full` when `[queue] max_waiting` jobs already wait (queued, compiling or
@@ -255,8 +331,14 @@ pub async fn show(
             .get_candidate(&id)
             .await?
             .ok_or_else(|| ApiError::not_found(format!("candidate {id:?} not found")))?;
-        if wait == 0 || finished(&record) {
-            return Ok(Json(with_speedups(&s, &record).await?));
+        // A lifted file is finished once its lifted candidate's job has ended too.
+        let lift = lift_json(&s, &record).await?;
+        if wait == 0 || (finished(&record) && lift.as_ref().is_none_or(|(_, done)| *done)) {
+            let mut v = with_speedups(&s, &record).await?;
+            if let (Some((l, _)), Some(obj)) = (lift, v.as_object_mut()) {
+                obj.insert("lift".into(), l);
+            }
+            return Ok(Json(v));
         }
         // Wake on this candidate's events (or every second, in case one was missed), then
         // look again.
@@ -266,7 +348,15 @@ pub async fn show(
             _ = tick => {}
             _ = tokio::time::sleep_until(deadline) => {
                 return match s.store.get_candidate(&id).await? {
-                    Some(record) => Ok(Json(record_json(&record)?)),
+                    Some(record) => {
+                        let mut v = record_json(&record)?;
+                        if let (Some((l, _)), Some(obj)) =
+                            (lift_json(&s, &record).await?, v.as_object_mut())
+                        {
+                            obj.insert("lift".into(), l);
+                        }
+                        Ok(Json(v))
+                    }
                     None => Ok(Json(Value::Null)),
                 };
             }
@@ -322,7 +412,7 @@ pub async fn list(
                 "problem": r.candidate.problem,
                 "backend": r.backend,
                 "language": r.candidate.language,
-                "trust": r.candidate.trust(),
+                "trust": r.trust(),
                 "note": r.candidate.note,
                 "created_at": r.created_at,
                 "state": r.job.as_ref().map(|j| j.state),

@@ -33,6 +33,8 @@ pub struct Seen {
     pub evaluated: Vec<(String, usize)>,
     /// Lanes baselines were measured on.
     pub baselines_on: Vec<usize>,
+    /// Per evaluation: (candidate note, whether its plan asked to record launches).
+    pub recorded: Vec<(String, bool)>,
     /// Compiles running now.
     pub compiling: usize,
     /// Most compiles running at one moment.
@@ -148,9 +150,11 @@ impl Backend for FakeLanes {
         _reference: &[u8],
         candidate: &Candidate,
         _artifact: &[u8],
-        _plan: &EvalPlan,
+        plan: &EvalPlan,
     ) -> Result<Evaluation, BackendError> {
         let mut seen = self.seen();
+        let note = candidate.note.clone().unwrap_or_default();
+        seen.recorded.push((note.clone(), plan.record_launches));
         if seen.busy[lane] {
             seen.overlaps += 1;
         }
@@ -179,6 +183,22 @@ impl Backend for FakeLanes {
             median_us: 10.0,
             ..TimingStats::default()
         });
+        // A candidate whose note says `lift-me` is lifted, as a hosted file's worker lifts
+        // one: its evaluation names a contract candidate (its source with a comment more,
+        // noted `lifted`).
+        if note.contains("lift-me") {
+            let mut lifted = candidate.clone();
+            lifted.note = Some("lifted".into());
+            lifted.source.push_str("\n/* lifted */");
+            let outcome = kiln_types::lift::LiftOutcome::Lifted {
+                candidate_id: lifted.content_hash(),
+                candidate: Box::new(lifted),
+                notes: vec!["1 sync dropped".into()],
+            };
+            e.telemetry = Some(serde_json::json!({
+                kiln_types::lift::TELEMETRY_KEY: outcome,
+            }));
+        }
         Ok(e)
     }
 

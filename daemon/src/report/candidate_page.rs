@@ -315,7 +315,7 @@ pub fn page(inp: &CandidateInputs) -> String {
         ("candidate", id(&r.id)),
         ("problem", esc(&c.problem)),
         ("backend", esc(&r.backend)),
-        ("trust", esc(trust_text(c.trust()))),
+        ("trust", esc(trust_text(r.trust()))),
         ("submitted", esc(&date(r.created_at))),
     ];
     if let Some(p) = &c.parent {

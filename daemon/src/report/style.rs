@@ -159,6 +159,11 @@ pub fn trust_text(t: TrustMode) -> &'static str {
             "hosted (the candidate's own Python ran in a jailed runner; kiln made the inputs \
              and weights, compared the outputs and timed it from its side)"
         }
+        TrustMode::Lifted => {
+            "lifted (a ModelNew file's own kernels and launches, recorded in its jailed runner \
+             and launched by kiln from a plan: the contract's guarantees, none of the file's \
+             host code ran)"
+        }
     }
 }
 

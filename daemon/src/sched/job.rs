@@ -136,18 +136,23 @@ impl Scheduler {
         match outcome {
             Outcome::Evaluated(eval, compile_ms, eval_ms) => {
                 tracing::info!(verdict = %eval.verdict, message = %eval.message, "job done");
+                // The lifted candidate is queued before the file's result is stored, so a
+                // client that sees the file done finds its lifted candidate already there.
+                self.queue_lifted(&job, &eval).await;
                 let stored = self
                     .persist(|| self.store.finish_job(id, token, &eval, compile_ms, eval_ms))
                     .await;
                 match stored {
-                    Ok(()) => self.publish_job(
-                        &job,
-                        &problem_name,
-                        JobState::Done,
-                        lane,
-                        Some(&eval),
-                        None,
-                    ),
+                    Ok(()) => {
+                        self.publish_job(
+                            &job,
+                            &problem_name,
+                            JobState::Done,
+                            lane,
+                            Some(&eval),
+                            None,
+                        );
+                    }
                     Err(StoreError::Fenced(why)) => self.fenced_out(&why),
                     Err(StoreError::Unavailable(why)) => {
                         self.give_back(&job, &problem_name, &why).await;
@@ -482,6 +487,15 @@ impl Scheduler {
         })?;
         let eval_ms = t1.elapsed().as_secs_f64() * 1e3;
         crate::metrics::add_lane_busy(backend.name(), lane_index, eval_ms / 1e3);
+        // A candidate kilnd lifted from a `ModelNew` file: kiln launched it (contract),
+        // and it says where it came from.
+        if job
+            .options
+            .as_ref()
+            .is_some_and(|o| o.lifted_from.is_some())
+        {
+            eval.trust = kiln_types::TrustMode::Lifted;
+        }
         if let Some(c) = eval.compile.as_mut() {
             c.duration_ms = if c.cached {
                 c.duration_ms
@@ -490,6 +504,60 @@ impl Scheduler {
             };
         }
         Ok((eval, compile_ms, eval_ms))
+    }
+
+    /// After a hosted file's evaluation that lifted its forward: queues the lifted
+    /// contract candidate (no search; the file's GPU class and lane), marked
+    /// `lifted_from` the file. A lifted candidate already stored queues nothing. Failing
+    /// to queue it leaves the file's hosted result as it is (logged).
+    async fn queue_lifted(&self, job: &JobRecord, eval: &Evaluation) {
+        let Some(kiln_types::lift::LiftOutcome::Lifted {
+            candidate,
+            candidate_id,
+            ..
+        }) = kiln_types::lift::LiftOutcome::of(eval.telemetry.as_ref())
+        else {
+            return;
+        };
+        if let Err(e) = candidate.validate() {
+            tracing::warn!(error = %e, "the lifted candidate is not valid: not queued");
+            return;
+        }
+        if candidate.content_hash() != candidate_id {
+            tracing::warn!("the lifted candidate's id does not match its content: not queued");
+            return;
+        }
+        let options = kiln_types::JobOptions {
+            lifted_from: Some(job.candidate_id.clone()),
+            lane: job.options.as_ref().and_then(|o| o.lane),
+            ..Default::default()
+        };
+        match self
+            .persist(|| {
+                self.store
+                    .submit_with(&candidate, None, Some(&options), &job.gpu_class)
+            })
+            .await
+        {
+            Ok(s) => {
+                tracing::info!(lifted = %s.id, duplicate = s.duplicate, "lifted candidate queued");
+                if !s.duplicate {
+                    self.events.publish(Event::Job {
+                        job_id: s.job_id,
+                        candidate_id: s.id.clone(),
+                        problem: candidate.problem.clone(),
+                        state: JobState::Queued.as_str().to_string(),
+                        lane: None,
+                        node: None,
+                        verdict: None,
+                        median_us: None,
+                        error: None,
+                    });
+                    self.wake();
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot queue the lifted candidate"),
+        }
     }
 
     pub(super) fn plan_for(&self, backend: &dyn Backend) -> EvalPlan {
@@ -504,6 +572,7 @@ impl Scheduler {
             peak_flops,
             plain: None,
             race: None,
+            record_launches: false,
         }
     }
 

@@ -1,5 +1,5 @@
 //! A job's options applied to its evaluation plan ([`kiln_types::EvalPlan`]): plain
-//! timing and the race bound.
+//! timing, the race bound, and whether a hosted file's launches are recorded for lifting.
 //!
 //! A job's options (stored with it) may ask for plain timing or to race an incumbent.
 //! Jobs of a search race the search's best when `search.race` is on. The incumbent's
@@ -20,6 +20,9 @@ pub async fn apply_job_options(
 ) -> Result<EvalPlan, StoreError> {
     let options = job.options.clone().unwrap_or_default();
     plan.plain = options.plain;
+    // A hosted file's launches are recorded for lifting unless the job asks for hosted
+    // only (the worker records only where it can: a `ModelNew` file on a GPU).
+    plan.record_launches = options.lift.unwrap_or(true);
     let margin = options.race_margin.unwrap_or(config.search.race_margin);
     // Options were checked when the job was queued; a target that no longer parses
     // (a hand-edited database) runs without racing.

@@ -1,7 +1,8 @@
 //! The scheduler over a fake backend with N lanes (no jail, no GPU): jobs reach every
 //! free lane, a lane never runs two evaluations at once, a search's candidates spread
 //! over all lanes, a pinned job runs on its lane, and baselines are measured on a lane of
-//! the GPU model asked for and cached under that model.
+//! the GPU model asked for and cached under that model; a lifted evaluation queues its
+//! lifted candidate, marked `lifted_from` and judged `lifted`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -306,4 +307,73 @@ async fn slow_compiles_get_more_jobs_compiling_ahead_within_the_compile_slots() 
         fast <= 3,
         "fast compiles stay at the floor (3 held): {fast}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lifted_evaluation_queues_its_contract_candidate_marked_lifted() {
+    let fake = FakeLanes::new(BackendKind::Host, 2);
+    let (_d, store, sched, events) = start(fake.clone()).await;
+    let mut rx = events.subscribe();
+    let file = store
+        .submit(&candidate("lift-me"), None)
+        .await
+        .expect("submit");
+    let hosted_only = JobOptions {
+        lift: Some(false),
+        ..Default::default()
+    };
+    store
+        .submit_with(&candidate("plain"), None, Some(&hosted_only), "")
+        .await
+        .expect("submit");
+    sched.wake();
+    // The file, the other candidate, and the lifted candidate kilnd queued.
+    let states = ended(&mut rx, 3).await;
+    assert!(states.values().all(|(s, _)| s == "done"), "{states:?}");
+    let file_rec = store
+        .get_candidate(&file.id)
+        .await
+        .expect("store")
+        .expect("the file");
+    let Some(kiln_types::lift::LiftOutcome::Lifted { candidate_id, .. }) =
+        kiln_types::lift::LiftOutcome::of(
+            file_rec
+                .evaluation
+                .as_ref()
+                .and_then(|e| e.telemetry.as_ref()),
+        )
+    else {
+        panic!("the file's evaluation names its lifted candidate");
+    };
+    assert_eq!(file_rec.trust(), kiln_types::TrustMode::Contract);
+    let lifted = store
+        .get_candidate(&candidate_id)
+        .await
+        .expect("store")
+        .expect("kilnd queued the lifted candidate");
+    assert_eq!(lifted.candidate.note.as_deref(), Some("lifted"));
+    let job = lifted.job.as_ref().expect("its job");
+    assert_eq!(
+        job.options.as_ref().and_then(|o| o.lifted_from.as_deref()),
+        Some(file.id.as_str()),
+        "the lifted job says which file it came from"
+    );
+    assert_eq!(
+        lifted.evaluation.as_ref().map(|e| e.trust),
+        Some(kiln_types::TrustMode::Lifted)
+    );
+    assert_eq!(lifted.trust(), kiln_types::TrustMode::Lifted);
+    // Lifting is asked for by default and not when a job says `lift: false`; the lifted
+    // candidate's own evaluation queues nothing more (its note is not `lift-me`).
+    let seen = fake.seen();
+    let asked: BTreeMap<&str, bool> = seen
+        .recorded
+        .iter()
+        .map(|(n, r)| (n.as_str(), *r))
+        .collect();
+    assert_eq!(asked.get("lift-me"), Some(&true));
+    assert_eq!(asked.get("plain"), Some(&false));
+    assert_eq!(seen.recorded.len(), 3);
+    drop(seen);
+    sched.stop();
 }

@@ -9,6 +9,7 @@ many side by side as there are CPUs (torch's import dominates), and each test th
 its own, already loaded.
 """
 
+import ctypes
 import importlib.util
 import json
 import math
@@ -115,6 +116,10 @@ class Runner:
         hosted.write_message(self.go, self.setup)
 
     def ready(self, timeout=120):
+        return self.message(timeout)
+
+    def message(self, timeout=60):
+        """The next message on `done` (its body)."""
         deadline = time.monotonic() + timeout
         (n,) = struct.unpack("<I", read_exact(self.done, 4, deadline))
         env = json.loads(read_exact(self.done, n, deadline))
@@ -317,6 +322,12 @@ CASES = {
                    state={"linear.weight": "w", "linear.bias": "b", "shift": "s"}),
     # The same layer and buffer under other names: paired by creation order, as
     # KernelBench's seeding lets such answers pass.
+    # R on the cpu: forward runs as after G, unrecorded, with its regions.
+    "record": dict(source=LINEAR, tensors=[("x", "f32", [2, 3], "input"), ("w", "f32", [4, 3], "input"),
+                                           ("b", "f32", [4], "input"), ("s", "f32", [4], "input"),
+                                           ("y", "f32", [2, 4], "output")],
+                   forward=["x"], outputs=["y"], init="[3, 4]",
+                   state={"linear.weight": "w", "linear.bias": "b", "shift": "s"}),
     "renamed": dict(source=LINEAR.replace("self.linear", "self.fc").replace('"shift"', '"offset"')
                     .replace("self.shift", "self.offset"),
                     tensors=[("x", "f32", [2, 3], "input"), ("w", "f32", [4, 3], "input"),
@@ -422,6 +433,35 @@ class HostedRunner(unittest.TestCase):
         r.go = -1
         self.assertEqual(r.wait(), 0)
 
+    def test_r_on_the_cpu_runs_forward_unrecorded_and_answers_in_place_of_d(self):
+        r, ready = self.ready("record")
+        self.assert_ok(r, ready)
+        x = [0.5 * i - 1 for i in range(6)]
+        w = [0.25 * ((i * 7) % 5) - 0.5 for i in range(12)]
+        b, s = [1.0, -2.0, 0.5, 3.0], [0.0, 0.25, -1.0, 2.0]
+        for name, v in (("x", x), ("w", w), ("b", b), ("s", s), ("y", [-1.0] * 8)):
+            r.put(0, name, v)
+        os.write(r.go, b"R")
+        answer = r.message()  # after the run is finished; no D follows (the worker reads the answer)
+        self.assertEqual(answer["error"], "launches are recorded on the GPU only")
+        self.assertEqual((answer["ops"], answer["allocations"]), ([], []))
+        self.assertEqual([(g["name"], g["role"], g["bytes"]) for g in answer["regions"]],
+                         [("x", "input", 24), ("w", "weight", 48), ("b", "weight", 16),
+                          ("s", "buffer", 16), ("y", "output", 32)])
+        regions = {g["name"]: g for g in answer["regions"]}
+        self.assertTrue(regions["y"]["contiguous"])
+        self.assertTrue(all(isinstance(g["ptr"], int) and g["ptr"] > 0 for g in answer["regions"]))
+        self.assertNotEqual(regions["s"]["ptr"], regions["b"]["ptr"])
+        want = [sum(x[row * 3 + k] * w[o * 3 + k] for k in range(3)) + b[o] + s[o]
+                for row in range(2) for o in range(4)]
+        for g, v in zip(r.get(0, "y"), want):
+            self.assertAlmostEqual(g, v, places=5)
+        # The runner goes on as before.
+        r.put(0, "y", [-1.0] * 8)
+        self.assertEqual(r.command(b"G"), b"D")
+        for g, v in zip(r.get(0, "y"), want):
+            self.assertAlmostEqual(g, v, places=5)
+
     def test_renamed_parameters_are_paired_by_creation_order_with_a_note(self):
         r, ready = self.ready("renamed")
         self.assertEqual((ready["missing"], ready["error"]), ([], None), r.output())
@@ -492,6 +532,643 @@ class HostedRunner(unittest.TestCase):
         self.assertTrue(lines, r.output())
         self.assertIn("output y", lines[0])
         self.assertIn("[1, 4]", lines[0])
+
+
+# ---- R's recorder, without a GPU: its pure parts on ctypes-built parameter structs ------
+
+
+def buf(data):
+    """A C buffer holding `data` (kept alive by the caller) and its address."""
+    b = ctypes.create_string_buffer(bytes(data), len(data))
+    return b, ctypes.addressof(b)
+
+
+def pointers(*objects):
+    """A void* array pointing at each ctypes object (a launch's `args`), and its address."""
+    arr = (ctypes.c_void_p * max(1, len(objects)))(*[ctypes.addressof(o) for o in objects])
+    return arr, ctypes.addressof(arr)
+
+
+class FakeKernels:
+    """What a Decoder asks CUDA for, answered from dicts."""
+
+    def __init__(self, functions=None, infos=None, names=None):
+        self.functions, self.infos, self.names = functions or {}, infos or {}, names or {}
+        self.asked = []
+
+    def function(self, stub):
+        self.asked.append(stub)
+        if stub not in self.functions:
+            raise hosted.RecordError("no kernel")
+        return self.functions[stub]
+
+    def params(self, f):
+        return self.infos[f]
+
+    def name(self, f):
+        return self.names.get(f)
+
+
+class FakeTensor:
+    def __init__(self, ptr, n, size, contiguous=True):
+        self.ptr, self.n, self.size, self.contiguous = ptr, n, size, contiguous
+
+    def data_ptr(self):
+        return self.ptr
+
+    def numel(self):
+        return self.n
+
+    def element_size(self):
+        return self.size
+
+    def is_contiguous(self):
+        return self.contiguous
+
+
+class RecorderHelpers(unittest.TestCase):
+    """The decoding of CUPTI's callback data, on structs built here as the CUDA 13 headers
+    lay them out (the struct classes are the runner's own; RecorderLayouts checks them
+    against the headers where a C compiler and the headers are at hand)."""
+
+    def setUp(self):
+        self.keep = []
+
+    def c(self, obj):
+        self.keep.append(obj)
+        return obj
+
+    def symbol(self, text):
+        b, at = buf(text.encode() + b"\0")
+        self.keep.append(b)
+        return at
+
+    def args(self, *values):
+        self.keep.extend(values)
+        arr, at = pointers(*values)
+        self.keep.append(arr)
+        return at
+
+    def test_names(self):
+        self.assertEqual(hosted.api_name("cudaLaunchKernel_ptsz_v7000"), "cudaLaunchKernel")
+        self.assertEqual(hosted.api_name("cuMemcpyHtoD_v2_ptds"), "cuMemcpyHtoD")
+        self.assertEqual(hosted.api_name("cuLaunchKernelEx"), "cuLaunchKernelEx")
+        self.assertEqual(hosted.layout_key("cudaLaunchKernelExC_ptsz_v11060"), "cudaLaunchKernelExC")
+        self.assertEqual(hosted.layout_key("cuMemsetD8_v2_ptds"), "cuMemsetD8_v2")
+        self.assertEqual(hosted.layout_key("cuMemAlloc"), "cuMemAlloc", "the 32-bit v1 keeps its name")
+        kinds = {"cudaLaunchCooperativeKernel": "launch", "cuLaunchKernelEx": "launch",
+                 "cudaMemsetAsync": "memset", "cuMemsetD2D8Async": "memset", "cudaMemcpy3D": "copy",
+                 "cudaDeviceSynchronize": "sync", "cuStreamSynchronize": "sync", "cudaMalloc": "alloc",
+                 "cuMemAllocPitch": "alloc", "cudaGraphLaunch": "other", "cuStreamWaitEvent": "other",
+                 "cudaEventRecord": "event", "cudaGraphAddMemcpyNode": None, "cudaFuncSetAttribute": None,
+                 "cudaGetLastError": None, "cudaStreamQuery": None, "cudaEventQuery": None}
+        for api, kind in kinds.items():
+            self.assertEqual(hosted.op_kind(api), kind, api)
+
+    def test_streams(self):
+        current = 0x55aa0000
+        for handle, want in ((current, "current"), (None, "current"), (0, "current"), (1, "current"),
+                             (2, "current"), (0x55aa0100, "other")):
+            self.assertEqual(hosted.stream_kind(handle, current), want, hex(handle or 0))
+        self.assertEqual(hosted.stream_kind(0x1000, 0), "other")
+
+    def test_a_runtime_launch_reads_its_kernel_dimensions_and_parameter_bytes(self):
+        ptr, n, scale = ctypes.c_uint64(0x7F0C0BA00000), ctypes.c_int32(-5), ctypes.c_float(1.5)
+        p = self.c(hosted.RtLaunch(func=0x1234, gridDim=hosted.Dim3(2112, 1, 1),
+                                   blockDim=hosted.Dim3(256, 2, 1), args=self.args(ptr, n, scale),
+                                   sharedMem=48, stream=0x77))
+        kernels = FakeKernels({0x1234: 0xF00}, {0xF00: [(0, 8), (8, 4), (12, 4)]})
+        op = hosted.Decoder(0x77, kernels).enter("cudaLaunchKernel_v7000", ctypes.addressof(p),
+                                                 self.symbol("_Z4geluPKfPfi"))
+        self.assertEqual(op, {
+            "op": "launch", "api": "cudaLaunchKernel", "symbol": "_Z4geluPKfPfi",
+            "grid": [2112, 1, 1], "block": [256, 2, 1], "shared_bytes": 48, "stream": "current",
+            "cooperative": False, "cluster": None,
+            "params": [{"offset": 0, "size": 8, "hex": "0000a00b0c7f0000"},
+                       {"offset": 8, "size": 4, "hex": struct.pack("<i", -5).hex()},
+                       {"offset": 12, "size": 4, "hex": struct.pack("<f", 1.5).hex()}]})
+        self.assertEqual(kernels.asked, [0x1234])
+        p.stream = 0x99
+        op = hosted.Decoder(0x77, kernels).enter("cudaLaunchCooperativeKernel_ptsz_v9000",
+                                                 ctypes.addressof(p), self.symbol("k"))
+        self.assertEqual((op["api"], op["stream"], op["cooperative"]), ("cudaLaunchCooperativeKernel", "other", True))
+
+    def test_a_launch_with_an_unknown_kernel_is_an_error(self):
+        p = self.c(hosted.RtLaunch(func=0x1, args=0))
+        with self.assertRaises(hosted.RecordError):
+            hosted.Decoder(0, FakeKernels()).enter("cudaLaunchKernel_v7000", ctypes.addressof(p), None)
+
+    def test_a_driver_launch_with_an_extra_parameter_buffer(self):
+        blob = struct.pack("<Qi4xd", 0xDEAD0000, 7, 2.5)
+        b, b_at = buf(blob)
+        size = ctypes.c_size_t(len(blob))
+        extra = self.c((ctypes.c_void_p * 5)(1, b_at, 2, ctypes.addressof(size), 0))
+        self.keep += [b, size]
+        p = self.c(hosted.DrvLaunch(f=0xABC, gridDimX=4, gridDimY=3, gridDimZ=2, blockDimX=32, blockDimY=1,
+                                    blockDimZ=1, sharedMemBytes=1024, hStream=2, kernelParams=None,
+                                    extra=ctypes.addressof(extra)))
+        kernels = FakeKernels(infos={0xABC: [(0, 8), (8, 4), (16, 8)]}, names={0xABC: "_Z3fooPfid"})
+        op = hosted.Decoder(0x10, kernels).enter("cuLaunchKernel_ptsz", ctypes.addressof(p), None)
+        self.assertEqual(op["symbol"], "_Z3fooPfid", "the CUfunction's name when CUPTI gives none")
+        self.assertEqual((op["api"], op["grid"], op["block"], op["shared_bytes"], op["stream"]),
+                         ("cuLaunchKernel", [4, 3, 2], [32, 1, 1], 1024, "current"))
+        self.assertEqual([x["hex"] for x in op["params"]],
+                         [blob[0:8].hex(), blob[8:12].hex(), blob[16:24].hex()])
+        self.assertEqual(kernels.asked, [], "a driver launch gives its CUfunction")
+
+    def test_launch_configurations_give_cooperative_and_cluster(self):
+        attrs = self.c((hosted.LaunchAttribute * 3)())
+        attrs[0].id = 1  # an access policy window: not read
+        attrs[1].id = hosted.LAUNCH_ATTRIBUTE_COOPERATIVE
+        attrs[1].value.cooperative = 1
+        attrs[2].id = hosted.LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attrs[2].value.clusterDim = hosted.Dim3(2, 1, 1)
+        config = self.c(hosted.DrvLaunchConfig(gridDimX=8, gridDimY=1, gridDimZ=1, blockDimX=128, blockDimY=1,
+                                               blockDimZ=1, sharedMemBytes=0, hStream=0x4242,
+                                               attrs=ctypes.addressof(attrs), numAttrs=3))
+        x = ctypes.c_int64(-1)
+        p = self.c(hosted.DrvLaunchEx(config=ctypes.addressof(config), f=0x5, kernelParams=self.args(x)))
+        kernels = FakeKernels(infos={0x5: [(0, 8)]})
+        op = hosted.Decoder(0x4242, kernels).enter("cuLaunchKernelEx", ctypes.addressof(p), self.symbol("tri"))
+        self.assertEqual((op["grid"], op["block"], op["stream"], op["cooperative"], op["cluster"]),
+                         ([8, 1, 1], [128, 1, 1], "current", True, [2, 1, 1]))
+        self.assertEqual(op["params"], [{"offset": 0, "size": 8, "hex": "ff" * 8}])
+        # The runtime's cudaLaunchKernelExC, through cudaLaunchConfig_t.
+        rt = self.c(hosted.RtLaunchConfig(gridDim=hosted.Dim3(3, 2, 1), blockDim=hosted.Dim3(64, 1, 1),
+                                          dynamicSmemBytes=4096, stream=0x9, attrs=ctypes.addressof(attrs),
+                                          numAttrs=3))
+        q = self.c(hosted.RtLaunchEx(config=ctypes.addressof(rt), func=0x77, args=self.args(x)))
+        kernels = FakeKernels({0x77: 0x5}, {0x5: [(0, 8)]})
+        op = hosted.Decoder(0, kernels).enter("cudaLaunchKernelExC_v11060", ctypes.addressof(q), self.symbol("k2"))
+        self.assertEqual((op["api"], op["grid"], op["shared_bytes"], op["stream"], op["cooperative"], op["cluster"]),
+                         ("cudaLaunchKernelExC", [3, 2, 1], 4096, "other", True, [2, 1, 1]))
+        attrs[1].value.cooperative = 0
+        self.assertEqual(hosted.launch_attributes(ctypes.addressof(attrs), 3), (False, [2, 1, 1]))
+        self.assertEqual(hosted.launch_attributes(None, 0), (None, None))
+        with self.assertRaises(hosted.RecordError):
+            hosted.launch_attributes(ctypes.addressof(attrs), hosted.MAX_ATTRS + 1)
+
+    def test_parameter_reading_refuses_what_it_cannot_read(self):
+        with self.assertRaises(hosted.RecordError):
+            hosted.launch_params([(0, 8)])  # neither args nor a buffer
+        with self.assertRaises(hosted.RecordError):
+            hosted.launch_params([(0, 8)], buffer=b"\0" * 4)  # past the buffer
+        null = self.c((ctypes.c_void_p * 1)(None))
+        with self.assertRaises(hosted.RecordError):
+            hosted.launch_params([(0, 8)], args=ctypes.addressof(null))
+        self.assertEqual(hosted.launch_params([]), [], "a kernel without parameters")
+        bad = self.c((ctypes.c_void_p * 3)(7, 1, 0))
+        with self.assertRaises(hosted.RecordError):
+            hosted.extra_buffer(ctypes.addressof(bad))
+
+    def test_memsets_copies_syncs_and_other_work(self):
+        d = hosted.Decoder(0x30, FakeKernels())
+
+        def enter(name, p=None):
+            return d.enter(name, ctypes.addressof(self.c(p)) if p is not None else 0)
+
+        self.assertEqual(enter("cudaMemsetAsync_ptsz_v7000", hosted.RtMemset(count=4096)),
+                         {"op": "memset", "api": "cudaMemsetAsync", "bytes": 4096})
+        self.assertEqual(enter("cuMemsetD32Async", hosted.DrvMemset(N=10)),
+                         {"op": "memset", "api": "cuMemsetD32Async", "bytes": 40})
+        self.assertEqual(enter("cudaMemset2D_v3020", hosted.RtMemset()), {"op": "memset", "api": "cudaMemset2D"})
+        self.assertEqual(enter("cudaMemcpyAsync_v3020", hosted.RtMemcpy(count=64, kind=2)),
+                         {"op": "copy", "api": "cudaMemcpyAsync", "bytes": 64, "kind": "d2h"})
+        self.assertEqual(enter("cudaMemcpy_v3020", hosted.RtMemcpy(count=8, kind=4))["kind"], "default")
+        self.assertEqual(enter("cudaMemcpyToSymbolAsync_v3020", hosted.RtMemcpySymbol(count=16, kind=1)),
+                         {"op": "copy", "api": "cudaMemcpyToSymbolAsync", "bytes": 16, "kind": "symbol"})
+        self.assertEqual(enter("cudaMemcpy2D_v3020", hosted.RtMemcpy2D(width=16, height=3, kind=3)),
+                         {"op": "copy", "api": "cudaMemcpy2D", "bytes": 48, "kind": "d2d"})
+        self.assertEqual(enter("cuMemcpyHtoDAsync_v2_ptsz", hosted.DrvMemcpy(ByteCount=12)),
+                         {"op": "copy", "api": "cuMemcpyHtoDAsync", "bytes": 12, "kind": "h2d"})
+        self.assertEqual(enter("cuMemcpyPeer", hosted.DrvMemcpyPeer(ByteCount=5))["kind"], "d2d")
+        self.assertEqual(enter("cuMemcpy3D_v2", hosted.DrvMemcpy()), {"op": "copy", "api": "cuMemcpy3D", "kind": "unknown"})
+        self.assertEqual(enter("cudaDeviceSynchronize_v3020"), {"op": "sync", "api": "cudaDeviceSynchronize"})
+        self.assertEqual(enter("cudaGraphLaunch_v10000"), {"op": "other", "api": "cudaGraphLaunch"})
+        self.assertIsNone(enter("cudaEventRecord_v3020", hosted.EventRecordParams(stream=0x30)))
+        self.assertIsNone(enter("cuEventRecord", hosted.EventRecordParams(stream=0)))
+        self.assertEqual(enter("cudaEventRecordWithFlags_v11010", hosted.EventRecordParams(stream=0x31)),
+                         {"op": "other", "api": "cudaEventRecordWithFlags"})
+        for ignored in ("cudaGetDevice_v3020", "cudaFuncSetAttribute_v9000", "cudaGetErrorString_v3020",
+                        "cuCtxGetCurrent", "cudaGraphAddMemcpyNode_v10000", "cudaPeekAtLastError_v3020"):
+            self.assertIsNone(enter(ignored), ignored)
+
+    def test_an_allocation_gets_its_pointer_at_the_exit(self):
+        d = hosted.Decoder(0, FakeKernels())
+        out = self.c(ctypes.c_uint64(0))
+        p = self.c(hosted.AllocParams(ptr=ctypes.addressof(out), size=1024))
+        op = d.enter("cudaMalloc_v3020", ctypes.addressof(p))
+        self.assertEqual(op, {"op": "alloc", "api": "cudaMalloc", "ptr": None, "bytes": 1024})
+        out.value = 140000000000
+        d.exit(op, ctypes.addressof(p), 0)
+        self.assertEqual(op, {"op": "alloc", "api": "cudaMalloc", "ptr": 140000000000, "bytes": 1024})
+        failed = d.enter("cuMemAlloc_v2", ctypes.addressof(p))
+        d.exit(failed, ctypes.addressof(p), 2)
+        self.assertEqual(failed, {"op": "alloc", "api": "cuMemAlloc", "bytes": 1024})
+        self.assertEqual(d.enter("cuMemAlloc", ctypes.addressof(p)), {"op": "alloc", "api": "cuMemAlloc"},
+                         "the 32-bit cuMemAlloc's layout is not read")
+
+    def callback(self, name, site, params=0, symbol=None, status=None):
+        data = hosted.CallbackData(callbackSite=site, functionName=self.symbol(name), functionParams=params,
+                                   symbolName=self.symbol(symbol) if symbol else None)
+        if status is not None:
+            data.functionReturnValue = ctypes.addressof(self.c(ctypes.c_int(status)))
+        return self.c(data)
+
+    def test_only_the_outermost_call_of_a_nest_is_recorded(self):
+        rec = hosted.Recorder(None, None)
+        x = ctypes.c_uint64(0x1000)
+        p = self.c(hosted.RtLaunch(func=0x10, gridDim=hosted.Dim3(1, 1, 1), blockDim=hosted.Dim3(32, 1, 1),
+                                   args=self.args(x)))
+        rec.decoder = hosted.Decoder(0, FakeKernels({0x10: 0x20}, {0x20: [(0, 8)]}))
+        inner = self.c(hosted.DrvLaunch(f=0x20, kernelParams=self.args(x)))
+        out = self.c(ctypes.c_uint64(0))
+        alloc = self.c(hosted.AllocParams(ptr=ctypes.addressof(out), size=256))
+        enter, leave = hosted.CUPTI_API_ENTER, 1
+        calls = [("cudaLaunchKernel_v7000", enter, ctypes.addressof(p), "_Z1kPf"),
+                 ("cuLaunchKernel", enter, ctypes.addressof(inner), "_Z1kPf"),   # the runtime's own
+                 ("cuLaunchKernel", leave, ctypes.addressof(inner), None),
+                 ("cudaLaunchKernel_v7000", leave, ctypes.addressof(p), None),
+                 ("cudaGetLastError_v3020", enter, 0, None),
+                 ("cudaGetLastError_v3020", leave, 0, None),
+                 ("cudaMalloc_v3020", enter, ctypes.addressof(alloc), None),
+                 ("cuMemAlloc_v2", enter, ctypes.addressof(alloc), None),
+                 ("cuMemAlloc_v2", leave, ctypes.addressof(alloc), None)]
+        for name, site, params, symbol in calls:
+            rec.step(self.callback(name, site, params, symbol))
+        out.value = 0xBEEF00
+        rec.step(self.callback("cudaMalloc_v3020", leave, ctypes.addressof(alloc), status=0))
+        self.assertIsNone(rec.error)
+        self.assertEqual([(o["op"], o["api"]) for o in rec.ops],
+                         [("launch", "cudaLaunchKernel"), ("alloc", "cudaMalloc")])
+        self.assertEqual(rec.ops[1], {"op": "alloc", "api": "cudaMalloc", "ptr": 0xBEEF00, "bytes": 256})
+        self.assertEqual(rec.threads[rec.thread_id()][0], 0, "every entry matched by its exit")
+        # An unexpected failure stops the recording (nothing unwinds into CUDA); the ops
+        # so far stay.
+        rec.decoder.kernels.infos.clear()
+        rec.on_api(None, 2, 0, ctypes.addressof(self.callback("cudaLaunchKernel_v7000", enter,
+                                                              ctypes.addressof(p), "_Z1kPf")))
+        self.assertIn("recording failed: KeyError", rec.error)
+        rec.step(self.callback("cudaLaunchKernel_v7000", leave, ctypes.addressof(p)))
+        answer = rec.answer()
+        self.assertEqual(list(answer), ["error", "ops", "regions", "allocations"])
+        self.assertEqual(len(answer["ops"]), 2)
+
+    def test_more_than_the_op_limit_is_an_error(self):
+        rec = hosted.Recorder(None, None)
+        rec.decoder = hosted.Decoder(0, FakeKernels())
+        rec.ops = [{"op": "sync", "api": "cudaDeviceSynchronize"}] * hosted.MAX_OPS
+        rec.step(self.callback("cudaDeviceSynchronize_v3020", hosted.CUPTI_API_ENTER))
+        self.assertEqual(rec.error, "more than 4096 GPU operations in one forward")
+        self.assertEqual(len(rec.ops), hosted.MAX_OPS)
+
+    def test_regions_and_allocations(self):
+        got = hosted.regions([("x", FakeTensor(1000, 6, 4))], [("w", FakeTensor(2000, 12, 4))],
+                             [("running_mean", FakeTensor(3000, 4, 4))],
+                             [("out", FakeTensor(4000, 8, 2, contiguous=False))])
+        self.assertEqual(got, [
+            {"name": "x", "role": "input", "ptr": 1000, "bytes": 24},
+            {"name": "w", "role": "weight", "ptr": 2000, "bytes": 48},
+            {"name": "running_mean", "role": "buffer", "ptr": 3000, "bytes": 16},
+            {"name": "out", "role": "output", "ptr": 4000, "bytes": 16, "contiguous": False}])
+        traces = [{"action": "segment_alloc", "addr": 1, "size": 2 << 20},
+                  {"action": "alloc", "addr": 140100000000, "size": 512},
+                  {"action": "free_requested", "addr": 140100000000, "size": 512},
+                  {"action": "alloc", "addr": 140100000512, "size": 1024}]
+        self.assertEqual(hosted.allocations_from(traces),
+                         ([{"ptr": 140100000000, "bytes": 512}, {"ptr": 140100000512, "bytes": 1024}], None))
+        self.assertIn("overflowed", hosted.allocations_from(traces, limit=4)[1])
+
+    def test_kernel_parameter_infos_from_the_driver_getters(self):
+        def getter(count, handle_ok=True):
+            def get(f, i, offset, size):
+                if not handle_ok:
+                    return 400  # CUDA_ERROR_INVALID_HANDLE
+                if i >= count:
+                    return hosted.CUDA_ERROR_INVALID_VALUE
+                ctypes.cast(offset, ctypes.POINTER(ctypes.c_size_t))[0] = 8 * i
+                ctypes.cast(size, ctypes.POINTER(ctypes.c_size_t))[0] = 8
+                return 0
+            return get
+
+        self.assertEqual(hosted.param_list(getter(2), 1), ([(0, 8), (8, 8)], hosted.CUDA_ERROR_INVALID_VALUE))
+        with self.assertRaises(hosted.RecordError):
+            hosted.param_list(getter(hosted.MAX_PARAMS + 1), 1)
+        k = hosted.Kernels({"cuFuncGetParamInfo": getter(3)})
+        self.assertEqual(k.params(7), [(0, 8), (8, 8), (16, 8)])
+        # A CUkernel handle: cuFuncGetParamInfo does not know it, cuKernelGetParamInfo does.
+        k = hosted.Kernels({"cuFuncGetParamInfo": getter(3, False), "cuKernelGetParamInfo": getter(1)})
+        self.assertEqual(k.params(7), [(0, 8)])
+        self.assertEqual(hosted.Kernels({"cuFuncGetParamInfo": getter(0)}).params(7), [])
+        with self.assertRaises(hosted.RecordError):
+            hosted.Kernels({"cuFuncGetParamInfo": getter(0, False), "cuKernelGetParamInfo": getter(0, False)}).params(7)
+
+
+class FakeCupti:
+    """CUPTI's and CUDA's functions as the recorder calls them, in Python: a subscription
+    keeps the callback so the test can play the CUDA calls of a forward through it."""
+
+    def __init__(self, subscribe_result=0):
+        self.subscribe_result = subscribe_result
+        self.callback, self.enabled, self.unsubscribed = None, {}, False
+        self.names = {39: b"CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"}
+
+    def libs(self):
+        return {"cuptiSubscribe": self.subscribe, "cuptiEnableDomain": self.enable,
+                "cuptiUnsubscribe": self.unsubscribe, "cuptiGetResultString": self.result_string,
+                "cudaGetFuncBySymbol": self.func_by_symbol, "cudaGetLastError": lambda: 0,
+                "cuFuncGetParamInfo": self.param_info}
+
+    def subscribe(self, handle, callback, userdata):
+        if self.subscribe_result:
+            return self.subscribe_result
+        handle._obj.value = 0x5B
+        self.callback = callback
+        return 0
+
+    def enable(self, on, handle, domain):
+        self.enabled[domain] = on
+        return 0
+
+    def unsubscribe(self, handle):
+        self.unsubscribed = True
+        return 0
+
+    def result_string(self, rc, text):
+        text._obj.value = self.names.get(rc, b"CUPTI_ERROR_UNKNOWN")
+        return 0
+
+    def func_by_symbol(self, f, stub):
+        f._obj.value = 0xF00 if stub.value == 0x1234 else None
+        return 0 if stub.value == 0x1234 else 98
+
+    def param_info(self, f, i, offset, size):
+        if f.value != 0xF00 or i >= 1:
+            return 1
+        offset._obj.value, size._obj.value = 0, 8
+        return 0
+
+
+class FakeTorch:
+    """The parts of torch the recorder uses, on a fake device."""
+
+    def __init__(self, traces=None, history_raises=False):
+        outer = self
+        self.history = []
+        self.__file__ = "/nonexistent/site-packages/torch/__init__.py"
+
+        class Memory:
+            @staticmethod
+            def _record_memory_history(enabled="all", **kwargs):
+                if history_raises:
+                    raise RuntimeError("no allocator history here")
+                outer.history.append(enabled)
+
+            @staticmethod
+            def _snapshot():
+                return {"device_traces": [traces or []]}
+
+        class Stream:
+            cuda_stream = 0x77
+
+        class Cuda:
+            memory = Memory
+
+            @staticmethod
+            def current_stream():
+                return Stream
+
+            @staticmethod
+            def current_device():
+                return 0
+
+        self.cuda = Cuda
+
+
+class RecorderSession(unittest.TestCase):
+    """The recorder's subscription and its callback, through CFUNCTYPE, with CUPTI and torch
+    replaced by fakes (the real ones need a GPU)."""
+
+    def setUp(self):
+        self.real = hosted.cuda_libraries
+        self.keep = []
+
+    def tearDown(self):
+        hosted.cuda_libraries = self.real
+
+    def data(self, name, site, params=None, symbol=None):
+        name_b = ctypes.create_string_buffer(name.encode())
+        sym_b = ctypes.create_string_buffer(symbol.encode()) if symbol else None
+        self.keep += [name_b, sym_b]
+        d = hosted.CallbackData(callbackSite=site, functionName=ctypes.addressof(name_b),
+                                functionParams=params, symbolName=ctypes.addressof(sym_b) if sym_b else None)
+        self.keep.append(d)
+        return ctypes.addressof(d)
+
+    def test_a_forward_played_through_the_callback(self):
+        cupti = FakeCupti()
+        hosted.cuda_libraries = lambda torch: cupti.libs()
+        waited = []
+        traces = [{"action": "alloc", "addr": 0x7000, "size": 4096}, {"action": "free_requested", "addr": 0x7000}]
+        torch = FakeTorch(traces)
+        x = ctypes.c_uint64(0xAB)
+        argv = (ctypes.c_void_p * 1)(ctypes.addressof(x))
+        launch = hosted.RtLaunch(func=0x1234, gridDim=hosted.Dim3(1, 1, 1), blockDim=hosted.Dim3(64, 1, 1),
+                                 args=ctypes.addressof(argv), stream=0x77)
+        self.keep += [x, argv, launch]
+        with hosted.Recorder(torch, lambda: waited.append(True)) as rec:
+            self.assertEqual(cupti.enabled, {1: 1, 2: 1})
+            for site in (0, 1):
+                cupti.callback(None, 2, 211, self.data("cudaLaunchKernel_v7000", site, ctypes.addressof(launch),
+                                                       "_Z1kPm" if site == 0 else None))
+            cupti.callback(None, 2, 165, self.data("cudaDeviceSynchronize_v3020", 0))
+            cupti.callback(None, 2, 165, self.data("cudaDeviceSynchronize_v3020", 1))
+        self.assertEqual((cupti.enabled, cupti.unsubscribed, waited), ({1: 0, 2: 0}, True, [True]))
+        self.assertEqual(torch.history, ["all", None], "the allocator history on, then off")
+        answer = rec.answer()
+        self.assertEqual(answer["error"], None)
+        self.assertEqual(answer["ops"], [
+            {"op": "launch", "api": "cudaLaunchKernel", "symbol": "_Z1kPm", "grid": [1, 1, 1],
+             "block": [64, 1, 1], "shared_bytes": 0, "stream": "current", "cooperative": False,
+             "cluster": None, "params": [{"offset": 0, "size": 8, "hex": "ab00000000000000"}]},
+            {"op": "sync", "api": "cudaDeviceSynchronize"}])
+        self.assertEqual(answer["allocations"], [{"ptr": 0x7000, "bytes": 4096}])
+
+    def test_a_subscription_refused_is_the_answers_error(self):
+        cupti = FakeCupti(subscribe_result=39)
+        hosted.cuda_libraries = lambda torch: cupti.libs()
+        with hosted.Recorder(FakeTorch(history_raises=True), None) as rec:
+            pass
+        answer = rec.answer()
+        self.assertEqual(answer["error"], "CUPTI: cuptiSubscribe: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED")
+        self.assertEqual((answer["ops"], answer["allocations"]), ([], []))
+        self.assertIn("no allocator history here", answer["allocations_error"])
+        self.assertFalse(cupti.unsubscribed)
+
+    def test_no_cupti_is_the_answers_error(self):
+        def missing(torch):
+            raise hosted.RecordError("no CUPTI: libcupti.so.13: cannot open shared object file")
+
+        hosted.cuda_libraries = missing
+        with hosted.Recorder(FakeTorch(), None) as rec:
+            pass
+        self.assertTrue(rec.answer()["error"].startswith("no CUPTI: "))
+
+    def test_a_runtime_launch_of_an_unknown_stub_stops_the_recording(self):
+        cupti = FakeCupti()
+        hosted.cuda_libraries = lambda torch: cupti.libs()
+        launch = hosted.RtLaunch(func=0x999)
+        self.keep.append(launch)
+        with hosted.Recorder(FakeTorch(), None) as rec:
+            cupti.callback(None, 2, 211, self.data("cudaLaunchKernel_ptsz_v7000", 0, ctypes.addressof(launch), "k"))
+            cupti.callback(None, 2, 211, self.data("cudaLaunchKernel_ptsz_v7000", 1, ctypes.addressof(launch)))
+        self.assertEqual(rec.answer()["error"], "cudaGetFuncBySymbol found no kernel (cudaError 98)")
+        self.assertEqual(rec.ops, [])
+
+    def test_the_library_loader_says_what_it_tried(self):
+        with self.assertRaises(hosted.RecordError) as e:
+            hosted.load_library(["libkiln-no-such-library.so.1"], ["/nonexistent/*/libnothing.so*"])
+        self.assertIn("libkiln-no-such-library.so.1", str(e.exception))
+        self.assertIsNotNone(hosted.load_library(["libkiln-no-such-library.so.1", "libc.so.6"]))
+
+
+# The runner's structs against the CUDA headers: (struct, the C type it reads, {field: the
+# C field}, whether the sizes match too: False where the runner reads a prefix).
+LAYOUTS = [
+    ("CallbackData", "CUpti_CallbackData", {f: f for f in (
+        "callbackSite", "functionName", "functionParams", "functionReturnValue", "symbolName",
+        "context", "contextUid", "correlationData", "correlationId")}, True),
+    ("RtLaunch", "cudaLaunchKernel_v7000_params", {f: f for f in (
+        "func", "gridDim", "blockDim", "args", "sharedMem", "stream")}, True),
+    ("RtLaunch", "cudaLaunchKernel_ptsz_v7000_params", {"args": "args", "stream": "stream"}, True),
+    ("RtLaunch", "cudaLaunchCooperativeKernel_v9000_params", {"args": "args", "stream": "stream"}, True),
+    ("RtLaunch", "cudaLaunchCooperativeKernel_ptsz_v9000_params", {"args": "args", "stream": "stream"}, True),
+    ("RtLaunchEx", "cudaLaunchKernelExC_v11060_params", {"config": "config", "func": "func", "args": "args"}, True),
+    ("RtLaunchEx", "cudaLaunchKernelExC_ptsz_v11060_params", {"args": "args"}, True),
+    ("RtLaunchConfig", "cudaLaunchConfig_t", {f: f for f in (
+        "gridDim", "blockDim", "dynamicSmemBytes", "stream", "attrs", "numAttrs")}, True),
+    ("LaunchAttribute", "cudaLaunchAttribute", {"id": "id", "value": "val"}, True),
+    ("LaunchAttribute", "CUlaunchAttribute", {"id": "id", "value": "value"}, True),
+    ("LaunchAttributeValue", "CUlaunchAttributeValue", {"cooperative": "cooperative", "clusterDim": "clusterDim"}, True),
+    ("LaunchAttributeValue", "cudaLaunchAttributeValue", {"cooperative": "cooperative", "clusterDim": "clusterDim"}, True),
+    ("DrvLaunchConfig", "CUlaunchConfig", {f: f for f in (
+        "gridDimX", "gridDimY", "gridDimZ", "blockDimX", "blockDimY", "blockDimZ", "sharedMemBytes",
+        "hStream", "attrs", "numAttrs")}, True),
+    ("DrvLaunch", "cuLaunchKernel_params", {f: f for f in (
+        "f", "gridDimX", "gridDimY", "gridDimZ", "blockDimX", "blockDimY", "blockDimZ",
+        "sharedMemBytes", "hStream", "kernelParams", "extra")}, True),
+    ("DrvLaunch", "cuLaunchKernel_ptsz_params", {"kernelParams": "kernelParams", "extra": "extra"}, True),
+    ("DrvCoopLaunch", "cuLaunchCooperativeKernel_params", {"hStream": "hStream", "kernelParams": "kernelParams"}, True),
+    ("DrvCoopLaunch", "cuLaunchCooperativeKernel_ptsz_params", {"kernelParams": "kernelParams"}, True),
+    ("DrvLaunchEx", "cuLaunchKernelEx_params", {f: f for f in ("config", "f", "kernelParams", "extra")}, True),
+    ("DrvLaunchEx", "cuLaunchKernelEx_ptsz_params", {"extra": "extra"}, True),
+    ("RtMemcpy", "cudaMemcpy_v3020_params", {"count": "count", "kind": "kind"}, True),
+    ("RtMemcpy", "cudaMemcpy_ptds_v7000_params", {"count": "count", "kind": "kind"}, True),
+    ("RtMemcpy", "cudaMemcpyAsync_v3020_params", {"count": "count", "kind": "kind"}, False),
+    ("RtMemcpy", "cudaMemcpyAsync_ptsz_v7000_params", {"count": "count", "kind": "kind"}, False),
+    ("RtMemcpySymbol", "cudaMemcpyToSymbol_v3020_params", {"count": "count", "offset": "offset", "kind": "kind"}, True),
+    ("RtMemcpySymbol", "cudaMemcpyFromSymbol_v3020_params", {"count": "count", "offset": "offset", "kind": "kind"}, True),
+    ("RtMemcpySymbol", "cudaMemcpyToSymbolAsync_ptsz_v7000_params", {"count": "count", "kind": "kind"}, False),
+    ("RtMemcpySymbol", "cudaMemcpyFromSymbolAsync_v3020_params", {"count": "count", "kind": "kind"}, False),
+    ("RtMemcpyPeer", "cudaMemcpyPeer_v4000_params", {"count": "count"}, True),
+    ("RtMemcpyPeer", "cudaMemcpyPeerAsync_v4000_params", {"count": "count"}, False),
+    ("RtMemcpy2D", "cudaMemcpy2D_v3020_params", {"width": "width", "height": "height", "kind": "kind"}, True),
+    ("RtMemcpy2D", "cudaMemcpy2DAsync_ptsz_v7000_params", {"width": "width", "height": "height", "kind": "kind"}, False),
+    ("DrvMemcpy", "cuMemcpy_params", {"ByteCount": "ByteCount"}, True),
+    ("DrvMemcpy", "cuMemcpyAsync_ptsz_params", {"ByteCount": "ByteCount"}, False),
+    ("DrvMemcpy", "cuMemcpyHtoD_v2_params", {"ByteCount": "ByteCount"}, True),
+    ("DrvMemcpy", "cuMemcpyDtoHAsync_v2_params", {"ByteCount": "ByteCount"}, False),
+    ("DrvMemcpy", "cuMemcpyDtoD_v2_ptds_params", {"ByteCount": "ByteCount"}, True),
+    ("DrvMemcpyPeer", "cuMemcpyPeer_params", {"ByteCount": "ByteCount"}, True),
+    ("DrvMemcpyPeer", "cuMemcpyPeerAsync_ptsz_params", {"ByteCount": "ByteCount"}, False),
+    ("RtMemset", "cudaMemset_v3020_params", {"count": "count"}, True),
+    ("RtMemset", "cudaMemsetAsync_ptsz_v7000_params", {"count": "count"}, False),
+    ("DrvMemset", "cuMemsetD8_v2_params", {"N": "N"}, True),
+    ("DrvMemset", "cuMemsetD16Async_params", {"N": "N"}, False),
+    ("DrvMemset", "cuMemsetD32_v2_ptds_params", {"N": "N"}, True),
+    ("AllocParams", "cudaMalloc_v3020_params", {"ptr": "devPtr", "size": "size"}, True),
+    ("AllocParams", "cudaMallocAsync_ptsz_v11020_params", {"ptr": "devPtr", "size": "size"}, False),
+    ("AllocParams", "cudaMallocManaged_v6000_params", {"ptr": "devPtr", "size": "size"}, False),
+    ("AllocParams", "cudaMallocFromPoolAsync_v11020_params", {"ptr": "ptr", "size": "size"}, False),
+    ("AllocParams", "cudaMallocHost_v3020_params", {"ptr": "ptr", "size": "size"}, True),
+    ("AllocParams", "cudaHostAlloc_v3020_params", {"ptr": "pHost", "size": "size"}, False),
+    ("AllocParams", "cuMemAlloc_v2_params", {"ptr": "dptr", "size": "bytesize"}, True),
+    ("AllocParams", "cuMemAllocAsync_ptsz_params", {"ptr": "dptr", "size": "bytesize"}, False),
+    ("AllocParams", "cuMemAllocManaged_params", {"ptr": "dptr", "size": "bytesize"}, False),
+    ("AllocParams", "cuMemAllocFromPoolAsync_params", {"ptr": "dptr", "size": "bytesize"}, False),
+    ("AllocParams", "cuMemAllocHost_v2_params", {"ptr": "pp", "size": "bytesize"}, True),
+    ("AllocParams", "cuMemHostAlloc_params", {"ptr": "pp", "size": "bytesize"}, False),
+    ("EventRecordParams", "cudaEventRecord_v3020_params", {"stream": "stream"}, True),
+    ("EventRecordParams", "cudaEventRecordWithFlags_ptsz_v11010_params", {"stream": "stream"}, False),
+    ("EventRecordParams", "cuEventRecord_params", {"stream": "hStream"}, True),
+    ("EventRecordParams", "cuEventRecordWithFlags_params", {"stream": "hStream"}, False),
+]
+CONSTANTS = {"CUPTI_API_ENTER": "CUPTI_API_ENTER", "CUPTI_CB_DOMAIN_DRIVER_API": "CUPTI_CB_DOMAIN_DRIVER_API",
+             "CUPTI_CB_DOMAIN_RUNTIME_API": "CUPTI_CB_DOMAIN_RUNTIME_API",
+             "LAUNCH_ATTRIBUTE_COOPERATIVE": "CU_LAUNCH_ATTRIBUTE_COOPERATIVE",
+             "LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION": "CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION",
+             "CUDA_ERROR_INVALID_VALUE": "CUDA_ERROR_INVALID_VALUE",
+             "LAUNCH_PARAM_BUFFER_POINTER": "CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT",
+             "LAUNCH_PARAM_BUFFER_SIZE": "CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT"}
+
+
+def cuda_headers():
+    """The CUDA 13 headers (with CUPTI's) Triton's wheel carries beside KILN_PYTHON, or None."""
+    python = os.environ.get("KILN_PYTHON")
+    if not python:
+        return None
+    root = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    import glob
+
+    found = glob.glob(os.path.join(root, "lib", "python3*", "site-packages", "triton", "backends",
+                                   "nvidia", "include", "cupti_callbacks.h"))
+    return os.path.dirname(found[0]) if found else None
+
+
+class RecorderLayouts(unittest.TestCase):
+    def test_the_structs_match_the_cuda_headers(self):
+        include = cuda_headers()
+        if include is None:
+            self.skipTest("no CUDA headers beside KILN_PYTHON (triton/backends/nvidia/include)")
+        cc = shutil.which(os.environ.get("CC", "cc"))
+        if cc is None:
+            self.skipTest("no C compiler")
+        lines = ["#include <stddef.h>", "#include <stdio.h>", "#include <cuda.h>",
+                 "#include <cuda_runtime_api.h>", "#include <cupti_callbacks.h>",
+                 "#include <generated_cuda_runtime_api_meta.h>", "#include <generated_cuda_meta.h>",
+                 "int main(void) {"]
+        for _, ctype, fields, _ in LAYOUTS:
+            lines.append(f'printf("{ctype} sizeof %zu\\n", sizeof({ctype}));')
+            for c_field in fields.values():
+                lines.append(f'printf("{ctype} {c_field} %zu\\n", offsetof({ctype}, {c_field}));')
+        for c_name in CONSTANTS.values():
+            lines.append(f'printf("const {c_name} %d\\n", (int)({c_name}));')
+        lines += ["return 0;", "}"]
+        with tempfile.TemporaryDirectory() as tmp:
+            src, exe = os.path.join(tmp, "layouts.c"), os.path.join(tmp, "layouts")
+            with open(src, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            # generated_cuda_meta.h names the 32-bit v1 types cuda.h declares only for its
+            # own build.
+            c = subprocess.run([cc, "-D__CUDA_API_VERSION_INTERNAL", "-I", include, src, "-o", exe],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(c.returncode, 0, c.stderr[-3000:])
+            out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
+        c_values = {}
+        for line in out.splitlines():
+            a, b, v = line.split()
+            c_values[(a, b)] = int(v)
+        for name, ctype, fields, same_size in LAYOUTS:
+            cls = getattr(hosted, name)
+            with self.subTest(ctype):
+                for field, c_field in fields.items():
+                    self.assertEqual(getattr(cls, field).offset, c_values[(ctype, c_field)], f"{name}.{field}")
+                if same_size:
+                    self.assertEqual(ctypes.sizeof(cls), c_values[(ctype, "sizeof")])
+                else:
+                    self.assertLessEqual(ctypes.sizeof(cls), c_values[(ctype, "sizeof")])
+        for ours, c_name in CONSTANTS.items():
+            self.assertEqual(getattr(hosted, ours), c_values[("const", c_name)], ours)
 
 
 # Drives keep_builds in a python with torch, with load_inline replaced by a fake that

@@ -30,6 +30,8 @@ pub mod cpu;
 pub mod gch;
 pub mod gpu;
 pub mod kernels;
+pub mod lift;
+pub mod lifting;
 pub mod setup;
 pub mod wrapper;
 

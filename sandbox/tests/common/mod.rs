@@ -62,6 +62,7 @@ pub fn plan() -> EvalPlan {
         peak_flops: 0.0,
         plain: None,
         race: None,
+        record_launches: false,
     }
 }
 

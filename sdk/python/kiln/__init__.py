@@ -10,7 +10,8 @@
                         "launches": [{"kernel": "vecadd", "args": ["a", "b", "c", {"i32": 4096}]}]})
     print(ev.verdict, ev.median_us)
     ev = client.submit(kiln.modelnew("kb-l1-19-relu", "model_new.py"))   # a KernelBench answer
-    print(ev.trust)                             # "hosted"
+    print(ev.trust)                             # "lifted" (kiln launched the GPU work its
+                                                # forward recorded), else "hosted"
     records = kiln.rewards(client, "level1/19", texts, language="modelnew")   # RL rewards
 
 See :class:`Client`, :class:`AsyncClient` and :func:`rewards`.

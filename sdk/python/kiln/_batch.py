@@ -6,6 +6,10 @@ decides which candidates are still waited for, which are known to be finished (f
 event, possibly one that arrived before the submission's answer) and which ran out of
 time. The backoff decides when to send again a candidate kilnd refused because its
 queue was full.
+
+A hosted ``ModelNew`` file that kilnd lifted into a contract candidate is finished only
+once the lifted candidate's job has ended too (see :class:`~kiln.models.Lift`); that job's
+events carry the lifted candidate's own id, so the tracker watches that id for the file.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ class Tracker:
         self._ready: "OrderedDict[str, None]" = OrderedDict()
         self._seen_finished: "OrderedDict[str, None]" = OrderedDict()
         self._unavailable: Dict[str, str] = {}
+        #: Files waited for whose lift is pending: the last record fetched for each
+        #: (its ``lift.candidate_id`` is the id watched for it).
+        self._lifting: Dict[str, CandidateRecord] = {}
 
     @property
     def in_flight(self) -> int:
@@ -57,13 +64,22 @@ class Tracker:
         self._deadline.setdefault(sub.id, self._clock() + self.timeout)
         if sub.id in self._seen_finished:
             self._ready[sub.id] = None
+        if sub.record is not None and sub.record.lift is not None and sub.record.lift.pending:
+            # A duplicate whose lifted result is still to come, or not in the answer at
+            # all (a duplicate's record lacks kilnd's `lift`): fetched once now.
+            self._ready[sub.id] = None
+            self._watch_lift(sub.record)
         return []
 
     def on_event(self, ev: Event) -> None:
-        """Notes a job event; a finished job of ours becomes ready to fetch."""
+        """Notes a job event; a finished job of ours becomes ready to fetch, and so does
+        a file whose lifted candidate's job it is."""
         cid = ev.candidate_id
         if not ev.finished or cid is None:
             return
+        for file_id, rec in self._lifting.items():
+            if rec.lift is not None and rec.lift.candidate_id == cid:
+                self._ready[file_id] = None
         if cid in self._waiting:
             self._ready[cid] = None
         else:
@@ -83,28 +99,57 @@ class Tracker:
         return ids
 
     def resolve(self, record: CandidateRecord) -> List[Outcome]:
-        """Takes a fetched record; returns the outcomes of the inputs it finishes."""
-        if not record.finished or record.id not in self._waiting:
+        """Takes a fetched record; returns the outcomes of the inputs it finishes. A
+        record not finished only because its lift is pending stays waited for, with its
+        lifted candidate watched (:meth:`on_event`)."""
+        if record.id not in self._waiting:
+            return []
+        if not record.finished:
+            self._watch_lift(record)
             return []
         self._deadline.pop(record.id, None)
+        self._lifting.pop(record.id, None)
         return [_outcome(i, record) for i in self._waiting.pop(record.id)]
 
+    def _watch_lift(self, record: CandidateRecord) -> None:
+        """Watches the lifted candidate of a waited-for file whose lift is pending; its
+        job already seen finished makes the file ready now (once: the id is taken out of
+        the finished ones seen, so a record still pending waits for the next sweep)."""
+        lift = record.lift
+        if record.id not in self._waiting or lift is None or not lift.pending or not lift.candidate_id:
+            return
+        self._lifting[record.id] = record
+        if lift.candidate_id in self._seen_finished:
+            del self._seen_finished[lift.candidate_id]
+            self._ready[record.id] = None
+
     def expired(self) -> List[Outcome]:
-        """Outcomes (:class:`~kiln.errors.Timeout`) of the candidates past their deadline."""
+        """Outcomes of the candidates past their deadline: :class:`~kiln.errors.Timeout`,
+        except for a file evaluated in time whose lifted candidate was not: its outcome
+        is the file's own (hosted) evaluation, the record's lift still pending."""
         now = self._clock()
         out: List[Outcome] = []
         for cid in [c for c, d in self._deadline.items() if d <= now]:
             del self._deadline[cid]
+            lifting = self._lifting.pop(cid, None)
             for i in self._waiting.pop(cid, []):
+                if lifting is not None and lifting.evaluation is not None:
+                    out.append(_outcome(i, lifting))
+                    continue
                 out.append(
                     Outcome(i, cid, None, Timeout(f"no verdict for {cid} within {self.timeout} s", cid))
                 )
         return out
 
     def seconds_to_deadline(self) -> Optional[float]:
-        """Seconds until the next deadline, or ``None`` if nothing is waited for."""
+        """Seconds until the next deadline, or ``None`` if nothing is waited for; 0 while
+        a candidate is ready to fetch (known finished before the batch waits for news:
+        a job seen done before its submission's answer, a duplicate whose lifted result
+        is to be fetched), so the batch fetches it without waiting first."""
         if not self._deadline:
             return None
+        if self.has_ready:
+            return 0.0
         return max(0.0, min(self._deadline.values()) - self._clock())
 
 
@@ -171,11 +216,12 @@ class Backoff:
 
 def _outcome(index: int, record: CandidateRecord) -> Outcome:
     if record.evaluation is not None:
-        return Outcome(index, record.id, record.evaluation, None)
+        return Outcome(index, record.id, record.evaluation, None, record)
     job = record.job
     return Outcome(
         index,
         record.id,
         None,
         JobFailed(record.id, job.id if job else None, job.error if job else None),
+        record,
     )

@@ -8,7 +8,7 @@ never break older clients.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 __all__ = [
@@ -32,6 +32,8 @@ __all__ = [
     "CompileInfo",
     "Evaluation",
     "Job",
+    "LIFT_OUTCOMES",
+    "Lift",
     "CandidateRecord",
     "CandidateSummary",
     "Submission",
@@ -65,6 +67,10 @@ JOB_STATES: Tuple[str, ...] = ("queued", "compiling", "compiled", "running", "do
 
 #: Job states before the evaluation starts on a lane (what ``Health.queued`` counts).
 WAITING_JOB_STATES: Tuple[str, ...] = ("queued", "compiling", "compiled")
+
+#: What kilnd's attempt to lift a hosted ``ModelNew`` file into a contract candidate came
+#: to (the ``outcome`` of a record's ``lift``).
+LIFT_OUTCOMES: Tuple[str, ...] = ("lifted", "not_lifted")
 
 #: Search states: ``running`` → ``done`` | ``failed`` | ``cancelled``.
 SEARCH_STATES: Tuple[str, ...] = ("running", "done", "failed", "cancelled")
@@ -589,10 +595,13 @@ class Evaluation:
         message: one line saying why, for people.
         backend: the backend that ran it (``host``, ``cuda``).
         trust: how it was run: ``contract`` (kiln launched its device code from its plan;
-            none of its host code ran) or ``hosted`` (a KernelBench ``ModelNew`` file whose
+            none of its host code ran), ``hosted`` (a KernelBench ``ModelNew`` file whose
             own Python ran in kiln's jailed hosted runner; kiln made the inputs and weights,
-            compared the outputs and timed it from its side). ``contract`` when kilnd does
-            not say (evaluations made before hosted candidates existed).
+            compared the outputs and timed it from its side) or ``lifted`` (a contract
+            candidate kilnd made itself of the GPU work a ``ModelNew`` file's forward
+            recorded, then compiled, launched and timed like any contract candidate; see
+            :class:`Lift`). ``contract`` when kilnd does not say (evaluations made before
+            hosted candidates existed).
         compile: the compile step, when there was one.
         evidence: trials, error metrics, faults, tampered inputs, ...
         timing: timing statistics (correct candidates only).
@@ -738,11 +747,137 @@ def _trust(given: Any, evaluation: Optional[Evaluation], language: Any) -> str:
 
 
 @dataclass(frozen=True)
+class Lift:
+    """What kilnd's attempt to lift a hosted ``ModelNew`` file came to: the ``lift`` of
+    the file's :class:`CandidateRecord` (absent when nothing was tried).
+
+    kilnd records the GPU work the file's forward did and, where it can, makes of it an
+    ordinary contract candidate (language ``cuda``) that it queues by itself after the
+    file's evaluation; that candidate's evaluation has trust ``lifted``.
+
+    Attributes:
+        outcome: ``lifted`` or ``not_lifted`` (see :data:`LIFT_OUTCOMES`).
+        code: why it was not lifted, as a short stable key (``memset``, ``differs``,
+            ``side_stream``, ...); ``None`` when lifted.
+        reason: the same for people; ``None`` when lifted.
+        candidate_id: the lifted candidate's id (``lifted`` only).
+        notes: what was dropped or assumed on the way (``lifted`` only).
+        state: the lifted candidate's job state (one of :data:`JOB_STATES`), ``None``
+            until kilnd has queued it.
+        verdict: the lifted candidate's verdict, once evaluated.
+        message: its message, once evaluated.
+        median_us: its median time, when correct.
+        hosted_median_us: the file's own (hosted) median time, beside it.
+        evaluation: the lifted candidate's full evaluation, once there is one
+            (``candidate_id`` the lifted id, ``speedups`` as kilnd reports them beside it).
+        raw: the ``lift`` object as received.
+    """
+
+    outcome: str
+    code: Optional[str]
+    reason: Optional[str]
+    candidate_id: Optional[str]
+    notes: List[str]
+    state: Optional[str]
+    verdict: Optional[str]
+    message: Optional[str]
+    median_us: Optional[float]
+    hosted_median_us: Optional[float]
+    evaluation: Optional[Evaluation]
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Optional["Lift"]:
+        """The lift, or ``None`` for anything that is not one (absent, not an object, an
+        unknown outcome, a ``lifted`` without a candidate id): never raises."""
+        try:
+            return cls._parse(d)
+        except Exception:  # noqa: BLE001 - a malformed `lift` is ignored, never fatal
+            return None
+
+    @classmethod
+    def _parse(cls, d: Any) -> Optional["Lift"]:
+        if not isinstance(d, dict):
+            return None
+        outcome = _str(d.get("outcome"))
+        if outcome == "not_lifted":
+            return cls(
+                outcome=outcome,
+                code=_str(d.get("code")),
+                reason=_str(d.get("reason")),
+                candidate_id=None,
+                notes=[],
+                state=None,
+                verdict=None,
+                message=None,
+                median_us=None,
+                hosted_median_us=_float(d.get("hosted_median_us")),
+                evaluation=None,
+                raw=dict(d),
+            )
+        cid = _str(d.get("candidate_id"))
+        if outcome != "lifted" or not cid:
+            return None
+        ev = d.get("evaluation")
+        evaluation = None
+        if isinstance(ev, dict) and _str(ev.get("verdict")):
+            evaluation = Evaluation.from_dict(ev, candidate_id=cid, speedups=d.get("speedups"))
+            if "trust" not in ev:
+                evaluation = replace(evaluation, trust="lifted")
+        return cls(
+            outcome=outcome,
+            code=None,
+            reason=None,
+            candidate_id=cid,
+            notes=[n for n in _list(d.get("notes")) if isinstance(n, str)],
+            state=_str(d.get("state")),
+            verdict=_str(d.get("verdict")) or (evaluation.verdict if evaluation else None),
+            message=_str(d.get("message")),
+            median_us=_float(d.get("median_us")),
+            hosted_median_us=_float(d.get("hosted_median_us")),
+            evaluation=evaluation,
+            raw=dict(d),
+        )
+
+    @property
+    def lifted(self) -> bool:
+        """True when the file was lifted (whatever became of the lifted candidate)."""
+        return self.outcome == "lifted"
+
+    @property
+    def pending(self) -> bool:
+        """True while the lifted candidate has no verdict and its job has not failed
+        (not queued yet, queued, compiling or running): its result is still to come."""
+        return self.lifted and self.verdict is None and self.evaluation is None and self.state != "failed"
+
+    @property
+    def failed(self) -> bool:
+        """True when the lifted candidate's job failed without a verdict: the file's
+        hosted result stands."""
+        return self.lifted and self.evaluation is None and self.verdict is None and self.state == "failed"
+
+
+@dataclass(frozen=True)
 class CandidateRecord:
     """``GET /v1/candidates/{id}``: a candidate, its latest job and its evaluation.
 
-    ``trust`` is how the candidate is run (``contract`` or ``hosted``, see
-    :class:`Evaluation`): kilnd's, else its evaluation's, else its language's.
+    ``trust`` is how the result in ``evaluation`` was obtained (``contract``, ``hosted``
+    or ``lifted``, see :class:`Evaluation`): kilnd's, else its evaluation's, else its
+    language's; ``lifted`` when the evaluation is a lifted one.
+
+    For a hosted ``ModelNew`` file kilnd tried to lift, ``lift`` says what became of it
+    (:class:`Lift`; ``None`` when nothing was tried, or when kilnd's ``lift`` is not one
+    this client can read). A record without kilnd's ``lift`` (the one in the answer to a
+    duplicate submission) takes the outcome the file's evaluation recorded in its
+    telemetry: a ``lifted`` one then knows nothing of the lifted candidate yet, so the
+    record is not finished until fetched again. Where the file was lifted and the lifted candidate has an
+    evaluation, that lifted evaluation is the file's result (the most trustworthy
+    number): ``evaluation`` is the lifted one (its ``candidate_id`` the lifted
+    candidate's, its ``speedups`` the lift's) and ``hosted_evaluation`` the file's own.
+    Otherwise ``evaluation`` is the file's own and ``hosted_evaluation`` is ``None`` (so
+    ``hosted_evaluation is not None`` says the result came from a lift). A record whose
+    lift is still pending (see :attr:`Lift.pending`) is not :attr:`finished`; one whose
+    lifted job failed is, with the file's hosted result (:attr:`Lift.failed`).
     """
 
     id: str
@@ -753,6 +888,8 @@ class CandidateRecord:
     evaluation: Optional[Evaluation]
     raw: Json = field(repr=False, compare=False)
     trust: str = "contract"
+    lift: Optional[Lift] = None
+    hosted_evaluation: Optional[Evaluation] = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "CandidateRecord":
@@ -764,6 +901,17 @@ class CandidateRecord:
             if isinstance(ev, dict)
             else None
         )
+        trust = _trust(d.get("trust"), evaluation, _obj(d.get("candidate")).get("language"))
+        if "lift" in d:
+            lift = Lift.from_dict(d.get("lift"))
+        else:
+            # A record without kilnd's `lift` (the one answered to a duplicate submission):
+            # the outcome as the file's evaluation recorded it, without the lifted
+            # candidate's state, so a lifted file waits for its lifted result.
+            lift = Lift.from_dict(_obj(evaluation.telemetry if evaluation else None).get("lift"))
+        hosted: Optional[Evaluation] = None
+        if lift is not None and lift.evaluation is not None:
+            hosted, evaluation, trust = evaluation, lift.evaluation, lift.evaluation.trust
         return cls(
             id=cid,
             candidate=_obj(d.get("candidate")),
@@ -772,12 +920,17 @@ class CandidateRecord:
             job=job,
             evaluation=evaluation,
             raw=dict(d),
-            trust=_trust(d.get("trust"), evaluation, _obj(d.get("candidate")).get("language")),
+            trust=trust,
+            lift=lift,
+            hosted_evaluation=hosted,
         )
 
     @property
     def finished(self) -> bool:
-        """True once there is an evaluation or the job failed: waiting longer changes nothing."""
+        """True once there is an evaluation or the job failed, and no lifted candidate's
+        result is still to come: waiting longer changes nothing."""
+        if self.lift is not None and self.lift.pending:
+            return False
         return self.evaluation is not None or (self.job is not None and self.job.state == "failed")
 
 
@@ -934,12 +1087,18 @@ class Outcome:
             candidate), :class:`~kiln.errors.JobFailed`,
             :class:`~kiln.errors.BackendUnavailable`, :class:`~kiln.errors.Timeout`, or a
             ``TypeError``/``ValueError`` for input that is not a candidate at all.
+        record: the candidate's record the evaluation (or the failed job) was read
+            from, when there was one: for a hosted ``ModelNew`` file, its ``lift`` and
+            ``hosted_evaluation`` (``evaluation`` is then the record's: the lifted one
+            where the file was lifted). ``candidate_id`` stays the submitted candidate's
+            (the file's) id.
     """
 
     index: int
     candidate_id: Optional[str]
     evaluation: Optional[Evaluation]
     error: Optional[BaseException]
+    record: Optional[CandidateRecord] = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:

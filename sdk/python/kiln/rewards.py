@@ -9,6 +9,8 @@ per candidate out, in input order, without exceptions per candidate.
     # KernelBench ModelNew files, run as written in kiln's hosted runner, by KernelBench id:
     records = kiln.rewards(client, "level1/19", model_new_texts, language="modelnew")
     print(records[0].verdict, records[0].speedup_eager, records[0].speedup_compile, records[0].trust)
+    # trust "lifted" where kilnd lifted the file's GPU work into a contract candidate:
+    print(records[0].lift, records[0].median_us, records[0].hosted_median_us)
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .models import (
     TORCH_COMPILE,
     TORCH_EAGER,
     BaselineSet,
+    CandidateRecord,
     Evaluation,
     Outcome,
     Problem,
@@ -87,9 +90,20 @@ class Reward:
             on that GPU model (its ``fp32`` variant, else the one measured); otherwise
             ``None``.
         speedup_compile: the same against ``torch.compile`` (``torch-compile``).
-        trust: how it ran: ``contract`` or ``hosted`` (a ``ModelNew`` file's own Python,
-            in kiln's jailed runner); ``None`` without an evaluation.
+        trust: how the result was obtained: ``contract``, ``hosted`` (a ``ModelNew``
+            file's own Python, in kiln's jailed runner) or ``lifted`` (the GPU work of a
+            ``ModelNew`` file's forward, lifted by kilnd into a contract candidate that
+            kiln compiled, launched and timed itself); ``None`` without an evaluation.
         problem: the kiln problem it was evaluated for (a KernelBench id resolved).
+        hosted_median_us: when the record came from a lifted result (``trust``
+            ``lifted``), the file's own hosted median time beside it; otherwise ``None``.
+        lift: for a hosted ``ModelNew`` file kilnd tried to lift: ``"lifted"``, or why it
+            was not (the lift's code: ``memset``, ``side_stream``, ...); ``None`` when
+            nothing was tried. Where a file was lifted, its lifted result is its record
+            (verdict, time, speedups, reward: the most trustworthy numbers); where the
+            lifted candidate's job failed, or had no verdict within ``timeout``, the
+            file's hosted result stands (``lift`` ``"lifted"``, ``trust`` ``hosted``,
+            the message saying so).
     """
 
     index: int
@@ -104,6 +118,8 @@ class Reward:
     speedup_compile: Optional[float] = None
     trust: Optional[str] = None
     problem: Optional[str] = None
+    hosted_median_us: Optional[float] = None
+    lift: Optional[str] = None
 
     def as_dict(self) -> Dict[str, Any]:
         """The record as a plain dict (for JSON logs)."""
@@ -186,6 +202,30 @@ def _prepare(
     return good, bad
 
 
+def _lift_fields(record: Optional[CandidateRecord], ev: Evaluation) -> Tuple[Optional[str], Optional[float], str]:
+    """A record's ``lift`` (``"lifted"`` or the not-lifted code), the file's hosted median
+    when ``ev`` is the lifted result, and the message (saying so when a lifted
+    candidate's result did not come and the hosted one stands)."""
+    lift = record.lift if record is not None else None
+    if lift is None:
+        return None, None, ev.message
+    if not lift.lifted:
+        return lift.code or lift.outcome, None, ev.message
+    if record is not None and record.hosted_evaluation is not None:
+        hosted_us = lift.hosted_median_us
+        if hosted_us is None:
+            hosted_us = record.hosted_evaluation.median_us
+        return "lifted", hosted_us, ev.message
+    if lift.failed:
+        note = f"lifted candidate {lift.candidate_id}: its job failed; hosted result"
+    elif lift.pending:
+        job = f"job {lift.state}" if lift.state else "job not queued yet"
+        note = f"lifted candidate {lift.candidate_id}: no verdict in time ({job} when last read); hosted result"
+    else:
+        note = f"lifted candidate {lift.candidate_id}: no evaluation to read; hosted result"
+    return "lifted", None, f"{ev.message} ({note})" if ev.message else note
+
+
 class _Batch:
     """What one call knows about its problems (each fetched once): names per source,
     launch plans, baselines; and how an outcome becomes a :class:`Reward`."""
@@ -244,9 +284,10 @@ class _Batch:
             compiled = self._over(problem, ev, kind=TORCH_COMPILE)
             speedup = self._speedup(problem, ev, eager)
             score = (speedup if speedup is not None else 1.0) if ev.ok else 0.0
-            return Reward(index, cid, ev.verdict, ev.ok, speedup, ev.median_us, ev.message,
+            lift, hosted_us, message = _lift_fields(outcome.record, ev)
+            return Reward(index, cid, ev.verdict, ev.ok, speedup, ev.median_us, message,
                           reward=score, speedup_eager=eager, speedup_compile=compiled, trust=ev.trust,
-                          problem=problem)
+                          problem=problem, hosted_median_us=hosted_us, lift=lift)
         if isinstance(err, QueueFull):
             return _failure(index, cid, NO_VERDICT, f"kilnd's queue stayed full: {err.message}", problem)
         if isinstance(err, ApiError):

@@ -10,6 +10,18 @@ job, one containing ``NEVER`` never finishes; anything else is ``ok``, in
 ``10 + len(source) % 7`` µs. Problem ``dbl`` is registered; :meth:`FakeKilnd.register`
 adds others, with torch baselines. With ``queue_cap``, a new candidate is refused with
 ``429 queue_full`` while that many jobs are queued.
+
+Lifting (issue 29), for a hosted (``modelnew``) file, as kilnd does it: after the file's
+evaluation (recorded in its telemetry under ``lift``, its done event published), a file
+containing ``LIFT_OK`` is lifted into a cuda candidate that the fake queues by itself
+(``lift_delay`` later) and evaluates with trust ``lifted`` (``ok`` in ``2 + len % 3`` µs,
+faster than any hosted time, with the lift's ``speedups`` against cached baselines);
+``LIFT_INCORRECT``: the lifted candidate is ``wrong_answer``; ``LIFT_CRASH``: its job
+fails; ``LIFT_STUCK``: it never finishes; ``LIFT_NOT``: ``not_lifted`` (code ``memset``);
+``LIFT_GARBAGE``: the record's ``lift`` is malformed. ``GET /v1/candidates/{id}`` of the
+file carries ``lift`` (and, with ``wait``, returns once the lifted job has ended too, a
+lifted candidate not stored yet counting as ended, as in kilnd); the lifted job's events
+carry the lifted candidate's own id.
 """
 
 from __future__ import annotations
@@ -50,12 +62,14 @@ class FakeKilnd:
         lag: bool = False,
         delay: "tuple[float, float]" = (0.01, 0.2),
         queue_cap: Optional[int] = None,
+        lift_delay: float = 0.05,
     ) -> None:
         self.publish_done = publish_done
         self.events_enabled = events
         self.lag = lag
         self.delay = delay
         self.queue_cap = queue_cap
+        self.lift_delay = lift_delay
         #: Refusals with a full queue, problem records served, and baseline requests
         #: (``GET …/baselines``).
         self.refused_full = 0
@@ -188,6 +202,8 @@ class FakeKilnd:
             event: Dict[str, Any] = {"type": "job", "job_id": rec["job"]["id"], "candidate_id": cid,
                                      "problem": rec["candidate"]["problem"]}
             trust = "hosted" if rec["candidate"]["language"].startswith("modelnew") else "contract"
+            if rec.get("lifted_from"):
+                trust = "lifted"
             if "FAILJOB" in source:
                 rec["job"].update(state="failed", error="worker crashed (fake)")
                 event.update(state="failed", error="worker crashed (fake)")
@@ -208,7 +224,7 @@ class FakeKilnd:
                 }
                 event.update(state="done", verdict=verdict)
             else:
-                median = 10.0 + len(source) % 7
+                median = 2.0 + len(source) % 3 if trust == "lifted" else 10.0 + len(source) % 7
                 verdict, message = (
                     ("no_own_kernels", "correct, but its forward launched only library kernels")
                     if "LIBONLY" in source else ("ok", "correct on 3 trials")
@@ -227,11 +243,97 @@ class FakeKilnd:
                 if backend == "cuda":
                     rec["evaluation"]["telemetry"] = {"device": {"name": self.GPU, "uuid": "GPU-fake"}}
                 event.update(state="done", verdict=verdict, median_us=median)
+            lifted = self._lift_outcome(rec) if trust == "hosted" and rec["evaluation"] is not None else None
+            if lifted is not None:
+                rec["evaluation"].setdefault("telemetry", {})["lift"] = lifted
             self.cond.notify_all()
         if self.lag:
             self.publish({"type": "lagged", "missed": 1})
         elif self.publish_done:
             self.publish(event)
+        if lifted is not None and lifted["outcome"] == "lifted":
+            threading.Timer(self.lift_delay, self.queue_lifted, args=(cid,)).start()
+
+    # -- lifting ---------------------------------------------------------------------
+
+    def _lift_outcome(self, rec: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """What lifting the hosted file ``rec`` comes to, as its evaluation records it."""
+        source = rec["candidate"]["source"]
+        if "LIFT_NOT" in source:
+            return {"outcome": "not_lifted", "code": "memset",
+                    "reason": "forward calls cudaMemsetAsync (fake): the file stays hosted"}
+        marker = next((m for m in ("LIFT_OK", "LIFT_INCORRECT", "LIFT_CRASH", "LIFT_STUCK", "LIFT_GARBAGE")
+                       if m in source), None)
+        if marker is None:
+            return None
+        body = {"LIFT_INCORRECT": "WRONG", "LIFT_CRASH": "FAILJOB"}.get(marker, "ok")
+        cand = {"problem": rec["candidate"]["problem"], "language": "cuda",
+                "source": f"// lifted from {rec['id']} ({marker})\n__global__ void k() {{}} // {body}",
+                "launches": [{"kernel": "k", "grid": [1, 1, 1], "block": [32, 1, 1], "args": []}]}
+        key = "\0".join((cand["problem"], cand["language"], cand["source"]))
+        lifted_id = hashlib.sha256(key.encode()).hexdigest()[:32]
+        return {"outcome": "lifted", "candidate_id": lifted_id, "candidate": cand,
+                "notes": ["dropped a cudaDeviceSynchronize (fake)"], "marker": marker}
+
+    def queue_lifted(self, file_id: str) -> None:
+        """Queues the candidate lifted from ``file_id`` (after its evaluation, as kilnd)."""
+        with self.cond:
+            lift = self.records[file_id]["evaluation"]["telemetry"]["lift"]
+            lifted_id, cand = lift["candidate_id"], lift["candidate"]
+            if lifted_id in self.records:
+                return  # already stored: nothing is queued
+            job_id, self.next_job = self.next_job, self.next_job + 1
+            self.records[lifted_id] = {
+                "id": lifted_id,
+                "candidate": cand,
+                "backend": "cuda",
+                "created_at": int(time.time() * 1000),
+                "job": {"id": job_id, "candidate_id": lifted_id, "backend": "cuda", "state": "queued",
+                        "attempts": 0},
+                "evaluation": None,
+                "lifted_from": file_id,
+            }
+            self.cond.notify_all()
+        self.publish({"type": "job", "job_id": job_id, "candidate_id": lifted_id, "problem": cand["problem"],
+                      "state": "queued"})
+        if lift["marker"] != "LIFT_STUCK":
+            threading.Timer(random.uniform(*self.delay), self.finish, args=(lifted_id,)).start()
+
+    def lift_json(self, rec: Dict[str, Any]) -> "tuple[Optional[Dict[str, Any]], bool]":
+        """The file's ``lift`` as kilnd answers it, and whether its lifted job has ended
+        (True when there is nothing to wait for). Called with ``cond`` held."""
+        outcome = ((rec.get("evaluation") or {}).get("telemetry") or {}).get("lift")
+        if outcome is None:
+            return None, True
+        if outcome.get("marker") == "LIFT_GARBAGE":
+            return {"outcome": "lifted", "notes": 7, "evaluation": "not an object"}, True
+        if outcome["outcome"] != "lifted":
+            return dict(outcome), True
+        lifted = self.records.get(outcome["candidate_id"])
+        done = lifted is None or lifted["evaluation"] is not None or lifted["job"]["state"] == "failed"
+        ev = lifted["evaluation"] if lifted is not None else None
+        timing = (ev or {}).get("timing") or {}
+        return {
+            "outcome": "lifted",
+            "candidate_id": outcome["candidate_id"],
+            "notes": outcome["notes"],
+            "state": lifted["job"]["state"] if lifted is not None else None,
+            "verdict": ev["verdict"] if ev else None,
+            "message": ev["message"] if ev else None,
+            "median_us": timing.get("median_us"),
+            "hosted_median_us": (rec["evaluation"].get("timing") or {}).get("median_us"),
+            "evaluation": ev,
+            "speedups": self._speedups(rec["candidate"]["problem"], timing.get("median_us")),
+        }, done
+
+    def _speedups(self, problem: str, median: Optional[float]) -> Optional[List[Dict[str, Any]]]:
+        """kilnd's ``speedups`` of a time against the problem's cached baselines."""
+        p = self.problems.get(problem)
+        if not median or p is None or p["baselines"] is None or not p["cached"]:
+            return None
+        return [{"baseline": r["name"], "precision": r["precision"], "baseline_us": r["timing"]["median_us"],
+                 "speedup": r["timing"]["median_us"] / median}
+                for r in p["baselines"]["results"] if r["status"] == "measured"]
 
     def show(self, cid: str, wait: float) -> "tuple[int, Dict[str, Any]]":
         deadline = time.monotonic() + wait
@@ -241,9 +343,15 @@ class FakeKilnd:
                 if rec is None:
                     return 404, {"error": {"code": "not_found", "message": f"candidate {cid!r} not found"}}
                 done = rec["evaluation"] is not None or rec["job"]["state"] == "failed"
+                lift, lift_done = self.lift_json(rec)
                 left = deadline - time.monotonic()
-                if done or left <= 0:
-                    return 200, json.loads(json.dumps(rec))
+                if (done and lift_done) or left <= 0:
+                    body = json.loads(json.dumps({k: v for k, v in rec.items() if k != "lifted_from"}))
+                    if rec.get("lifted_from"):
+                        body["trust"] = "lifted"
+                    if lift is not None:
+                        body["lift"] = lift
+                    return 200, body
                 self.cond.wait(left)
 
 

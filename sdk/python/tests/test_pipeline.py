@@ -145,7 +145,8 @@ class SyncPipeline(unittest.TestCase):
         self.assertEqual((ok.trust, records[1].trust, records[2].trust), ("contract", "contract", None))
         self.assertIsNone(ok.speedup_eager)  # dbl has no torch baselines
         self.assertEqual(set(ok.as_dict()), {"index", "id", "verdict", "ok", "speedup", "median_us", "message",
-                                             "reward", "speedup_eager", "speedup_compile", "trust", "problem"})
+                                             "reward", "speedup_eager", "speedup_compile", "trust", "problem",
+                                             "hosted_median_us", "lift"})
 
     def test_rewards_of_modelnew_sources_need_no_plan(self) -> None:
         fake = self.start()

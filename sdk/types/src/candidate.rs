@@ -70,14 +70,19 @@ pub enum TrustMode {
     /// The candidate's own Python ran in a jailed hosted runner; kiln owned the inputs,
     /// weights and outputs, compared in its own process and timed from its side.
     Hosted,
+    /// A `ModelNew` file's device code and launches, recorded in its hosted runner and
+    /// turned into a contract candidate that kiln launched (no host code of the file ran
+    /// while it was timed): the contract's guarantees, for code the file's forward ran.
+    Lifted,
 }
 
 impl TrustMode {
-    /// The mode's name on the wire (`contract`, `hosted`).
+    /// The mode's name on the wire (`contract`, `hosted`, `lifted`).
     pub fn as_str(self) -> &'static str {
         match self {
             TrustMode::Contract => "contract",
             TrustMode::Hosted => "hosted",
+            TrustMode::Lifted => "lifted",
         }
     }
 }

@@ -121,6 +121,11 @@ pub struct EvalPlan {
     /// Racing: stop timing early once the candidate is clearly slower than this incumbent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub race: Option<RaceBound>,
+    /// A hosted `ModelNew` file on the GPU: record the GPU work of two of its forwards
+    /// (on two input draws) and try to lift them into a contract candidate (issue 29,
+    /// docs/architecture.md "Lifting"). Off: hosted only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub record_launches: bool,
 }
 
 /// The incumbent a candidate races: timing stops (`raced_out`) once the lower bound of the
@@ -165,6 +170,14 @@ pub struct JobOptions {
     /// lane exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lane: Option<u32>,
+    /// A hosted `ModelNew` file: lift it into a contract candidate where its forward
+    /// allows (the default on the cuda backend) or not (`false`: hosted only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lift: Option<bool>,
+    /// Set by kilnd only, on the job of a candidate it lifted from a `ModelNew` file: that
+    /// file's candidate id (its result is then `lifted`). Refused from clients.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifted_from: Option<String>,
 }
 
 /// What a job races, as written by a client.
@@ -193,6 +206,8 @@ impl JobOptions {
             && self.race.is_none()
             && self.race_margin.is_none()
             && self.lane.is_none()
+            && self.lift.is_none()
+            && self.lifted_from.is_none()
     }
 
     /// Checks the options; the message names the field at fault.
@@ -215,6 +230,11 @@ impl JobOptions {
             return Err("field `race_margin` needs `race`".into());
         }
         self.race_target()?;
+        if let Some(id) = &self.lifted_from
+            && !(id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            return Err("field `lifted_from`: not a candidate id".into());
+        }
         if self.plain.is_some() && self.race.is_some() {
             return Err(
                 "fields `plain` and `race` exclude each other: plain timing takes a fixed number of samples"
@@ -260,6 +280,7 @@ impl Default for EvalPlan {
             peak_flops: 0.0,
             plain: None,
             race: None,
+            record_launches: false,
         }
     }
 }

@@ -11,6 +11,7 @@
 //! - [`kernelbench`]: KernelBench-format files, as described by kiln's torch runner,
 //!   written as problem folders.
 //! - [`eval_plan`]: how an evaluation is run (trials, stop rule, secret seed).
+//! - [`lift`]: what lifting a hosted `ModelNew` file into a contract candidate came to.
 //! - [`names`]: the names people and plugins choose (problems, proposers).
 //! - [`summary`]: the summary document of the bundled search strategies (rounds, grid).
 //!
@@ -24,6 +25,7 @@ pub mod baseline;
 pub mod candidate;
 pub mod eval_plan;
 pub mod kernelbench;
+pub mod lift;
 pub mod memory;
 pub mod names;
 pub mod plugin;

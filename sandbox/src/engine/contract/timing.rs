@@ -637,6 +637,7 @@ mod tests {
             peak_flops: 0.0,
             plain: None,
             race: None,
+            record_launches: false,
         }
     }
 

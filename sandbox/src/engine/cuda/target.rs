@@ -181,7 +181,7 @@ enum CandCode {
     /// Kernels kiln launches from the checked plan.
     Launches(Module, CheckedLaunches),
     /// A hosted runner; the output hashes taken right after its last run's window.
-    Hosted(HostedGpu, Option<Vec<u64>>),
+    Hosted(Box<HostedGpu>, Option<Vec<u64>>),
 }
 
 /// One of the problem's tensors on the GPU.
@@ -394,15 +394,8 @@ pub(super) fn evaluate_on(
                     })
                 })
                 .collect::<Result<Vec<_>, String>>()?;
-            let run_timeout = Duration::from_millis(job.plan.run_timeout_ms.max(1));
             let (runner, ready) = crate::engine::hosted::gpu::spawn(
-                problem,
-                h.artifact,
-                exported,
-                &h.hosted,
-                &h.runner,
-                h.dir,
-                run_timeout,
+                problem, h.artifact, exported, &h.hosted, &h.runner, h.dir, job.plan,
             )?;
             let failed = match ready {
                 Ok(r) => crate::engine::hosted::ready_verdict(&r).map_or_else(
@@ -435,7 +428,7 @@ pub(super) fn evaluate_on(
                 e.evidence.output_excerpt = runner.output_excerpt();
                 return Ok(e);
             }
-            CandCode::Hosted(runner, None)
+            CandCode::Hosted(Box::new(runner), None)
         }
         code => {
             let cand_names = names(&job.candidate.launches);
@@ -555,6 +548,19 @@ pub(super) fn evaluate_on(
     }
     if let Some(k) = hosted_kernels {
         tele["hosted"] = k;
+    }
+    // A hosted file's recorded forwards, lifted into a contract candidate where they allow.
+    if let (Code::Hosted(h), CandCode::Hosted(runner, _)) =
+        (&job.candidate_code, &session.target.code)
+        && job.plan.record_launches
+    {
+        let lift = crate::engine::hosted::lifting::outcome(
+            problem,
+            h.artifact,
+            runner.recordings(),
+            e.verdict,
+        );
+        tele[kiln_types::lift::TELEMETRY_KEY] = serde_json::to_value(lift).unwrap_or_default();
     }
     e.telemetry = Some(tele);
     e.compile = Some(match &session.target.code {
@@ -697,7 +703,12 @@ impl GpuTarget<'_> {
         let CandCode::Hosted(runner, _) = &mut self.code else {
             return Err(RunFailure::Fault("internal: not a hosted candidate".into()));
         };
-        let us = runner.run()?;
+        let us = if timed {
+            runner.run()?
+        } else {
+            runner.run_untimed()?;
+            0.0
+        };
         let mut hashes = Vec::new();
         for i in self.outputs() {
             let t = &self.tensors[i];

@@ -2,9 +2,11 @@
 //! compile step built ([`super::build`]).
 //!
 //! Layout: [`MAGIC`], a u32 little-endian header length, the header (JSON:
-//! `{"source": bytes, "libs": [{"key", "name", "bytes"}]}`), then the source and each
-//! library's bytes in order. An artifact without the magic is the file alone (what a
-//! file that names no `load_inline`, or an older kiln, stored). Every length and name is
+//! `{"source": bytes, "device": bytes, "libs": [{"key", "name", "bytes"}]}`), then the
+//! source, the device sources (`kiln_hosted.py device-source`'s JSON, read from the file's
+//! text without running it: what lifting takes its device code from; `device` 0 when
+//! there are none) and each library's bytes in order. An artifact without the magic is
+//! the file alone (what a file that names no `load_inline`, or an older kiln, stored). Every length and name is
 //! checked before anything is written: the artifact comes from a jail that ran the
 //! candidate's python.
 
@@ -32,7 +34,13 @@ pub struct Lib {
 #[serde(deny_unknown_fields)]
 struct Header {
     source: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    device: u64,
     libs: Vec<LibHeader>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Serialize, Deserialize)]
@@ -65,13 +73,15 @@ pub fn prebuilt_name(key: &str, name: &str) -> String {
     format!("kiln-prebuilt-{key}-{name}.so")
 }
 
-/// The artifact of `source` with `libs` (the file alone when there are none).
-pub fn pack(source: &str, libs: &[Lib]) -> Vec<u8> {
-    if libs.is_empty() {
+/// The artifact of `source` with `libs` and the file's device sources `device` (the
+/// file alone when there are neither).
+pub fn pack(source: &str, libs: &[Lib], device: &str) -> Vec<u8> {
+    if libs.is_empty() && device.is_empty() {
         return source.as_bytes().to_vec();
     }
     let header = Header {
         source: source.len() as u64,
+        device: device.len() as u64,
         libs: libs
             .iter()
             .map(|l| LibHeader {
@@ -87,12 +97,14 @@ pub fn pack(source: &str, libs: &[Lib]) -> Vec<u8> {
             + 4
             + header.len()
             + source.len()
+            + device.len()
             + libs.iter().map(|l| l.bytes.len()).sum::<usize>(),
     );
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&(header.len() as u32).to_le_bytes());
     out.extend_from_slice(&header);
     out.extend_from_slice(source.as_bytes());
+    out.extend_from_slice(device.as_bytes());
     for l in libs {
         out.extend_from_slice(&l.bytes);
     }
@@ -104,6 +116,9 @@ pub fn pack(source: &str, libs: &[Lib]) -> Vec<u8> {
 pub struct Unpacked<'a> {
     /// The file as written.
     pub source: &'a str,
+    /// The file's device sources as `kiln_hosted.py device-source` read them (JSON;
+    /// empty when the compile step made none).
+    pub device: &'a str,
     /// The libraries: (key, name, bytes).
     pub libs: Vec<(String, String, &'a [u8])>,
 }
@@ -114,6 +129,7 @@ pub fn unpack(bytes: &[u8]) -> Result<Unpacked<'_>, String> {
         let source = std::str::from_utf8(bytes).map_err(|e| format!("hosted artifact: {e}"))?;
         return Ok(Unpacked {
             source,
+            device: "",
             libs: Vec::new(),
         });
     };
@@ -137,6 +153,7 @@ pub fn unpack(bytes: &[u8]) -> Result<Unpacked<'_>, String> {
         Ok(head)
     };
     let source = std::str::from_utf8(take(header.source)?).map_err(|e| bad(&e.to_string()))?;
+    let device = std::str::from_utf8(take(header.device)?).map_err(|e| bad(&e.to_string()))?;
     let mut libs = Vec::with_capacity(header.libs.len().min(64));
     for l in header.libs {
         if !valid_key(&l.key) || !valid_name(&l.name) {
@@ -148,7 +165,11 @@ pub fn unpack(bytes: &[u8]) -> Result<Unpacked<'_>, String> {
     if !body.is_empty() {
         return Err(bad("bytes after the last library"));
     }
-    Ok(Unpacked { source, libs })
+    Ok(Unpacked {
+        source,
+        device,
+        libs,
+    })
 }
 
 impl Unpacked<'_> {
@@ -186,9 +207,10 @@ mod tests {
     fn a_file_and_its_libraries_come_back_as_packed() {
         let src = "import torch\n# ünïcode\n";
         let libs = [lib(K1, "relu_cuda", b"\x7fELF one"), lib(K2, "ops", b"")];
-        let packed = pack(src, &libs);
+        let packed = pack(src, &libs, "");
         let u = unpack(&packed).expect("unpacks");
         assert_eq!(u.source, src);
+        assert_eq!(u.device, "");
         assert_eq!(
             u.libs,
             vec![
@@ -209,8 +231,19 @@ mod tests {
     }
 
     #[test]
+    fn device_sources_come_back_with_or_without_libraries() {
+        let device = r#"{"error": null, "sources": [{"source": "__global__ void k() {}"}]}"#;
+        for libs in [vec![], vec![lib(K1, "ops", b"\x7fELF")]] {
+            let packed = pack("import torch\n", &libs, device);
+            let u = unpack(&packed).expect("unpacks");
+            assert_eq!((u.source, u.device), ("import torch\n", device));
+            assert_eq!(u.libs.len(), libs.len());
+        }
+    }
+
+    #[test]
     fn a_file_alone_is_its_own_artifact() {
-        assert_eq!(pack("x = 1\n", &[]), b"x = 1\n");
+        assert_eq!(pack("x = 1\n", &[], ""), b"x = 1\n");
         let u = unpack(b"x = 1\n").expect("plain source");
         assert_eq!((u.source, u.libs.len()), ("x = 1\n", 0));
         let d = tempfile::tempdir().expect("tmp");
@@ -220,7 +253,7 @@ mod tests {
 
     #[test]
     fn a_damaged_or_hostile_artifact_is_refused() {
-        let good = pack("src", &[lib(K1, "ops", b"abc")]);
+        let good = pack("src", &[lib(K1, "ops", b"abc")], r#"{"sources": []}"#);
         // Cut anywhere after the magic: refused, never a panic.
         for n in MAGIC.len()..good.len() {
             assert!(unpack(&good[..n]).is_err(), "cut at {n}");
@@ -240,7 +273,7 @@ mod tests {
                 name: name.into(),
                 bytes: b"x".to_vec(),
             };
-            assert!(unpack(&pack("s", &[l])).is_err(), "{key}/{name}");
+            assert!(unpack(&pack("s", &[l], "")).is_err(), "{key}/{name}");
         }
         let mut huge = MAGIC.to_vec();
         huge.extend_from_slice(&u32::MAX.to_le_bytes());

@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::artifact::{self, Lib};
-use super::setup::{CANDIDATE_NAME, HostedSetup, SCRIPT, SCRIPT_NAME, runner_env};
+use super::setup::{
+    CANDIDATE_NAME, EXTRACT, EXTRACT_NAME, HostedSetup, SCRIPT, SCRIPT_NAME, runner_env,
+};
 use crate::engine::host::compile::run_captured;
 
 /// The build log kept (the runner's `kiln build:` lines and the compilers' output).
@@ -99,6 +101,8 @@ pub fn build(source: &str, job: &HostedBuild, timeout: Duration) -> Result<Built
     let script = dir.join(SCRIPT_NAME);
     let candidate = dir.join(CANDIDATE_NAME);
     std::fs::write(&script, SCRIPT).map_err(|e| format!("write {SCRIPT_NAME}: {e}"))?;
+    std::fs::write(dir.join(EXTRACT_NAME), EXTRACT)
+        .map_err(|e| format!("write {EXTRACT_NAME}: {e}"))?;
     std::fs::write(&candidate, source).map_err(|e| format!("write {CANDIDATE_NAME}: {e}"))?;
     // As the evaluation starts its runners: the path the jail started this worker by
     // (a private root has no /proc/self/exe).
@@ -106,6 +110,12 @@ pub fn build(source: &str, job: &HostedBuild, timeout: Duration) -> Result<Built
         .next()
         .ok_or("kiln-worker's own path: no argv[0]")?;
     let cuda = job.arch.is_some();
+    // The file's device code, read from its text before any of it runs (for lifting).
+    let (device, device_log) = if cuda && !job.make_gch {
+        device_sources(&exe, &dir, job, &script, &candidate)
+    } else {
+        (String::new(), String::new())
+    };
     let script_args: Vec<String> = if job.make_gch {
         vec!["gch".into(), dir.join("gch").display().to_string()]
     } else {
@@ -154,6 +164,7 @@ pub fn build(source: &str, job: &HostedBuild, timeout: Duration) -> Result<Built
             timeout.as_secs_f64()
         ));
     }
+    log.push_str(&device_log);
     let libs = collect(&record, &mut log);
     let mut info = crate::engine::compile_info(started, log);
     info.log.insert_str(
@@ -165,9 +176,57 @@ pub fn build(source: &str, job: &HostedBuild, timeout: Duration) -> Result<Built
         ),
     );
     Ok(Built {
-        artifact: artifact::pack(source, &libs),
+        artifact: artifact::pack(source, &libs, &device),
         info,
     })
+}
+
+/// The most bytes of a file's device sources kept.
+const MAX_DEVICE_BYTES: u64 = 4 << 20;
+/// The time `kiln_hosted.py device-source` may take.
+const DEVICE_SOURCE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `kiln_hosted.py device-source`: the `load_inline` device sources of the file at
+/// `candidate`, read from its text (never imported: none of the file's code runs), as the
+/// JSON the script writes, in the same hosted jail as the build; and a log line when it
+/// could not. An empty string is "none" (lifting then says so).
+fn device_sources(
+    exe: &std::ffi::OsStr,
+    dir: &Path,
+    job: &HostedBuild,
+    script: &Path,
+    candidate: &Path,
+) -> (String, String) {
+    let out = dir.join("device-sources.json");
+    let mut cmd = Command::new(exe);
+    cmd.arg("hosted-runner")
+        .arg(format!("--python={}", job.setup.python.display()))
+        .arg(format!("--script={}", script.display()))
+        .arg("--script-arg=device-source")
+        .arg(format!("--script-arg={}", candidate.display()))
+        .arg(format!("--script-arg={}", out.display()))
+        .env_clear()
+        .envs(runner_env(dir, &job.setup, true))
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .current_dir(dir);
+    let why = match run_captured(&mut cmd, DEVICE_SOURCE_TIMEOUT, LOG_CAP) {
+        Err(e) => format!("cannot start: {e}"),
+        Ok(run) if run.timed_out => format!("ran out of its {} s", DEVICE_SOURCE_TIMEOUT.as_secs()),
+        Ok(run) => match std::fs::metadata(&out) {
+            Ok(m) if m.len() > MAX_DEVICE_BYTES => {
+                format!("{} bytes, over the {MAX_DEVICE_BYTES} kept", m.len())
+            }
+            Ok(_) => match std::fs::read_to_string(&out) {
+                Ok(text) => return (text, String::new()),
+                Err(e) => format!("unreadable: {e}"),
+            },
+            Err(_) => format!("wrote nothing: {}", run.output.trim()),
+        },
+    };
+    (
+        String::new(),
+        format!("\nkiln: the file's device sources were not read ({why}): it cannot be lifted"),
+    )
 }
 
 /// The libraries under `record/<key>/<name>.so`, within the limits; what is left out is

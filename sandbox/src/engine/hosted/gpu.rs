@@ -55,6 +55,12 @@ pub struct HostedGpu {
     first_run_timeout: Duration,
     /// Whether forward has run once.
     ran: bool,
+    /// Record the GPU work of two untimed runs for lifting (`R`, see [`HostedGpu::run_untimed`]).
+    record: bool,
+    /// Untimed runs so far.
+    untimed: u32,
+    /// The recordings taken (the runner's claims, read by `lift`).
+    recordings: Vec<serde_json::Value>,
 }
 
 /// The limit of the next run of forward: the import's limit for the first one (never less
@@ -76,8 +82,9 @@ pub fn spawn(
     hosted: &Hosted,
     cfg: &RunnerConfig,
     dir: &Path,
-    run_timeout: Duration,
+    plan: &kiln_types::EvalPlan,
 ) -> Result<(HostedGpu, Result<Ready, RunEnd>), String> {
+    let run_timeout = Duration::from_millis(plan.run_timeout_ms.max(1));
     let torch = problem
         .reference
         .torch
@@ -137,6 +144,9 @@ pub fn spawn(
             run_timeout,
             first_run_timeout: hosted.load_timeout,
             ran: false,
+            record: plan.record_launches,
+            untimed: 0,
+            recordings: Vec::new(),
         },
         ready,
     ))
@@ -200,6 +210,34 @@ impl HostedGpu {
                 limit.as_millis()
             ))),
             end => Err(self.failure(end)),
+        }
+    }
+
+    /// One untimed run of `forward` (a correctness trial). With recording on, the second
+    /// and third (after the first, where first-call work happens, and each on its own
+    /// input draw) are `R`: the same run, with the GPU work it enqueued recorded by the
+    /// runner and sent back before it answers.
+    pub fn run_untimed(&mut self) -> Result<(), RunFailure> {
+        let n = self.untimed;
+        self.untimed += 1;
+        if !(self.record && self.ran && n >= 1 && self.recordings.len() < 2) {
+            return self.run().map(|_| ());
+        }
+        let limit = self.run_timeout.saturating_mul(4) + Duration::from_secs(30);
+        match self.runner.ask::<serde_json::Value>(b'R', limit) {
+            Ok(v) => {
+                self.recordings.push(v);
+                Ok(())
+            }
+            Err(end) => Err(self.failure(end)),
+        }
+    }
+
+    /// The two recordings of [`HostedGpu::run_untimed`], once both were taken.
+    pub fn recordings(&self) -> Option<(&serde_json::Value, &serde_json::Value)> {
+        match self.recordings.as_slice() {
+            [a, b] => Some((a, b)),
+            _ => None,
         }
     }
 

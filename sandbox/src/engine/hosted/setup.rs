@@ -17,6 +17,11 @@ use crate::engine::triton::setup::probe;
 pub const SCRIPT: &str = include_str!("../../../hosted/kiln_hosted.py");
 /// The script's file name in the job's scratch directory.
 pub const SCRIPT_NAME: &str = "kiln_hosted.py";
+/// The device-source extractor the script's `device-source` imports
+/// (`sandbox/hosted/kiln_extract.py`), written beside it at the compile step.
+pub const EXTRACT: &str = include_str!("../../../hosted/kiln_extract.py");
+/// The extractor's file name beside the script.
+pub const EXTRACT_NAME: &str = "kiln_extract.py";
 /// The candidate file's name in the job's scratch directory.
 pub const CANDIDATE_NAME: &str = "candidate.py";
 

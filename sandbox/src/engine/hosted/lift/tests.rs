@@ -1,0 +1,762 @@
+//! The lift on hand-written recordings shaped like the runner's (fixtures under
+//! `sandbox/tests/fixtures/lift/`): the successful lifts field by field, and every refusal.
+
+use std::collections::BTreeSet;
+
+use kiln_types::candidate::{Arg, Scalar};
+use kiln_types::{Dtype, Language, ProblemSpec};
+use serde_json::{Value, json};
+
+use super::*;
+
+/// A `load_inline` GELU: one launch (x, out, a literal n) and a `cudaDeviceSynchronize`;
+/// the output at another address in the second draw; one flag kiln refuses.
+const GELU: &str = include_str!("../../../../tests/fixtures/lift/gelu.json");
+/// The GELU as a template kernel (`_Z11gelu_kernelIfEvPKT_PS0_i`).
+const TEMPLATE_GELU: &str = include_str!("../../../../tests/fixtures/lift/template_gelu.json");
+/// A launch with float, double and unsigned long scalars, in a cluster of 2.
+const SCALE_FLOAT: &str = include_str!("../../../../tests/fixtures/lift/scale_float.json");
+/// A two-kernel row normalisation (`fused::row_stat`, `fused::normalize`) with two
+/// temporaries from torch's allocator (at swapped addresses in the second draw), a weight,
+/// and two device sources, the first not holding the kernels.
+const TWO_KERNELS: &str = include_str!("../../../../tests/fixtures/lift/two_kernels.json");
+
+const GELU_PROBLEM: &str = r#"
+name = "gelu"
+[[tensor]]
+name = "x"
+dtype = "f32"
+shape = [16, 16384]
+role = "input"
+[[tensor]]
+name = "out"
+dtype = "f32"
+shape = [16, 16384]
+role = "output"
+[tolerance]
+atol = 1e-4
+rtol = 1e-4
+[reference.torch]
+file = "reference.py"
+forward = ["x"]
+outputs = ["out"]
+"#;
+
+const ROWNORM_PROBLEM: &str = r#"
+name = "rownorm"
+[[tensor]]
+name = "x"
+dtype = "f32"
+shape = [128, 4096]
+role = "input"
+[[tensor]]
+name = "weight"
+dtype = "f32"
+shape = [4096]
+role = "input"
+[[tensor]]
+name = "out"
+dtype = "f32"
+shape = [128, 4096]
+role = "output"
+[tolerance]
+atol = 1e-4
+rtol = 1e-4
+[reference.torch]
+file = "reference.py"
+forward = ["x"]
+outputs = ["out"]
+[reference.torch.state]
+"norm.weight" = "weight"
+"#;
+
+/// One fixture, as JSON to mutate, with its problem.
+struct Case {
+    problem: ProblemSpec,
+    sources: Value,
+    first: Value,
+    second: Value,
+}
+
+impl Case {
+    fn new(fixture: &str, problem: &str) -> Case {
+        let v: Value = serde_json::from_str(fixture).expect("fixture is JSON");
+        Case {
+            problem: ProblemSpec::from_toml(problem).expect("problem"),
+            sources: v["device_sources"].clone(),
+            first: v["first"].clone(),
+            second: v["second"].clone(),
+        }
+    }
+
+    fn gelu() -> Case {
+        Case::new(GELU, GELU_PROBLEM)
+    }
+
+    /// Both recordings, to change them alike.
+    fn both(&mut self, f: impl Fn(&mut Value)) {
+        f(&mut self.first);
+        f(&mut self.second);
+    }
+
+    /// The lift, through the same parsing as the runner's answers.
+    fn lift(&self) -> Result<Lifted, Refusal> {
+        let sources = DeviceSources::parse(&self.sources.to_string())?;
+        let first = Recording::parse(&self.first.to_string())?;
+        let second = Recording::parse(&self.second.to_string())?;
+        lift(&self.problem, &sources.sources, &first, &second)
+    }
+
+    fn source(&self, i: usize) -> String {
+        self.sources["sources"][i]["source"]
+            .as_str()
+            .expect("source")
+            .to_string()
+    }
+}
+
+fn buf(name: &str) -> Arg {
+    Arg::Buffer(name.into())
+}
+
+fn hex64(v: u64) -> Value {
+    json!(
+        v.to_le_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    )
+}
+
+const X: u64 = 0x7f1e_5c00_0000;
+
+#[test]
+fn lift_gelu_is_one_launch_over_the_problem_tensors() {
+    let c = Case::gelu();
+    let l = c.lift().expect("lifts");
+    assert_eq!(l.launches.len(), 1);
+    let k = &l.launches[0];
+    assert_eq!(k.kernel, "gelu_kernel");
+    assert_eq!(k.grid, [1024, 1, 1]);
+    assert_eq!(k.block, [256, 1, 1]);
+    assert_eq!(k.shared_bytes, 0);
+    assert!(!k.cooperative && k.cluster.is_none());
+    assert_eq!(
+        k.args,
+        [buf("x"), buf("out"), Arg::Scalar(Scalar::I32(16 * 16384))]
+    );
+    assert!(
+        l.scratch.is_empty(),
+        "the output's block is the output, not a temporary"
+    );
+    assert_eq!(l.source, c.source(0));
+    assert_eq!(l.flags, ["-O3", "--use_fast_math"]);
+    assert!(
+        l.notes
+            .iter()
+            .any(|n| n == "flag -Xptxas=-v dropped (kiln refuses it)"),
+        "{:?}",
+        l.notes
+    );
+    assert!(
+        l.notes
+            .iter()
+            .any(|n| n.starts_with("1 sync in the forward dropped")),
+        "{:?}",
+        l.notes
+    );
+    assert!(
+        l.notes
+            .iter()
+            .any(|n| n.contains("launch names from recorded symbols"))
+    );
+
+    let cand = l.candidate("gelu", "candidate 1f2e");
+    assert_eq!(cand.problem, "gelu");
+    assert_eq!(cand.language, Language::Cuda);
+    assert_eq!(cand.source, l.source);
+    assert_eq!(cand.launches, l.launches);
+    assert_eq!(cand.flags, l.flags);
+    assert_eq!(cand.parent, None);
+    let note = cand.note.as_deref().expect("note");
+    assert!(note.starts_with("lifted into the contract"), "{note}");
+    assert!(
+        note.contains("candidate 1f2e") && note.contains("sync"),
+        "{note}"
+    );
+    assert_eq!(cand.validate(), Ok(()));
+}
+
+#[test]
+fn lift_two_kernels_make_torch_temporaries_scratch_numbered_by_first_use() {
+    let c = Case::new(TWO_KERNELS, ROWNORM_PROBLEM);
+    let l = c.lift().expect("lifts");
+    let kernels: Vec<&str> = l.launches.iter().map(|k| k.kernel.as_str()).collect();
+    assert_eq!(kernels, ["fused::row_stat", "fused::normalize"]);
+    let (stat, norm) = (&l.launches[0], &l.launches[1]);
+    assert_eq!(stat.grid, [128, 1, 1]);
+    assert_eq!(stat.block, [256, 1, 1]);
+    assert_eq!(stat.shared_bytes, 2048);
+    assert_eq!(
+        stat.args,
+        [
+            buf("x"),
+            buf("lift_scratch0"),
+            buf("lift_scratch1"),
+            Arg::Scalar(Scalar::I32(128)),
+            Arg::Scalar(Scalar::I32(4096)),
+        ]
+    );
+    assert_eq!(norm.grid, [2048, 1, 1]);
+    assert_eq!(norm.shared_bytes, 0);
+    assert_eq!(
+        norm.args,
+        [
+            buf("x"),
+            buf("lift_scratch0"),
+            buf("lift_scratch1"),
+            buf("weight"),
+            buf("out"),
+            Arg::Scalar(Scalar::I32(128)),
+            Arg::Scalar(Scalar::I32(4096)),
+        ]
+    );
+    assert_eq!(
+        l.scratch,
+        [
+            ScratchBuffer {
+                name: "lift_scratch0".into(),
+                dtype: Dtype::U8,
+                elems: 512
+            },
+            ScratchBuffer {
+                name: "lift_scratch1".into(),
+                dtype: Dtype::U8,
+                elems: 512
+            },
+        ]
+    );
+    // The second source holds both kernels; the first (an unused helper) does not.
+    assert_eq!(l.source, c.source(1));
+    assert_eq!(l.flags, ["-O3", "--use_fast_math"]);
+    assert!(
+        l.notes
+            .iter()
+            .any(|n| n.starts_with("device source 2 of the file's 2"))
+    );
+    assert!(!l.notes.iter().any(|n| n.contains("sync")), "{:?}", l.notes);
+    assert_eq!(l.candidate("rownorm", "").validate(), Ok(()));
+}
+
+#[test]
+fn lift_scratch_takes_the_larger_block_of_the_two_draws() {
+    let mut c = Case::new(TWO_KERNELS, ROWNORM_PROBLEM);
+    // Draw two's row_max block (its first temporary, at A0 + 512 there) is larger.
+    c.second["allocations"][1]["bytes"] = json!(1024);
+    let l = c.lift().expect("lifts");
+    assert_eq!(l.scratch[0].elems, 1024);
+    assert_eq!(l.scratch[1].elems, 512);
+    assert!(
+        l.notes.iter().any(|n| n.contains("the larger kept")),
+        "{:?}",
+        l.notes
+    );
+}
+
+#[test]
+fn lift_template_kernel_is_named_by_its_instance() {
+    let c = Case::new(TEMPLATE_GELU, GELU_PROBLEM);
+    let l = c.lift().expect("lifts");
+    assert_eq!(l.launches[0].kernel, "gelu_kernel<float>");
+    assert_eq!(
+        l.launches[0].args,
+        [buf("x"), buf("out"), Arg::Scalar(Scalar::I32(16 * 16384))]
+    );
+    assert!(l.flags.is_empty());
+    assert_eq!(l.source, c.source(0));
+    assert_eq!(l.candidate("gelu", "").validate(), Ok(()));
+}
+
+#[test]
+fn lift_types_literals_from_the_signature() {
+    let c = Case::new(SCALE_FLOAT, GELU_PROBLEM);
+    let l = c.lift().expect("lifts");
+    let k = &l.launches[0];
+    assert_eq!(k.kernel, "scale_kernel");
+    assert_eq!(k.cluster, Some([2, 1, 1]));
+    assert_eq!(
+        k.args,
+        [
+            buf("x"),
+            buf("out"),
+            Arg::Scalar(Scalar::F32(1.5)),
+            Arg::Scalar(Scalar::F64(1e-5)),
+            Arg::Scalar(Scalar::U64(16 * 16384)),
+        ]
+    );
+    assert_eq!(l.candidate("gelu", "").validate(), Ok(()));
+
+    // A float whose bits are not a finite number stays the integer of the same bytes.
+    let mut nan = Case::new(SCALE_FLOAT, GELU_PROBLEM);
+    nan.both(|r| r["ops"][0]["params"][2]["hex"] = json!("0000c07f"));
+    let l = nan.lift().expect("lifts");
+    assert_eq!(
+        l.launches[0].args[2],
+        Arg::Scalar(Scalar::I32(i32::from_le_bytes([0, 0, 0xc0, 0x7f])))
+    );
+
+    // An extern "C" kernel has no signature: its literals are integers of the same bytes.
+    let mut ext = Case::gelu();
+    ext.both(|r| r["ops"][0]["symbol"] = json!("gelu_c"));
+    ext.sources["sources"][0]["kernels"] = json!(["gelu_c"]);
+    let l = ext.lift().expect("lifts");
+    assert_eq!(l.launches[0].kernel, "gelu_c");
+    assert!(
+        l.notes.iter().any(|n| n.contains("extern \"C\"")),
+        "{:?}",
+        l.notes
+    );
+
+    // A pointer that maps to nothing but is the same in both draws is a literal (noted).
+    let mut null = Case::gelu();
+    null.both(|r| {
+        let p = &mut r["ops"][0]["params"];
+        p.as_array_mut()
+            .expect("params")
+            .push(json!({"offset": 24, "size": 8, "hex": "0000000000000000"}));
+        r["ops"][0]["symbol"] = json!("_Z11gelu_kernelPKfPfiPv");
+    });
+    let l = null.lift().expect("lifts");
+    assert_eq!(l.launches[0].args[3], Arg::Scalar(Scalar::I64(0)));
+    assert!(
+        l.notes
+            .iter()
+            .any(|n| n.contains("a pointer passed as the literal")),
+        "{:?}",
+        l.notes
+    );
+}
+
+type Mutation = fn(&mut Case);
+
+/// Every refusal, with its code and words its message must hold.
+type RefusalCase = (&'static str, Case, Mutation, &'static [&'static str]);
+
+/// One refusal case (a function, so that each closure becomes a [`Mutation`]).
+fn r(
+    code: &'static str,
+    case: Case,
+    mutate: Mutation,
+    needles: &'static [&'static str],
+) -> RefusalCase {
+    (code, case, mutate, needles)
+}
+
+fn refusal_cases() -> Vec<RefusalCase> {
+    let gelu = Case::gelu;
+    let two = || Case::new(TWO_KERNELS, ROWNORM_PROBLEM);
+    vec![
+        r(
+            "not_recorded",
+            gelu(),
+            |c| c.second["error"] = json!("CUPTI could not subscribe"),
+            &["could not be recorded", "CUPTI could not subscribe"],
+        ),
+        r(
+            "bad_recording",
+            gelu(),
+            |c| c.first["ops"][0]["params"][2]["hex"] = json!("0000040000"),
+            &[
+                "malformed",
+                "launch 0 (gelu_kernel) parameter 2",
+                "10 hex digits",
+            ],
+        ),
+        r(
+            "bad_recording",
+            gelu(),
+            |c| c.first["ops"][0]["params"][2]["hex"] = json!("zz000400"),
+            &["non-hex"],
+        ),
+        r(
+            // No library kernel, but a memset.
+            "memset",
+            gelu(),
+            |c| {
+                let ops = c.first["ops"].as_array_mut().expect("ops");
+                ops.insert(
+                    0,
+                    json!({"op": "memset", "api": "cudaMemsetAsync", "bytes": 4096}),
+                );
+            },
+            &["cudaMemsetAsync", "memset"],
+        ),
+        r(
+            "copy",
+            gelu(),
+            |c| {
+                let ops = c.second["ops"].as_array_mut().expect("ops");
+                ops.push(
+                    json!({"op": "copy", "api": "cudaMemcpyAsync", "bytes": 4, "kind": "d2h"}),
+                );
+            },
+            &["cudaMemcpyAsync", "d2h"],
+        ),
+        r(
+            "alloc",
+            gelu(),
+            |c| {
+                let ops = c.first["ops"].as_array_mut().expect("ops");
+                ops.insert(
+                    0,
+                    json!({"op": "alloc", "api": "cudaMalloc", "ptr": 1, "bytes": 64}),
+                );
+            },
+            &["cudaMalloc", "outside torch's allocator"],
+        ),
+        r(
+            "other_api",
+            gelu(),
+            |c| {
+                let ops = c.first["ops"].as_array_mut().expect("ops");
+                ops.push(json!({"op": "other", "api": "cudaGraphLaunch"}));
+            },
+            &["cudaGraphLaunch"],
+        ),
+        r(
+            "no_launches",
+            gelu(),
+            |c| c.both(|r| r["ops"] = json!([{"op": "sync", "api": "cudaStreamSynchronize"}])),
+            &["no kernel"],
+        ),
+        r(
+            // A different kernel on the second call.
+            "differs",
+            gelu(),
+            |c| c.second["ops"][0]["symbol"] = json!("_Z11relu_kernelPKfPfi"),
+            &["launch 0 (gelu_kernel)", "relu_kernel", "two input draws"],
+        ),
+        r(
+            // A grid that changes with the data.
+            "differs",
+            two(),
+            |c| c.second["ops"][1]["grid"] = json!([1024, 1, 1]),
+            &[
+                "launch 1 (fused::normalize)",
+                "the grid ([2048, 1, 1] then [1024, 1, 1])",
+            ],
+        ),
+        r(
+            // A literal that changes with the data.
+            "differs",
+            gelu(),
+            |c| c.second["ops"][0]["params"][2]["hex"] = json!("00000200"),
+            &["parameter 2", "00000400", "00000200"],
+        ),
+        r(
+            // A launch only one draw made.
+            "differs",
+            gelu(),
+            |c| {
+                let l = c.second["ops"][0].clone();
+                c.second["ops"].as_array_mut().expect("ops").push(l);
+            },
+            &[
+                "launch 1 (gelu_kernel)",
+                "1 launches in the first draw, 2 in the second",
+            ],
+        ),
+        r(
+            // An unmapped pointer that moved.
+            "differs",
+            gelu(),
+            |c| {
+                c.first["ops"][0]["params"][1]["hex"] = hex64(0x7f00_0000_0000);
+                c.second["ops"][0]["params"][1]["hex"] = hex64(0x7f00_0010_0000);
+            },
+            &["parameter 1"],
+        ),
+        r(
+            "side_stream",
+            two(),
+            |c| c.first["ops"][1]["stream"] = json!("other"),
+            &["launch 1 (fused::normalize)", "stream"],
+        ),
+        r(
+            "too_large",
+            gelu(),
+            |c| {
+                c.both(|r| {
+                    let l = r["ops"][0].clone();
+                    r["ops"] = Value::Array(vec![l; 65]);
+                })
+            },
+            &["65 launches", "at most 64"],
+        ),
+        r(
+            // A pointer into a tensor, not at its start.
+            "offset",
+            gelu(),
+            |c| c.both(|r| r["ops"][0]["params"][0]["hex"] = hex64(X + 4096)),
+            &["launch 0 (gelu_kernel) parameter 0", "4096 bytes into x"],
+        ),
+        r(
+            "offset",
+            two(),
+            |c| {
+                c.first["ops"][1]["params"][2]["hex"] = hex64(0x7f1e_6200_0200 + 8);
+                c.second["ops"][1]["params"][2]["hex"] = hex64(0x7f1e_6200_0000 + 8);
+            },
+            &[
+                "launch 1 (fused::normalize) parameter 2",
+                "8 bytes into a temporary",
+            ],
+        ),
+        r(
+            "unknown_tensor",
+            gelu(),
+            |c| c.both(|r| r["regions"][0]["name"] = json!("mystery")),
+            &["launch 0 (gelu_kernel) parameter 0", "\"mystery\""],
+        ),
+        r(
+            "output_view",
+            gelu(),
+            |c| c.second["regions"][1]["contiguous"] = json!(false),
+            &["output out", "non-contiguous"],
+        ),
+        r(
+            // forward returned its input.
+            "output_is_input",
+            gelu(),
+            |c| {
+                c.both(|r| {
+                    r["regions"][1]["ptr"] = json!(X);
+                    r["ops"][0]["params"][1]["hex"] = hex64(X);
+                })
+            },
+            &["output out overlaps x"],
+        ),
+        r(
+            "output_unwritten",
+            gelu(),
+            |c| c.both(|r| r["ops"][0]["params"][1]["hex"] = hex64(0x7f00_0000_0000)),
+            &["output out is passed to no launch"],
+        ),
+        r(
+            // A 16-byte struct by value.
+            "param_size",
+            gelu(),
+            |c| {
+                c.both(|r| {
+                    r["ops"][0]["params"][2] =
+                        json!({"offset": 16, "size": 16, "hex": "00000400000000000000803f00000000"})
+                })
+            },
+            &["launch 0 (gelu_kernel) parameter 2", "16-byte value"],
+        ),
+        r(
+            // A kernel in an anonymous namespace.
+            "demangle",
+            gelu(),
+            |c| c.both(|r| r["ops"][0]["symbol"] = json!("_ZN12_GLOBAL__N_111gelu_kernelEPKfPfi")),
+            &["_ZN12_GLOBAL__N_111gelu_kernelEPKfPfi"],
+        ),
+        r(
+            "no_source",
+            gelu(),
+            |c| c.sources["sources"][0]["kernels"] = json!(["relu_kernel"]),
+            &["gelu_kernel"],
+        ),
+        r(
+            // A library kernel: no source of the file defines it.
+            "no_source",
+            gelu(),
+            |c| {
+                c.both(|r| {
+                    r["ops"][0]["symbol"] = json!("_ZN2at6native13reduce_kernelILi512ELi1EEEvv")
+                })
+            },
+            &["at::native::reduce_kernel<512, 1>"],
+        ),
+    ]
+}
+
+#[test]
+fn lift_refusals_each_have_their_code_and_say_why() {
+    let mut seen = BTreeSet::new();
+    for (code, mut case, mutate, needles) in refusal_cases() {
+        mutate(&mut case);
+        let err = case.lift().expect_err(code);
+        let msg = err.to_string();
+        assert_eq!(err.code(), code, "{msg}");
+        for n in needles {
+            assert!(msg.contains(n), "{code}: {n:?} not in {msg:?}");
+        }
+        seen.insert(code);
+    }
+    let all = [
+        "not_recorded",
+        "bad_recording",
+        "memset",
+        "copy",
+        "alloc",
+        "other_api",
+        "no_launches",
+        "differs",
+        "side_stream",
+        "too_large",
+        "offset",
+        "unknown_tensor",
+        "output_view",
+        "output_is_input",
+        "output_unwritten",
+        "param_size",
+        "demangle",
+        "no_source",
+    ];
+    assert_eq!(seen, all.into_iter().collect::<BTreeSet<_>>());
+}
+
+#[test]
+fn lift_refuses_garbage_and_huge_recordings_without_panicking() {
+    for text in [
+        "",
+        "null",
+        "{",
+        "{\"ops\": 5}",
+        "{\"ops\": [{\"op\": \"teleport\"}]}",
+    ] {
+        let err = Recording::parse(text).expect_err(text);
+        assert_eq!(err.code(), "bad_recording", "{text}: {err}");
+    }
+    for text in ["", "null", "{", "{\"sources\": {}}", "{\"sources\": [{}]}"] {
+        let err = DeviceSources::parse(text).expect_err(text);
+        assert_eq!(err.code(), "bad_recording", "{text}: {err}");
+    }
+    // Every prefix of a real fixture: refused or read, never a panic.
+    let first = Case::gelu().first.to_string();
+    for end in 0..first.len() {
+        let _ = Recording::parse(&first[..end]);
+    }
+    // A million operations: refused at the 4097th, not read in full.
+    let mut huge = String::from("{\"ops\": [");
+    for i in 0..1_000_000 {
+        if i > 0 {
+            huge.push(',');
+        }
+        huge.push_str("{\"op\":\"sync\",\"api\":\"cudaDeviceSynchronize\"}");
+    }
+    huge.push_str("]}");
+    let err = Recording::parse(&huge).expect_err("huge");
+    assert_eq!(err.code(), "bad_recording");
+    assert!(err.to_string().contains("more than 4096"), "{err}");
+    // 4096 is still read.
+    let ok = format!(
+        "{{\"ops\": [{}]}}",
+        vec!["{\"op\":\"sync\"}"; MAX_OPS].join(",")
+    );
+    assert_eq!(Recording::parse(&ok).expect("4096 ops").ops.len(), MAX_OPS);
+    // Too many parameters in one launch.
+    let params = vec!["{\"size\":4,\"hex\":\"00000000\"}"; MAX_PARAMS + 1].join(",");
+    let text = format!(
+        "{{\"ops\": [{{\"op\":\"launch\",\"symbol\":\"k\",\"grid\":[1,1,1],\"block\":[1,1,1],\
+         \"stream\":\"current\",\"params\":[{params}]}}]}}"
+    );
+    assert_eq!(
+        Recording::parse(&text).expect_err("params").code(),
+        "bad_recording"
+    );
+    // A recording built in memory over the bound is refused by the lift too.
+    let big = Recording {
+        ops: vec![Op::Sync { api: String::new() }; MAX_OPS + 1],
+        ..Recording::default()
+    };
+    let problem = ProblemSpec::from_toml(GELU_PROBLEM).expect("problem");
+    let err = lift(&problem, &[], &big, &big).expect_err("big");
+    assert_eq!(err.code(), "bad_recording");
+}
+
+#[test]
+fn lift_reads_unknown_fields_and_defaults_missing_optional_ones() {
+    let r = Recording::parse(
+        r#"{"ops": [{"op": "launch", "symbol": "k", "grid": [1,1,1], "block": [32,1,1],
+                     "stream": "per-thread?", "future_field": [1, 2]}],
+            "regions": [{"name": "x", "role": "input", "ptr": 1, "bytes": 4}],
+            "version": 2}"#,
+    )
+    .expect("parses");
+    assert_eq!(r.error, None);
+    assert!(r.allocations.is_empty());
+    let Op::Launch(l) = &r.ops[0] else {
+        panic!("a launch")
+    };
+    assert_eq!(
+        l.stream,
+        Stream::Other,
+        "an unknown stream is not the current one"
+    );
+    assert_eq!((l.shared_bytes, l.cooperative, l.cluster), (0, false, None));
+    assert!(l.params.is_empty());
+    assert_eq!(r.regions[0].contiguous, None);
+    let s = DeviceSources::parse(r#"{"sources": [{"source": "x", "extra": 1}]}"#).expect("parses");
+    assert_eq!(s.sources[0].kernels, Vec::<String>::new());
+    assert_eq!(s.sources[0].names_skipped, 0);
+    // A required field missing is malformed, not a default.
+    assert!(Recording::parse(r#"{"ops": [{"op": "launch", "symbol": "k"}]}"#).is_err());
+}
+
+#[test]
+fn lift_note_is_bounded() {
+    let mut l = Case::gelu().lift().expect("lifts");
+    l.notes.push("é".repeat(MAX_NOTE_BYTES));
+    let c = l.candidate("gelu", "");
+    assert!(c.note.as_ref().expect("note").len() <= MAX_NOTE_BYTES);
+    assert_eq!(c.validate(), Ok(()));
+}
+
+#[test]
+fn lift_blocks_find_starts_and_holders_among_reused_blocks() {
+    // A block of 4096 freed and split: a 512-byte block inside it, and the same start
+    // handed out twice (256, then 1024 bytes).
+    let blocks = Blocks::new(&[
+        Allocation {
+            ptr: 0x1000,
+            bytes: 4096,
+        },
+        Allocation {
+            ptr: 0x1400,
+            bytes: 512,
+        },
+        Allocation {
+            ptr: 0x9000,
+            bytes: 256,
+        },
+        Allocation {
+            ptr: 0x9000,
+            bytes: 1024,
+        },
+        Allocation {
+            ptr: 0x20000,
+            bytes: 0,
+        },
+    ]);
+    assert_eq!(blocks.starting_at(0x1400), Some(512));
+    assert_eq!(blocks.starting_at(0x9000), Some(1024));
+    assert_eq!(blocks.starting_at(0x9001), None);
+    assert_eq!(
+        blocks.starting_at(0x20000),
+        None,
+        "an empty block holds nothing"
+    );
+    assert_eq!(
+        blocks.holding(0x1600),
+        Some(0x1000),
+        "past the small block, in the big one"
+    );
+    assert_eq!(blocks.holding(0x1401), Some(0x1400));
+    assert_eq!(blocks.holding(0x2000), None);
+    assert_eq!(blocks.holding(0x93ff), Some(0x9000));
+    assert_eq!(blocks.holding(0x9400), None);
+    assert_eq!(blocks.holding(0), None);
+    assert_eq!(Blocks::new(&[]).holding(5), None);
+}
