@@ -24,9 +24,10 @@ to precompile torch's extension header into OUTDIR/torch/extension.h.gch (see
 "precompiled header" below), which later builds find through CPATH. kiln's lift (a
 ModelNew file turned into a kiln launch plan, issue 29) runs it as
 
-    python -I -B kiln_hosted.py device-source FILE
+    python -I -B kiln_hosted.py device-source FILE [OUT]
 
-to print the CUDA device sources of FILE's load_inline calls as one JSON object on stdout:
+to write the CUDA device sources of FILE's load_inline calls as one JSON object to OUT
+(stdout without it):
 {"error": null or why, "sources": [{"source", "kernels", "flags", "names_skipped"}]}, the
 torch/pybind host wrapper removed by kiln_extract.py (beside this script, standard library
 only). FILE is read as text: nothing of it is imported or run; a file over 1 MiB is an
@@ -1836,8 +1837,13 @@ def main(argv):
         return build(*argv[1:])
     if len(argv) == 2 and argv[0] == "gch":
         return gch(argv[1])
-    if len(argv) == 2 and argv[0] == "device-source":
-        print(json.dumps(device_source(argv[1])))
+    if len(argv) in (2, 3) and argv[0] == "device-source":
+        text = json.dumps(device_source(argv[1]))
+        if len(argv) == 3:
+            with open(argv[2], "w", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            print(text)
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -254,6 +254,69 @@ fn a_load_inline_library_is_built_at_compile_and_loaded_at_evaluation() {
     assert_eq!(e.verdict, Verdict::RuntimeFault, "{e:#?}");
 }
 
+/// A file that builds CUDA with load_inline and, at import, would write a marker: the
+/// compile step reads its device code from its text before anything of it runs.
+const LIFTABLE_TEXT: &str = r#"
+import pathlib
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+pathlib.Path("kiln-marker-imported").write_text("ran")
+
+cuda_src = r'''
+#include <torch/extension.h>
+__global__ void scale_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+torch::Tensor scale(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    scale_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+'''
+
+ext = load_inline(name="kiln_test_scale", cpp_sources="torch::Tensor scale(torch::Tensor x);",
+                  cuda_sources=cuda_src, functions=["scale"], extra_cuda_cflags=["-O3"])
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.scale(x)
+"#;
+
+/// The compile step reads a file's `load_inline` device sources from its text (for
+/// lifting, issue 29), whether or not its build succeeds (here it cannot: no CUDA), and
+/// keeps them in the artifact: the host wrapper removed, the kernel named, the flags kept.
+#[test]
+fn a_files_device_sources_are_read_at_its_compile_step_from_its_text() {
+    let Some((_d, cfg, _runner)) = hosted_setup() else {
+        return;
+    };
+    let p = fixture("kb-softmax-8x64");
+    let c = modelnew(&p, LIFTABLE_TEXT);
+    let out = kiln_sandbox::compile(&cfg, &p, &c).expect("compile step runs");
+    let art = out.artifact.expect("an artifact");
+    let unpacked = kiln_sandbox::engine::hosted::artifact::unpack(&art).expect("unpacks");
+    assert_eq!(unpacked.source, LIFTABLE_TEXT);
+    let sources = kiln_sandbox::engine::hosted::lift::DeviceSources::parse(unpacked.device)
+        .unwrap_or_else(|e| panic!("{e}: {:?}\n{}", unpacked.device, out.info.log));
+    assert_eq!(sources.error, None, "{}", out.info.log);
+    let [s] = sources.sources.as_slice() else {
+        panic!("one source: {sources:?}");
+    };
+    assert_eq!(s.kernels, vec!["scale_kernel".to_string()]);
+    assert!(
+        s.source.contains("__global__ void scale_kernel"),
+        "{}",
+        s.source
+    );
+    assert!(!s.source.contains("torch/extension.h"), "{}", s.source);
+    assert!(!s.source.contains("torch::Tensor"), "{}", s.source);
+    assert_eq!(s.flags, vec!["-O3".to_string()]);
+}
+
 fn which_ninja() -> Option<std::path::PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|d| d.join("ninja"))

@@ -185,6 +185,17 @@ class DeviceSource(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertEqual(p.stdout, "")
 
+    def test_with_an_out_path_the_answer_is_written_there(self):
+        # As kiln's compile step runs it: the answer in a file, stdout left to the log.
+        out = os.path.join(self.tmp, "device-sources.json")
+        p = subprocess.run([sys.executable, "-I", "-B", SCRIPT, "device-source",
+                            self.write("candidate.py", GELU), out],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual((p.returncode, p.stdout), (0, ""), p.stderr)
+        with open(out) as f:
+            answer = json.load(f)
+        self.assertEqual(answer["sources"][0]["kernels"], ["gelu_kernel", "scale_kernel<128>"])
+
     def test_the_runner_finds_the_extractor_in_its_own_folder(self):
         # As kiln-worker deploys them: both scripts written into one folder, run from
         # another working directory with -I (no script folder on sys.path by default).

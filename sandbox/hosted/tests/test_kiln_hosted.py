@@ -1316,3 +1316,17 @@ class PrecompiledHeader(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RecordingBound(unittest.TestCase):
+    def test_a_recording_over_the_bound_becomes_an_error_answer(self):
+        small = {"error": None, "ops": [{"op": "sync", "api": "cudaDeviceSynchronize"}],
+                 "regions": [], "allocations": []}
+        self.assertIs(hosted.bounded_recording(small), small)
+        op = {"op": "launch", "api": "cuLaunchKernel", "symbol": "k", "grid": [1, 1, 1],
+              "block": [1, 1, 1], "shared_bytes": 0, "stream": "current",
+              "params": [{"offset": 0, "size": 4096, "hex": "00" * 4096}]}
+        big = dict(small, ops=[op] * 200)
+        answer = hosted.bounded_recording(big)
+        self.assertEqual((answer["ops"], answer["regions"], answer["allocations"]), ([], [], []))
+        self.assertIn("over the 900000 sent", answer["error"])

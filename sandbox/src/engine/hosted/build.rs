@@ -110,8 +110,9 @@ pub fn build(source: &str, job: &HostedBuild, timeout: Duration) -> Result<Built
         .next()
         .ok_or("kiln-worker's own path: no argv[0]")?;
     let cuda = job.arch.is_some();
-    // The file's device code, read from its text before any of it runs (for lifting).
-    let (device, device_log) = if cuda && !job.make_gch {
+    // The file's device code, read from its text before any of it runs (for lifting; the
+    // host backend keeps it too: reading is cheap, and it is what CI can check).
+    let (device, device_log) = if !job.make_gch {
         device_sources(&exe, &dir, job, &script, &candidate)
     } else {
         (String::new(), String::new())
