@@ -71,6 +71,7 @@ MAX_BLOBS = 8
 # Descriptors after a message: one marker byte carries them (kiln_protocol::fds).
 FDS_MARKER = b"F"
 FDS_MAX = 64
+FDS_TOTAL_MAX = 1024  # over as many markers as they take
 
 
 class Refused(Exception):
@@ -858,20 +859,24 @@ def serve():
 
 
 def recv_fds(fd, n):
-    """The `n` descriptors kiln sent after a message on the socket `fd`: one marker byte
-    with SCM_RIGHTS (the Rust side: kiln_protocol::fds). Anything else is refused, and
-    whatever arrived is closed."""
+    """The `n` descriptors kiln sent after a message on the socket `fd`: marker bytes with
+    SCM_RIGHTS, at most FDS_MAX descriptors each, in order (the Rust side:
+    kiln_protocol::fds). Anything else is refused, and whatever arrived is closed."""
     import socket
 
-    if not 1 <= n <= FDS_MAX:
-        raise Refused(f"{n} descriptors announced; 1 to {FDS_MAX} may follow a message")
+    if not 1 <= n <= FDS_TOTAL_MAX:
+        raise Refused(f"{n} descriptors announced; 1 to {FDS_TOTAL_MAX} may follow a message")
+    got = []
     with socket.socket(fileno=os.dup(fd)) as sock:
-        msg, fds, flags, _ = socket.recv_fds(sock, 1, FDS_MAX)
-    if msg != FDS_MARKER or len(fds) != n or flags & socket.MSG_CTRUNC:
-        for x in fds:
-            os.close(x)
-        raise Refused(f"expected {n} descriptors after the marker, received {len(fds)} with {msg!r}")
-    return fds
+        while len(got) < n:
+            want = min(FDS_MAX, n - len(got))
+            msg, fds, flags, _ = socket.recv_fds(sock, 1, FDS_MAX)
+            if msg != FDS_MARKER or len(fds) != want or flags & socket.MSG_CTRUNC:
+                for x in got + list(fds):
+                    os.close(x)
+                raise Refused(f"expected {want} descriptors after a marker, received {len(fds)} with {msg!r}")
+            got.extend(fds)
+    return got
 
 
 class CudaDriver:

@@ -26,6 +26,13 @@ through a templated host launcher called with literal arguments or a launch macr
 `scalar_t` of an `AT_DISPATCH_*` macro as float, the type the fp32 problems launched it
 with); when none can be read, or the kernel sits in a preprocessor branch that is off for
 sm_90, it is left unnamed (`skipped`).
+
+Triton (`triton_source`): a file's top-level `@triton.jit` functions (`@jit` after `from
+triton import jit` too) as the source of a kiln Triton candidate: each function as written
+less its `@triton.autotune` / `@triton.heuristics` decorators (a configuration is a launch
+plan's), after the triton imports and the module-level `NAME = tl.constexpr(<literal>)`
+constants the functions use; every other import and all host code left out, and the jit
+functions' names.
 """
 
 import ast
@@ -1060,3 +1067,214 @@ def kiln_flags(flags):
         if f:
             out.append(f)
     return out
+
+
+# ---------------------------------------------------------------- Triton: the jit functions
+
+# What `from triton import NAME` may bring into a Triton candidate (kiln's Triton contract,
+# sandbox/src/engine/triton/driver.py: TRITON_NAMES).
+TRITON_FROM = {"language", "jit", "cdiv", "next_power_of_2"}
+# Decorators of a jit function that hold a launch configuration: the launch plan's
+# (constexprs, num_warps, num_stages), so they are removed.
+CONFIG_DECORATORS = {"autotune", "heuristics"}
+
+
+def _chain(node):
+    """`a.b.c` as ["a", "b", "c"], or None if `node` is not a plain attribute chain."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return parts[::-1]
+
+
+def _literal(node):
+    """A literal a `tl.constexpr(...)` constant may hold: a number, a bool, a string, None."""
+    if isinstance(node, ast.Constant):
+        return node.value is None or isinstance(node.value, (bool, int, float, str))
+    return (isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd))
+            and isinstance(node.operand, ast.Constant)
+            and isinstance(node.operand.value, (int, float))
+            and not isinstance(node.operand.value, bool))
+
+
+def _module_statements(body):
+    """The statements run at a module's top level: `body`, with those of its top-level
+    `if` / `try` blocks (`try: import triton`), in order."""
+    for node in body:
+        yield node
+        if isinstance(node, ast.If):
+            yield from _module_statements(node.body + node.orelse)
+        elif isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+            yield from _module_statements(node.body + node.orelse + node.finalbody)
+
+
+class _TritonNames:
+    """What the module's top-level imports bind to triton: for each bound name, the
+    module path (`triton`, `triton.language`...) or the object (`triton.jit`), and the
+    import line a Triton candidate may hold for it (None: one it may not)."""
+
+    def __init__(self, tree):
+        self.binds = {}  # name -> (dotted path of what it is, the import line or None)
+        for node in _module_statements(tree.body):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name != "triton" and not a.name.startswith("triton."):
+                        continue
+                    allowed = a.name == "triton" or a.name == "triton.language" or \
+                        a.name.startswith("triton.language.")
+                    if a.asname:
+                        self.bind(a.asname, a.name, f"import {a.name} as {a.asname}" if allowed else None)
+                    else:
+                        # `import triton.language` binds `triton`; kept as `import triton`
+                        # only when the submodule is one a candidate may import.
+                        self.bind("triton", "triton", f"import {a.name}" if allowed else None)
+            elif isinstance(node, ast.ImportFrom):
+                mod = node.module or ""
+                if node.level or not (mod == "triton" or mod.startswith("triton.")):
+                    continue
+                language = mod == "triton.language" or mod.startswith("triton.language.")
+                for a in node.names:
+                    if a.name == "*":
+                        continue
+                    allowed = (mod == "triton" and a.name in TRITON_FROM) or (
+                        language and not a.name.startswith("_"))
+                    bind = a.asname or a.name
+                    line = None
+                    if allowed:
+                        line = f"from {mod} import {a.name}" + (f" as {a.asname}" if a.asname else "")
+                    self.bind(bind, f"{mod}.{a.name}", line)
+
+    def bind(self, name, path, line):
+        # The first binding of a name stays (a file that rebinds it is not read further),
+        # but an import a candidate may hold replaces one of the same thing it may not
+        # (`import triton.testing`, then `import triton`).
+        old = self.binds.get(name)
+        if old is None or (old[1] is None and old[0] == path):
+            self.binds[name] = (path, line)
+
+    def path(self, node):
+        """The dotted path an expression names through the imports (`tl.constexpr` with
+        `import triton.language as tl`: "triton.language.constexpr"), or None."""
+        parts = _chain(node)
+        if parts is None or parts[0] not in self.binds:
+            return None
+        return ".".join([self.binds[parts[0]][0]] + parts[1:])
+
+
+JIT_PATHS = ("triton.jit", "triton.runtime.jit", "triton.runtime.jit.jit")
+
+
+def _is_jit(names, dec):
+    target = dec.func if isinstance(dec, ast.Call) else dec
+    return names.path(target) in JIT_PATHS
+
+
+def _is_config(names, dec):
+    target = dec.func if isinstance(dec, ast.Call) else dec
+    path = names.path(target) or ""
+    return path.split(".")[0] == "triton" and path.rsplit(".", 1)[-1] in CONFIG_DECORATORS
+
+
+def _used_names(nodes):
+    used = set()
+    for n in nodes:
+        for x in ast.walk(n):
+            if isinstance(x, ast.Name):
+                used.add(x.id)
+    return used
+
+
+def _jit_respelled(names, dec):
+    """True for a jit decorator reached through an import a candidate may not hold
+    (`from triton.runtime.jit import jit`): it is spelled `triton.jit` instead."""
+    if not _is_jit(names, dec):
+        return False
+    path, line = names.binds[_chain(dec.func if isinstance(dec, ast.Call) else dec)[0]]
+    return line is None and path != "triton"
+
+
+def _decorator_text(text, names, dec):
+    """A kept decorator's text (see `_jit_respelled`)."""
+    if not _jit_respelled(names, dec):
+        return ast.get_source_segment(text, dec)
+    if not isinstance(dec, ast.Call):
+        return "triton.jit"
+    args = [ast.get_source_segment(text, a) for a in dec.args]
+    args += [ast.get_source_segment(text, k) for k in dec.keywords]
+    return "triton.jit(" + ", ".join(args) + ")"
+
+
+def triton_source(text, tree=None):
+    """The Triton source a contract candidate would hold for a Python file, read as text
+    (nothing of it run): {"source", "kernels"}, or None when the file defines no top-level
+    `@triton.jit` function (`@jit` after `from triton import jit` too).
+
+    The source holds every top-level jit function as written, less its `@triton.autotune`
+    / `@triton.heuristics` decorators (a configuration is a launch plan's: constexprs,
+    num_warps, num_stages), after the triton imports and the module-level
+    `NAME = tl.constexpr(<literal>)` constants those functions use, in the file's order:
+    what kiln's Triton contract accepts (problems/README.md, "Triton candidates").
+    Imports of anything else (torch, triton.runtime, `from triton import Config`...) and
+    all host code are left out. "kernels" names the jit functions in the file's order.
+    Raises Unresolved when the text is not Python."""
+    if tree is None:
+        try:
+            tree = ast.parse(text)
+        except SyntaxError as e:
+            raise Unresolved(f"the published file is not valid Python ({e.msg})") from e
+    names = _TritonNames(tree)
+    # Top-level jit functions and constexpr constants, the last binding of a name winning
+    # (as when the file runs).
+    functions, constants = {}, {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            functions.pop(node.name, None)
+            constants.pop(node.name, None)
+            jit = [d for d in getattr(node, "decorator_list", []) if _is_jit(names, d)]
+            if jit and isinstance(node, ast.FunctionDef):
+                functions[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for x in ast.walk(t):
+                    if isinstance(x, ast.Name):
+                        functions.pop(x.id, None)
+                        constants.pop(x.id, None)
+            v = node.value
+            if (isinstance(node, ast.Assign) and len(targets) == 1 and isinstance(targets[0], ast.Name)
+                    and isinstance(v, ast.Call) and len(v.args) == 1 and not v.keywords
+                    and _literal(v.args[0])
+                    and names.path(v.func) in ("triton.language.constexpr", "triton.language.core.constexpr")):
+                constants[targets[0].id] = node
+    if not functions:
+        return None
+    kept = {}  # function name -> its kept decorators
+    used = set()
+    for node in functions.values():
+        kept[node.name] = [d for d in node.decorator_list if not _is_config(names, d)]
+        used |= _used_names(kept[node.name] + [node.args] + node.body
+                            + ([node.returns] if node.returns else []))
+    kept_constants = {n: c for n, c in constants.items() if n in used}
+    used |= _used_names([c.value for c in kept_constants.values()])
+    imports = []
+    for name in sorted(used & set(names.binds), key=list(names.binds).index):
+        path, line = names.binds[name]
+        if line is None and path == "triton":
+            line = "import triton" if name == "triton" else f"import triton as {name}"
+        if line is not None and line not in imports:
+            imports.append(line)
+    if any(_jit_respelled(names, d) for ds in kept.values() for d in ds) and "import triton" not in imports:
+        imports.insert(0, "import triton")
+    parts = ["\n".join(imports)] if imports else []
+    items = sorted(list(kept_constants.values()) + list(functions.values()), key=lambda n: n.lineno)
+    for node in items:
+        if isinstance(node, ast.Assign):
+            parts.append(ast.get_source_segment(text, node))
+            continue
+        head = "\n".join("@" + _decorator_text(text, names, d) for d in kept[node.name])
+        parts.append(head + "\n" + ast.get_source_segment(text, node))
+    return {"source": "\n\n\n".join(parts) + "\n", "kernels": list(functions)}

@@ -26,10 +26,12 @@ ModelNew file turned into a kiln launch plan, issue 29) runs it as
 
     python -I -B kiln_hosted.py device-source FILE [OUT]
 
-to write the CUDA device sources of FILE's load_inline calls as one JSON object to OUT
-(stdout without it):
-{"error": null or why, "sources": [{"source", "kernels", "flags", "names_skipped"}]}, the
-torch/pybind host wrapper removed by kiln_extract.py (beside this script, standard library
+to write the CUDA device sources of FILE's load_inline calls and its Triton source as one
+JSON object to OUT (stdout without it):
+{"error": null or why, "sources": [{"source", "kernels", "flags", "names_skipped"}],
+"triton": null or {"source", "kernels"}}, the torch/pybind host wrapper removed, and the
+`@triton.jit` functions (less their autotune/heuristics decorators) with the imports and
+constexpr constants they use, by kiln_extract.py (beside this script, standard library
 only). FILE is read as text: nothing of it is imported or run; a file over 1 MiB is an
 error. Exit 0, also when "error" is set (2: bad usage).
 
@@ -89,8 +91,13 @@ Commands (bytes on fd 3), each answered with b"D" on fd 4:
          tensors and forward's results as forward saw them ({"name", "role": input, weight,
          buffer or output, "ptr", "bytes"}, "contiguous" for outputs); "allocations" the
          blocks torch's allocator handed out during forward ({"ptr", "bytes"}; when they
-         cannot be read, "allocations_error" says why). On the cpu, forward runs
-         unrecorded and "error" says so.
+         cannot be read, "allocations_error" says why); "triton" every Triton launch
+         (JITFunction.run, while the file's triton is loaded), in order: {"kernel", "grid"
+         (3 dims, a callable grid evaluated as Triton does), "args": [{"name", "constexpr",
+         "kind": tensor ("ptr", "contiguous", "dtype"), int, float, bool, str, dtype
+         ("value"), none or other ("type")}], "num_warps", "num_stages", "num_ctas",
+         "options" (any other compile option given)}. On the cpu, forward runs unrecorded
+         and "error" says so.
   Q      answer D, then exit 0 (EOF on fd 3: exit 0)
 
 A run binds slot j's tensors to the module (parameters' .data: no copies; buffers replaced
@@ -827,7 +834,7 @@ class Runs:
         On the cpu the run is the same, unrecorded."""
         if self.buffers.device != "cuda":
             call, got = self.run(j)
-            return {"error": "launches are recorded on the GPU only", "ops": [],
+            return {"error": "launches are recorded on the GPU only", "ops": [], "triton": [],
                     "regions": self.used(j, call, got), "allocations": []}
         recorder = Recorder(self.torch, self.sync)
         call, got = self.run(j, around=recorder)
@@ -1367,8 +1374,23 @@ class Decoder:
         if key not in LAUNCH_LAYOUTS:
             raise RecordError(f"cannot read the parameters of {key}")
         launch = read_launch(key, params)
-        f = launch["f"] if "f" in launch else self.kernels.function(launch["func"])
-        name = c_string(symbol, SYMBOL_CHARS) or self.kernels.name(f) or ""
+        name = c_string(symbol, SYMBOL_CHARS)
+        if "f" in launch:
+            f = launch["f"]
+        else:
+            try:
+                f = self.kernels.function(launch["func"])
+            except RecordError as e:
+                # The host stub belongs to a CUDA runtime this process cannot ask (an
+                # extension's own copy): the driver launch the runtime makes under this
+                # call fills the op in (`Recorder.step`).
+                return {"op": "launch", "api": api, "symbol": (name or "")[:SYMBOL_CHARS],
+                        "grid": launch["grid"], "block": launch["block"],
+                        "shared_bytes": int(launch["shared_bytes"]),
+                        "stream": stream_kind(launch["stream"], self.current),
+                        "cooperative": bool(launch["cooperative"]), "cluster": launch["cluster"],
+                        "params": None, "_unresolved": str(e)}
+        name = name or self.kernels.name(f) or ""
         infos = self.kernels.params(f)
         buffer = None
         if not launch["args"] and launch["extra"]:
@@ -1409,6 +1431,173 @@ def allocations_from(traces, limit=HISTORY_ENTRIES):
         allocs = allocs[:MAX_ALLOCATIONS]
         error = f"more than {MAX_ALLOCATIONS} allocations in one forward"
     return allocs, error
+
+
+# ---- Triton launches (R): JITFunction.run wrapped for the forward ---------------------
+#
+# CUPTI sees a Triton launch as a cuLaunchKernelEx of a kernel named after the jit function,
+# with the arguments packed; what the launch plan needs (which arguments are constexprs,
+# their values, the grid as written, num_warps and num_stages) is Triton's. So while R
+# records, triton.runtime.jit.JITFunction.run (what `kernel[grid](...)`, the autotuner and
+# the heuristics end in, with the chosen config's values) is wrapped: each call that is not
+# a warmup is taken down, then the original runs as it would have. Only when the file
+# imported triton (this runner never imports it).
+
+TRITON_DEFAULTS = (("num_warps", 4), ("num_stages", 3), ("num_ctas", 1))
+TRITON_NAME_CHARS = 200
+TRITON_STR_CHARS = 256
+TRITON_MAX_OPTIONS = 64
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def triton_value(v, tensor_type=None, tl=None):
+    """One argument of a Triton launch as the recording gives it: {"kind": "tensor", "ptr",
+    "contiguous", "dtype"}, {"kind": "int"/"float"/"bool"/"str", "value"} (a float that is
+    not finite: "value" null and "text"), {"kind": "dtype", "value": "tl.float16"} (a
+    triton.language dtype), {"kind": "none"} or {"kind": "other", "type"}. A
+    `tl.constexpr` is read as the value it holds."""
+    if tl is not None and isinstance(v, tl.constexpr):
+        v = v.value
+    if tensor_type is not None and isinstance(v, tensor_type):
+        return {"kind": "tensor", "ptr": int(v.data_ptr()), "contiguous": bool(v.is_contiguous()),
+                "dtype": str(v.dtype).rpartition(".")[2]}
+    if v is None:
+        return {"kind": "none"}
+    if isinstance(v, bool):
+        return {"kind": "bool", "value": v}
+    if isinstance(v, int):
+        return {"kind": "int", "value": int(v)}
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            return {"kind": "float", "value": None, "text": repr(v)}
+        return {"kind": "float", "value": float(v)}
+    if isinstance(v, str):
+        return {"kind": "str", "value": v[:TRITON_STR_CHARS]}
+    if tl is not None and isinstance(v, tl.dtype):
+        for name, d in vars(tl).items():
+            if not name.startswith("_") and isinstance(d, tl.dtype) and d == v:
+                return {"kind": "dtype", "value": "tl." + name}
+    return {"kind": "other", "type": type(v).__name__[:TRITON_NAME_CHARS]}
+
+
+def triton_grid(grid, bound):
+    """The grid of a launch as Triton computes it (a callable gets the bound arguments),
+    padded to three dimensions."""
+    import operator
+
+    if callable(grid):
+        grid = grid(dict(bound))
+    dims = [operator.index(d) for d in grid]
+    if not dims:
+        raise ValueError("an empty grid")
+    dims = (dims + [1, 1])[:3]
+    if not all(I64_MIN <= d <= I64_MAX for d in dims):
+        raise ValueError(f"a grid dimension out of range: {dims}")
+    return dims
+
+
+def triton_bind(fn, args, kwargs):
+    """The jit function's parameters bound to a call's arguments, in order, with their
+    defaults (Triton's binder), and the other keywords (the compile options)."""
+    import inspect
+
+    sig = getattr(fn, "signature", None) or inspect.signature(fn.fn)
+    params = sig.parameters
+    options = {k: v for k, v in kwargs.items() if k not in params and k not in ("grid", "warmup")}
+    bound = sig.bind(*args, **{k: v for k, v in kwargs.items() if k in params})
+    bound.apply_defaults()
+    return dict(bound.arguments), options
+
+
+def triton_launch(fn, args, kwargs, tensor_type=None, tl=None):
+    """One call of JITFunction.run as the recording gives it: {"kernel", "grid", "args":
+    [{"name", "constexpr", "kind", ...}], "num_warps", "num_stages", "num_ctas", "options"}
+    ("options": any other compile option given, by name)."""
+    import operator
+
+    bound, options = triton_bind(fn, args, kwargs)
+    params = list(getattr(fn, "params", None) or [])
+    if len(params) == len(bound):
+        constexpr = [bool(p.is_constexpr) for p in params]
+    else:
+        indices = set(getattr(fn, "constexprs", None) or [])
+        constexpr = [i in indices for i in range(len(bound))]
+    if len(bound) > MAX_PARAMS:
+        raise RecordError(f"a Triton launch with {len(bound)} arguments; at most {MAX_PARAMS} are recorded")
+    out_args = []
+    for (name, value), c in zip(bound.items(), constexpr):
+        a = {"name": str(name)[:TRITON_NAME_CHARS], "constexpr": c}
+        a.update(triton_value(value, tensor_type, tl))
+        out_args.append(a)
+    launch = {"kernel": str(getattr(fn, "__name__", "") or getattr(fn.fn, "__name__", ""))[:TRITON_NAME_CHARS],
+              "grid": triton_grid(kwargs.get("grid"), bound), "args": out_args}
+    for name, default in TRITON_DEFAULTS:
+        v = options.pop(name, None)
+        launch[name] = default if v is None else operator.index(v)
+    other = {}
+    for name, v in list(options.items())[:TRITON_MAX_OPTIONS]:
+        if v is None:
+            continue  # Triton leaves an option given as None at its default
+        value = triton_value(v, tensor_type, tl)
+        other[str(name)[:TRITON_NAME_CHARS]] = value.get("value", value.get("type"))
+    launch["options"] = other
+    return launch
+
+
+class TritonCapture:
+    """A context manager that wraps triton.runtime.jit.JITFunction.run (when the file
+    imported triton) and takes down each launch (`triton_launch`) before the original
+    runs; the original `run` is back on exit, always. A launch that cannot be taken down
+    stops the capture and sets `error`; the launch itself still runs as it would have."""
+
+    def __init__(self, modules=None):
+        self.modules = sys.modules if modules is None else modules
+        self.launches, self.error = [], None
+        self.cls, self.original, self.owned = None, None, True
+        self.tensor_type, self.tl = None, None
+
+    def __enter__(self):
+        jit = self.modules.get("triton.runtime.jit")
+        cls = getattr(jit, "JITFunction", None)
+        original = getattr(cls, "run", None) if isinstance(cls, type) else None
+        if original is None:
+            return self
+        # Its own `run` (Triton's), or one it inherits: then the wrapper is removed on exit.
+        self.owned = "run" in cls.__dict__
+        torch = self.modules.get("torch")
+        self.tensor_type = getattr(torch, "Tensor", None)
+        self.tl = self.modules.get("triton.language")
+        capture = self
+
+        def run(fn, *args, **kwargs):
+            if not kwargs.get("warmup", False):
+                capture.take(fn, args, kwargs)
+            return original(fn, *args, **kwargs)
+
+        run.__wrapped__ = original
+        cls.run = run
+        self.cls, self.original = cls, original
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if self.cls is not None:
+            if self.owned:
+                self.cls.run = self.original
+            else:
+                del self.cls.run
+            self.cls = None
+        return False
+
+    def take(self, fn, args, kwargs):
+        if self.error is not None:
+            return
+        if len(self.launches) >= MAX_OPS:
+            self.error = f"more than {MAX_OPS} Triton launches in one forward"
+            return
+        try:
+            self.launches.append(triton_launch(fn, args, kwargs, self.tensor_type, self.tl))
+        except Exception as e:  # noqa: BLE001 - forward goes on; the recording says why not
+            self.error = f"a Triton launch could not be recorded: {describe_exception(e, 400)}"
 
 
 # ---- the recorder's libraries (on the GPU) ----------------------------------------------
@@ -1504,15 +1693,45 @@ class Kernels:
         self.functions, self.infos = {}, {}
 
     def function(self, stub):
-        """The CUfunction of a runtime launch's host stub (cudaGetFuncBySymbol)."""
+        """The CUfunction of a runtime launch's host stub (cudaGetFuncBySymbol of the
+        process's CUDA runtime, else of a loaded library that carries its own, as an
+        extension linked with the static runtime does)."""
         if stub not in self.functions:
-            f = ctypes.c_void_p()
-            rc = self.libs["cudaGetFuncBySymbol"](ctypes.byref(f), ctypes.c_void_p(stub))
-            if rc != 0:
-                self.libs["cudaGetLastError"]()  # leaves no error for the candidate to see
+            rc = None
+            for get, clear in self.runtimes():
+                f = ctypes.c_void_p()
+                rc = get(ctypes.byref(f), ctypes.c_void_p(stub))
+                if rc == 0 and f.value:
+                    self.functions[stub] = f.value
+                    break
+                clear()  # leaves no error for the candidate to see
+            else:
                 raise RecordError(f"cudaGetFuncBySymbol found no kernel (cudaError {rc})")
-            self.functions[stub] = f.value
         return self.functions[stub]
+
+    def runtimes(self):
+        """(cudaGetFuncBySymbol, cudaGetLastError) of the process's CUDA runtime, then of
+        each loaded shared library that exports its own (read from /proc/self/maps)."""
+        yield self.libs["cudaGetFuncBySymbol"], self.libs["cudaGetLastError"]
+        if getattr(self, "_others", None) is None:
+            self._others = []
+            try:
+                with open("/proc/self/maps") as f:
+                    paths = {line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6}
+            except OSError:
+                paths = set()
+            for path in sorted(p for p in paths if p.endswith(".so") or ".so." in p):
+                if "libcudart" in os.path.basename(path) or not os.path.isfile(path):
+                    continue
+                try:
+                    lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+                    get, clear = lib.cudaGetFuncBySymbol, lib.cudaGetLastError
+                except (OSError, AttributeError):
+                    continue
+                get.argtypes, get.restype = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p], ctypes.c_int
+                clear.argtypes, clear.restype = [], ctypes.c_int
+                self._others.append((get, clear))
+        yield from self._others
 
     def params(self, f):
         """[(offset, size)] of the kernel's parameters: cuFuncGetParamInfo, or
@@ -1560,6 +1779,7 @@ class Recorder:
         self.history = False
         self.libs, self.subscriber, self.decoder = None, None, None
         self.threads = {}  # thread id -> [depth of API calls, the outermost call's op]
+        self.triton = TritonCapture()
         import threading
 
         self.thread_id = threading.get_ident
@@ -1572,17 +1792,26 @@ class Recorder:
             self.error = str(e)
         except Exception as e:  # noqa: BLE001 - no record is an answer too
             self.error = f"CUPTI: {describe_exception(e, 400)}"
+        try:
+            self.triton.__enter__()
+        except Exception as e:  # noqa: BLE001
+            self.triton.__exit__(None, None, None)
+            self.triton.error = f"Triton launches: {describe_exception(e, 400)}"
         return self
 
     def __exit__(self, kind, value, tb):
         try:
-            self.unsubscribe(wait=kind is None)
+            self.triton.__exit__(kind, value, tb)
         finally:
-            self.stop_history()
+            try:
+                self.unsubscribe(wait=kind is None)
+            finally:
+                self.stop_history()
         return False
 
     def answer(self):
-        out = {"error": self.error, "ops": self.ops, "regions": [], "allocations": self.allocations}
+        out = {"error": self.error or self.triton.error, "ops": self.ops, "triton": self.triton.launches,
+               "regions": [], "allocations": self.allocations}
         if self.allocations_error:
             out["allocations_error"] = self.allocations_error
         return out
@@ -1637,13 +1866,36 @@ class Recorder:
             state[0] += 1
             if state[0] == 1:
                 state[1] = self.enter(data)
+            elif state[1] is not None and "_unresolved" in state[1]:
+                self.fill_from_driver(state[1], data)
             return
         if state[0] == 1 and state[1] is not None:
             status = ctypes.c_int.from_address(data.functionReturnValue).value if data.functionReturnValue else 0
             self.decoder.exit(state[1], data.functionParams, status)
+            if "_unresolved" in state[1] and self.error is None:
+                self.error = (f"a runtime launch of {state[1].get('symbol') or 'a kernel'} could not be "
+                              f"read ({state[1]['_unresolved']}) and made no driver launch under it")
         if state[0] == 1:
             state[1] = None
         state[0] = max(0, state[0] - 1)
+
+    def fill_from_driver(self, op, data):
+        """A runtime launch whose kernel this process could not resolve: the driver launch
+        it makes under it (same kernel, same parameter array) gives its parameters."""
+        name = c_string(data.functionName) or ""
+        if op_kind(api_name(name)) != "launch":
+            return
+        try:
+            inner = self.decoder.launch(api_name(name), layout_key(name), data.functionParams, data.symbolName)
+        except RecordError as e:
+            if self.error is None:
+                self.error = str(e)
+            return
+        if inner.get("params") is None:
+            return
+        del op["_unresolved"]
+        op["params"] = inner["params"]
+        op["symbol"] = op["symbol"] or inner["symbol"]
 
     def enter(self, data):
         if self.error is not None:
@@ -1692,27 +1944,40 @@ MAX_SOURCE_BYTES = 1 << 20
 
 
 def device_source(path):
-    """`device-source`: the CUDA device sources of a ModelNew file, read as text by
+    """`device-source`: the device sources of a ModelNew file, read as text by
     kiln_extract (never imported or run): {"error": null or why, "sources": [{"source",
-    "kernels", "flags", "names_skipped"}]} (the lift's spec, issue 29, §2)."""
+    "kernels", "flags", "names_skipped"}], "triton": null or {"source", "kernels"}} (the
+    lift's spec, issue 29, §2): "sources" its load_inline CUDA, "triton" its `@triton.jit`
+    functions as a Triton contract candidate's source and their names. Either may be read
+    when the other cannot: "error" says why the CUDA sources could not ("sources" is then
+    empty); a file that is not Python has neither."""
     here = os.path.dirname(os.path.abspath(__file__))
     if here not in sys.path:
         sys.path.insert(0, here)  # -I leaves the script's folder off sys.path
     try:
         import kiln_extract as ke
     except Exception as e:  # noqa: BLE001
-        return {"error": f"no extractor beside the runner: {describe_exception(e, 400)}", "sources": []}
+        return {"error": f"no extractor beside the runner: {describe_exception(e, 400)}", "sources": [],
+                "triton": None}
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_SOURCE_BYTES + 1)
     except OSError as e:
-        return {"error": f"cannot read the file: {e}", "sources": []}
+        return {"error": f"cannot read the file: {e}", "sources": [], "triton": None}
     if len(data) > MAX_SOURCE_BYTES:
-        return {"error": f"the file is larger than {MAX_SOURCE_BYTES} bytes", "sources": []}
+        return {"error": f"the file is larger than {MAX_SOURCE_BYTES} bytes", "sources": [], "triton": None}
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        return {"error": f"the file is not UTF-8 text ({e.reason} at byte {e.start})", "sources": []}
+        return {"error": f"the file is not UTF-8 text ({e.reason} at byte {e.start})", "sources": [],
+                "triton": None}
+    triton = None
+    try:
+        triton = ke.triton_source(text)
+    except ke.Unresolved as e:
+        return {"error": clip(str(e), ERROR_CHARS), "sources": [], "triton": None}
+    except Exception:  # noqa: BLE001 - (RecursionError, MemoryError...): no Triton source
+        triton = None
     try:
         sources = []
         for src, flags in ke.python_sources(text):
@@ -1721,10 +1986,10 @@ def device_source(path):
             sources.append({"source": device, "kernels": kernels, "flags": flags,
                             "names_skipped": len(skipped)})
     except ke.Unresolved as e:
-        return {"error": clip(str(e), ERROR_CHARS), "sources": []}
+        return {"error": clip(str(e), ERROR_CHARS), "sources": [], "triton": triton}
     except Exception as e:  # noqa: BLE001 - (RecursionError, MemoryError...): no sources
-        return {"error": f"the extractor failed: {describe_exception(e, 400)}", "sources": []}
-    return {"error": None, "sources": sources}
+        return {"error": f"the extractor failed: {describe_exception(e, 400)}", "sources": [], "triton": triton}
+    return {"error": None, "sources": sources, "triton": triton}
 
 
 # ---- serve ------------------------------------------------------------------------------
@@ -1771,7 +2036,7 @@ def bounded_recording(answer):
     if size <= MAX_RECORDING_BYTES:
         return answer
     return {"error": f"the recording is {size} bytes, over the {MAX_RECORDING_BYTES} sent",
-            "ops": [], "regions": [], "allocations": []}
+            "ops": [], "triton": [], "regions": [], "allocations": []}
 
 
 def serve():

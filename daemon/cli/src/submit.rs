@@ -61,6 +61,10 @@ pub struct SubmitArgs {
     /// Evaluate on this lane only (one per GPU for cuda, as `kiln doctor` lists them).
     #[arg(long)]
     lane: Option<u32>,
+    /// A `ModelNew` file: run it hosted only, without lifting its kernels into a contract
+    /// candidate (lifting is the default on a GPU where its forward allows).
+    #[arg(long)]
+    hosted_only: bool,
 }
 
 /// The job options as a query string (`?plain=…&race=…`), empty when none.
@@ -77,6 +81,9 @@ fn options_query(a: &SubmitArgs) -> String {
     }
     if let Some(l) = a.lane {
         q.push(format!("lane={l}"));
+    }
+    if a.hosted_only {
+        q.push("lift=false".into());
     }
     if q.is_empty() {
         String::new()

@@ -163,6 +163,19 @@ class Descriptors(unittest.TestCase):
         for fd in got + sent:
             os.close(fd)
 
+    def test_more_than_one_markers_worth_arrives_in_order(self):
+        import socket
+
+        a, b = self.pair()
+        n = helper.FDS_MAX + 6
+        sent = [memfd(str(i).encode()) for i in range(n)]
+        for k in range(0, n, helper.FDS_MAX):
+            socket.send_fds(a, [helper.FDS_MARKER], sent[k:k + helper.FDS_MAX])
+        got = helper.recv_fds(b.fileno(), n)
+        self.assertEqual([os.pread(fd, 8, 0) for fd in got], [str(i).encode() for i in range(n)])
+        for fd in got + sent:
+            os.close(fd)
+
     def test_the_wrong_marker_or_count_is_refused_and_closed(self):
         import socket
 

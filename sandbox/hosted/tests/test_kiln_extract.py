@@ -81,6 +81,106 @@ class ModelNew(nn.Module):
 '''
 
 
+# A KernelBench-style Triton answer: an autotuned, heuristic softmax calling a jit helper,
+# a constexpr constant it uses and one it does not, a plain global, torch and host code.
+TRITON_SOFTMAX = '''
+import math
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+from triton import Config, cdiv
+
+LOG2E = tl.constexpr(1.4426950408889634)
+UNUSED = tl.constexpr(3)
+PLAIN = 1024
+
+
+@triton.jit
+def _exp(x):
+    return tl.exp2(x * LOG2E)
+
+
+@triton.autotune(
+    configs=[Config({"BLOCK": 1024}, num_warps=4), Config({"BLOCK": 4096}, num_warps=8, num_stages=2)],
+    key=["n_cols"],
+)
+@triton.heuristics({"EVEN": lambda a: a["n_cols"] % a["BLOCK"] == 0})
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    # the online softmax of one row
+    x = tl.load(x_ptr + row * n_cols + offs, mask=offs < n_cols, other=-float("inf"))
+    e = _exp(x - tl.max(x, 0))
+    tl.store(y_ptr + row * n_cols + offs, e / tl.sum(e, 0), mask=offs < n_cols)
+
+
+def grid(n):
+    return (cdiv(n, 128),)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        softmax_kernel[(x.shape[0],)](x, y, x.shape[1])
+        return y
+'''
+
+TRITON_SOFTMAX_SOURCE = '''import triton
+import triton.language as tl
+
+
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def _exp(x):
+    return tl.exp2(x * LOG2E)
+
+
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    # the online softmax of one row
+    x = tl.load(x_ptr + row * n_cols + offs, mask=offs < n_cols, other=-float("inf"))
+    e = _exp(x - tl.max(x, 0))
+    tl.store(y_ptr + row * n_cols + offs, e / tl.sum(e, 0), mask=offs < n_cols)
+'''
+
+# `@jit` from `from triton import jit`, libdevice, a jit decorator with keywords, a
+# redefined kernel (the last one counts) and a name rebound to something else.
+TRITON_FROM_IMPORTS = '''
+import torch
+from triton import jit, autotune, Config
+from triton.language.extra import libdevice
+import triton.language as language_mod
+from triton.runtime import driver
+
+
+@jit
+def gone(x_ptr):
+    pass
+
+
+gone = None
+
+
+@jit
+def act(x_ptr, n, BLOCK: language_mod.constexpr):
+    pass
+
+
+@autotune(configs=[Config({"BLOCK": 64})], key=["n"])
+@jit(do_not_specialize=["n"])
+def act(x_ptr, n, BLOCK: language_mod.constexpr):
+    offs = language_mod.program_id(0) * BLOCK + language_mod.arange(0, BLOCK)
+    x = language_mod.load(x_ptr + offs, mask=offs < n)
+    language_mod.store(x_ptr + offs, libdevice.tanh(x), mask=offs < n)
+'''
+
+
 def device_source(path, script=SCRIPT, cwd=None):
     """(exit status, the JSON answer or None, stderr) of `kiln_hosted.py device-source`."""
     p = subprocess.run([sys.executable, "-I", "-B", script, "device-source", path],
@@ -117,6 +217,90 @@ class Extractor(unittest.TestCase):
         self.assertEqual(removed, ["torch::"])
 
 
+def triton_python():
+    """A python with triton, to check an extracted source against kiln's Triton contract
+    (sandbox/src/engine/triton/driver.py): KILN_TRITON_PYTHON (the Triton kiln tests, as CI
+    installs it), else KILN_PYTHON when it has triton; None without either."""
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('triton') is None)"
+    for var in ("KILN_TRITON_PYTHON", "KILN_PYTHON"):
+        python = os.environ.get(var)
+        if python and os.access(python, os.X_OK) and \
+                subprocess.run([python, "-I", "-c", probe], capture_output=True).returncode == 0:
+            return python
+    return None
+
+
+# Runs kiln's Triton source filter (the compile driver's, before anything runs) on the file
+# named by argv[2]; prints "accepted" or the refusal.
+CONTRACT_CHECK = """
+import ast, importlib.util, sys
+spec = importlib.util.spec_from_file_location("kiln_triton_driver", sys.argv[1])
+d = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(d)
+import triton, triton.language as tl
+text = open(sys.argv[2]).read()
+try:
+    d.Filter(text, triton, tl).check_module(ast.parse(text))
+    print("accepted")
+except d.Refused as e:
+    print("refused:", e)
+"""
+DRIVER = os.path.join(FOLDER, "..", "src", "engine", "triton", "driver.py")
+
+
+class TritonSource(unittest.TestCase):
+    def test_jit_functions_without_their_configs_with_the_imports_and_constants_they_use(self):
+        got = ke.triton_source(TRITON_SOFTMAX)
+        self.assertEqual(got["kernels"], ["_exp", "softmax_kernel"])
+        self.assertEqual(got["source"], TRITON_SOFTMAX_SOURCE)
+
+    def test_from_imports_keywords_and_redefinitions(self):
+        got = ke.triton_source(TRITON_FROM_IMPORTS)
+        self.assertEqual(got["kernels"], ["act"])
+        src = got["source"]
+        self.assertTrue(src.startswith("from triton import jit\nfrom triton.language.extra import libdevice\n"
+                                       "import triton.language as language_mod\n\n\n"), src)
+        self.assertIn("@jit(do_not_specialize=[\"n\"])\ndef act(x_ptr, n, BLOCK: language_mod.constexpr):\n"
+                      "    offs = ", src)
+        for gone in ("autotune", "Config", "torch", "driver", "gone", "pass"):
+            self.assertNotIn(gone, src)
+        # `from triton.runtime.jit import jit`: not an import a candidate may hold, so the
+        # decorator is spelled triton.jit; `import triton.testing` gives `import triton`.
+        text = ("import triton.testing\nfrom triton.runtime.jit import jit as J\nimport triton.language as tl\n\n"
+                "@J(debug=False)\ndef k(x):\n    tl.store(x, 1)\n\n@triton.jit\ndef h(x):\n    k(x)\n")
+        got = ke.triton_source(text)
+        self.assertEqual(got["source"], "import triton\nimport triton.language as tl\n\n\n"
+                                        "@triton.jit(debug=False)\ndef k(x):\n    tl.store(x, 1)\n\n\n"
+                                        "@triton.jit\ndef h(x):\n    k(x)\n")
+
+    def test_no_jit_function_is_none_and_not_python_is_unresolved(self):
+        self.assertIsNone(ke.triton_source(GELU))
+        self.assertIsNone(ke.triton_source(NO_CUDA))
+        # A jit function inside a class or a function is not a candidate's.
+        self.assertIsNone(ke.triton_source("import triton\nclass M:\n    @triton.jit\n    def k(x):\n        pass\n"))
+        with self.assertRaises(ke.Unresolved):
+            ke.triton_source("def (:\n")
+
+    def test_the_extracted_source_is_what_kilns_triton_contract_accepts(self):
+        python = triton_python()
+        if python is None:
+            self.skipTest("neither KILN_TRITON_PYTHON nor KILN_PYTHON has triton (kiln's Triton source "
+                          "filter needs it)")
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, text in (("softmax", TRITON_SOFTMAX), ("imports", TRITON_FROM_IMPORTS)):
+                verdicts = []
+                for kind, body in (("file", text), ("extracted", ke.triton_source(text)["source"])):
+                    path = os.path.join(tmp, f"{name}_{kind}.py")
+                    with open(path, "w") as f:
+                        f.write(body)
+                    p = subprocess.run([python, "-I", "-c", CONTRACT_CHECK, DRIVER, path],
+                                       capture_output=True, text=True, timeout=300)
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    verdicts.append(p.stdout.strip())
+                self.assertTrue(verdicts[0].startswith("refused:"), f"{name}: the file as written: {verdicts[0]}")
+                self.assertEqual(verdicts[1], "accepted", name)
+
+
 class DeviceSource(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="kiln-device-source-")
@@ -146,7 +330,21 @@ class DeviceSource(unittest.TestCase):
 
     def test_a_file_without_cuda_has_no_sources(self):
         code, answer, err = device_source(self.write("candidate.py", NO_CUDA))
-        self.assertEqual((code, answer), (0, {"error": None, "sources": []}), err)
+        self.assertEqual((code, answer), (0, {"error": None, "sources": [], "triton": None}), err)
+
+    def test_a_triton_file_gives_its_triton_source(self):
+        code, answer, err = device_source(self.write("candidate.py", TRITON_SOFTMAX))
+        self.assertEqual(code, 0, err)
+        self.assertEqual(answer, {"error": None, "sources": [],
+                                  "triton": {"source": TRITON_SOFTMAX_SOURCE, "kernels": ["_exp", "softmax_kernel"]}})
+        # A CUDA source that cannot be read leaves the Triton source read.
+        text = TRITON_SOFTMAX + "\nsrc = f'__global__ void k(float* y) {{ y[0] = {PLAIN}; }}' * 2\nload_inline(cuda_sources=src)\n"
+        code, answer, _ = device_source(self.write("both.py", text))
+        self.assertIn("cuda source built at run time", answer["error"])
+        self.assertEqual(answer["triton"]["kernels"], ["_exp", "softmax_kernel"])
+        # A load_inline file has none.
+        code, answer, _ = device_source(self.write("gelu.py", GELU))
+        self.assertIsNone(answer["triton"])
 
     def test_a_file_that_is_not_python_is_an_error_with_exit_0(self):
         code, answer, err = device_source(self.write("candidate.py", "__global__ void k() {}\nint main() {"))
@@ -176,7 +374,8 @@ class DeviceSource(unittest.TestCase):
         big = self.write("big.py", "x = 1\n" + "#" * (1 << 20))
         code, answer, _ = device_source(big)
         self.assertEqual(code, 0)
-        self.assertEqual(answer, {"error": "the file is larger than 1048576 bytes", "sources": []})
+        self.assertEqual(answer, {"error": "the file is larger than 1048576 bytes", "sources": [],
+                                  "triton": None})
         code, answer, _ = device_source(os.path.join(self.tmp, "missing.py"))
         self.assertEqual(code, 0)
         self.assertIn("cannot read the file", answer["error"])

@@ -444,7 +444,7 @@ class HostedRunner(unittest.TestCase):
         os.write(r.go, b"R")
         answer = r.message()  # after the run is finished; no D follows (the worker reads the answer)
         self.assertEqual(answer["error"], "launches are recorded on the GPU only")
-        self.assertEqual((answer["ops"], answer["allocations"]), ([], []))
+        self.assertEqual((answer["ops"], answer["triton"], answer["allocations"]), ([], [], []))
         self.assertEqual([(g["name"], g["role"], g["bytes"]) for g in answer["regions"]],
                          [("x", "input", 24), ("w", "weight", 48), ("b", "weight", 16),
                           ("s", "buffer", 16), ("y", "output", 32)])
@@ -653,10 +653,10 @@ class RecorderHelpers(unittest.TestCase):
                                                  ctypes.addressof(p), self.symbol("k"))
         self.assertEqual((op["api"], op["stream"], op["cooperative"]), ("cudaLaunchCooperativeKernel", "other", True))
 
-    def test_a_launch_with_an_unknown_kernel_is_an_error(self):
+    def test_a_runtime_launch_of_an_unknown_stub_waits_for_its_driver_launch(self):
         p = self.c(hosted.RtLaunch(func=0x1, args=0))
-        with self.assertRaises(hosted.RecordError):
-            hosted.Decoder(0, FakeKernels()).enter("cudaLaunchKernel_v7000", ctypes.addressof(p), None)
+        op = hosted.Decoder(0, FakeKernels()).enter("cudaLaunchKernel_v7000", ctypes.addressof(p), self.symbol("k"))
+        self.assertEqual((op["symbol"], op["params"], op["_unresolved"]), ("k", None, "no kernel"))
 
     def test_a_driver_launch_with_an_extra_parameter_buffer(self):
         blob = struct.pack("<Qi4xd", 0xDEAD0000, 7, 2.5)
@@ -811,7 +811,8 @@ class RecorderHelpers(unittest.TestCase):
         self.assertIn("recording failed: KeyError", rec.error)
         rec.step(self.callback("cudaLaunchKernel_v7000", leave, ctypes.addressof(p)))
         answer = rec.answer()
-        self.assertEqual(list(answer), ["error", "ops", "regions", "allocations"])
+        self.assertEqual(list(answer), ["error", "ops", "triton", "regions", "allocations"])
+        self.assertEqual(answer["triton"], [], "no triton loaded here: no Triton launch")
         self.assertEqual(len(answer["ops"]), 2)
 
     def test_more_than_the_op_limit_is_an_error(self):
@@ -1014,7 +1015,7 @@ class RecorderSession(unittest.TestCase):
             pass
         self.assertTrue(rec.answer()["error"].startswith("no CUPTI: "))
 
-    def test_a_runtime_launch_of_an_unknown_stub_stops_the_recording(self):
+    def test_a_runtime_launch_of_an_unknown_stub_with_no_driver_launch_stops_the_recording(self):
         cupti = FakeCupti()
         hosted.cuda_libraries = lambda torch: cupti.libs()
         launch = hosted.RtLaunch(func=0x999)
@@ -1022,8 +1023,33 @@ class RecorderSession(unittest.TestCase):
         with hosted.Recorder(FakeTorch(), None) as rec:
             cupti.callback(None, 2, 211, self.data("cudaLaunchKernel_ptsz_v7000", 0, ctypes.addressof(launch), "k"))
             cupti.callback(None, 2, 211, self.data("cudaLaunchKernel_ptsz_v7000", 1, ctypes.addressof(launch)))
-        self.assertEqual(rec.answer()["error"], "cudaGetFuncBySymbol found no kernel (cudaError 98)")
-        self.assertEqual(rec.ops, [])
+        self.assertEqual(rec.answer()["error"], "a runtime launch of k could not be read (cudaGetFuncBySymbol "
+                                                "found no kernel (cudaError 98)) and made no driver launch under it")
+
+    def test_a_runtime_launch_of_an_unknown_stub_is_read_from_the_driver_launch_under_it(self):
+        # An extension's own CUDA runtime registered the stub: this process cannot resolve
+        # it, but the runtime's driver launch under the call names the kernel and its
+        # parameter array.
+        cupti = FakeCupti()
+        hosted.cuda_libraries = lambda torch: cupti.libs()
+        x = ctypes.c_uint64(0xCD)
+        argv = (ctypes.c_void_p * 1)(ctypes.addressof(x))
+        launch = hosted.RtLaunch(func=0x999, gridDim=hosted.Dim3(2, 1, 1), blockDim=hosted.Dim3(32, 1, 1),
+                                 args=ctypes.addressof(argv), stream=0x77)
+        inner = hosted.DrvLaunch(f=0xF00, gridDimX=2, gridDimY=1, gridDimZ=1, blockDimX=32, blockDimY=1,
+                                 blockDimZ=1, hStream=0x77, kernelParams=ctypes.addressof(argv))
+        self.keep += [x, argv, launch, inner]
+        with hosted.Recorder(FakeTorch(), None) as rec:
+            cupti.callback(None, 2, 211, self.data("cudaLaunchKernel_v7000", 0, ctypes.addressof(launch), "_Z1kPm"))
+            cupti.callback(None, 1, 307, self.data("cuLaunchKernel", 0, ctypes.addressof(inner), "_Z1kPm"))
+            cupti.callback(None, 1, 307, self.data("cuLaunchKernel", 1, ctypes.addressof(inner)))
+            cupti.callback(None, 2, 211, self.data("cudaLaunchKernel_v7000", 1, ctypes.addressof(launch)))
+        answer = rec.answer()
+        self.assertIsNone(answer["error"])
+        self.assertEqual(answer["ops"], [
+            {"op": "launch", "api": "cudaLaunchKernel", "symbol": "_Z1kPm", "grid": [2, 1, 1],
+             "block": [32, 1, 1], "shared_bytes": 0, "stream": "current", "cooperative": False,
+             "cluster": None, "params": [{"offset": 0, "size": 8, "hex": "cd00000000000000"}]}])
 
     def test_the_library_loader_says_what_it_tried(self):
         with self.assertRaises(hosted.RecordError) as e:
@@ -1314,6 +1340,329 @@ class PrecompiledHeader(unittest.TestCase):
             self.assertTrue(used and used[0].endswith(gch), c.stderr[:2000])
 
 
+class TTensor:
+    """A tensor as the Triton capture reads one."""
+
+    class dtype:  # noqa: N801 - str() like torch's
+        def __init__(self, name):
+            self.name = name
+
+        def __str__(self):
+            return "torch." + self.name
+
+    def __init__(self, ptr, dtype="float32", contiguous=True):
+        self.ptr, self.dtype, self.contiguous = ptr, TTensor.dtype(dtype), contiguous
+
+    def data_ptr(self):
+        return self.ptr
+
+    def is_contiguous(self):
+        return self.contiguous
+
+
+class FakeTl:
+    """triton.language's constexpr and dtype, as the capture reads them."""
+
+    class constexpr:  # noqa: N801
+        def __init__(self, value):
+            self.value = value
+
+    class dtype:  # noqa: N801
+        def __init__(self, name):
+            self.name = name
+
+        def __eq__(self, other):
+            return isinstance(other, FakeTl.dtype) and other.name == self.name
+
+        def __hash__(self):
+            return hash(self.name)
+
+
+FakeTl.float16 = FakeTl.dtype("fp16")
+FakeTl.float32 = FakeTl.dtype("fp32")
+
+
+class Param:
+    def __init__(self, name, is_constexpr):
+        self.name, self.is_constexpr = name, is_constexpr
+
+
+def fake_triton(run_raises=None):
+    """A module dict holding a fake triton.runtime.jit whose JITFunction.run takes Triton's
+    real signature and logs its calls (raising `run_raises` when given)."""
+    import inspect
+    import types
+
+    calls = []
+
+    class JITFunction:
+        def __init__(self, fn):
+            self.fn = fn
+            self.__name__ = fn.__name__
+            self.signature = inspect.signature(fn)
+            self.params = [Param(n, p.annotation == "constexpr") for n, p in self.signature.parameters.items()]
+            self.constexprs = [i for i, p in enumerate(self.params) if p.is_constexpr]
+
+        def run(self, *args, grid, warmup, **kwargs):
+            calls.append((self, args, dict(kwargs, grid=grid, warmup=warmup)))
+            if run_raises is not None:
+                raise run_raises
+            return "compiled"
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: self.run(grid=grid, warmup=False, *args, **kwargs)
+
+    jit = types.ModuleType("triton.runtime.jit")
+    jit.JITFunction = JITFunction
+    torch = types.ModuleType("torch")
+    torch.Tensor = TTensor
+    return {"triton.runtime.jit": jit, "torch": torch, "triton.language": FakeTl}, JITFunction, calls
+
+
+def kernel(x_ptr, y_ptr, n, scale, BLOCK: "constexpr" = 128, ACT: "constexpr" = "relu"):
+    pass
+
+
+class TritonCapture(unittest.TestCase):
+    """The pure pieces of R's capture of Triton launches (no triton needed) and the wrapping
+    of a JITFunction-like class's `run` (the real one: TritonCaptureWithTriton)."""
+
+    def test_values_by_kind(self):
+        tv = lambda v: hosted.triton_value(v, TTensor, FakeTl)  # noqa: E731
+        self.assertEqual(tv(TTensor(0x7F00, "bfloat16", False)),
+                         {"kind": "tensor", "ptr": 0x7F00, "contiguous": False, "dtype": "bfloat16"})
+        self.assertEqual(tv(True), {"kind": "bool", "value": True})
+        self.assertEqual(tv(7), {"kind": "int", "value": 7})
+        self.assertEqual(tv(1 << 70), {"kind": "int", "value": 1 << 70})
+        self.assertEqual(tv(0.5), {"kind": "float", "value": 0.5})
+        self.assertEqual(tv(float("-inf")), {"kind": "float", "value": None, "text": "-inf"})
+        self.assertEqual(tv(float("nan"))["value"], None)
+        self.assertEqual(tv(None), {"kind": "none"})
+        self.assertEqual(tv("relu"), {"kind": "str", "value": "relu"})
+        self.assertEqual(tv(FakeTl.constexpr(64)), {"kind": "int", "value": 64})
+        self.assertEqual(tv(FakeTl.dtype("fp16")), {"kind": "dtype", "value": "tl.float16"})
+        self.assertEqual(tv([1, 2]), {"kind": "other", "type": "list"})
+        self.assertEqual(hosted.triton_value(TTensor(1), None, None), {"kind": "other", "type": "TTensor"},
+                         "no torch loaded: no tensor")
+        json.dumps([tv(float("inf")), tv(1 << 70)], allow_nan=False)  # what the answer can carry
+
+    def test_grids_as_triton_computes_them(self):
+        bound = {"n": 1000, "BLOCK": 128}
+        self.assertEqual(hosted.triton_grid((4,), bound), [4, 1, 1])
+        self.assertEqual(hosted.triton_grid([2, 3], bound), [2, 3, 1])
+        self.assertEqual(hosted.triton_grid((2, 3, 4, 5), bound), [2, 3, 4], "Triton reads three")
+        seen = []
+        grid = lambda meta: (seen.append(meta) or -(-meta["n"] // meta["BLOCK"]),)  # noqa: E731
+        self.assertEqual(hosted.triton_grid(grid, bound), [8, 1, 1])
+        self.assertEqual(seen, [bound])
+        self.assertIsNot(seen[0], bound, "the lambda gets a copy")
+
+        class Index:
+            def __index__(self):
+                return 6
+
+        self.assertEqual(hosted.triton_grid((Index(), 2), bound), [6, 2, 1])
+        for bad, error in (((), ValueError), ((1.5,), TypeError), ((1 << 64,), ValueError), (7, TypeError)):
+            with self.assertRaises(error, msg=repr(bad)):
+                hosted.triton_grid(bad, bound)
+
+    def test_binding_fills_defaults_and_keeps_the_options_apart(self):
+        _, JIT, _ = fake_triton()
+        f = JIT(kernel)
+        bound, options = hosted.triton_bind(f, (1, 2), {"n": 3, "scale": 0.5, "ACT": "gelu", "num_warps": 8,
+                                                        "maxnreg": None, "grid": (1,), "warmup": False})
+        self.assertEqual(list(bound.items()), [("x_ptr", 1), ("y_ptr", 2), ("n", 3), ("scale", 0.5),
+                                               ("BLOCK", 128), ("ACT", "gelu")])
+        self.assertEqual(options, {"num_warps": 8, "maxnreg": None})
+        with self.assertRaises(TypeError):
+            hosted.triton_bind(f, (1,), {})
+
+    def test_a_wrapped_run_records_each_launch_and_runs_as_it_would_have(self):
+        modules, JIT, calls = fake_triton()
+        original = JIT.__dict__["run"]
+        f = JIT(kernel)
+        x, y = TTensor(0x1000), TTensor(0x2000, "float16")
+        with hosted.TritonCapture(modules) as cap:
+            self.assertIsNot(JIT.__dict__["run"], original)
+            got = f[lambda m: (-(-m["n"] // m["BLOCK"]),)](x, y, 1000, 0.5, BLOCK=256, num_warps=8, num_stages=2,
+                                                          maxnreg=None, enable_fp_fusion=False)
+            f.run(x, y, 10, 1.0, grid=(1,), warmup=True)  # a warmup compiles, launches nothing
+            f[(2, 2)](x, y, 5, 2.0, ACT=FakeTl.float16)
+        self.assertIs(JIT.__dict__["run"], original)
+        self.assertEqual(got, "compiled", "the original's result")
+        self.assertEqual(len(calls), 3, "every call reached the original")
+        self.assertEqual(calls[0][1], (x, y, 1000, 0.5))
+        self.assertEqual(calls[0][2]["num_warps"], 8)
+        self.assertIsNone(cap.error)
+        self.assertEqual(cap.launches, [
+            {"kernel": "kernel", "grid": [4, 1, 1],
+             "args": [{"name": "x_ptr", "constexpr": False, "kind": "tensor", "ptr": 0x1000, "contiguous": True,
+                       "dtype": "float32"},
+                      {"name": "y_ptr", "constexpr": False, "kind": "tensor", "ptr": 0x2000, "contiguous": True,
+                       "dtype": "float16"},
+                      {"name": "n", "constexpr": False, "kind": "int", "value": 1000},
+                      {"name": "scale", "constexpr": False, "kind": "float", "value": 0.5},
+                      {"name": "BLOCK", "constexpr": True, "kind": "int", "value": 256},
+                      {"name": "ACT", "constexpr": True, "kind": "str", "value": "relu"}],
+             "num_warps": 8, "num_stages": 2, "num_ctas": 1, "options": {"enable_fp_fusion": False}},
+            {"kernel": "kernel", "grid": [2, 2, 1],
+             "args": [{"name": "x_ptr", "constexpr": False, "kind": "tensor", "ptr": 0x1000, "contiguous": True,
+                       "dtype": "float32"},
+                      {"name": "y_ptr", "constexpr": False, "kind": "tensor", "ptr": 0x2000, "contiguous": True,
+                       "dtype": "float16"},
+                      {"name": "n", "constexpr": False, "kind": "int", "value": 5},
+                      {"name": "scale", "constexpr": False, "kind": "float", "value": 2.0},
+                      {"name": "BLOCK", "constexpr": True, "kind": "int", "value": 128},
+                      {"name": "ACT", "constexpr": True, "kind": "dtype", "value": "tl.float16"}],
+             "num_warps": 4, "num_stages": 3, "num_ctas": 1, "options": {}}])
+
+    def test_a_capture_failure_is_the_error_and_forward_goes_on(self):
+        modules, JIT, calls = fake_triton()
+        f = JIT(kernel)
+
+        def bad_grid(meta):
+            raise ZeroDivisionError("grid")
+
+        with hosted.TritonCapture(modules) as cap:
+            self.assertEqual(f[bad_grid](1, 2, 3, 4.0), "compiled")
+            f[(1,)](1, 2, 3, 4.0)
+        self.assertIn("a Triton launch could not be recorded: ZeroDivisionError", cap.error)
+        self.assertEqual(cap.launches, [], "nothing after the first failure")
+        self.assertEqual([c[2]["grid"] for c in calls], [bad_grid, (1,)], "the original got the grid as given")
+
+    def test_run_is_restored_when_forward_raises(self):
+        modules, JIT, _ = fake_triton(run_raises=RuntimeError("no GPU"))
+        original = JIT.__dict__["run"]
+        f = JIT(kernel)
+        with self.assertRaises(RuntimeError):
+            with hosted.TritonCapture(modules) as cap:
+                f[(3,)](1, 2, 3, 4.0)
+        self.assertIs(JIT.__dict__["run"], original)
+        self.assertEqual([t["grid"] for t in cap.launches], [[3, 1, 1]], "taken down before the launch")
+        # Through the recorder too: its exit restores run, and the answer carries the launches.
+        rec = hosted.Recorder(None, None)
+        rec.triton = hosted.TritonCapture(modules)
+        rec.triton.__enter__()
+        with self.assertRaises(RuntimeError):
+            f[(5,)](1, 2, 3, 4.0)
+        rec.triton.__exit__(RuntimeError, None, None)
+        self.assertIs(JIT.__dict__["run"], original)
+        self.assertEqual(rec.answer()["triton"][0]["grid"], [5, 1, 1])
+
+    def test_without_triton_nothing_is_wrapped_and_a_capture_error_is_the_answers(self):
+        with hosted.TritonCapture({}) as cap:
+            pass
+        self.assertEqual((cap.launches, cap.error, cap.cls), ([], None, None))
+        # A JITFunction that inherits its run: the wrapper goes, the inherited one is back.
+        modules, JIT, calls = fake_triton()
+        Sub = type("JITFunction", (JIT,), {})
+        modules["triton.runtime.jit"].JITFunction = Sub
+        with hosted.TritonCapture(modules) as cap:
+            self.assertIn("run", Sub.__dict__)
+            Sub(kernel)[(2,)](1, 2, 3, 4.0)
+        self.assertNotIn("run", Sub.__dict__)
+        self.assertIs(Sub.run, JIT.run)
+        self.assertEqual((len(cap.launches), len(calls)), (1, 1))
+        rec = hosted.Recorder(None, None)
+        rec.triton.error = "a Triton launch could not be recorded: KeyError"
+        self.assertEqual(rec.answer()["error"], rec.triton.error)
+        rec.error = "CUPTI: first"
+        self.assertEqual(rec.answer()["error"], "CUPTI: first")
+        modules, _, _ = fake_triton()
+        cap = hosted.TritonCapture(modules)
+        cap.launches = [{}] * hosted.MAX_OPS
+        cap.take(None, (), {})
+        self.assertEqual(cap.error, "more than 4096 Triton launches in one forward")
+
+
+# A module with real Triton kernels: an autotuned one (two configs) with a heuristic, and a
+# plain one launched over a grid lambda.
+TRITON_MODULE = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 1024}, num_warps=4),
+                          triton.Config({"BLOCK": 4096}, num_warps=8, num_stages=2)], key=["n_cols"])
+@triton.heuristics({"EVEN": lambda a: a["n_cols"] % a["BLOCK"] == 0})
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, n_cols, scale, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n_cols + offs, mask=offs < n_cols)
+    tl.store(y_ptr + row * n_cols + offs, x * scale, mask=offs < n_cols)
+
+
+@triton.jit
+def add_kernel(a_ptr, b_ptr, n, BLOCK: tl.constexpr = 256):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(a_ptr + offs, tl.load(b_ptr + offs, mask=offs < n), mask=offs < n)
+"""
+
+# Drives TRITON_MODULE's kernels under the runner's TritonCapture with the installed triton:
+# the autotuner's cache seeded as a first forward leaves it (its second config), each call
+# going on to the original run, which needs a GPU (none here: it raises, as it may).
+TRITON_DRIVE = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("kiln_hosted", sys.argv[1])
+hosted = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(hosted)
+sys.path.insert(0, sys.argv[2])
+import kmod, torch, triton
+x = torch.zeros(4, 4096)
+y = torch.zeros(4, 4096)
+k = kmod.softmax_kernel
+k.cache[(4096, "torch.float32", "torch.float32")] = k.configs[1]
+original = triton.runtime.jit.JITFunction.__dict__["run"]
+raised = []
+with hosted.TritonCapture() as cap:
+    wrapped = triton.runtime.jit.JITFunction.__dict__["run"] is not original
+    for launch in (lambda: k[(x.shape[0],)](x, y, x.shape[1], 0.5),
+                   lambda: kmod.add_kernel[lambda m: (triton.cdiv(m["n"], m["BLOCK"]),)](x, y, 1000, BLOCK=128,
+                                                                                          num_warps=2)):
+        try:
+            launch()
+        except Exception as e:
+            raised.append(type(e).__name__)
+print(json.dumps({"launches": cap.launches, "error": cap.error, "wrapped": wrapped, "raised": raised,
+                  "restored": triton.runtime.jit.JITFunction.__dict__["run"] is original}))
+"""
+
+
+class TritonCaptureWithTriton(unittest.TestCase):
+    def test_the_installed_triton_run_is_wrapped_and_restored(self):
+        python, why = torch_python()
+        if python is None:
+            self.skipTest(why)
+        probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('triton') is None)"
+        if subprocess.run([python, "-I", "-c", probe], capture_output=True).returncode != 0:
+            self.skipTest(f"KILN_PYTHON={python} has no triton")
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "kmod.py"), "w") as f:
+                f.write(TRITON_MODULE)
+            p = subprocess.run([python, "-I", "-c", TRITON_DRIVE, SCRIPT, tmp], capture_output=True, text=True,
+                               timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        got = json.loads(p.stdout.strip().splitlines()[-1])
+        self.assertTrue(got["wrapped"] and got["restored"], got)
+        self.assertIsNone(got["error"])
+        soft, add = got["launches"]
+        self.assertEqual((soft["kernel"], soft["grid"]), ("softmax_kernel", [4, 1, 1]))
+        self.assertEqual((soft["num_warps"], soft["num_stages"], soft["num_ctas"], soft["options"]), (8, 2, 1, {}),
+                         "the autotuner's chosen config")
+        args = {a["name"]: a for a in soft["args"]}
+        self.assertEqual([a["name"] for a in soft["args"]], ["x_ptr", "y_ptr", "n_cols", "scale", "BLOCK", "EVEN"])
+        self.assertEqual(args["x_ptr"]["dtype"], "float32")
+        self.assertEqual((args["x_ptr"]["kind"], args["x_ptr"]["constexpr"]), ("tensor", False))
+        self.assertEqual(args["n_cols"], {"name": "n_cols", "constexpr": False, "kind": "int", "value": 4096})
+        self.assertEqual(args["BLOCK"], {"name": "BLOCK", "constexpr": True, "kind": "int", "value": 4096})
+        self.assertEqual(args["EVEN"], {"name": "EVEN", "constexpr": True, "kind": "bool", "value": True},
+                         "the heuristic's value")
+        self.assertEqual((add["kernel"], add["grid"], add["num_warps"]), ("add_kernel", [8, 1, 1], 2))
+        self.assertEqual(add["args"][-1], {"name": "BLOCK", "constexpr": True, "kind": "int", "value": 128})
+
+
 if __name__ == "__main__":
     unittest.main()
 
@@ -1328,5 +1677,6 @@ class RecordingBound(unittest.TestCase):
               "params": [{"offset": 0, "size": 4096, "hex": "00" * 4096}]}
         big = dict(small, ops=[op] * 200)
         answer = hosted.bounded_recording(big)
-        self.assertEqual((answer["ops"], answer["regions"], answer["allocations"]), ([], [], []))
+        self.assertEqual((answer["ops"], answer["triton"], answer["regions"], answer["allocations"]),
+                         ([], [], [], []))
         self.assertIn("over the 900000 sent", answer["error"])

@@ -2,10 +2,12 @@
 //! a GPU worker's exported device memory reaches the torch runner through kilnd.
 //!
 //! Descriptors travel beside the framed stream, never inside it: the sender writes a
-//! message that says how many descriptors follow, then one marker byte carrying them as
-//! ancillary data. The receiver, having read that message, reads exactly the marker byte
-//! with `recvmsg` (a plain `read` would drop the descriptors), so the stream stays framed.
-//! Readers of such a stream must not buffer past a message.
+//! message that says how many descriptors follow, then marker bytes carrying them as
+//! ancillary data, at most [`MAX_FDS`] per marker (a problem with more tensors, a level-3
+//! network's weights, takes several markers in a row). The receiver, having read that
+//! message, reads exactly those marker bytes with `recvmsg` (a plain `read` would drop the
+//! descriptors), so the stream stays framed. Readers of such a stream must not buffer past
+//! a message.
 
 use std::io;
 use std::io::IoSlice;
@@ -17,12 +19,49 @@ use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, s
 /// The byte that carries the descriptors.
 const MARKER: u8 = b'F';
 
-/// Most descriptors one marker may carry (a problem's tensors, with room to spare).
+/// Most descriptors one marker may carry.
 pub const MAX_FDS: usize = 64;
+/// Most descriptors one message may announce (over as many markers as they take).
+pub const MAX_TOTAL_FDS: usize = 1024;
 
-/// Sends `fds` on the Unix socket `sock` as one marker byte with `SCM_RIGHTS`. The
-/// descriptors stay open here; the receiver gets its own duplicates.
+/// Sends `fds` (1 to [`MAX_TOTAL_FDS`]) on the Unix socket `sock`: one marker byte with
+/// `SCM_RIGHTS` per [`MAX_FDS`] of them, in order. The descriptors stay open here; the
+/// receiver gets its own duplicates.
 pub fn send_fds(sock: &impl AsFd, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    if fds.is_empty() || fds.len() > MAX_TOTAL_FDS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} descriptors: a message carries 1 to {MAX_TOTAL_FDS}",
+                fds.len()
+            ),
+        ));
+    }
+    for chunk in fds.chunks(MAX_FDS) {
+        send_marker(sock, chunk)?;
+    }
+    Ok(())
+}
+
+/// Receives exactly `want` descriptors sent by [`send_fds`] on `sock` (close-on-exec
+/// set): its markers in order. Anything else is an error, and every descriptor that did
+/// arrive is closed.
+pub fn recv_fds(sock: &impl AsFd, want: usize) -> io::Result<Vec<OwnedFd>> {
+    if want == 0 || want > MAX_TOTAL_FDS {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{want} descriptors: a message carries 1 to {MAX_TOTAL_FDS}"),
+        ));
+    }
+    let mut got = Vec::with_capacity(want);
+    while got.len() < want {
+        got.extend(recv_marker(sock, (want - got.len()).min(MAX_FDS))?);
+    }
+    Ok(got)
+}
+
+/// One marker byte with `fds` (1 to [`MAX_FDS`]) as `SCM_RIGHTS`.
+fn send_marker(sock: &impl AsFd, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     if fds.is_empty() || fds.len() > MAX_FDS {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -55,10 +94,10 @@ pub fn send_fds(sock: &impl AsFd, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     }
 }
 
-/// Receives exactly `want` descriptors sent by [`send_fds`] on `sock` (close-on-exec set).
-/// Anything else — end of stream, another byte, fewer or more descriptors, a truncated
-/// control message — is an error, and every descriptor that did arrive is closed.
-pub fn recv_fds(sock: &impl AsFd, want: usize) -> io::Result<Vec<OwnedFd>> {
+/// Receives one marker carrying exactly `want` descriptors (1 to [`MAX_FDS`]). Anything
+/// else — end of stream, another byte, fewer or more descriptors, a truncated control
+/// message — is an error, and every descriptor that did arrive is closed.
+fn recv_marker(sock: &impl AsFd, want: usize) -> io::Result<Vec<OwnedFd>> {
     if want == 0 || want > MAX_FDS {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -179,6 +218,29 @@ mod tests {
         let e = recv_fds(&b, 1).expect_err("end");
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
         assert!(send_fds(&b, &[]).is_err());
-        assert!(recv_fds(&b, MAX_FDS + 1).is_err());
+        assert!(recv_fds(&b, MAX_TOTAL_FDS + 1).is_err());
+    }
+
+    /// More descriptors than one marker carries (a level-3 network's 104 tensors) travel
+    /// as several markers, in order, and the stream stays framed.
+    #[test]
+    fn more_than_one_markers_worth_travels_in_order() {
+        let (a, b) = UnixStream::pair().expect("pair");
+        let n = 2 * MAX_FDS + 8;
+        let files: Vec<std::fs::File> = (0..n).map(|i| memfd(format!("{i}").as_bytes())).collect();
+        let fds: Vec<BorrowedFd<'_>> = files.iter().map(AsFd::as_fd).collect();
+        send_fds(&a, &fds).expect("send");
+        crate::write_message(&mut &a, &serde_json::json!("after"), &[]).expect("msg");
+        let got = recv_fds(&b, n).expect("recv");
+        assert_eq!(got.len(), n);
+        for (i, fd) in got.into_iter().enumerate() {
+            let mut f = std::fs::File::from(fd);
+            f.rewind().expect("rewind");
+            let mut s = String::new();
+            f.read_to_string(&mut s).expect("read");
+            assert_eq!(s, i.to_string());
+        }
+        let (after, _): (serde_json::Value, _) = crate::read_message(&mut &b).expect("after");
+        assert_eq!(after, "after");
     }
 }

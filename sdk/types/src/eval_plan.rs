@@ -328,6 +328,24 @@ mod tests {
     }
 
     #[test]
+    fn lifting_is_an_option_and_lifted_from_must_be_an_id() {
+        let o = opts(r#"{"lift": false}"#);
+        assert_eq!(o.lift, Some(false));
+        assert!(!o.is_empty());
+        assert!(o.validate().is_ok());
+        let o = opts(r#"{"lifted_from": "0123456789abcdef0123456789abcdef"}"#);
+        assert!(o.validate().is_ok());
+        let o = opts(r#"{"lifted_from": "../etc"}"#);
+        assert!(o.validate().unwrap_err().contains("lifted_from"));
+        // Off by default in a plan: kilnd turns it on per job.
+        assert!(!EvalPlan::default().record_launches);
+        let plan: EvalPlan =
+            serde_json::from_value(serde_json::to_value(EvalPlan::default()).expect("json"))
+                .expect("reads back");
+        assert!(!plan.record_launches);
+    }
+
+    #[test]
     fn the_figure_defaults_to_the_kernel_span_and_reads_by_name() {
         assert_eq!(TimingPlan::default().figure, TimingFigure::KernelSpan);
         // Plans written before the field read with the default.

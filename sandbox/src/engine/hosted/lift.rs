@@ -17,6 +17,14 @@
 //! is the first device source that defines every launched kernel. Every way this can fail
 //! is a [`Refusal`], with a stable [`Refusal::code`] for counting reasons.
 //!
+//! A forward that launched Triton kernels ([`lift_file`] finds the recordings' `triton`
+//! captures) is lifted by [`triton`] into a `triton` candidate instead: every GPU launch
+//! CUPTI saw must be one of the file's Triton launches (in order, named after the jit
+//! function), and each becomes a launch of the file's Triton source (the extractor's:
+//! its jit functions without autotune / heuristics), with the launch's non-constexpr
+//! arguments, its constexprs and its options as the runner's capture of
+//! `JITFunction.run` gave them.
+//!
 //! Why the result can be trusted although the recording cannot: the recording is a claim
 //! by the candidate's own process (its python ran the forward, and the CUPTI callbacks
 //! that wrote it live there), but the lift's product is only a proposal, [`Lifted`] — a
@@ -30,6 +38,7 @@
 
 pub mod names;
 pub mod recording;
+pub mod triton;
 
 #[cfg(test)]
 mod tests;
@@ -45,7 +54,7 @@ use thiserror::Error;
 use names::{KernelName, ScalarKind};
 pub use recording::{
     Allocation, DeviceSource, DeviceSources, LaunchOp, MAX_OPS, MAX_PARAMS, Op, Param, Recording,
-    Region, RegionRole, Stream,
+    Region, RegionRole, Stream, TritonArg, TritonLaunch, TritonSource,
 };
 
 /// Longest runner-given text (an error, an API or a symbol) quoted in a refusal.
@@ -214,6 +223,55 @@ pub enum Refusal {
         /// The kernel's name expression.
         kernel: String,
     },
+    /// The GPU launches CUPTI saw are not the Triton launches the runner captured (a torch
+    /// or library kernel between them, a launch only one of them saw, another grid...).
+    #[error("launch {launch}: the GPU launches and the Triton launches do not match: {what}")]
+    TritonMismatch {
+        /// The launch (0-based, among the GPU launches).
+        launch: usize,
+        /// What does not match.
+        what: String,
+    },
+    /// The forward launched both Triton kernels and the file's own CUDA kernels.
+    #[error(
+        "the forward launches Triton kernels and the file's CUDA kernel {kernel}: a candidate \
+         is CUDA or Triton, not both"
+    )]
+    Mixed {
+        /// The CUDA kernel (name expression).
+        kernel: String,
+    },
+    /// A Triton launch's argument a launch plan cannot pass.
+    #[error("Triton launch {launch} ({kernel}) argument {param}: {why}")]
+    TritonArg {
+        /// The launch.
+        launch: usize,
+        /// Its jit function.
+        kernel: String,
+        /// The parameter's name.
+        param: String,
+        /// Why it cannot be passed.
+        why: String,
+    },
+    /// A Triton launch's compile option the contract does not take.
+    #[error("Triton launch {launch} ({kernel}): {what}")]
+    TritonOption {
+        /// The launch.
+        launch: usize,
+        /// Its jit function.
+        kernel: String,
+        /// The option and why.
+        what: String,
+    },
+    /// The file's Triton source (as the extractor read it) does not define the function.
+    #[error(
+        "the file's Triton source (its top-level @triton.jit functions, read from its text) \
+         defines no jit function {kernel}"
+    )]
+    NoTritonSource {
+        /// The jit function launched.
+        kernel: String,
+    },
 }
 
 impl Refusal {
@@ -238,16 +296,26 @@ impl Refusal {
             Refusal::ParamSize { .. } => "param_size",
             Refusal::Demangle { .. } => "demangle",
             Refusal::NoSource { .. } => "no_source",
+            Refusal::TritonMismatch { .. } => "triton_mismatch",
+            Refusal::Mixed { .. } => "mixed",
+            Refusal::TritonArg { .. } => "triton_arg",
+            Refusal::TritonOption { .. } => "triton_option",
+            Refusal::NoTritonSource { .. } => "no_triton_source",
         }
     }
 }
 
-/// A forward lifted into the contract: the pieces of a `cuda` candidate.
+/// A forward lifted into the contract: the pieces of a `cuda` or a `triton` candidate.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Lifted {
-    /// The device source holding every launched kernel.
+    /// The candidate's language: `cuda` (the file's load_inline kernels) or `triton` (its
+    /// jit functions).
+    pub language: Language,
+    /// The device source holding every launched kernel (CUDA), or the file's Triton
+    /// source (its jit functions, the imports and constants they use).
     pub source: String,
-    /// Its author's flags that kiln accepts (the others dropped, each with a note).
+    /// Its author's flags that kiln accepts (the others dropped, each with a note); none
+    /// for Triton.
     pub flags: Vec<String>,
     /// The launches, in the forward's order.
     pub launches: Vec<Launch>,
@@ -258,7 +326,7 @@ pub struct Lifted {
 }
 
 impl Lifted {
-    /// The contract candidate (`cuda`) for `problem`; its note says it was lifted (from
+    /// The contract candidate ([`Lifted::language`]) for `problem`; its note says it was lifted (from
     /// `parent_note`, a word on where the forward came from, when not empty) and carries
     /// the lift's notes.
     pub fn candidate(&self, problem: &str, parent_note: &str) -> Candidate {
@@ -279,7 +347,7 @@ impl Lifted {
         }
         Candidate {
             problem: problem.to_string(),
-            language: Language::Cuda,
+            language: self.language,
             source: self.source.clone(),
             launches: self.launches.clone(),
             scratch: self.scratch.clone(),
@@ -681,6 +749,22 @@ fn scalar(bytes: &[u8], kind: Option<ScalarKind>) -> Option<Scalar> {
     })
 }
 
+/// Lifts a file's forward recorded on two input draws with the file's device sources:
+/// through [`triton::lift`] when either draw captured a Triton launch, else through
+/// [`lift`] (its load_inline CUDA).
+pub fn lift_file(
+    problem: &ProblemSpec,
+    sources: &DeviceSources,
+    first: &Recording,
+    second: &Recording,
+) -> Result<Lifted, Refusal> {
+    if first.triton.is_empty() && second.triton.is_empty() {
+        lift(problem, &sources.sources, first, second)
+    } else {
+        triton::lift(problem, sources, first, second)
+    }
+}
+
 /// Lifts a forward recorded on two input draws (`first`, `second`, the same runner after
 /// its first forward) into a launch plan over `problem`'s tensors, with the device code
 /// of the first of `sources` that defines every launched kernel. The rules (spec §3), in
@@ -950,6 +1034,7 @@ pub fn lift(
         })
         .collect();
     Ok(Lifted {
+        language: Language::Cuda,
         source: src.source.clone(),
         flags,
         launches,

@@ -1,8 +1,10 @@
 //! What lifting came to, after a hosted file's evaluation on the GPU (issue 29): the two
 //! forwards its runner recorded ([`super::gpu::HostedGpu::run_untimed`]) and the device
-//! sources its compile step read from its text ([`super::build`]) go through
-//! [`super::lift::lift`]; the outcome goes into the evaluation's telemetry
-//! ([`kiln_types::lift::LiftOutcome`]), where kilnd finds the candidate to queue.
+//! sources its compile step read from its text ([`super::build`]: its load_inline CUDA and
+//! its Triton jit functions) go through [`super::lift::lift_file`] (a `cuda` candidate, or
+//! a `triton` one when the forward launched Triton kernels); the outcome goes into the
+//! evaluation's telemetry ([`kiln_types::lift::LiftOutcome`]), where kilnd finds the
+//! candidate to queue.
 
 use kiln_types::lift::LiftOutcome;
 use kiln_types::{ProblemSpec, Verdict};
@@ -41,8 +43,8 @@ pub fn outcome(
     if device.is_empty() {
         return not(
             "no_device_sources",
-            "the compile step read no load_inline CUDA source from the file (see its compile \
-             log): only a file's own load_inline kernels are lifted so far"
+            "the compile step read no device source from the file (see its compile log): only \
+             a file's own load_inline or Triton kernels are lifted"
                 .into(),
         );
     }
@@ -55,13 +57,18 @@ pub fn outcome(
         Ok(p) => p,
         Err(r) => return not(r.code(), r.to_string()),
     };
-    if let Some(e) = &sources.error {
+    // The CUDA sources' error does not stand in the way of a forward that launched Triton
+    // kernels, when the file's Triton source was read.
+    let triton = !(a.triton.is_empty() && b.triton.is_empty());
+    if let Some(e) = &sources.error
+        && !(triton && sources.triton.is_some())
+    {
         return not(
             "no_device_sources",
             format!("the file's device sources could not be read: {e}"),
         );
     }
-    match lift::lift(problem, &sources.sources, &a, &b) {
+    match lift::lift_file(problem, &sources, &a, &b) {
         Ok(l) => {
             let candidate = l.candidate(&problem.name, "");
             if let Err(e) = candidate.validate() {
@@ -77,5 +84,67 @@ pub fn outcome(
             }
         }
         Err(r) => not(r.code(), r.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kiln_types::Language;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    const TRITON_SOFTMAX: &str = include_str!("../../../tests/fixtures/lift/triton_softmax.json");
+
+    const SOFTMAX_PROBLEM: &str = r#"
+name = "softmax"
+[[tensor]]
+name = "x"
+dtype = "f32"
+shape = [256, 4096]
+role = "input"
+[[tensor]]
+name = "out"
+dtype = "f32"
+shape = [256, 4096]
+role = "output"
+[tolerance]
+atol = 1e-5
+rtol = 1e-5
+[reference.torch]
+file = "reference.py"
+forward = ["x"]
+outputs = ["out"]
+"#;
+
+    fn run(device: &Value, first: &Value, second: &Value) -> LiftOutcome {
+        let problem = ProblemSpec::from_toml(SOFTMAX_PROBLEM).expect("problem");
+        let art = artifact::pack("import triton\n", &[], &device.to_string());
+        outcome(&problem, &art, Some((first, second)), Verdict::Ok)
+    }
+
+    #[test]
+    fn lifting_a_triton_forward_gives_a_triton_candidate() {
+        let v: Value = serde_json::from_str(TRITON_SOFTMAX).expect("fixture");
+        let LiftOutcome::Lifted { candidate, .. } =
+            run(&v["device_sources"], &v["first"], &v["second"])
+        else {
+            panic!("lifted")
+        };
+        assert_eq!(candidate.language, Language::Triton);
+        assert_eq!(candidate.launches[0].kernel, "softmax_kernel");
+        // A CUDA source that could not be read does not stand in the way.
+        let mut device = v["device_sources"].clone();
+        device["error"] = json!("cuda source built at run time (Call)");
+        assert!(matches!(
+            run(&device, &v["first"], &v["second"]),
+            LiftOutcome::Lifted { .. }
+        ));
+        // Without the Triton source it does, as before.
+        device["triton"] = Value::Null;
+        let LiftOutcome::NotLifted { code, .. } = run(&device, &v["first"], &v["second"]) else {
+            panic!("not lifted")
+        };
+        assert_eq!(code, "no_device_sources");
     }
 }

@@ -1,5 +1,8 @@
 //! What the hosted runner says about a forward (`R`, spec §1) and about the file's device
 //! code (`device-source`, spec §2): the JSON as written by `sandbox/hosted/kiln_hosted.py`.
+//! Beside CUPTI's view of the forward (`ops`), a recording holds Triton's (`triton`: each
+//! `JITFunction.run` call, with its arguments by parameter name, its constexprs and
+//! options), and the device sources the file's Triton source (`triton`).
 //!
 //! Everything here comes from the candidate's process (the recording) or from text the
 //! candidate wrote (the device sources), so it is read as untrusted: unknown fields are
@@ -7,6 +10,7 @@
 //! read ([`MAX_OPS`] operations, [`MAX_PARAMS`] parameters per launch...), and any
 //! malformed answer becomes [`Refusal::BadRecording`], never a panic.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -74,6 +78,10 @@ pub struct Recording {
     /// Blocks torch's caching allocator handed out during the forward, in order.
     #[serde(default, deserialize_with = "bounded::<MAX_ALLOCATIONS, _, _>")]
     pub allocations: Vec<Allocation>,
+    /// The Triton launches (`JITFunction.run` calls) of the forward, in order; empty when
+    /// the file launched none (or imported no triton).
+    #[serde(default, deserialize_with = "bounded::<MAX_OPS, _, _>")]
+    pub triton: Vec<TritonLaunch>,
 }
 
 impl Recording {
@@ -287,6 +295,88 @@ impl Allocation {
     }
 }
 
+/// One Triton launch as the runner saw it: a `JITFunction.run` call that was no warmup
+/// (the autotuner's and the heuristics' chosen values included).
+#[derive(Debug, Clone, PartialEq, Serialize, DeriveDeserialize)]
+pub struct TritonLaunch {
+    /// The jit function's name.
+    pub kernel: String,
+    /// The grid, evaluated as Triton does (a callable grid given the bound arguments),
+    /// padded to three dimensions.
+    pub grid: [i64; 3],
+    /// Every parameter of the function, in order, with the value it was bound to.
+    #[serde(default, deserialize_with = "bounded::<MAX_PARAMS, _, _>")]
+    pub args: Vec<TritonArg>,
+    /// Warps per program (Triton's default 4).
+    #[serde(default = "default_num_warps")]
+    pub num_warps: i64,
+    /// Pipeline stages (Triton's default 3).
+    #[serde(default = "default_num_stages")]
+    pub num_stages: i64,
+    /// CTAs per program (Triton's default 1).
+    #[serde(default = "default_num_ctas")]
+    pub num_ctas: i64,
+    /// Any other compile option the call gave (`maxnreg`, `enable_fp_fusion`...), by name.
+    #[serde(default)]
+    pub options: BTreeMap<String, serde_json::Value>,
+}
+
+fn default_num_warps() -> i64 {
+    4
+}
+
+fn default_num_stages() -> i64 {
+    3
+}
+
+fn default_num_ctas() -> i64 {
+    1
+}
+
+/// One parameter of a Triton launch and what it was bound to.
+#[derive(Debug, Clone, PartialEq, Serialize, DeriveDeserialize)]
+pub struct TritonArg {
+    /// The parameter's name.
+    pub name: String,
+    /// Whether it is a `tl.constexpr` parameter.
+    #[serde(default)]
+    pub constexpr: bool,
+    /// `tensor`, `int`, `float`, `bool`, `str`, `dtype` (a triton.language dtype), `none`
+    /// or `other`.
+    pub kind: String,
+    /// A tensor's `data_ptr()`.
+    #[serde(default)]
+    pub ptr: Option<u64>,
+    /// Whether a tensor was contiguous.
+    #[serde(default)]
+    pub contiguous: Option<bool>,
+    /// A tensor's torch dtype (`float32`).
+    #[serde(default)]
+    pub dtype: Option<String>,
+    /// The value of an `int`, `float` (null when not finite), `bool`, `str` or `dtype`
+    /// (`"tl.float16"`).
+    #[serde(default)]
+    pub value: Option<serde_json::Value>,
+    /// A float that is not finite, as Python wrote it (`inf`).
+    #[serde(default)]
+    pub text: Option<String>,
+    /// The Python type of an `other` value.
+    #[serde(default, rename = "type")]
+    pub type_name: Option<String>,
+}
+
+/// The file's Triton source as the extractor read it: its `@triton.jit` functions (less
+/// their autotune / heuristics decorators) with the imports and constexpr constants they
+/// use, as a Triton contract candidate's source.
+#[derive(Debug, Clone, PartialEq, Serialize, DeriveDeserialize)]
+pub struct TritonSource {
+    /// The source.
+    pub source: String,
+    /// The jit functions' names.
+    #[serde(default, deserialize_with = "bounded::<MAX_NAMES, _, _>")]
+    pub kernels: Vec<String>,
+}
+
 /// One device source the extractor found in the file (no candidate code run).
 #[derive(Debug, Clone, PartialEq, Serialize, DeriveDeserialize)]
 pub struct DeviceSource {
@@ -312,6 +402,9 @@ pub struct DeviceSources {
     /// The sources, in the file's order.
     #[serde(default, deserialize_with = "bounded::<MAX_SOURCES, _, _>")]
     pub sources: Vec<DeviceSource>,
+    /// The file's Triton source, when it defines `@triton.jit` functions.
+    #[serde(default)]
+    pub triton: Option<TritonSource>,
 }
 
 impl DeviceSources {

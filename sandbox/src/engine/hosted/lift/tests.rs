@@ -1,9 +1,9 @@
 //! The lift on hand-written recordings shaped like the runner's (fixtures under
 //! `sandbox/tests/fixtures/lift/`): the successful lifts field by field, and every refusal.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use kiln_types::candidate::{Arg, Scalar};
+use kiln_types::candidate::{Arg, Constexpr, Scalar};
 use kiln_types::{Dtype, Language, ProblemSpec};
 use serde_json::{Value, json};
 
@@ -759,4 +759,459 @@ fn lift_blocks_find_starts_and_holders_among_reused_blocks() {
     assert_eq!(blocks.holding(0x9400), None);
     assert_eq!(blocks.holding(0), None);
     assert_eq!(Blocks::new(&[]).holding(5), None);
+}
+
+// ---- Triton ---------------------------------------------------------------------------
+
+/// An autotuned softmax: one launch whose BLOCK and num_warps / num_stages the autotuner
+/// chose and whose EVEN a heuristic set; the output elsewhere in the second draw.
+const TRITON_SOFTMAX: &str = include_str!("../../../../tests/fixtures/lift/triton_softmax.json");
+/// A row normalisation in two Triton kernels through a float32 temporary (at another
+/// address in the second draw), a grid a lambda computed (cdiv(n, BLOCK) = 512), a dtype
+/// constexpr, and a third launch with an empty grid that reached no GPU; a sync.
+const TRITON_ROWNORM: &str = include_str!("../../../../tests/fixtures/lift/triton_rownorm.json");
+
+const SOFTMAX_PROBLEM: &str = r#"
+name = "softmax"
+[[tensor]]
+name = "x"
+dtype = "f32"
+shape = [256, 4096]
+role = "input"
+[[tensor]]
+name = "out"
+dtype = "f32"
+shape = [256, 4096]
+role = "output"
+[tolerance]
+atol = 1e-5
+rtol = 1e-5
+[reference.torch]
+file = "reference.py"
+forward = ["x"]
+outputs = ["out"]
+"#;
+
+impl Case {
+    fn softmax() -> Case {
+        Case::new(TRITON_SOFTMAX, SOFTMAX_PROBLEM)
+    }
+
+    fn rownorm() -> Case {
+        Case::new(TRITON_ROWNORM, ROWNORM_PROBLEM)
+    }
+
+    /// The lift of the whole file (CUDA or Triton, as its recordings say).
+    fn lift_file(&self) -> Result<Lifted, Refusal> {
+        let sources = DeviceSources::parse(&self.sources.to_string())?;
+        let first = Recording::parse(&self.first.to_string())?;
+        let second = Recording::parse(&self.second.to_string())?;
+        lift_file(&self.problem, &sources, &first, &second)
+    }
+
+    fn triton_source(&self) -> String {
+        self.sources["triton"]["source"]
+            .as_str()
+            .expect("triton source")
+            .to_string()
+    }
+}
+
+fn i32s(v: i32) -> Arg {
+    Arg::Scalar(Scalar::I32(v))
+}
+
+#[test]
+fn lift_triton_autotuned_softmax_is_one_launch_with_the_chosen_config() {
+    let c = Case::softmax();
+    let l = c.lift_file().expect("lifts");
+    assert_eq!(l.language, Language::Triton);
+    assert_eq!(l.source, c.triton_source());
+    assert!(l.flags.is_empty() && l.scratch.is_empty());
+    let [k] = l.launches.as_slice() else {
+        panic!("one launch: {:?}", l.launches)
+    };
+    assert_eq!(k.kernel, "softmax_kernel");
+    assert_eq!(k.grid, [256, 1, 1]);
+    assert_eq!(
+        (k.block, k.shared_bytes),
+        ([1, 1, 1], 0),
+        "Triton's compile gives them"
+    );
+    assert_eq!(
+        k.args,
+        [
+            buf("x"),
+            buf("out"),
+            i32s(4096),
+            Arg::Scalar(Scalar::F32(0.5))
+        ]
+    );
+    let want: BTreeMap<String, Constexpr> = [
+        ("BLOCK".to_string(), Constexpr::Int(4096)),
+        ("EVEN".to_string(), Constexpr::Bool(true)),
+    ]
+    .into();
+    assert_eq!(k.constexprs, want);
+    assert_eq!(
+        (k.num_warps, k.num_stages, k.num_ctas),
+        (Some(8), Some(2), Some(1))
+    );
+    assert!(
+        l.notes.iter().any(|n| n.contains("Triton launches")),
+        "{:?}",
+        l.notes
+    );
+    let cand = l.candidate("softmax", "");
+    assert_eq!(cand.language, Language::Triton);
+    assert!(cand.flags.is_empty());
+    assert_eq!(cand.validate(), Ok(()));
+    // The compile plan kiln makes of it: pointers to f32, the scalars' types.
+    let plan = crate::engine::triton::spec::plan(&c.problem, &cand).expect("plan");
+    assert_eq!(plan.kernels[0].arg_types, ["*fp32", "*fp32", "i32", "fp32"]);
+    assert_eq!(
+        (plan.kernels[0].num_warps, plan.kernels[0].num_stages),
+        (8, 2)
+    );
+}
+
+#[test]
+fn lift_triton_kernels_through_a_temporary_become_a_typed_scratch_buffer() {
+    let c = Case::rownorm();
+    let l = c.lift_file().expect("lifts");
+    assert_eq!(l.language, Language::Triton);
+    let kernels: Vec<&str> = l.launches.iter().map(|k| k.kernel.as_str()).collect();
+    assert_eq!(
+        kernels,
+        ["row_stats", "normalize"],
+        "the empty-grid launch is dropped"
+    );
+    let (stats, norm) = (&l.launches[0], &l.launches[1]);
+    assert_eq!(stats.grid, [128, 1, 1]);
+    assert_eq!(stats.args, [buf("x"), buf("lift_scratch0"), i32s(4096)]);
+    assert_eq!(norm.grid, [512, 1, 1], "the grid a lambda computed");
+    assert_eq!(
+        norm.args,
+        [
+            buf("x"),
+            buf("lift_scratch0"),
+            buf("weight"),
+            buf("out"),
+            i32s(524288),
+            i32s(4096)
+        ]
+    );
+    assert_eq!(norm.constexprs["BLOCK"], Constexpr::Int(1024));
+    assert_eq!(
+        norm.constexprs["DTYPE"],
+        Constexpr::Str("tl.float32".into())
+    );
+    assert_eq!(
+        l.scratch,
+        [ScratchBuffer {
+            name: "lift_scratch0".into(),
+            dtype: Dtype::F32,
+            elems: 256
+        }],
+        "a float32 temporary of 1024 bytes"
+    );
+    for want in [
+        "1 sync in the forward dropped",
+        "1 Triton launch with an empty grid",
+    ] {
+        assert!(
+            l.notes.iter().any(|n| n.starts_with(want)),
+            "{want}: {:?}",
+            l.notes
+        );
+    }
+    let cand = l.candidate("rownorm", "");
+    assert_eq!(cand.validate(), Ok(()));
+    let plan = crate::engine::triton::spec::plan(&c.problem, &cand).expect("plan");
+    assert_eq!(plan.kernels[0].arg_types, ["*fp32", "*fp32", "i32"]);
+}
+
+#[test]
+fn lift_triton_types_scalars_as_tritons_jit_does() {
+    let mut c = Case::rownorm();
+    c.both(|r| r["triton"][0]["args"][2]["value"] = json!(1u64 << 40));
+    let l = c.lift_file().expect("lifts");
+    assert_eq!(l.launches[0].args[2], Arg::Scalar(Scalar::I64(1 << 40)));
+    c.both(|r| r["triton"][0]["args"][2]["value"] = json!((1u64 << 63) + 1));
+    let l = c.lift_file().expect("lifts");
+    assert_eq!(
+        l.launches[0].args[2],
+        Arg::Scalar(Scalar::U64((1 << 63) + 1))
+    );
+    c.both(|r| r["triton"][0]["args"][2]["value"] = json!(-7));
+    let l = c.lift_file().expect("lifts");
+    assert_eq!(l.launches[0].args[2], i32s(-7));
+    // Compile options at their defaults are no options.
+    let mut d = Case::softmax();
+    d.both(|r| r["triton"][0]["options"] = json!({"enable_fp_fusion": true, "debug": false}));
+    assert!(d.lift_file().is_ok());
+}
+
+#[test]
+fn lift_file_takes_the_cuda_path_without_triton_launches() {
+    let c = Case::gelu();
+    assert_eq!(c.lift_file(), c.lift());
+    assert_eq!(c.lift_file().expect("lifts").language, Language::Cuda);
+    // A file with both: the forward that launched only CUDA kernels is lifted as CUDA.
+    let mut both = Case::gelu();
+    both.sources["triton"] = json!({"source": "import triton\n", "kernels": ["k"]});
+    assert_eq!(both.lift_file().expect("lifts").language, Language::Cuda);
+}
+
+#[test]
+fn lift_triton_recordings_read_defaults_and_bounds() {
+    let r = Recording::parse(
+        r#"{"triton": [{"kernel": "k", "grid": [1, 2, 3],
+                        "args": [{"name": "x", "kind": "tensor", "ptr": 4096}], "future": 1}]}"#,
+    )
+    .expect("parses");
+    let t = &r.triton[0];
+    assert_eq!((t.num_warps, t.num_stages, t.num_ctas), (4, 3, 1));
+    assert!(t.options.is_empty());
+    assert!(!t.args[0].constexpr);
+    assert_eq!(t.args[0].ptr, Some(4096));
+    let s = DeviceSources::parse(r#"{"sources": []}"#).expect("parses");
+    assert_eq!(s.triton, None);
+    let s = DeviceSources::parse(r#"{"sources": [], "triton": {"source": "x"}}"#).expect("parses");
+    assert!(s.triton.expect("triton").kernels.is_empty());
+    // Too many Triton launches, or a grid that is no number.
+    let many = format!(
+        "{{\"triton\": [{}]}}",
+        vec![r#"{"kernel":"k","grid":[1,1,1]}"#; MAX_OPS + 1].join(",")
+    );
+    assert_eq!(
+        Recording::parse(&many).expect_err("many").code(),
+        "bad_recording"
+    );
+    assert!(Recording::parse(r#"{"triton": [{"kernel": "k", "grid": [1.5, 1, 1]}]}"#).is_err());
+}
+
+fn triton_refusal_cases() -> Vec<RefusalCase> {
+    let sm = Case::softmax;
+    let rn = Case::rownorm;
+    vec![
+        r(
+            // The autotuner picked another config on the second draw.
+            "differs",
+            sm(),
+            |c| c.second["triton"][0]["args"][4]["value"] = json!(2048),
+            &[
+                "launch 0 (softmax_kernel)",
+                "constexpr BLOCK is 4096",
+                "2048",
+            ],
+        ),
+        r(
+            "differs",
+            sm(),
+            |c| c.second["triton"][0]["args"][3]["value"] = json!(0.25),
+            &["argument scale is 0.5 in the first draw, 0.25"],
+        ),
+        r(
+            "differs",
+            sm(),
+            |c| {
+                c.second["triton"][0]["num_warps"] = json!(4);
+                c.second["ops"][0]["block"] = json!([128, 1, 1]);
+            },
+            &["num_warps, num_stages, num_ctas: (8, 2, 1) then (4, 2, 1)"],
+        ),
+        r(
+            // The temporary in the first draw, the input in the second.
+            "differs",
+            rn(),
+            |c| c.second["triton"][1]["args"][1]["ptr"] = json!(0x7f1e_6000_0000u64),
+            &[
+                "launch 1 (normalize)",
+                "argument 1 is temporary #0",
+                "tensor x",
+            ],
+        ),
+        r(
+            "triton_arg",
+            rn(),
+            |c| {
+                c.both(|r| {
+                    r["triton"][1]["args"][2] =
+                        json!({"name": "w_ptr", "constexpr": false, "kind": "none"})
+                })
+            },
+            &["Triton launch 1 (normalize) argument w_ptr", "None"],
+        ),
+        r(
+            "triton_arg",
+            sm(),
+            |c| c.both(|r| r["triton"][0]["args"][1]["dtype"] = json!("float16")),
+            &["out passed as float16", "the problem's out is float32"],
+        ),
+        r(
+            "triton_arg",
+            sm(),
+            |c| {
+                c.both(|r| {
+                    r["triton"][0]["args"][3] =
+                        json!({"name": "scale", "constexpr": false, "kind": "bool", "value": true})
+                })
+            },
+            &["argument scale", "a bool"],
+        ),
+        r(
+            // A tensor made before the forward (a module attribute): no region, no block.
+            "triton_arg",
+            sm(),
+            |c| c.both(|r| r["triton"][0]["args"][0]["ptr"] = json!(0x7000_0000_0000u64)),
+            &["argument x_ptr", "no tensor of the problem"],
+        ),
+        r(
+            "triton_arg",
+            sm(),
+            |c| {
+                c.both(|r| {
+                    r["triton"][0]["args"][4] =
+                        json!({"name": "BLOCK", "constexpr": true, "kind": "other", "type": "JITFunction"})
+                })
+            },
+            &["argument BLOCK", "a constexpr given a JITFunction"],
+        ),
+        r(
+            // A torch kernel between the Triton launches (a .contiguous(), a zero_()).
+            "triton_mismatch",
+            sm(),
+            |c| {
+                c.both(|r| {
+                    let ops = r["ops"].as_array_mut().expect("ops");
+                    let mut fill = ops[0].clone();
+                    fill["symbol"] =
+                        json!("_ZN2at6native29vectorized_elementwise_kernelILi4EZNS0_4fillEvv");
+                    ops.insert(0, fill);
+                })
+            },
+            &[
+                "launch 0",
+                "the GPU ran",
+                "where Triton launched softmax_kernel",
+            ],
+        ),
+        r(
+            // Triton captured a launch that the GPU never ran.
+            "triton_mismatch",
+            sm(),
+            |c| c.both(|r| r["ops"] = json!([])),
+            &["Triton launched softmax_kernel but the GPU ran only 0 launches"],
+        ),
+        r(
+            "triton_mismatch",
+            sm(),
+            |c| c.both(|r| r["ops"][0]["block"] = json!([128, 1, 1])),
+            &[
+                "softmax_kernel: the GPU's block is [128, 1, 1]",
+                "num_warps 8",
+            ],
+        ),
+        r(
+            "triton_mismatch",
+            rn(),
+            |c| c.both(|r| r["ops"][1]["grid"] = json!([256, 1, 1])),
+            &[
+                "launch 1",
+                "normalize: the GPU's grid is [256, 1, 1], Triton's [512, 1, 1]",
+            ],
+        ),
+        r(
+            "mixed",
+            sm(),
+            |c| {
+                c.sources["sources"] = json!([{"source": "__global__ void scale_kernel(float* y) {}",
+                                               "kernels": ["scale_kernel"]}]);
+                c.both(|r| {
+                    let ops = r["ops"].as_array_mut().expect("ops");
+                    let mut k = ops[0].clone();
+                    k["symbol"] = json!("_Z12scale_kernelPf");
+                    ops.push(k);
+                })
+            },
+            &["Triton kernels and the file's CUDA kernel scale_kernel"],
+        ),
+        r(
+            "triton_option",
+            sm(),
+            |c| {
+                c.both(|r| {
+                    r["triton"][0]["num_ctas"] = json!(2);
+                    r["ops"][0]["grid"] = json!([512, 1, 1]);
+                })
+            },
+            &["Triton launch 0 (softmax_kernel)", "num_ctas = 2"],
+        ),
+        r(
+            "triton_option",
+            sm(),
+            |c| c.both(|r| r["triton"][0]["options"] = json!({"maxnreg": 128})),
+            &["the compile option maxnreg=128"],
+        ),
+        r(
+            "no_triton_source",
+            sm(),
+            |c| c.sources["triton"] = Value::Null,
+            &["defines no jit function softmax_kernel"],
+        ),
+        r(
+            "no_triton_source",
+            rn(),
+            |c| c.sources["triton"]["kernels"] = json!(["row_stats"]),
+            &["normalize"],
+        ),
+        r(
+            "not_recorded",
+            sm(),
+            |c| c.first["error"] = json!("a Triton launch could not be recorded: ValueError"),
+            &["a Triton launch could not be recorded"],
+        ),
+        r(
+            "output_unwritten",
+            sm(),
+            |c| c.both(|r| r["regions"][1]["ptr"] = json!(0x7f3a_5000_0000u64)),
+            &["output out is passed to no launch"],
+        ),
+        r(
+            "memset",
+            sm(),
+            |c| {
+                c.first["ops"]
+                    .as_array_mut()
+                    .expect("ops")
+                    .push(json!({"op": "memset", "api": "cudaMemsetAsync", "bytes": 64}))
+            },
+            &["cudaMemsetAsync"],
+        ),
+    ]
+}
+
+#[test]
+fn lift_triton_refusals_each_have_their_code_and_say_why() {
+    let mut seen = BTreeSet::new();
+    for (code, mut case, mutate, needles) in triton_refusal_cases() {
+        mutate(&mut case);
+        let err = case.lift_file().expect_err(code);
+        let msg = err.to_string();
+        assert_eq!(err.code(), code, "{msg}");
+        for n in needles {
+            assert!(msg.contains(n), "{code}: {n:?} not in {msg:?}");
+        }
+        seen.insert(code);
+    }
+    for code in [
+        "triton_mismatch",
+        "mixed",
+        "triton_arg",
+        "triton_option",
+        "no_triton_source",
+    ] {
+        assert!(seen.contains(code), "{code} untested");
+    }
 }
