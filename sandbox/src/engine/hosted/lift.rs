@@ -823,6 +823,12 @@ pub fn lift(
         )));
     }
 
+    // A kernel that no source of the file defines (a torch or library kernel) says more
+    // than what it does to the pointers, so it is named first.
+    if let Some(kernel) = foreign_kernel(&a, sources) {
+        return Err(Refusal::NoSource { kernel });
+    }
+
     let c1 = classify(&a, &Memory::new(problem, first)?)?;
     let c2 = classify(&b, &Memory::new(problem, second)?)?;
     for (i, (x, y)) in c1.args.iter().zip(&c2.args).enumerate() {
@@ -1042,3 +1048,18 @@ pub fn lift(
         notes,
     })
 }
+
+/// The first launched kernel whose name demangles and which no source defines (by base
+/// name), as its name expression; symbols that do not demangle are left to the later
+/// name check.
+fn foreign_kernel(launches: &[&LaunchOp], sources: &[DeviceSource]) -> Option<String> {
+    launches.iter().find_map(|l| {
+        let k = names::kernel_name(&l.symbol)?;
+        let base = names::base_name(&k.expr);
+        let held = sources
+            .iter()
+            .any(|s| s.kernels.iter().any(|n| names::base_name(n) == base));
+        (!held).then_some(k.expr)
+    })
+}
+
