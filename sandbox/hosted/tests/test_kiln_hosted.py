@@ -1,4 +1,4 @@
-"""Tests of sandbox/hosted/kiln_hosted.py, the hosted runner.
+"""Tests of sandbox/hosted/kiln_hosted.py, the hosted runner, and kiln_record.py, its R recorder.
 
 The framing tests and the refusal of a device the runner lacks need no torch (stdlib
 only). The rest start the runner with KILN_PYTHON (a python with torch) as kiln's worker
@@ -27,9 +27,19 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "kiln_hosted.py")
 FRAMING_SPEC = os.path.join(HERE, "..", "..", "protocol", "framing.json")
-spec = importlib.util.spec_from_file_location("kiln_hosted", SCRIPT)
-hosted = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(hosted)
+
+
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+hosted = load("kiln_hosted", SCRIPT)
+# R's recorder (the runner imports it from its own folder).
+RECORD = os.path.join(HERE, "..", "kiln_record.py")
+record = load("kiln_record", RECORD)
 
 PAGE = 4096
 FORMATS = {"f32": "f", "f64": "d", "i32": "i", "i64": "q", "u8": "B"}
@@ -77,7 +87,7 @@ class Runner:
     """One hosted runner, started as kiln's worker starts it (minus the jail)."""
 
     def __init__(self, source, tensors, forward, outputs, state=None, bools=(), init="[]", slots=1,
-                 device="cpu", python=None):
+                 device="cpu", python=None, script=SCRIPT):
         self.dir = tempfile.mkdtemp(prefix="kiln-hosted-test-")
         path = os.path.join(self.dir, "candidate.py")
         with open(path, "w") as f:
@@ -102,7 +112,7 @@ class Runner:
         child = (go_r, done_w, fault_w, self.mem)
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", TRAMPOLINE, *map(str, child),
-             python or sys.executable, "-I", "-B", SCRIPT, "serve"],
+             python or sys.executable, "-I", "-B", script, "serve"],
             stdin=subprocess.DEVNULL, stdout=self.capture, stderr=subprocess.STDOUT, pass_fds=child,
             cwd=self.dir)
         for fd in (go_r, done_w, fault_w):
@@ -537,6 +547,49 @@ class HostedRunner(unittest.TestCase):
 # ---- R's recorder, without a GPU: its pure parts on ctypes-built parameter structs ------
 
 
+class RecorderDeployment(unittest.TestCase):
+    """kiln writes kiln_record.py beside kiln_hosted.py (sandbox/src/engine/hosted.rs,
+    write_files); R imports it from the script's folder, on the cpu too."""
+
+    def r_on_the_cpu(self, files):
+        """The R answer of a cpu runner whose script sits in a folder with `files` only,
+        and the runner (still serving)."""
+        python, why = torch_python()
+        if python is None:
+            self.skipTest(why)
+        folder = tempfile.mkdtemp(prefix="kiln-hosted-deploy-")
+        self.addCleanup(shutil.rmtree, folder, True)
+        for f in files:
+            shutil.copy(os.path.join(HERE, "..", f), folder)
+        r = Runner(python=python, script=os.path.join(folder, "kiln_hosted.py"), **CASES["record"])
+        self.addCleanup(r.close)
+        self.assertEqual(r.ready(), {"missing": [], "error": None, "notes": []}, r.output())
+        for name, n in (("x", 6), ("w", 12), ("b", 4), ("s", 4)):
+            r.put(0, name, [0.5] * n)
+        r.put(0, "y", [-1.0] * 8)
+        os.write(r.go, b"R")
+        answer = r.message()
+        # forward ran either way, and the runner goes on serving.
+        self.assertEqual(r.get(0, "y"), [0.5 * 3 * 0.5 + 0.5 + 0.5] * 8)
+        self.assertEqual(r.command(b"G"), b"D", r.output())
+        self.assertEqual(r.command(b"Q"), b"D")
+        self.assertEqual(r.wait(), 0, r.output())
+        return answer
+
+    def test_without_the_recorder_beside_the_script_r_answers_an_error_naming_it(self):
+        answer = self.r_on_the_cpu(["kiln_hosted.py"])
+        self.assertTrue(answer["error"].startswith("no recorder (kiln_record.py) beside the runner: "), answer)
+        self.assertIn("kiln_record", answer["error"])
+        self.assertEqual((answer["ops"], answer["triton"], answer["regions"], answer["allocations"]),
+                         ([], [], [], []))
+
+    def test_with_the_recorder_beside_the_script_r_answers_the_cpu_recording(self):
+        answer = self.r_on_the_cpu(["kiln_hosted.py", "kiln_record.py"])
+        self.assertEqual(answer["error"], "launches are recorded on the GPU only")
+        self.assertEqual([(g["name"], g["role"]) for g in answer["regions"]],
+                         [("x", "input"), ("w", "weight"), ("b", "weight"), ("s", "buffer"), ("y", "output")])
+
+
 def buf(data):
     """A C buffer holding `data` (kept alive by the caller) and its address."""
     b = ctypes.create_string_buffer(bytes(data), len(data))
@@ -559,7 +612,7 @@ class FakeKernels:
     def function(self, stub):
         self.asked.append(stub)
         if stub not in self.functions:
-            raise hosted.RecordError("no kernel")
+            raise record.RecordError("no kernel")
         return self.functions[stub]
 
     def params(self, f):
@@ -588,7 +641,7 @@ class FakeTensor:
 
 class RecorderHelpers(unittest.TestCase):
     """The decoding of CUPTI's callback data, on structs built here as the CUDA 13 headers
-    lay them out (the struct classes are the runner's own; RecorderLayouts checks them
+    lay them out (the struct classes are kiln_record.py's; RecorderLayouts checks them
     against the headers where a C compiler and the headers are at hand)."""
 
     def setUp(self):
@@ -610,12 +663,12 @@ class RecorderHelpers(unittest.TestCase):
         return at
 
     def test_names(self):
-        self.assertEqual(hosted.api_name("cudaLaunchKernel_ptsz_v7000"), "cudaLaunchKernel")
-        self.assertEqual(hosted.api_name("cuMemcpyHtoD_v2_ptds"), "cuMemcpyHtoD")
-        self.assertEqual(hosted.api_name("cuLaunchKernelEx"), "cuLaunchKernelEx")
-        self.assertEqual(hosted.layout_key("cudaLaunchKernelExC_ptsz_v11060"), "cudaLaunchKernelExC")
-        self.assertEqual(hosted.layout_key("cuMemsetD8_v2_ptds"), "cuMemsetD8_v2")
-        self.assertEqual(hosted.layout_key("cuMemAlloc"), "cuMemAlloc", "the 32-bit v1 keeps its name")
+        self.assertEqual(record.api_name("cudaLaunchKernel_ptsz_v7000"), "cudaLaunchKernel")
+        self.assertEqual(record.api_name("cuMemcpyHtoD_v2_ptds"), "cuMemcpyHtoD")
+        self.assertEqual(record.api_name("cuLaunchKernelEx"), "cuLaunchKernelEx")
+        self.assertEqual(record.layout_key("cudaLaunchKernelExC_ptsz_v11060"), "cudaLaunchKernelExC")
+        self.assertEqual(record.layout_key("cuMemsetD8_v2_ptds"), "cuMemsetD8_v2")
+        self.assertEqual(record.layout_key("cuMemAlloc"), "cuMemAlloc", "the 32-bit v1 keeps its name")
         kinds = {"cudaLaunchCooperativeKernel": "launch", "cuLaunchKernelEx": "launch",
                  "cudaMemsetAsync": "memset", "cuMemsetD2D8Async": "memset", "cudaMemcpy3D": "copy",
                  "cudaDeviceSynchronize": "sync", "cuStreamSynchronize": "sync", "cudaMalloc": "alloc",
@@ -623,22 +676,22 @@ class RecorderHelpers(unittest.TestCase):
                  "cudaEventRecord": "event", "cudaGraphAddMemcpyNode": None, "cudaFuncSetAttribute": None,
                  "cudaGetLastError": None, "cudaStreamQuery": None, "cudaEventQuery": None}
         for api, kind in kinds.items():
-            self.assertEqual(hosted.op_kind(api), kind, api)
+            self.assertEqual(record.op_kind(api), kind, api)
 
     def test_streams(self):
         current = 0x55aa0000
         for handle, want in ((current, "current"), (None, "current"), (0, "current"), (1, "current"),
                              (2, "current"), (0x55aa0100, "other")):
-            self.assertEqual(hosted.stream_kind(handle, current), want, hex(handle or 0))
-        self.assertEqual(hosted.stream_kind(0x1000, 0), "other")
+            self.assertEqual(record.stream_kind(handle, current), want, hex(handle or 0))
+        self.assertEqual(record.stream_kind(0x1000, 0), "other")
 
     def test_a_runtime_launch_reads_its_kernel_dimensions_and_parameter_bytes(self):
         ptr, n, scale = ctypes.c_uint64(0x7F0C0BA00000), ctypes.c_int32(-5), ctypes.c_float(1.5)
-        p = self.c(hosted.RtLaunch(func=0x1234, gridDim=hosted.Dim3(2112, 1, 1),
-                                   blockDim=hosted.Dim3(256, 2, 1), args=self.args(ptr, n, scale),
+        p = self.c(record.RtLaunch(func=0x1234, gridDim=record.Dim3(2112, 1, 1),
+                                   blockDim=record.Dim3(256, 2, 1), args=self.args(ptr, n, scale),
                                    sharedMem=48, stream=0x77))
         kernels = FakeKernels({0x1234: 0xF00}, {0xF00: [(0, 8), (8, 4), (12, 4)]})
-        op = hosted.Decoder(0x77, kernels).enter("cudaLaunchKernel_v7000", ctypes.addressof(p),
+        op = record.Decoder(0x77, kernels).enter("cudaLaunchKernel_v7000", ctypes.addressof(p),
                                                  self.symbol("_Z4geluPKfPfi"))
         self.assertEqual(op, {
             "op": "launch", "api": "cudaLaunchKernel", "symbol": "_Z4geluPKfPfi",
@@ -649,13 +702,13 @@ class RecorderHelpers(unittest.TestCase):
                        {"offset": 12, "size": 4, "hex": struct.pack("<f", 1.5).hex()}]})
         self.assertEqual(kernels.asked, [0x1234])
         p.stream = 0x99
-        op = hosted.Decoder(0x77, kernels).enter("cudaLaunchCooperativeKernel_ptsz_v9000",
+        op = record.Decoder(0x77, kernels).enter("cudaLaunchCooperativeKernel_ptsz_v9000",
                                                  ctypes.addressof(p), self.symbol("k"))
         self.assertEqual((op["api"], op["stream"], op["cooperative"]), ("cudaLaunchCooperativeKernel", "other", True))
 
     def test_a_runtime_launch_of_an_unknown_stub_waits_for_its_driver_launch(self):
-        p = self.c(hosted.RtLaunch(func=0x1, args=0))
-        op = hosted.Decoder(0, FakeKernels()).enter("cudaLaunchKernel_v7000", ctypes.addressof(p), self.symbol("k"))
+        p = self.c(record.RtLaunch(func=0x1, args=0))
+        op = record.Decoder(0, FakeKernels()).enter("cudaLaunchKernel_v7000", ctypes.addressof(p), self.symbol("k"))
         self.assertEqual((op["symbol"], op["params"], op["_unresolved"]), ("k", None, "no kernel"))
 
     def test_a_driver_launch_with_an_extra_parameter_buffer(self):
@@ -664,11 +717,11 @@ class RecorderHelpers(unittest.TestCase):
         size = ctypes.c_size_t(len(blob))
         extra = self.c((ctypes.c_void_p * 5)(1, b_at, 2, ctypes.addressof(size), 0))
         self.keep += [b, size]
-        p = self.c(hosted.DrvLaunch(f=0xABC, gridDimX=4, gridDimY=3, gridDimZ=2, blockDimX=32, blockDimY=1,
+        p = self.c(record.DrvLaunch(f=0xABC, gridDimX=4, gridDimY=3, gridDimZ=2, blockDimX=32, blockDimY=1,
                                     blockDimZ=1, sharedMemBytes=1024, hStream=2, kernelParams=None,
                                     extra=ctypes.addressof(extra)))
         kernels = FakeKernels(infos={0xABC: [(0, 8), (8, 4), (16, 8)]}, names={0xABC: "_Z3fooPfid"})
-        op = hosted.Decoder(0x10, kernels).enter("cuLaunchKernel_ptsz", ctypes.addressof(p), None)
+        op = record.Decoder(0x10, kernels).enter("cuLaunchKernel_ptsz", ctypes.addressof(p), None)
         self.assertEqual(op["symbol"], "_Z3fooPfid", "the CUfunction's name when CUPTI gives none")
         self.assertEqual((op["api"], op["grid"], op["block"], op["shared_bytes"], op["stream"]),
                          ("cuLaunchKernel", [4, 3, 2], [32, 1, 1], 1024, "current"))
@@ -677,86 +730,86 @@ class RecorderHelpers(unittest.TestCase):
         self.assertEqual(kernels.asked, [], "a driver launch gives its CUfunction")
 
     def test_launch_configurations_give_cooperative_and_cluster(self):
-        attrs = self.c((hosted.LaunchAttribute * 3)())
+        attrs = self.c((record.LaunchAttribute * 3)())
         attrs[0].id = 1  # an access policy window: not read
-        attrs[1].id = hosted.LAUNCH_ATTRIBUTE_COOPERATIVE
+        attrs[1].id = record.LAUNCH_ATTRIBUTE_COOPERATIVE
         attrs[1].value.cooperative = 1
-        attrs[2].id = hosted.LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attrs[2].value.clusterDim = hosted.Dim3(2, 1, 1)
-        config = self.c(hosted.DrvLaunchConfig(gridDimX=8, gridDimY=1, gridDimZ=1, blockDimX=128, blockDimY=1,
+        attrs[2].id = record.LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attrs[2].value.clusterDim = record.Dim3(2, 1, 1)
+        config = self.c(record.DrvLaunchConfig(gridDimX=8, gridDimY=1, gridDimZ=1, blockDimX=128, blockDimY=1,
                                                blockDimZ=1, sharedMemBytes=0, hStream=0x4242,
                                                attrs=ctypes.addressof(attrs), numAttrs=3))
         x = ctypes.c_int64(-1)
-        p = self.c(hosted.DrvLaunchEx(config=ctypes.addressof(config), f=0x5, kernelParams=self.args(x)))
+        p = self.c(record.DrvLaunchEx(config=ctypes.addressof(config), f=0x5, kernelParams=self.args(x)))
         kernels = FakeKernels(infos={0x5: [(0, 8)]})
-        op = hosted.Decoder(0x4242, kernels).enter("cuLaunchKernelEx", ctypes.addressof(p), self.symbol("tri"))
+        op = record.Decoder(0x4242, kernels).enter("cuLaunchKernelEx", ctypes.addressof(p), self.symbol("tri"))
         self.assertEqual((op["grid"], op["block"], op["stream"], op["cooperative"], op["cluster"]),
                          ([8, 1, 1], [128, 1, 1], "current", True, [2, 1, 1]))
         self.assertEqual(op["params"], [{"offset": 0, "size": 8, "hex": "ff" * 8}])
         # The runtime's cudaLaunchKernelExC, through cudaLaunchConfig_t.
-        rt = self.c(hosted.RtLaunchConfig(gridDim=hosted.Dim3(3, 2, 1), blockDim=hosted.Dim3(64, 1, 1),
+        rt = self.c(record.RtLaunchConfig(gridDim=record.Dim3(3, 2, 1), blockDim=record.Dim3(64, 1, 1),
                                           dynamicSmemBytes=4096, stream=0x9, attrs=ctypes.addressof(attrs),
                                           numAttrs=3))
-        q = self.c(hosted.RtLaunchEx(config=ctypes.addressof(rt), func=0x77, args=self.args(x)))
+        q = self.c(record.RtLaunchEx(config=ctypes.addressof(rt), func=0x77, args=self.args(x)))
         kernels = FakeKernels({0x77: 0x5}, {0x5: [(0, 8)]})
-        op = hosted.Decoder(0, kernels).enter("cudaLaunchKernelExC_v11060", ctypes.addressof(q), self.symbol("k2"))
+        op = record.Decoder(0, kernels).enter("cudaLaunchKernelExC_v11060", ctypes.addressof(q), self.symbol("k2"))
         self.assertEqual((op["api"], op["grid"], op["shared_bytes"], op["stream"], op["cooperative"], op["cluster"]),
                          ("cudaLaunchKernelExC", [3, 2, 1], 4096, "other", True, [2, 1, 1]))
         attrs[1].value.cooperative = 0
-        self.assertEqual(hosted.launch_attributes(ctypes.addressof(attrs), 3), (False, [2, 1, 1]))
-        self.assertEqual(hosted.launch_attributes(None, 0), (None, None))
-        with self.assertRaises(hosted.RecordError):
-            hosted.launch_attributes(ctypes.addressof(attrs), hosted.MAX_ATTRS + 1)
+        self.assertEqual(record.launch_attributes(ctypes.addressof(attrs), 3), (False, [2, 1, 1]))
+        self.assertEqual(record.launch_attributes(None, 0), (None, None))
+        with self.assertRaises(record.RecordError):
+            record.launch_attributes(ctypes.addressof(attrs), record.MAX_ATTRS + 1)
 
     def test_parameter_reading_refuses_what_it_cannot_read(self):
-        with self.assertRaises(hosted.RecordError):
-            hosted.launch_params([(0, 8)])  # neither args nor a buffer
-        with self.assertRaises(hosted.RecordError):
-            hosted.launch_params([(0, 8)], buffer=b"\0" * 4)  # past the buffer
+        with self.assertRaises(record.RecordError):
+            record.launch_params([(0, 8)])  # neither args nor a buffer
+        with self.assertRaises(record.RecordError):
+            record.launch_params([(0, 8)], buffer=b"\0" * 4)  # past the buffer
         null = self.c((ctypes.c_void_p * 1)(None))
-        with self.assertRaises(hosted.RecordError):
-            hosted.launch_params([(0, 8)], args=ctypes.addressof(null))
-        self.assertEqual(hosted.launch_params([]), [], "a kernel without parameters")
+        with self.assertRaises(record.RecordError):
+            record.launch_params([(0, 8)], args=ctypes.addressof(null))
+        self.assertEqual(record.launch_params([]), [], "a kernel without parameters")
         bad = self.c((ctypes.c_void_p * 3)(7, 1, 0))
-        with self.assertRaises(hosted.RecordError):
-            hosted.extra_buffer(ctypes.addressof(bad))
+        with self.assertRaises(record.RecordError):
+            record.extra_buffer(ctypes.addressof(bad))
 
     def test_memsets_copies_syncs_and_other_work(self):
-        d = hosted.Decoder(0x30, FakeKernels())
+        d = record.Decoder(0x30, FakeKernels())
 
         def enter(name, p=None):
             return d.enter(name, ctypes.addressof(self.c(p)) if p is not None else 0)
 
-        self.assertEqual(enter("cudaMemsetAsync_ptsz_v7000", hosted.RtMemset(count=4096)),
+        self.assertEqual(enter("cudaMemsetAsync_ptsz_v7000", record.RtMemset(count=4096)),
                          {"op": "memset", "api": "cudaMemsetAsync", "bytes": 4096})
-        self.assertEqual(enter("cuMemsetD32Async", hosted.DrvMemset(N=10)),
+        self.assertEqual(enter("cuMemsetD32Async", record.DrvMemset(N=10)),
                          {"op": "memset", "api": "cuMemsetD32Async", "bytes": 40})
-        self.assertEqual(enter("cudaMemset2D_v3020", hosted.RtMemset()), {"op": "memset", "api": "cudaMemset2D"})
-        self.assertEqual(enter("cudaMemcpyAsync_v3020", hosted.RtMemcpy(count=64, kind=2)),
+        self.assertEqual(enter("cudaMemset2D_v3020", record.RtMemset()), {"op": "memset", "api": "cudaMemset2D"})
+        self.assertEqual(enter("cudaMemcpyAsync_v3020", record.RtMemcpy(count=64, kind=2)),
                          {"op": "copy", "api": "cudaMemcpyAsync", "bytes": 64, "kind": "d2h"})
-        self.assertEqual(enter("cudaMemcpy_v3020", hosted.RtMemcpy(count=8, kind=4))["kind"], "default")
-        self.assertEqual(enter("cudaMemcpyToSymbolAsync_v3020", hosted.RtMemcpySymbol(count=16, kind=1)),
+        self.assertEqual(enter("cudaMemcpy_v3020", record.RtMemcpy(count=8, kind=4))["kind"], "default")
+        self.assertEqual(enter("cudaMemcpyToSymbolAsync_v3020", record.RtMemcpySymbol(count=16, kind=1)),
                          {"op": "copy", "api": "cudaMemcpyToSymbolAsync", "bytes": 16, "kind": "symbol"})
-        self.assertEqual(enter("cudaMemcpy2D_v3020", hosted.RtMemcpy2D(width=16, height=3, kind=3)),
+        self.assertEqual(enter("cudaMemcpy2D_v3020", record.RtMemcpy2D(width=16, height=3, kind=3)),
                          {"op": "copy", "api": "cudaMemcpy2D", "bytes": 48, "kind": "d2d"})
-        self.assertEqual(enter("cuMemcpyHtoDAsync_v2_ptsz", hosted.DrvMemcpy(ByteCount=12)),
+        self.assertEqual(enter("cuMemcpyHtoDAsync_v2_ptsz", record.DrvMemcpy(ByteCount=12)),
                          {"op": "copy", "api": "cuMemcpyHtoDAsync", "bytes": 12, "kind": "h2d"})
-        self.assertEqual(enter("cuMemcpyPeer", hosted.DrvMemcpyPeer(ByteCount=5))["kind"], "d2d")
-        self.assertEqual(enter("cuMemcpy3D_v2", hosted.DrvMemcpy()), {"op": "copy", "api": "cuMemcpy3D", "kind": "unknown"})
+        self.assertEqual(enter("cuMemcpyPeer", record.DrvMemcpyPeer(ByteCount=5))["kind"], "d2d")
+        self.assertEqual(enter("cuMemcpy3D_v2", record.DrvMemcpy()), {"op": "copy", "api": "cuMemcpy3D", "kind": "unknown"})
         self.assertEqual(enter("cudaDeviceSynchronize_v3020"), {"op": "sync", "api": "cudaDeviceSynchronize"})
         self.assertEqual(enter("cudaGraphLaunch_v10000"), {"op": "other", "api": "cudaGraphLaunch"})
-        self.assertIsNone(enter("cudaEventRecord_v3020", hosted.EventRecordParams(stream=0x30)))
-        self.assertIsNone(enter("cuEventRecord", hosted.EventRecordParams(stream=0)))
-        self.assertEqual(enter("cudaEventRecordWithFlags_v11010", hosted.EventRecordParams(stream=0x31)),
+        self.assertIsNone(enter("cudaEventRecord_v3020", record.EventRecordParams(stream=0x30)))
+        self.assertIsNone(enter("cuEventRecord", record.EventRecordParams(stream=0)))
+        self.assertEqual(enter("cudaEventRecordWithFlags_v11010", record.EventRecordParams(stream=0x31)),
                          {"op": "other", "api": "cudaEventRecordWithFlags"})
         for ignored in ("cudaGetDevice_v3020", "cudaFuncSetAttribute_v9000", "cudaGetErrorString_v3020",
                         "cuCtxGetCurrent", "cudaGraphAddMemcpyNode_v10000", "cudaPeekAtLastError_v3020"):
             self.assertIsNone(enter(ignored), ignored)
 
     def test_an_allocation_gets_its_pointer_at_the_exit(self):
-        d = hosted.Decoder(0, FakeKernels())
+        d = record.Decoder(0, FakeKernels())
         out = self.c(ctypes.c_uint64(0))
-        p = self.c(hosted.AllocParams(ptr=ctypes.addressof(out), size=1024))
+        p = self.c(record.AllocParams(ptr=ctypes.addressof(out), size=1024))
         op = d.enter("cudaMalloc_v3020", ctypes.addressof(p))
         self.assertEqual(op, {"op": "alloc", "api": "cudaMalloc", "ptr": None, "bytes": 1024})
         out.value = 140000000000
@@ -769,22 +822,22 @@ class RecorderHelpers(unittest.TestCase):
                          "the 32-bit cuMemAlloc's layout is not read")
 
     def callback(self, name, site, params=0, symbol=None, status=None):
-        data = hosted.CallbackData(callbackSite=site, functionName=self.symbol(name), functionParams=params,
+        data = record.CallbackData(callbackSite=site, functionName=self.symbol(name), functionParams=params,
                                    symbolName=self.symbol(symbol) if symbol else None)
         if status is not None:
             data.functionReturnValue = ctypes.addressof(self.c(ctypes.c_int(status)))
         return self.c(data)
 
     def test_only_the_outermost_call_of_a_nest_is_recorded(self):
-        rec = hosted.Recorder(None, None)
+        rec = record.Recorder(None, None, hosted.describe_exception)
         x = ctypes.c_uint64(0x1000)
-        p = self.c(hosted.RtLaunch(func=0x10, gridDim=hosted.Dim3(1, 1, 1), blockDim=hosted.Dim3(32, 1, 1),
+        p = self.c(record.RtLaunch(func=0x10, gridDim=record.Dim3(1, 1, 1), blockDim=record.Dim3(32, 1, 1),
                                    args=self.args(x)))
-        rec.decoder = hosted.Decoder(0, FakeKernels({0x10: 0x20}, {0x20: [(0, 8)]}))
-        inner = self.c(hosted.DrvLaunch(f=0x20, kernelParams=self.args(x)))
+        rec.decoder = record.Decoder(0, FakeKernels({0x10: 0x20}, {0x20: [(0, 8)]}))
+        inner = self.c(record.DrvLaunch(f=0x20, kernelParams=self.args(x)))
         out = self.c(ctypes.c_uint64(0))
-        alloc = self.c(hosted.AllocParams(ptr=ctypes.addressof(out), size=256))
-        enter, leave = hosted.CUPTI_API_ENTER, 1
+        alloc = self.c(record.AllocParams(ptr=ctypes.addressof(out), size=256))
+        enter, leave = record.CUPTI_API_ENTER, 1
         calls = [("cudaLaunchKernel_v7000", enter, ctypes.addressof(p), "_Z1kPf"),
                  ("cuLaunchKernel", enter, ctypes.addressof(inner), "_Z1kPf"),   # the runtime's own
                  ("cuLaunchKernel", leave, ctypes.addressof(inner), None),
@@ -816,15 +869,15 @@ class RecorderHelpers(unittest.TestCase):
         self.assertEqual(len(answer["ops"]), 2)
 
     def test_more_than_the_op_limit_is_an_error(self):
-        rec = hosted.Recorder(None, None)
-        rec.decoder = hosted.Decoder(0, FakeKernels())
-        rec.ops = [{"op": "sync", "api": "cudaDeviceSynchronize"}] * hosted.MAX_OPS
-        rec.step(self.callback("cudaDeviceSynchronize_v3020", hosted.CUPTI_API_ENTER))
+        rec = record.Recorder(None, None, hosted.describe_exception)
+        rec.decoder = record.Decoder(0, FakeKernels())
+        rec.ops = [{"op": "sync", "api": "cudaDeviceSynchronize"}] * record.MAX_OPS
+        rec.step(self.callback("cudaDeviceSynchronize_v3020", record.CUPTI_API_ENTER))
         self.assertEqual(rec.error, "more than 4096 GPU operations in one forward")
-        self.assertEqual(len(rec.ops), hosted.MAX_OPS)
+        self.assertEqual(len(rec.ops), record.MAX_OPS)
 
     def test_regions_and_allocations(self):
-        got = hosted.regions([("x", FakeTensor(1000, 6, 4))], [("w", FakeTensor(2000, 12, 4))],
+        got = record.regions([("x", FakeTensor(1000, 6, 4))], [("w", FakeTensor(2000, 12, 4))],
                              [("running_mean", FakeTensor(3000, 4, 4))],
                              [("out", FakeTensor(4000, 8, 2, contiguous=False))])
         self.assertEqual(got, [
@@ -836,9 +889,9 @@ class RecorderHelpers(unittest.TestCase):
                   {"action": "alloc", "addr": 140100000000, "size": 512},
                   {"action": "free_requested", "addr": 140100000000, "size": 512},
                   {"action": "alloc", "addr": 140100000512, "size": 1024}]
-        self.assertEqual(hosted.allocations_from(traces),
+        self.assertEqual(record.allocations_from(traces),
                          ([{"ptr": 140100000000, "bytes": 512}, {"ptr": 140100000512, "bytes": 1024}], None))
-        self.assertIn("overflowed", hosted.allocations_from(traces, limit=4)[1])
+        self.assertIn("overflowed", record.allocations_from(traces, limit=4)[1])
 
     def test_kernel_parameter_infos_from_the_driver_getters(self):
         def getter(count, handle_ok=True):
@@ -846,23 +899,23 @@ class RecorderHelpers(unittest.TestCase):
                 if not handle_ok:
                     return 400  # CUDA_ERROR_INVALID_HANDLE
                 if i >= count:
-                    return hosted.CUDA_ERROR_INVALID_VALUE
+                    return record.CUDA_ERROR_INVALID_VALUE
                 ctypes.cast(offset, ctypes.POINTER(ctypes.c_size_t))[0] = 8 * i
                 ctypes.cast(size, ctypes.POINTER(ctypes.c_size_t))[0] = 8
                 return 0
             return get
 
-        self.assertEqual(hosted.param_list(getter(2), 1), ([(0, 8), (8, 8)], hosted.CUDA_ERROR_INVALID_VALUE))
-        with self.assertRaises(hosted.RecordError):
-            hosted.param_list(getter(hosted.MAX_PARAMS + 1), 1)
-        k = hosted.Kernels({"cuFuncGetParamInfo": getter(3)})
+        self.assertEqual(record.param_list(getter(2), 1), ([(0, 8), (8, 8)], record.CUDA_ERROR_INVALID_VALUE))
+        with self.assertRaises(record.RecordError):
+            record.param_list(getter(record.MAX_PARAMS + 1), 1)
+        k = record.Kernels({"cuFuncGetParamInfo": getter(3)})
         self.assertEqual(k.params(7), [(0, 8), (8, 8), (16, 8)])
         # A CUkernel handle: cuFuncGetParamInfo does not know it, cuKernelGetParamInfo does.
-        k = hosted.Kernels({"cuFuncGetParamInfo": getter(3, False), "cuKernelGetParamInfo": getter(1)})
+        k = record.Kernels({"cuFuncGetParamInfo": getter(3, False), "cuKernelGetParamInfo": getter(1)})
         self.assertEqual(k.params(7), [(0, 8)])
-        self.assertEqual(hosted.Kernels({"cuFuncGetParamInfo": getter(0)}).params(7), [])
-        with self.assertRaises(hosted.RecordError):
-            hosted.Kernels({"cuFuncGetParamInfo": getter(0, False), "cuKernelGetParamInfo": getter(0, False)}).params(7)
+        self.assertEqual(record.Kernels({"cuFuncGetParamInfo": getter(0)}).params(7), [])
+        with self.assertRaises(record.RecordError):
+            record.Kernels({"cuFuncGetParamInfo": getter(0, False), "cuKernelGetParamInfo": getter(0, False)}).params(7)
 
 
 class FakeCupti:
@@ -951,33 +1004,33 @@ class RecorderSession(unittest.TestCase):
     replaced by fakes (the real ones need a GPU)."""
 
     def setUp(self):
-        self.real = hosted.cuda_libraries
+        self.real = record.cuda_libraries
         self.keep = []
 
     def tearDown(self):
-        hosted.cuda_libraries = self.real
+        record.cuda_libraries = self.real
 
     def data(self, name, site, params=None, symbol=None):
         name_b = ctypes.create_string_buffer(name.encode())
         sym_b = ctypes.create_string_buffer(symbol.encode()) if symbol else None
         self.keep += [name_b, sym_b]
-        d = hosted.CallbackData(callbackSite=site, functionName=ctypes.addressof(name_b),
+        d = record.CallbackData(callbackSite=site, functionName=ctypes.addressof(name_b),
                                 functionParams=params, symbolName=ctypes.addressof(sym_b) if sym_b else None)
         self.keep.append(d)
         return ctypes.addressof(d)
 
     def test_a_forward_played_through_the_callback(self):
         cupti = FakeCupti()
-        hosted.cuda_libraries = lambda torch: cupti.libs()
+        record.cuda_libraries = lambda torch: cupti.libs()
         waited = []
         traces = [{"action": "alloc", "addr": 0x7000, "size": 4096}, {"action": "free_requested", "addr": 0x7000}]
         torch = FakeTorch(traces)
         x = ctypes.c_uint64(0xAB)
         argv = (ctypes.c_void_p * 1)(ctypes.addressof(x))
-        launch = hosted.RtLaunch(func=0x1234, gridDim=hosted.Dim3(1, 1, 1), blockDim=hosted.Dim3(64, 1, 1),
+        launch = record.RtLaunch(func=0x1234, gridDim=record.Dim3(1, 1, 1), blockDim=record.Dim3(64, 1, 1),
                                  args=ctypes.addressof(argv), stream=0x77)
         self.keep += [x, argv, launch]
-        with hosted.Recorder(torch, lambda: waited.append(True)) as rec:
+        with record.Recorder(torch, lambda: waited.append(True), hosted.describe_exception) as rec:
             self.assertEqual(cupti.enabled, {1: 1, 2: 1})
             for site in (0, 1):
                 cupti.callback(None, 2, 211, self.data("cudaLaunchKernel_v7000", site, ctypes.addressof(launch),
@@ -997,8 +1050,8 @@ class RecorderSession(unittest.TestCase):
 
     def test_a_subscription_refused_is_the_answers_error(self):
         cupti = FakeCupti(subscribe_result=39)
-        hosted.cuda_libraries = lambda torch: cupti.libs()
-        with hosted.Recorder(FakeTorch(history_raises=True), None) as rec:
+        record.cuda_libraries = lambda torch: cupti.libs()
+        with record.Recorder(FakeTorch(history_raises=True), None, hosted.describe_exception) as rec:
             pass
         answer = rec.answer()
         self.assertEqual(answer["error"], "CUPTI: cuptiSubscribe: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED")
@@ -1008,19 +1061,19 @@ class RecorderSession(unittest.TestCase):
 
     def test_no_cupti_is_the_answers_error(self):
         def missing(torch):
-            raise hosted.RecordError("no CUPTI: libcupti.so.13: cannot open shared object file")
+            raise record.RecordError("no CUPTI: libcupti.so.13: cannot open shared object file")
 
-        hosted.cuda_libraries = missing
-        with hosted.Recorder(FakeTorch(), None) as rec:
+        record.cuda_libraries = missing
+        with record.Recorder(FakeTorch(), None, hosted.describe_exception) as rec:
             pass
         self.assertTrue(rec.answer()["error"].startswith("no CUPTI: "))
 
     def test_a_runtime_launch_of_an_unknown_stub_with_no_driver_launch_stops_the_recording(self):
         cupti = FakeCupti()
-        hosted.cuda_libraries = lambda torch: cupti.libs()
-        launch = hosted.RtLaunch(func=0x999)
+        record.cuda_libraries = lambda torch: cupti.libs()
+        launch = record.RtLaunch(func=0x999)
         self.keep.append(launch)
-        with hosted.Recorder(FakeTorch(), None) as rec:
+        with record.Recorder(FakeTorch(), None, hosted.describe_exception) as rec:
             cupti.callback(None, 2, 211, self.data("cudaLaunchKernel_ptsz_v7000", 0, ctypes.addressof(launch), "k"))
             cupti.callback(None, 2, 211, self.data("cudaLaunchKernel_ptsz_v7000", 1, ctypes.addressof(launch)))
         self.assertEqual(rec.answer()["error"], "a runtime launch of k could not be read (cudaGetFuncBySymbol "
@@ -1031,15 +1084,15 @@ class RecorderSession(unittest.TestCase):
         # it, but the runtime's driver launch under the call names the kernel and its
         # parameter array.
         cupti = FakeCupti()
-        hosted.cuda_libraries = lambda torch: cupti.libs()
+        record.cuda_libraries = lambda torch: cupti.libs()
         x = ctypes.c_uint64(0xCD)
         argv = (ctypes.c_void_p * 1)(ctypes.addressof(x))
-        launch = hosted.RtLaunch(func=0x999, gridDim=hosted.Dim3(2, 1, 1), blockDim=hosted.Dim3(32, 1, 1),
+        launch = record.RtLaunch(func=0x999, gridDim=record.Dim3(2, 1, 1), blockDim=record.Dim3(32, 1, 1),
                                  args=ctypes.addressof(argv), stream=0x77)
-        inner = hosted.DrvLaunch(f=0xF00, gridDimX=2, gridDimY=1, gridDimZ=1, blockDimX=32, blockDimY=1,
+        inner = record.DrvLaunch(f=0xF00, gridDimX=2, gridDimY=1, gridDimZ=1, blockDimX=32, blockDimY=1,
                                  blockDimZ=1, hStream=0x77, kernelParams=ctypes.addressof(argv))
         self.keep += [x, argv, launch, inner]
-        with hosted.Recorder(FakeTorch(), None) as rec:
+        with record.Recorder(FakeTorch(), None, hosted.describe_exception) as rec:
             cupti.callback(None, 2, 211, self.data("cudaLaunchKernel_v7000", 0, ctypes.addressof(launch), "_Z1kPm"))
             cupti.callback(None, 1, 307, self.data("cuLaunchKernel", 0, ctypes.addressof(inner), "_Z1kPm"))
             cupti.callback(None, 1, 307, self.data("cuLaunchKernel", 1, ctypes.addressof(inner)))
@@ -1052,10 +1105,10 @@ class RecorderSession(unittest.TestCase):
              "cluster": None, "params": [{"offset": 0, "size": 8, "hex": "cd00000000000000"}]}])
 
     def test_the_library_loader_says_what_it_tried(self):
-        with self.assertRaises(hosted.RecordError) as e:
-            hosted.load_library(["libkiln-no-such-library.so.1"], ["/nonexistent/*/libnothing.so*"])
+        with self.assertRaises(record.RecordError) as e:
+            record.load_library(["libkiln-no-such-library.so.1"], ["/nonexistent/*/libnothing.so*"])
         self.assertIn("libkiln-no-such-library.so.1", str(e.exception))
-        self.assertIsNotNone(hosted.load_library(["libkiln-no-such-library.so.1", "libc.so.6"]))
+        self.assertIsNotNone(record.load_library(["libkiln-no-such-library.so.1", "libc.so.6"]))
 
 
 # The runner's structs against the CUDA headers: (struct, the C type it reads, {field: the
@@ -1185,7 +1238,7 @@ class RecorderLayouts(unittest.TestCase):
             a, b, v = line.split()
             c_values[(a, b)] = int(v)
         for name, ctype, fields, same_size in LAYOUTS:
-            cls = getattr(hosted, name)
+            cls = getattr(record, name)
             with self.subTest(ctype):
                 for field, c_field in fields.items():
                     self.assertEqual(getattr(cls, field).offset, c_values[(ctype, c_field)], f"{name}.{field}")
@@ -1194,7 +1247,7 @@ class RecorderLayouts(unittest.TestCase):
                 else:
                     self.assertLessEqual(ctypes.sizeof(cls), c_values[(ctype, "sizeof")])
         for ours, c_name in CONSTANTS.items():
-            self.assertEqual(getattr(hosted, ours), c_values[("const", c_name)], ours)
+            self.assertEqual(getattr(record, ours), c_values[("const", c_name)], ours)
 
 
 # Drives keep_builds in a python with torch, with load_inline replaced by a fake that
@@ -1428,7 +1481,7 @@ class TritonCapture(unittest.TestCase):
     of a JITFunction-like class's `run` (the real one: TritonCaptureWithTriton)."""
 
     def test_values_by_kind(self):
-        tv = lambda v: hosted.triton_value(v, TTensor, FakeTl)  # noqa: E731
+        tv = lambda v: record.triton_value(v, TTensor, FakeTl)  # noqa: E731
         self.assertEqual(tv(TTensor(0x7F00, "bfloat16", False)),
                          {"kind": "tensor", "ptr": 0x7F00, "contiguous": False, "dtype": "bfloat16"})
         self.assertEqual(tv(True), {"kind": "bool", "value": True})
@@ -1442,18 +1495,18 @@ class TritonCapture(unittest.TestCase):
         self.assertEqual(tv(FakeTl.constexpr(64)), {"kind": "int", "value": 64})
         self.assertEqual(tv(FakeTl.dtype("fp16")), {"kind": "dtype", "value": "tl.float16"})
         self.assertEqual(tv([1, 2]), {"kind": "other", "type": "list"})
-        self.assertEqual(hosted.triton_value(TTensor(1), None, None), {"kind": "other", "type": "TTensor"},
+        self.assertEqual(record.triton_value(TTensor(1), None, None), {"kind": "other", "type": "TTensor"},
                          "no torch loaded: no tensor")
         json.dumps([tv(float("inf")), tv(1 << 70)], allow_nan=False)  # what the answer can carry
 
     def test_grids_as_triton_computes_them(self):
         bound = {"n": 1000, "BLOCK": 128}
-        self.assertEqual(hosted.triton_grid((4,), bound), [4, 1, 1])
-        self.assertEqual(hosted.triton_grid([2, 3], bound), [2, 3, 1])
-        self.assertEqual(hosted.triton_grid((2, 3, 4, 5), bound), [2, 3, 4], "Triton reads three")
+        self.assertEqual(record.triton_grid((4,), bound), [4, 1, 1])
+        self.assertEqual(record.triton_grid([2, 3], bound), [2, 3, 1])
+        self.assertEqual(record.triton_grid((2, 3, 4, 5), bound), [2, 3, 4], "Triton reads three")
         seen = []
         grid = lambda meta: (seen.append(meta) or -(-meta["n"] // meta["BLOCK"]),)  # noqa: E731
-        self.assertEqual(hosted.triton_grid(grid, bound), [8, 1, 1])
+        self.assertEqual(record.triton_grid(grid, bound), [8, 1, 1])
         self.assertEqual(seen, [bound])
         self.assertIsNot(seen[0], bound, "the lambda gets a copy")
 
@@ -1461,28 +1514,28 @@ class TritonCapture(unittest.TestCase):
             def __index__(self):
                 return 6
 
-        self.assertEqual(hosted.triton_grid((Index(), 2), bound), [6, 2, 1])
+        self.assertEqual(record.triton_grid((Index(), 2), bound), [6, 2, 1])
         for bad, error in (((), ValueError), ((1.5,), TypeError), ((1 << 64,), ValueError), (7, TypeError)):
             with self.assertRaises(error, msg=repr(bad)):
-                hosted.triton_grid(bad, bound)
+                record.triton_grid(bad, bound)
 
     def test_binding_fills_defaults_and_keeps_the_options_apart(self):
         _, JIT, _ = fake_triton()
         f = JIT(kernel)
-        bound, options = hosted.triton_bind(f, (1, 2), {"n": 3, "scale": 0.5, "ACT": "gelu", "num_warps": 8,
+        bound, options = record.triton_bind(f, (1, 2), {"n": 3, "scale": 0.5, "ACT": "gelu", "num_warps": 8,
                                                         "maxnreg": None, "grid": (1,), "warmup": False})
         self.assertEqual(list(bound.items()), [("x_ptr", 1), ("y_ptr", 2), ("n", 3), ("scale", 0.5),
                                                ("BLOCK", 128), ("ACT", "gelu")])
         self.assertEqual(options, {"num_warps": 8, "maxnreg": None})
         with self.assertRaises(TypeError):
-            hosted.triton_bind(f, (1,), {})
+            record.triton_bind(f, (1,), {})
 
     def test_a_wrapped_run_records_each_launch_and_runs_as_it_would_have(self):
         modules, JIT, calls = fake_triton()
         original = JIT.__dict__["run"]
         f = JIT(kernel)
         x, y = TTensor(0x1000), TTensor(0x2000, "float16")
-        with hosted.TritonCapture(modules) as cap:
+        with record.TritonCapture(modules, hosted.describe_exception) as cap:
             self.assertIsNot(JIT.__dict__["run"], original)
             got = f[lambda m: (-(-m["n"] // m["BLOCK"]),)](x, y, 1000, 0.5, BLOCK=256, num_warps=8, num_stages=2,
                                                           maxnreg=None, enable_fp_fusion=False)
@@ -1523,7 +1576,7 @@ class TritonCapture(unittest.TestCase):
         def bad_grid(meta):
             raise ZeroDivisionError("grid")
 
-        with hosted.TritonCapture(modules) as cap:
+        with record.TritonCapture(modules, hosted.describe_exception) as cap:
             self.assertEqual(f[bad_grid](1, 2, 3, 4.0), "compiled")
             f[(1,)](1, 2, 3, 4.0)
         self.assertIn("a Triton launch could not be recorded: ZeroDivisionError", cap.error)
@@ -1535,13 +1588,13 @@ class TritonCapture(unittest.TestCase):
         original = JIT.__dict__["run"]
         f = JIT(kernel)
         with self.assertRaises(RuntimeError):
-            with hosted.TritonCapture(modules) as cap:
+            with record.TritonCapture(modules, hosted.describe_exception) as cap:
                 f[(3,)](1, 2, 3, 4.0)
         self.assertIs(JIT.__dict__["run"], original)
         self.assertEqual([t["grid"] for t in cap.launches], [[3, 1, 1]], "taken down before the launch")
         # Through the recorder too: its exit restores run, and the answer carries the launches.
-        rec = hosted.Recorder(None, None)
-        rec.triton = hosted.TritonCapture(modules)
+        rec = record.Recorder(None, None, hosted.describe_exception)
+        rec.triton = record.TritonCapture(modules, hosted.describe_exception)
         rec.triton.__enter__()
         with self.assertRaises(RuntimeError):
             f[(5,)](1, 2, 3, 4.0)
@@ -1550,27 +1603,27 @@ class TritonCapture(unittest.TestCase):
         self.assertEqual(rec.answer()["triton"][0]["grid"], [5, 1, 1])
 
     def test_without_triton_nothing_is_wrapped_and_a_capture_error_is_the_answers(self):
-        with hosted.TritonCapture({}) as cap:
+        with record.TritonCapture({}, hosted.describe_exception) as cap:
             pass
         self.assertEqual((cap.launches, cap.error, cap.cls), ([], None, None))
         # A JITFunction that inherits its run: the wrapper goes, the inherited one is back.
         modules, JIT, calls = fake_triton()
         Sub = type("JITFunction", (JIT,), {})
         modules["triton.runtime.jit"].JITFunction = Sub
-        with hosted.TritonCapture(modules) as cap:
+        with record.TritonCapture(modules, hosted.describe_exception) as cap:
             self.assertIn("run", Sub.__dict__)
             Sub(kernel)[(2,)](1, 2, 3, 4.0)
         self.assertNotIn("run", Sub.__dict__)
         self.assertIs(Sub.run, JIT.run)
         self.assertEqual((len(cap.launches), len(calls)), (1, 1))
-        rec = hosted.Recorder(None, None)
+        rec = record.Recorder(None, None, hosted.describe_exception)
         rec.triton.error = "a Triton launch could not be recorded: KeyError"
         self.assertEqual(rec.answer()["error"], rec.triton.error)
         rec.error = "CUPTI: first"
         self.assertEqual(rec.answer()["error"], "CUPTI: first")
         modules, _, _ = fake_triton()
-        cap = hosted.TritonCapture(modules)
-        cap.launches = [{}] * hosted.MAX_OPS
+        cap = record.TritonCapture(modules, hosted.describe_exception)
+        cap.launches = [{}] * record.MAX_OPS
         cap.take(None, (), {})
         self.assertEqual(cap.error, "more than 4096 Triton launches in one forward")
 
@@ -1600,14 +1653,17 @@ def add_kernel(a_ptr, b_ptr, n, BLOCK: tl.constexpr = 256):
     tl.store(a_ptr + offs, tl.load(b_ptr + offs, mask=offs < n), mask=offs < n)
 """
 
-# Drives TRITON_MODULE's kernels under the runner's TritonCapture with the installed triton:
+# Drives TRITON_MODULE's kernels under the recorder's TritonCapture with the installed triton:
 # the autotuner's cache seeded as a first forward leaves it (its second config), each call
 # going on to the original run, which needs a GPU (none here: it raises, as it may).
 TRITON_DRIVE = """
-import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("kiln_hosted", sys.argv[1])
-hosted = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(hosted)
+import importlib.util, json, os, sys
+loaded = []
+for name in ("kiln_hosted", "kiln_record"):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(sys.argv[1], name + ".py"))
+    loaded.append(importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(loaded[-1])
+hosted, record = loaded
 sys.path.insert(0, sys.argv[2])
 import kmod, torch, triton
 x = torch.zeros(4, 4096)
@@ -1616,7 +1672,7 @@ k = kmod.softmax_kernel
 k.cache[(4096, "torch.float32", "torch.float32")] = k.configs[1]
 original = triton.runtime.jit.JITFunction.__dict__["run"]
 raised = []
-with hosted.TritonCapture() as cap:
+with record.TritonCapture(None, hosted.describe_exception) as cap:
     wrapped = triton.runtime.jit.JITFunction.__dict__["run"] is not original
     for launch in (lambda: k[(x.shape[0],)](x, y, x.shape[1], 0.5),
                    lambda: kmod.add_kernel[lambda m: (triton.cdiv(m["n"], m["BLOCK"]),)](x, y, 1000, BLOCK=128,
@@ -1641,8 +1697,8 @@ class TritonCaptureWithTriton(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             with open(os.path.join(tmp, "kmod.py"), "w") as f:
                 f.write(TRITON_MODULE)
-            p = subprocess.run([python, "-I", "-c", TRITON_DRIVE, SCRIPT, tmp], capture_output=True, text=True,
-                               timeout=300)
+            p = subprocess.run([python, "-I", "-c", TRITON_DRIVE, os.path.dirname(SCRIPT), tmp],
+                               capture_output=True, text=True, timeout=300)
         self.assertEqual(p.returncode, 0, p.stderr)
         got = json.loads(p.stdout.strip().splitlines()[-1])
         self.assertTrue(got["wrapped"] and got["restored"], got)

@@ -77,8 +77,9 @@ pub fn ready_verdict(ready: &Ready) -> Option<(Verdict, String)> {
 }
 
 /// The files a hosted runner starts from, written into `dir` (the evaluation's scratch):
-/// kiln's runner script, the candidate file and the libraries its compile step built
-/// ([`artifact`]). Returns the candidate's path and the `prebuilt` folder, if any.
+/// kiln's runner script and its recorder beside it (`R` imports it), the candidate file and
+/// the libraries its compile step built ([`artifact`]). Returns the candidate's path and
+/// the `prebuilt` folder, if any.
 pub fn write_files(
     dir: &Path,
     artifact: &[u8],
@@ -86,6 +87,9 @@ pub fn write_files(
     let unpacked = artifact::unpack(artifact)?;
     std::fs::write(dir.join(setup::SCRIPT_NAME), setup::SCRIPT)
         .map_err(|e| format!("write {}: {e}", setup::SCRIPT_NAME))?;
+    // R's recorder, imported by the script from its own folder.
+    std::fs::write(dir.join(setup::RECORD_NAME), setup::RECORD)
+        .map_err(|e| format!("write {}: {e}", setup::RECORD_NAME))?;
     let candidate = dir.join(setup::CANDIDATE_NAME);
     std::fs::write(&candidate, unpacked.source)
         .map_err(|e| format!("write {}: {e}", setup::CANDIDATE_NAME))?;
@@ -124,6 +128,25 @@ pub fn spawn_echo(cfg: &RunnerConfig) -> Result<Runner, String> {
 mod tests {
     use super::*;
     use crate::engine::host::runner::Ready;
+
+    /// The runner starts from its script, the recorder its `R` imports from the script's
+    /// folder, and the file: all three written into the evaluation's folder.
+    #[test]
+    fn the_runner_its_recorder_and_the_file_are_written_side_by_side() {
+        let d = tempfile::tempdir().expect("tmp");
+        let (candidate, prebuilt) =
+            write_files(d.path(), b"class ModelNew: pass\n").expect("written");
+        assert_eq!(candidate, d.path().join(setup::CANDIDATE_NAME));
+        assert_eq!(prebuilt, None);
+        for (name, text) in [
+            (setup::SCRIPT_NAME, setup::SCRIPT),
+            (setup::RECORD_NAME, setup::RECORD),
+        ] {
+            let got = std::fs::read_to_string(d.path().join(name)).expect(name);
+            assert_eq!(got, text, "{name}");
+        }
+        assert!(setup::SCRIPT.contains(setup::RECORD_NAME.trim_end_matches(".py")));
+    }
 
     #[test]
     fn a_mismatch_names_the_parameters_and_a_failed_import_is_a_fault() {

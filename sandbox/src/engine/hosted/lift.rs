@@ -858,53 +858,10 @@ pub fn lift(
     }
 
     let mut notes = vec!["launch names from recorded symbols (demangled)".to_string()];
-    let syncs = first
-        .ops
-        .iter()
-        .filter(|op| matches!(op, Op::Sync { .. }))
-        .count();
-    if syncs > 0 {
-        notes.push(format!(
-            "{syncs} sync{} in the forward dropped (kiln runs the launches in order on one stream)",
-            if syncs == 1 { "" } else { "s" }
-        ));
-    }
+    notes.extend(syncs_note(first));
 
-    // Scratch buffers: torch's temporaries, named by first use, as large as the larger
-    // of the two draws' blocks.
-    if c1.scratch.len() > MAX_SCRATCH {
-        return Err(Refusal::TooLarge(format!(
-            "{} temporaries; a plan holds at most {MAX_SCRATCH} scratch buffers",
-            c1.scratch.len()
-        )));
-    }
-    let mut scratch: Vec<ScratchBuffer> = Vec::with_capacity(c1.scratch.len());
-    for (k, (_, x)) in c1.scratch.iter().enumerate() {
-        // The same numbers in both draws (their parameters matched); kept safe regardless.
-        let y = c2.scratch.get(k).map_or(x, |(_, y)| y);
-        let mut name = format!("lift_scratch{k}");
-        while problem.tensor(&name).is_some() {
-            name.push('_');
-        }
-        let elems = (*x).max(*y);
-        if elems > MAX_SCRATCH_ELEMS {
-            return Err(Refusal::TooLarge(format!(
-                "a temporary of {elems} bytes; a scratch buffer holds at most \
-                 {MAX_SCRATCH_ELEMS} elements"
-            )));
-        }
-        if x != y {
-            notes.push(format!(
-                "{name}: the temporary was {x} bytes in the first draw and {y} in the second; \
-                 the larger kept"
-            ));
-        }
-        scratch.push(ScratchBuffer {
-            name,
-            dtype: Dtype::U8,
-            elems,
-        });
-    }
+    // Scratch buffers: torch's temporaries, named by first use, bytes.
+    let scratch = scratch_buffers(problem, &c1.scratch, &c2.scratch, |_| Dtype::U8, &mut notes)?;
 
     // Arguments, with literals typed from the demangled signatures.
     let kernel_names: Vec<Option<KernelName>> =
@@ -1049,6 +1006,66 @@ pub fn lift(
     })
 }
 
+/// The note on the synchronisations a forward made, if any: kiln drops them (it runs the
+/// launches in order on one stream).
+fn syncs_note(r: &Recording) -> Option<String> {
+    let syncs = r
+        .ops
+        .iter()
+        .filter(|op| matches!(op, Op::Sync { .. }))
+        .count();
+    (syncs > 0).then(|| {
+        format!(
+            "{syncs} sync{} in the forward dropped (kiln runs the launches in order on one stream)",
+            if syncs == 1 { "" } else { "s" }
+        )
+    })
+}
+
+/// Scratch buffers for torch's temporaries (`(address, bytes)` per draw, numbered by first
+/// use): `lift_scratchK` (a name no tensor of the problem has), of element type
+/// `dtype_of(K)`, as large as the larger of the two draws' blocks holds; a difference in
+/// size is noted.
+fn scratch_buffers(
+    problem: &ProblemSpec,
+    first: &[(u64, u64)],
+    second: &[(u64, u64)],
+    dtype_of: impl Fn(usize) -> Dtype,
+    notes: &mut Vec<String>,
+) -> Result<Vec<ScratchBuffer>, Refusal> {
+    if first.len() > MAX_SCRATCH {
+        return Err(Refusal::TooLarge(format!(
+            "{} temporaries; a plan holds at most {MAX_SCRATCH} scratch buffers",
+            first.len()
+        )));
+    }
+    let mut scratch = Vec::with_capacity(first.len());
+    for (k, (_, x)) in first.iter().enumerate() {
+        // The same numbers in both draws (their parameters matched); kept safe regardless.
+        let y = second.get(k).map_or(x, |(_, y)| y);
+        let mut name = format!("lift_scratch{k}");
+        while problem.tensor(&name).is_some() {
+            name.push('_');
+        }
+        let dtype = dtype_of(k);
+        let elems = ((*x).max(*y) / dtype.size()).max(1);
+        if elems > MAX_SCRATCH_ELEMS {
+            return Err(Refusal::TooLarge(format!(
+                "a temporary of {elems} elements; a scratch buffer holds at most \
+                 {MAX_SCRATCH_ELEMS}"
+            )));
+        }
+        if x != y {
+            notes.push(format!(
+                "{name}: the temporary was {x} bytes in the first draw and {y} in the second; \
+                 the larger kept"
+            ));
+        }
+        scratch.push(ScratchBuffer { name, dtype, elems });
+    }
+    Ok(scratch)
+}
+
 /// The first launched kernel whose name demangles and which no source defines (by base
 /// name), as its name expression; symbols that do not demangle are left to the later
 /// name check.
@@ -1062,4 +1079,3 @@ fn foreign_kernel(launches: &[&LaunchOp], sources: &[DeviceSource]) -> Option<St
         (!held).then_some(k.expr)
     })
 }
-

@@ -22,6 +22,11 @@ pub const SCRIPT_NAME: &str = "kiln_hosted.py";
 pub const EXTRACT: &str = include_str!("../../../hosted/kiln_extract.py");
 /// The extractor's file name beside the script.
 pub const EXTRACT_NAME: &str = "kiln_extract.py";
+/// The recorder the script's `R` imports (`sandbox/hosted/kiln_record.py`), written beside
+/// it at the evaluation ([`super::write_files`]).
+pub const RECORD: &str = include_str!("../../../hosted/kiln_record.py");
+/// The recorder's file name beside the script.
+pub const RECORD_NAME: &str = "kiln_record.py";
 /// The candidate file's name in the job's scratch directory.
 pub const CANDIDATE_NAME: &str = "candidate.py";
 

@@ -22,16 +22,14 @@ use std::collections::BTreeMap;
 
 use kiln_types::candidate::{
     Arg, Constexpr, Launch, MAX_ARGS, MAX_CONSTEXPR_STR, MAX_CONSTEXPRS, MAX_LAUNCHES,
-    MAX_NUM_STAGES, MAX_NUM_WARPS, MAX_SCRATCH, MAX_SCRATCH_ELEMS, MAX_SOURCE_BYTES, Scalar,
-    ScratchBuffer,
+    MAX_NUM_STAGES, MAX_NUM_WARPS, MAX_SOURCE_BYTES, Scalar,
 };
 use kiln_types::{Dtype, Language, ProblemSpec, Role};
 use serde_json::Value;
 
 use super::{
-    Class, DeviceSources, LaunchOp, Lifted, Memory, Miss, Op, Recording, Refusal, Stream,
-    TritonArg, TritonLaunch, check_bounds, check_ops, clip, compare_launches, names, pointer_class,
-    shown,
+    Class, DeviceSources, LaunchOp, Lifted, Memory, Miss, Recording, Refusal, Stream, TritonArg,
+    TritonLaunch, check_bounds, check_ops, clip, compare_launches, names, pointer_class, shown,
 };
 
 /// Compile options a Triton launch may give at their default value only (what kiln's
@@ -594,17 +592,7 @@ pub fn lift(
     }
 
     let mut notes = vec!["launches from the forward's Triton launches (JITFunction.run)".into()];
-    let syncs = first
-        .ops
-        .iter()
-        .filter(|op| matches!(op, Op::Sync { .. }))
-        .count();
-    if syncs > 0 {
-        notes.push(format!(
-            "{syncs} sync{} in the forward dropped (kiln runs the launches in order on one stream)",
-            if syncs == 1 { "" } else { "s" }
-        ));
-    }
+    notes.extend(super::syncs_note(first));
     if empty > 0 {
         notes.push(format!(
             "{empty} Triton launch{} with an empty grid dropped (Triton launches nothing for \
@@ -615,35 +603,13 @@ pub fn lift(
 
     // Scratch buffers: torch's temporaries, of the dtype they were passed as, as large as
     // the larger of the two draws' blocks holds.
-    if m1.scratch.len() > MAX_SCRATCH {
-        return Err(Refusal::TooLarge(format!(
-            "{} temporaries; a plan holds at most {MAX_SCRATCH} scratch buffers",
-            m1.scratch.len()
-        )));
-    }
-    let mut scratch: Vec<ScratchBuffer> = Vec::with_capacity(m1.scratch.len());
-    for (k, (_, x)) in m1.scratch.iter().enumerate() {
-        let y = m2.scratch.get(k).map_or(x, |(_, y)| y);
-        let mut name = format!("lift_scratch{k}");
-        while problem.tensor(&name).is_some() {
-            name.push('_');
-        }
-        let dtype = scratch_dtype[k].unwrap_or(Dtype::U8);
-        let elems = ((*x).max(*y) / dtype.size()).max(1);
-        if elems > MAX_SCRATCH_ELEMS {
-            return Err(Refusal::TooLarge(format!(
-                "a temporary of {elems} elements; a scratch buffer holds at most \
-                 {MAX_SCRATCH_ELEMS}"
-            )));
-        }
-        if x != y {
-            notes.push(format!(
-                "{name}: the temporary was {x} bytes in the first draw and {y} in the second; \
-                 the larger kept"
-            ));
-        }
-        scratch.push(ScratchBuffer { name, dtype, elems });
-    }
+    let scratch = super::scratch_buffers(
+        problem,
+        &m1.scratch,
+        &m2.scratch,
+        |k| scratch_dtype[k].unwrap_or(Dtype::U8),
+        &mut notes,
+    )?;
 
     let mut launches = Vec::with_capacity(a.len());
     for (i, (t, items)) in a.iter().zip(&m1.args).enumerate() {
