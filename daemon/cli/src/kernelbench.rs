@@ -411,8 +411,9 @@ async fn submit_one(client: &Client, w: &Work, cpu: bool, timeout_s: u64) -> Res
     }
 }
 
-/// The candidate's record once it has an evaluation or its job failed; `None` after
-/// `timeout_s`.
+/// The candidate's record once it has an evaluation (and, for a file kilnd lifted, its
+/// lifted candidate's job has ended) or its job failed; `None` after `timeout_s`, or the
+/// record as it is then when only the lifted result is missing.
 async fn wait(client: &Client, id: &str, timeout_s: u64) -> Result<Option<Value>> {
     let deadline = Instant::now() + Duration::from_secs(timeout_s);
     loop {
@@ -420,11 +421,12 @@ async fn wait(client: &Client, id: &str, timeout_s: u64) -> Result<Option<Value>
         let r = client
             .get(&format!("/v1/candidates/{id}?wait={}", left.clamp(1, 60)))
             .await?;
-        if !r["evaluation"].is_null() || r["job"]["state"] == "failed" {
+        let evaluated = !r["evaluation"].is_null();
+        if (evaluated && !crate::show::lift_pending(&r["lift"])) || r["job"]["state"] == "failed" {
             return Ok(Some(r));
         }
         if left == 0 {
-            return Ok(None);
+            return Ok(evaluated.then_some(r));
         }
     }
 }

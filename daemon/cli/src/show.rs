@@ -77,7 +77,7 @@ pub async fn wait_for(client: &Client, id: &str, timeout_s: u64) -> Result<Value
 
 /// True while a hosted file's lifted candidate (kilnd queued it after the file's own
 /// evaluation) has no verdict and its job has not failed.
-fn lift_pending(lift: &Value) -> bool {
+pub fn lift_pending(lift: &Value) -> bool {
     lift["outcome"] == "lifted" && lift["verdict"].is_null() && lift["state"] != "failed"
 }
 

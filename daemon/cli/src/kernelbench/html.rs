@@ -96,9 +96,7 @@ pub fn page(r: &Report) -> String {
     ));
     body.push("<h2>Answers</h2><table>".into());
     body.push(head(&HEADER));
-    let numeric = [
-        false, false, false, false, true, true, true, false, true, false, false,
-    ];
+    let numeric = super::table::RIGHT;
     for a in &r.answers {
         let class = if a.kiln_correct {
             "ok"
@@ -111,7 +109,9 @@ pub fn page(r: &Report) -> String {
     }
     body.push("</table>".into());
     body.push(
-        "<p class=\"muted\">* answered from kilnd's store. time: kiln's median. x eager, x \
+        "<p class=\"muted\">* answered from kilnd's store. time: kiln's median. lifted: the \
+         median of the contract candidate kiln lifted the file into (its verdict when not ok), or \
+         why it was not lifted. x eager, x \
          compile: torch's median over this one. lib: library kernels' share of the GPU time. \
          KB: correct on KernelBench's inputs. kiln: ok.</p>"
             .into(),

@@ -132,6 +132,13 @@ pub struct Answer {
     pub speedup_eager: Option<f64>,
     /// torch.compile time / this time.
     pub speedup_compile: Option<f64>,
+    /// A hosted file lifted into a contract candidate: that candidate's verdict and median
+    /// (kiln launched it: trust `lifted`), or why it was not lifted (`no: CODE`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lift: Option<String>,
+    /// The lifted candidate's median, µs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifted_median_us: Option<f64>,
     /// Correct on KernelBench's own input distribution (see the module's doc).
     pub kernelbench_correct: bool,
     /// `ok`.
@@ -189,6 +196,8 @@ impl Answer {
             library_fraction: None,
             speedup_eager: None,
             speedup_compile: None,
+            lift: None,
+            lifted_median_us: None,
             kernelbench_correct: false,
             kiln_correct: false,
         }
@@ -228,6 +237,20 @@ impl Answer {
         a.library_fraction = e["telemetry"]["hosted"]["library_fraction"].as_f64();
         a.kernelbench_correct = kernelbench_correct(e);
         a.kiln_correct = a.verdict.as_deref() == Some("ok");
+        let lift = &record["lift"];
+        match lift["outcome"].as_str() {
+            Some("lifted") => {
+                a.lift =
+                    Some(s(&lift["verdict"]).unwrap_or_else(|| {
+                        format!("job {}", lift["state"].as_str().unwrap_or("?"))
+                    }));
+                a.lifted_median_us = lift["median_us"].as_f64();
+            }
+            Some("not_lifted") => {
+                a.lift = Some(format!("no: {}", lift["code"].as_str().unwrap_or("?")));
+            }
+            _ => {}
+        }
         a
     }
 
@@ -310,6 +333,45 @@ mod tests {
         ] {
             assert!(!kernelbench_correct(&eval(v, Some("trial 1"), 0, 1)), "{v}");
         }
+    }
+
+    #[test]
+    fn a_lifted_or_refused_lift_is_carried_beside_the_hosted_result() {
+        let who = Identity {
+            file: "level_1_problem_88_sample_0.py".into(),
+            problem_id: 88,
+            problem: "kb-l1-88-mingptnewgelu".into(),
+            sample: Some(0),
+        };
+        let hosted = json!({"verdict": "ok", "trust": "hosted", "timing": {"median_us": 641.9},
+                            "evidence": {"trials_run": 4, "trials_passed": 4}});
+        let lifted = json!({"id": "f", "evaluation": hosted, "lift": {
+            "outcome": "lifted", "candidate_id": "0f96", "state": "done", "verdict": "ok",
+            "median_us": 313.2}});
+        let a = Answer::from_record(&who, &lifted, false);
+        assert_eq!(
+            (a.median_us, a.lifted_median_us),
+            (Some(641.9), Some(313.2))
+        );
+        assert_eq!(a.lift.as_deref(), Some("ok"));
+        assert_eq!(
+            super::super::table::answer_cells(&a)[5],
+            crate::output::fmt_us(313.2)
+        );
+        let pending = json!({"id": "f", "evaluation": hosted, "lift": {
+            "outcome": "lifted", "candidate_id": "0f96", "state": "running", "verdict": null}});
+        let a = Answer::from_record(&who, &pending, false);
+        assert_eq!(a.lift.as_deref(), Some("job running"));
+        let refused = json!({"id": "f", "evaluation": hosted, "lift": {
+            "outcome": "not_lifted", "code": "memset", "reason": "cudaMemsetAsync"}});
+        let a = Answer::from_record(&who, &refused, false);
+        assert_eq!(
+            (a.lift.as_deref(), a.lifted_median_us),
+            (Some("no: memset"), None)
+        );
+        assert_eq!(super::super::table::answer_cells(&a)[5], "no: memset");
+        let none = json!({"id": "f", "evaluation": hosted});
+        assert_eq!(Answer::from_record(&who, &none, false).lift, None);
     }
 
     #[test]

@@ -7,12 +7,13 @@ use super::score::Speed;
 use super::summary::{Numbers, Report, View};
 
 /// The answers table's header.
-pub const HEADER: [&str; 11] = [
+pub const HEADER: [&str; 12] = [
     "answer",
     "problem",
     "verdict",
     "trust",
     "time",
+    "lifted",
     "x eager",
     "x compile",
     "tier",
@@ -22,12 +23,12 @@ pub const HEADER: [&str; 11] = [
 ];
 
 /// Columns aligned right (numbers).
-const RIGHT: [bool; 11] = [
-    false, false, false, false, true, true, true, false, true, false, false,
+pub const RIGHT: [bool; 12] = [
+    false, false, false, false, true, false, true, true, false, true, false, false,
 ];
 
 /// One answer's cells, in [`HEADER`]'s order.
-pub fn answer_cells(a: &Answer) -> [String; 11] {
+pub fn answer_cells(a: &Answer) -> [String; 12] {
     let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     let verdict = match a.status {
         Status::Evaluated => opt(&a.verdict),
@@ -46,6 +47,7 @@ pub fn answer_cells(a: &Answer) -> [String; 11] {
         verdict,
         opt(&a.trust),
         a.median_us.map_or("-".into(), crate::output::fmt_us),
+        lifted_cell(a),
         times(a.speedup_eager),
         times(a.speedup_compile),
         opt(&a.tier),
@@ -54,6 +56,17 @@ pub fn answer_cells(a: &Answer) -> [String; 11] {
         yes(a.kernelbench_correct),
         yes(a.kiln_correct),
     ]
+}
+
+/// What lifting a hosted answer came to: the lifted candidate's median and verdict (`ok`
+/// alone for the time), or `no: CODE`; `-` when nothing was tried.
+fn lifted_cell(a: &Answer) -> String {
+    match (&a.lift, a.lifted_median_us) {
+        (Some(v), Some(t)) if v == "ok" => crate::output::fmt_us(t),
+        (Some(v), Some(t)) => format!("{} {v}", crate::output::fmt_us(t)),
+        (Some(v), None) => v.clone(),
+        (None, _) => "-".into(),
+    }
 }
 
 /// Each reason a baseline is missing, with the problems it is missing for.
@@ -225,7 +238,7 @@ pub fn render(r: &Report) -> String {
         r.wall_s
     ));
     out.push(String::new());
-    let rows: Vec<[String; 11]> = r.answers.iter().map(answer_cells).collect();
+    let rows: Vec<[String; 12]> = r.answers.iter().map(answer_cells).collect();
     out.push(layout(HEADER, &rows, RIGHT));
     out.push(
         "(* answered from kilnd's store; time: kiln's median; x eager, x compile: torch's \
