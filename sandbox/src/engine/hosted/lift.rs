@@ -844,18 +844,12 @@ pub fn lift(
             });
         }
     }
-    for t in problem.tensors.iter().filter(|t| t.role == Role::Output) {
-        let passed = c1
-            .args
+    outputs_passed(problem, |name| {
+        c1.args
             .iter()
             .flatten()
-            .any(|c| *c == Class::Tensor(t.name.clone()));
-        if !passed {
-            return Err(Refusal::OutputUnwritten {
-                name: t.name.clone(),
-            });
-        }
-    }
+            .any(|c| matches!(c, Class::Tensor(n) if n == name))
+    })?;
 
     let mut notes = vec!["launch names from recorded symbols (demangled)".to_string()];
     notes.extend(syncs_note(first));
@@ -1064,6 +1058,21 @@ fn scratch_buffers(
         scratch.push(ScratchBuffer { name, dtype, elems });
     }
     Ok(scratch)
+}
+
+/// Every output of the problem is passed to some launch (`passed(name)`), else
+/// `OutputUnwritten`: the forward wrote it some other way.
+fn outputs_passed(problem: &ProblemSpec, passed: impl Fn(&str) -> bool) -> Result<(), Refusal> {
+    match problem
+        .tensors
+        .iter()
+        .find(|t| t.role == Role::Output && !passed(&t.name))
+    {
+        Some(t) => Err(Refusal::OutputUnwritten {
+            name: t.name.clone(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// The first launched kernel whose name demangles and which no source defines (by base

@@ -24,7 +24,7 @@ use kiln_types::candidate::{
     Arg, Constexpr, Launch, MAX_ARGS, MAX_CONSTEXPR_STR, MAX_CONSTEXPRS, MAX_LAUNCHES,
     MAX_NUM_STAGES, MAX_NUM_WARPS, MAX_SOURCE_BYTES, Scalar,
 };
-use kiln_types::{Dtype, Language, ProblemSpec, Role};
+use kiln_types::{Dtype, Language, ProblemSpec};
 use serde_json::Value;
 
 use super::{
@@ -529,18 +529,12 @@ pub fn lift(
             });
         }
     }
-    for t in problem.tensors.iter().filter(|t| t.role == Role::Output) {
-        let passed = m1
-            .args
+    super::outputs_passed(problem, |name| {
+        m1.args
             .iter()
             .flatten()
-            .any(|c| *c == Item::Tensor(t.name.clone()));
-        if !passed {
-            return Err(Refusal::OutputUnwritten {
-                name: t.name.clone(),
-            });
-        }
-    }
+            .any(|c| matches!(c, Item::Tensor(n) if n == name))
+    })?;
 
     // Pointer types: a problem tensor passed as its own dtype; a temporary as one dtype
     // throughout (its scratch buffer's).
