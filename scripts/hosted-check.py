@@ -3,7 +3,7 @@
 host (scripts/gpu-check.sh's `hosted` step runs it).
 
     hosted-check.py KILN CORPUS [--python PY] [--helper kiln_torch.py] [--out DIR]
-                    [--only REGEX] [--parallel] [--no-baselines]
+                    [--only REGEX] [--parallel] [--no-baselines] [--lift-bench N]
 
 CORPUS holds `manifest.json` (a list of {"file", "problem_file", "kind", "repo", "path",
 ...}), the files, and the KernelBench problem files they answer (`problem_file`, relative
@@ -17,6 +17,12 @@ stayed hosted); then the counts of verdicts and of lift outcomes. Exit 0 when ev
 answers is kiln's job here, not this script's) and every entry's `expect` (verdicts it
 must get, kiln's own examples), `expect_lift` (`lifted` with the hosted verdict, or the
 codes of the reasons it may stay hosted for) and `min_median_us` held; 1 otherwise.
+
+With --lift-bench N, every file lifted `ok` is then timed as a contract candidate at
+throughput: `kiln bench throughput --candidate LIFTED --count N` (its lifted candidate as
+`kiln submit` takes it, varied by a comment tag, compiles fresh), and so is the entry's
+`hand_written` candidate (a JSON candidate file relative to CORPUS, the same problem
+answered by hand) when it names one. One `LIFTBENCH` line per pass.
 """
 
 import argparse
@@ -83,6 +89,46 @@ def baseline_medians(kiln, name, log):
     return got.get("torch-eager"), got.get("torch-compile")
 
 
+def throughput_pass(kiln, candidate_file, count, log):
+    """`kiln bench throughput` over CANDIDATE_FILE's variants, fresh compiles only: the
+    report's first pass, or None."""
+    code, out, _ = run([kiln, "bench", "throughput", "--candidate", candidate_file, "--count",
+                        str(count), "--in-flight", "16", "--no-cached", "-o", "json"], 1200, log)
+    try:
+        passes = json.loads(out).get("passes") or []
+    except json.JSONDecodeError:
+        return None
+    return passes[0] if code == 0 and passes else None
+
+
+def lift_bench(kiln, corpus, args, k, m, name, lifted_id, log):
+    """Throughput of a file's lifted candidate beside its entry's hand-written one."""
+    code, out, _ = run([kiln, "show", lifted_id, "-o", "json"], 120, log)
+    try:
+        candidate = json.loads(out).get("candidate")
+    except json.JSONDecodeError:
+        candidate = None
+    if code != 0 or not candidate:
+        print(f"LIFTBENCH {m['file']} problem={name} lifted={lifted_id} error='no lifted candidate'",
+              flush=True)
+        return
+    path = os.path.join(args.out, f"lifted-{k}.json")
+    with open(path, "w") as f:
+        json.dump(candidate, f)
+    runs = [("lifted", path)]
+    if m.get("hand_written"):
+        runs.append(("hand_written", os.path.join(corpus, m["hand_written"])))
+    for label, file in runs:
+        p = throughput_pass(kiln, file, args.lift_bench, log)
+        if p is None:
+            print(f"LIFTBENCH {m['file']} problem={name} {label} error='bench failed (see hosted-check.log)'",
+                  flush=True)
+            continue
+        print(f"LIFTBENCH {m['file']} problem={name} {label} candidates={p.get('candidates')} "
+              f"per_minute={round(p.get('per_minute') or 0, 1)} busy={round(p.get('busy_fraction') or 0, 3)} "
+              f"verdicts={json.dumps(p.get('verdicts'), sort_keys=True)}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("kiln")
@@ -98,6 +144,9 @@ def main():
                     help="do not measure the torch baselines (no speedups)")
     ap.add_argument("--problems-root", default=None,
                     help="where the manifest's problem_file paths start (default: CORPUS)")
+    ap.add_argument("--lift-bench", type=int, default=0, metavar="N",
+                    help="time each file lifted ok (and its entry's hand_written candidate) "
+                         "with `kiln bench throughput --count N`")
     args = ap.parse_args()
     kiln, corpus = args.kiln, args.corpus
     log = open(os.path.join(args.out, "hosted-check.log"), "a")
@@ -133,6 +182,7 @@ def main():
             print("import refused:", r.get("file"), "-", str(r.get("reason"))[:200], flush=True)
         run([kiln, "problems", "add", os.path.join(imported, level)], 600, log)
     counts, failed_jobs, baselines, unmet, lifts = {}, 0, {}, [], {}
+    lifted_ok = []  # (manifest entry, problem name, lifted candidate id)
     submitted, started = {}, time.time()
     if args.parallel:
         # Every file queued at once; each then waited for in turn.
@@ -182,6 +232,8 @@ def main():
                       f"lifted_speedup_eager={sp_of(eager, lift.get('median_us'))} "
                       f"lifted_msg={(lift.get('message') or '')[:160]!r}")
             lifts[lift.get("verdict") or "no verdict"] = lifts.get(lift.get("verdict") or "no verdict", 0) + 1
+            if lift.get("verdict") == "ok":
+                lifted_ok.append((m, name, lift.get("candidate_id")))
         elif lift:
             lifted = f"lift=not_lifted lift_code={lift.get('code')} lift_reason={(lift.get('reason') or '')[:200]!r}"
             lifts["not_lifted:" + str(lift.get("code"))] = lifts.get("not_lifted:" + str(lift.get("code")), 0) + 1
@@ -206,6 +258,9 @@ def main():
             unmet.append(f"{m['file']}: lifted verdict {lift.get('verdict')}, hosted {e.get('verdict')}")
         if m.get("min_median_us") and med is not None and med < m["min_median_us"]:
             unmet.append(f"{m['file']}: median {med} us below {m['min_median_us']}")
+    if args.lift_bench > 0:
+        for k, (m, name, lifted_id) in enumerate(lifted_ok):
+            lift_bench(kiln, corpus, args, k, m, name, lifted_id, log)
     print("COUNTS", json.dumps(counts, sort_keys=True), "failed_jobs", failed_jobs, flush=True)
     print("LIFTS", json.dumps(lifts, sort_keys=True), flush=True)
     for u in unmet:

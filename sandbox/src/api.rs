@@ -154,7 +154,7 @@ pub fn compile(
         let Some(setup) = cfg
             .hosted
             .as_ref()
-            .filter(|_| crate::engine::hosted::build::wants_build(&candidate.source))
+            .filter(|_| crate::engine::hosted::build::wants_compile_step(&candidate.source))
         else {
             return Ok(as_written);
         };
@@ -167,8 +167,11 @@ pub fn compile(
                 .as_ref()
                 .map_or_else(|| "[]".to_string(), |t| t.init_inputs.clone()),
             // torch's precompiled extension header (built first by the first build to need
-            // it): the host folder here, the jail's path once the jail is up.
-            cpath: crate::engine::hosted::gch::ensure(cfg, setup),
+            // it; a Triton-only file builds nothing and needs none): the host folder here,
+            // the jail's path once the jail is up.
+            cpath: crate::engine::hosted::build::wants_build(&candidate.source)
+                .then(|| crate::engine::hosted::gch::ensure(cfg, setup))
+                .flatten(),
             make_gch: false,
         };
         // Nothing the build does is a verdict: whatever fails, the file goes on as written

@@ -266,6 +266,37 @@ fn templated_and_namespaced_kernels_compile_in_the_jail_with_a_manifest() {
     );
 }
 
+/// The fill kernels lifting appends for torch's fills (`torch::zeros` in a wrapper)
+/// compile in the jail after a file's own device code, every width at once.
+#[test]
+fn the_lifts_fill_kernels_compile_after_a_files_device_code() {
+    if !nvrtc() {
+        return;
+    }
+    let (_dir, cfg) = common::setup();
+    let own = "__global__ void relu(const float* x, float* y, int n) { int i = threadIdx.x; if (i < n) y[i] = x[i] > 0 ? x[i] : 0; }\n";
+    let src = format!(
+        "{own}{}",
+        kiln_sandbox::engine::hosted::lift::fill::source(&[1, 2, 4, 8])
+    );
+    let names = [
+        "relu",
+        "kiln_lift_fill_u8",
+        "kiln_lift_fill_u16",
+        "kiln_lift_fill_u32",
+        "kiln_lift_fill_u64",
+    ];
+    let out =
+        kiln_sandbox::compile(&cfg, &vecadd(), &candidate(&src, &names)).expect("compile runs");
+    let art = out
+        .artifact
+        .unwrap_or_else(|| panic!("did not compile: {:#?}\n{src}", out.failure));
+    let a = kiln_gpu::artifact::Artifact::decode(&art).expect("artifact");
+    for n in &names[1..] {
+        assert_eq!(a.manifest.kernels[*n].symbol, *n, "extern \"C\": {src}");
+    }
+}
+
 #[test]
 fn without_toolkit_headers_the_error_says_which_are_unavailable() {
     if !nvrtc() {

@@ -317,6 +317,50 @@ fn a_files_device_sources_are_read_at_its_compile_step_from_its_text() {
     assert_eq!(s.flags, vec!["-O3".to_string()]);
 }
 
+/// A file whose kernels are Triton's (no `load_inline`).
+const TRITON_TEXT: &str = r#"
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64})], key=["n"])
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, 2.0 * tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        scale_kernel[lambda m: (triton.cdiv(x.numel(), m["BLOCK"]),)](x, y, x.numel())
+        return y
+"#;
+
+/// A Triton file has a compile step too, though nothing is built there (Triton compiles
+/// at evaluation): its Triton source is read from its text for lifting, the autotune
+/// decorator left out, and no library is packed.
+#[test]
+fn a_triton_files_source_is_read_at_its_compile_step() {
+    let Some((_d, cfg, _runner)) = hosted_setup() else {
+        return;
+    };
+    let p = fixture("kb-softmax-8x64");
+    let out = kiln_sandbox::compile(&cfg, &p, &modelnew(&p, TRITON_TEXT)).expect("compile step");
+    assert!(out.failure.is_none(), "{:?}", out.failure);
+    let art = out.artifact.expect("an artifact");
+    let unpacked = kiln_sandbox::engine::hosted::artifact::unpack(&art).expect("unpacks");
+    assert_eq!(unpacked.source, TRITON_TEXT);
+    assert!(unpacked.libs.is_empty(), "{}", out.info.log);
+    let sources = kiln_sandbox::engine::hosted::lift::DeviceSources::parse(unpacked.device)
+        .unwrap_or_else(|e| panic!("{e}: {:?}\n{}", unpacked.device, out.info.log));
+    let t = sources.triton.expect("the Triton source");
+    assert_eq!(t.kernels, vec!["scale_kernel".to_string()]);
+    assert!(t.source.contains("def scale_kernel"), "{}", t.source);
+    assert!(!t.source.contains("autotune"), "{}", t.source);
+    assert!(!t.source.contains("class ModelNew"), "{}", t.source);
+}
+
 fn which_ninja() -> Option<std::path::PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|d| d.join("ninja"))

@@ -60,9 +60,15 @@ pub struct HostedBuild {
 }
 
 /// Whether `source` can build anything at its compile step: it names `load_inline`.
-/// Other files (Triton, torch only) go to the lane as they are, with no compile jail.
 pub fn wants_build(source: &str) -> bool {
     source.contains("load_inline")
+}
+
+/// Whether `source` has work for a compile step: `load_inline` libraries to build
+/// ([`wants_build`]), or Triton kernels whose source lifting reads from the text there.
+/// Other files (torch only) go to the lane as they are, with no compile jail.
+pub fn wants_compile_step(source: &str) -> bool {
+    wants_build(source) || source.contains("triton")
 }
 
 /// `sm_90` as torch's `TORCH_CUDA_ARCH_LIST` spells it (`9.0`; `sm_90a`: `9.0a`);
@@ -117,6 +123,19 @@ pub fn build(source: &str, job: &HostedBuild, timeout: Duration) -> Result<Built
     } else {
         (String::new(), String::new())
     };
+    if !job.make_gch && !wants_build(source) {
+        // Triton only: nothing to build ahead (Triton compiles at evaluation, on the GPU);
+        // the device sources are this step's work.
+        let mut log = String::from(
+            "hosted: no load_inline library to build ahead (Triton kernels compile at \
+             evaluation); the file's device sources read for lifting",
+        );
+        log.push_str(&device_log);
+        return Ok(Built {
+            artifact: artifact::pack(source, &[], &device),
+            info: crate::engine::compile_info(started, log),
+        });
+    }
     let script_args: Vec<String> = if job.make_gch {
         vec!["gch".into(), dir.join("gch").display().to_string()]
     } else {
@@ -309,6 +328,8 @@ mod tests {
             "from torch.utils.cpp_extension import load_inline"
         ));
         assert!(!wants_build("import triton\nclass ModelNew: pass"));
+        assert!(wants_compile_step("import triton\nclass ModelNew: pass"));
+        assert!(!wants_compile_step("import torch\nclass ModelNew: pass"));
     }
 
     #[test]

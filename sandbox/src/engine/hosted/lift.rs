@@ -8,7 +8,8 @@
 //! lay), made on two different input draws by the same runner, and the file's device
 //! sources ([`DeviceSource`], the extractor's reading of its text). [`lift`] checks that
 //! the forward was only launches on torch's current stream (syncs are dropped; a memset, a
-//! copy, a raw allocation or any other GPU work refuses the lift), that both draws made
+//! copy, a raw allocation or any other GPU work refuses the lift; torch's own fill kernel,
+//! a `torch::zeros` in the wrapper, is kept as kiln's fill kernel: [`fill`]), that both draws made
 //! the same launches with the same parameters, and maps each parameter: a pointer to the
 //! start of one of kiln's tensors is that tensor, a pointer to the start of a block torch's
 //! allocator handed out is a scratch buffer (`lift_scratch0`, ... in order of first use),
@@ -36,6 +37,7 @@
 //! count that changes with the inputs), which one recording could not show. This module
 //! is pure: no I/O, no GPU, and never a panic on what the runner wrote.
 
+pub mod fill;
 pub mod names;
 pub mod recording;
 pub mod triton;
@@ -157,6 +159,15 @@ pub enum Refusal {
         name: String,
         /// Bytes from its start.
         offset: u64,
+    },
+    /// One of torch's fills writes where no tensor of the problem and no temporary lies.
+    #[error(
+        "launch {launch} (torch's fill) writes to an address that is no tensor of the problem \
+         and no temporary of torch's allocator"
+    )]
+    FillTarget {
+        /// The launch's position.
+        launch: usize,
     },
     /// A region the runner named after no tensor of the problem.
     #[error("{place} the runner's region {name:?}, which names no tensor of the problem")]
@@ -290,6 +301,7 @@ impl Refusal {
             Refusal::TooLarge(_) => "too_large",
             Refusal::Offset { .. } => "offset",
             Refusal::UnknownTensor { .. } => "unknown_tensor",
+            Refusal::FillTarget { .. } => "fill_target",
             Refusal::OutputView { .. } => "output_view",
             Refusal::OutputIsInput { .. } => "output_is_input",
             Refusal::OutputUnwritten { .. } => "output_unwritten",
@@ -823,9 +835,24 @@ pub fn lift(
         )));
     }
 
+    // torch's fills (`torch::zeros`, `fill_`) are kept as kiln's fill kernels; every
+    // other launch must be one of the file's.
+    let fills: Vec<Option<fill::Fill>> = a.iter().map(|l| fill::Fill::of(l)).collect();
+    let own: Vec<&LaunchOp> = a
+        .iter()
+        .zip(&fills)
+        .filter(|(_, f)| f.is_none())
+        .map(|(l, _)| *l)
+        .collect();
+    if own.is_empty() {
+        return Err(Refusal::NoSource {
+            kernel: shown(a[0]),
+        });
+    }
+
     // A kernel that no source of the file defines (a torch or library kernel) says more
     // than what it does to the pointers, so it is named first.
-    if let Some(kernel) = foreign_kernel(&a, sources) {
+    if let Some(kernel) = foreign_kernel(&own, sources) {
         return Err(Refusal::NoSource { kernel });
     }
 
@@ -862,6 +889,20 @@ pub fn lift(
         a.iter().map(|l| names::kernel_name(&l.symbol)).collect();
     let mut all_args = Vec::with_capacity(a.len());
     for (i, (l, classes)) in a.iter().zip(&c1.args).enumerate() {
+        if let Some(f) = &fills[i] {
+            let target = match classes.get(2) {
+                Some(Class::Tensor(n)) => n.clone(),
+                Some(Class::Scratch(k)) => scratch[*k].name.clone(),
+                _ => return Err(Refusal::FillTarget { launch: i }),
+            };
+            notes.push(format!("launch {i}: {}", f.describe(&target)));
+            all_args.push(vec![
+                Arg::Buffer(target),
+                Arg::Scalar(f.value()),
+                Arg::Scalar(f.count()),
+            ]);
+            continue;
+        }
         let signature = kernel_names[i].as_ref().and_then(|k| k.params.as_ref());
         let types = signature.filter(|s| s.len() == l.params.len());
         match (&kernel_names[i], signature) {
@@ -910,10 +951,11 @@ pub fn lift(
     }
 
     let mut kernels = Vec::with_capacity(a.len());
-    for (l, k) in a.iter().zip(&kernel_names) {
-        match k {
-            Some(k) => kernels.push(k.expr.clone()),
-            None => {
+    for ((l, k), f) in a.iter().zip(&kernel_names).zip(&fills) {
+        match (f, k) {
+            (Some(f), _) => kernels.push(f.kernel().to_string()),
+            (None, Some(k)) => kernels.push(k.expr.clone()),
+            (None, None) => {
                 return Err(Refusal::Demangle {
                     symbol: clip(&l.symbol),
                 });
@@ -921,8 +963,13 @@ pub fn lift(
         }
     }
 
-    // The source: the first that defines every launched kernel (by base name).
-    let bases: Vec<String> = kernels.iter().map(|k| names::base_name(k)).collect();
+    // The source: the first that defines every launched kernel of the file (by base name).
+    let bases: Vec<String> = kernels
+        .iter()
+        .zip(&fills)
+        .filter(|(_, f)| f.is_none())
+        .map(|(k, _)| names::base_name(k))
+        .collect();
     let holds =
         |s: &DeviceSource, base: &str| s.kernels.iter().any(|k| names::base_name(k) == base);
     let Some(si) = sources
@@ -940,10 +987,17 @@ pub fn lift(
         });
     };
     let src = &sources[si];
-    if src.source.len() > MAX_SOURCE_BYTES {
+    let mut widths: Vec<u32> = fills.iter().flatten().map(|f| f.width).collect();
+    widths.dedup();
+    let source = if widths.is_empty() {
+        src.source.clone()
+    } else {
+        format!("{}{}", src.source, fill::source(&widths))
+    };
+    if source.len() > MAX_SOURCE_BYTES {
         return Err(Refusal::TooLarge(format!(
             "the device source is {} bytes; a candidate's is at most {MAX_SOURCE_BYTES}",
-            src.source.len()
+            source.len()
         )));
     }
     if sources.len() > 1 {
@@ -979,20 +1033,33 @@ pub fn lift(
         .iter()
         .zip(kernels)
         .zip(all_args)
-        .map(|((l, kernel), args)| Launch {
-            kernel,
-            grid: l.grid,
-            block: l.block,
-            shared_bytes: l.shared_bytes,
-            args,
-            cooperative: l.cooperative,
-            cluster: l.cluster,
-            ..Launch::default()
+        .zip(&fills)
+        .map(|(((l, kernel), args), f)| match f {
+            Some(f) => {
+                let (grid, block) = f.config();
+                Launch {
+                    kernel,
+                    grid,
+                    block,
+                    args,
+                    ..Launch::default()
+                }
+            }
+            None => Launch {
+                kernel,
+                grid: l.grid,
+                block: l.block,
+                shared_bytes: l.shared_bytes,
+                args,
+                cooperative: l.cooperative,
+                cluster: l.cluster,
+                ..Launch::default()
+            },
         })
         .collect();
     Ok(Lifted {
         language: Language::Cuda,
-        source: src.source.clone(),
+        source,
         flags,
         launches,
         scratch,

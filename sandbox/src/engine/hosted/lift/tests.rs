@@ -578,7 +578,127 @@ fn refusal_cases() -> Vec<RefusalCase> {
             },
             &["at::native::reduce_kernel<512, 1>"],
         ),
+        r(
+            "fill_target",
+            gelu(),
+            |c| c.both(|r| with_fill(r, 0xdead_0000, 16 * 16384, "00000000")),
+            &["launch 0 (torch's fill)", "no tensor of the problem"],
+        ),
+        r(
+            // ATen's elementwise kernel with another functor (a multiply) is no fill.
+            "no_source",
+            gelu(),
+            |c| {
+                c.both(|r| {
+                    let out = r["regions"][1]["ptr"].as_u64().expect("out");
+                    with_fill(r, out, 16 * 16384, "0000803f");
+                    r["ops"][0]["symbol"] = json!(ATEN_MUL);
+                })
+            },
+            &["MulFunctor"],
+        ),
     ]
+}
+
+/// ATen's fill of a contiguous float tensor (what `torch::zeros` launches).
+const ATEN_FILL: &str = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_";
+/// The same ATen kernel over a multiply: a library kernel, not a fill.
+const ATEN_MUL: &str = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_10MulFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_";
+
+/// Puts ATen's fill of `n` floats (`value`: the element's bytes in hex) at `ptr` first in
+/// the recording `r`, as torch launches it for `torch::zeros_like(x)` before the kernel.
+fn with_fill(r: &mut Value, ptr: u64, n: i32, value: &str) {
+    let n: String = n.to_le_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let fill = json!({
+        "op": "launch", "api": "cudaLaunchKernel", "symbol": ATEN_FILL,
+        "grid": [256, 1, 1], "block": [128, 1, 1], "shared_bytes": 0, "stream": "current",
+        "params": [
+            {"offset": 0, "size": 4, "hex": n},
+            {"offset": 4, "size": 4, "hex": value},
+            {"offset": 8, "size": 8, "hex": hex64(ptr)},
+        ],
+    });
+    r["ops"].as_array_mut().expect("ops").insert(0, fill);
+}
+
+/// `torch::zeros_like(x)` for the output, then the file's kernel: torch's fill is kept as
+/// kiln's own fill kernel, appended to the file's device source, first in the plan.
+#[test]
+fn lift_keeps_torchs_fill_of_the_output_as_kilns_fill_kernel() {
+    let mut c = Case::gelu();
+    c.both(|r| {
+        let out = r["regions"][1]["ptr"].as_u64().expect("out");
+        with_fill(r, out, 16 * 16384, "00000000");
+    });
+    let l = c.lift().expect("lifts");
+    assert_eq!(l.launches.len(), 2);
+    let f = &l.launches[0];
+    assert_eq!(f.kernel, "kiln_lift_fill_u32");
+    assert_eq!(
+        f.args,
+        vec![
+            buf("out"),
+            Arg::Scalar(Scalar::U32(0)),
+            Arg::Scalar(Scalar::U64(16 * 16384))
+        ]
+    );
+    assert_eq!(f.block, [256, 1, 1]);
+    assert_eq!(f.grid, [1024, 1, 1]);
+    assert_eq!(l.launches[1].kernel, "gelu_kernel");
+    assert!(l.source.starts_with(&c.source(0)), "{}", l.source);
+    assert!(
+        l.source
+            .contains("extern \"C\" __global__ void kiln_lift_fill_u32(unsigned int*"),
+        "{}",
+        l.source
+    );
+    assert!(!l.source.contains("kiln_lift_fill_u8"), "{}", l.source);
+    assert!(
+        l.notes.iter().any(|n| n.contains("torch's fill of out")),
+        "{:?}",
+        l.notes
+    );
+    // The candidate it becomes is a valid contract candidate.
+    let candidate = l.candidate("gelu", "");
+    candidate.validate().expect("valid");
+}
+
+/// A fill of another value (`fill_(1.0)`) keeps its bit pattern; a fill of a temporary
+/// from torch's allocator fills a scratch buffer.
+#[test]
+fn lift_keeps_a_fills_value_and_fills_temporaries_as_scratch() {
+    let mut c = Case::gelu();
+    let tmp: u64 = 0x7f00_0000_0000;
+    c.both(|r| {
+        with_fill(r, tmp, 1024, "0000803f");
+        r["allocations"]
+            .as_array_mut()
+            .expect("allocations")
+            .push(json!({"ptr": tmp, "bytes": 4096}));
+    });
+    let l = c.lift().expect("lifts");
+    assert_eq!(l.scratch.len(), 1);
+    assert_eq!(
+        l.launches[0].args,
+        vec![
+            buf(&l.scratch[0].name),
+            Arg::Scalar(Scalar::U32(0x3f80_0000)),
+            Arg::Scalar(Scalar::U64(1024))
+        ]
+    );
+    assert_eq!(l.launches[0].grid, [4, 1, 1]);
+}
+
+/// A fill whose element count changes with the draw is a plan that depends on the data.
+#[test]
+fn lift_refuses_a_fill_that_differs_between_draws() {
+    let mut c = Case::gelu();
+    let out1 = c.first["regions"][1]["ptr"].as_u64().expect("out");
+    let out2 = c.second["regions"][1]["ptr"].as_u64().expect("out");
+    with_fill(&mut c.first, out1, 1024, "00000000");
+    with_fill(&mut c.second, out2, 2048, "00000000");
+    let e = c.lift().expect_err("differs");
+    assert_eq!(e.code(), "differs", "{e}");
 }
 
 #[test]
@@ -613,6 +733,7 @@ fn lift_refusals_each_have_their_code_and_say_why() {
         "param_size",
         "demangle",
         "no_source",
+        "fill_target",
     ];
     assert_eq!(seen, all.into_iter().collect::<BTreeSet<_>>());
 }
