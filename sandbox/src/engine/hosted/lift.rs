@@ -161,13 +161,12 @@ pub enum Refusal {
         offset: u64,
     },
     /// One of torch's fills writes where no tensor of the problem and no temporary lies.
-    #[error(
-        "launch {launch} (torch's fill) writes to an address that is no tensor of the problem \
-         and no temporary of torch's allocator"
-    )]
+    #[error("launch {launch} (torch's fill) {why}")]
     FillTarget {
         /// The launch's position.
         launch: usize,
+        /// What is wrong with where it writes.
+        why: String,
     },
     /// A region the runner named after no tensor of the problem.
     #[error("{place} the runner's region {name:?}, which names no tensor of the problem")]
@@ -809,6 +808,26 @@ pub fn lift(
         return Err(Refusal::NoLaunches);
     }
     compare_launches(&a, &b)?;
+    // torch's fills, pieces of one fill joined (the plan launches kiln's fill kernel for
+    // each); both draws must fill alike.
+    let (a, fills) = fill::merge(&a);
+    let (b, fills_b) = fill::merge(&b);
+    if let Some(i) = (0..fills.len().max(fills_b.len())).find(|&i| {
+        match (
+            fills.get(i).copied().flatten(),
+            fills_b.get(i).copied().flatten(),
+        ) {
+            (Some(x), Some(y)) => !x.same_work(&y),
+            (None, None) => false,
+            _ => true,
+        }
+    }) {
+        return Err(Refusal::Differs {
+            launch: i,
+            kernel: a.get(i).or(b.get(i)).map(|l| shown(l)).unwrap_or_default(),
+            what: "torch's fill (its elements or value)".into(),
+        });
+    }
     for (i, l) in a.iter().chain(&b).enumerate() {
         if l.stream != Stream::Current {
             return Err(Refusal::SideStream {
@@ -837,7 +856,6 @@ pub fn lift(
 
     // torch's fills (`torch::zeros`, `fill_`) are kept as kiln's fill kernels; every
     // other launch must be one of the file's.
-    let fills: Vec<Option<fill::Fill>> = a.iter().map(|l| fill::Fill::of(l)).collect();
     let own: Vec<&LaunchOp> = a
         .iter()
         .zip(&fills)
@@ -890,11 +908,30 @@ pub fn lift(
     let mut all_args = Vec::with_capacity(a.len());
     for (i, (l, classes)) in a.iter().zip(&c1.args).enumerate() {
         if let Some(f) = &fills[i] {
-            let target = match classes.get(2) {
-                Some(Class::Tensor(n)) => n.clone(),
-                Some(Class::Scratch(k)) => scratch[*k].name.clone(),
-                _ => return Err(Refusal::FillTarget { launch: i }),
+            let (target, room) = match classes.get(2) {
+                Some(Class::Tensor(n)) => (n.clone(), problem.tensor(n).map_or(0, |t| t.bytes())),
+                Some(Class::Scratch(k)) => (
+                    scratch[*k].name.clone(),
+                    scratch[*k].elems.saturating_mul(scratch[*k].dtype.size()),
+                ),
+                _ => {
+                    return Err(Refusal::FillTarget {
+                        launch: i,
+                        why: "writes to an address that is no tensor of the problem and no \
+                              temporary of torch's allocator"
+                            .into(),
+                    });
+                }
             };
+            if f.bytes() > room {
+                return Err(Refusal::FillTarget {
+                    launch: i,
+                    why: format!(
+                        "sets {} bytes from the start of {target}, which holds {room}",
+                        f.bytes()
+                    ),
+                });
+            }
             notes.push(format!("launch {i}: {}", f.describe(&target)));
             all_args.push(vec![
                 Arg::Buffer(target),

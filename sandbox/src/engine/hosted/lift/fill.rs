@@ -31,6 +31,34 @@ pub struct Fill {
     pub elems: u64,
     /// The bit pattern of one element (little-endian, zero-extended).
     pub bits: u64,
+    /// The first byte set (the recording's address).
+    pub ptr: u64,
+}
+
+/// `launches` with each run of consecutive fills that continue one another (the same
+/// width and pattern, each starting where the last ended) as one fill: torch splits a
+/// fill of a tensor past 2^31 bytes into such pieces (its kernels index in 32 bits).
+/// Returns the first launch of each run (or the launch itself) and, beside it, the
+/// whole fill.
+pub fn merge<'a>(launches: &[&'a LaunchOp]) -> (Vec<&'a LaunchOp>, Vec<Option<Fill>>) {
+    let mut kept: Vec<&'a LaunchOp> = Vec::with_capacity(launches.len());
+    let mut fills: Vec<Option<Fill>> = Vec::with_capacity(launches.len());
+    for l in launches {
+        let f = Fill::of(l);
+        if let (Some(next), Some(Some(run))) = (f, fills.last_mut()) {
+            let end = run
+                .elems
+                .checked_mul(u64::from(run.width))
+                .and_then(|b| run.ptr.checked_add(b));
+            if next.width == run.width && next.bits == run.bits && end == Some(next.ptr) {
+                run.elems += next.elems;
+                continue;
+            }
+        }
+        kept.push(l);
+        fills.push(f);
+    }
+    (kept, fills)
 }
 
 impl Fill {
@@ -56,7 +84,19 @@ impl Fill {
             width: l.params[1].size,
             elems: u64::try_from(n).ok()?,
             bits: u64::from_le_bytes(bits),
+            ptr: u64::from_le_bytes(ptr.bytes().ok()?.try_into().ok()?),
         })
+    }
+
+    /// Whether `other` (the same fill in the other draw) does the same work: the same
+    /// elements, width and pattern (its address is the other draw's).
+    pub fn same_work(&self, other: &Fill) -> bool {
+        (self.width, self.elems, self.bits) == (other.width, other.elems, other.bits)
+    }
+
+    /// Its bytes (saturating: a count no buffer holds).
+    pub fn bytes(&self) -> u64 {
+        self.elems.saturating_mul(u64::from(self.width))
     }
 
     /// kiln's fill kernel for this width (an `extern "C"` name in [`source`]).
@@ -125,6 +165,7 @@ pub fn source(widths: &[u32]) -> String {
             width: w,
             elems: 0,
             bits: 0,
+            ptr: 0,
         }
         .kernel();
         out.push_str(&format!(

@@ -689,6 +689,43 @@ fn lift_keeps_a_fills_value_and_fills_temporaries_as_scratch() {
     assert_eq!(l.launches[0].grid, [4, 1, 1]);
 }
 
+/// torch fills a large tensor in pieces (32-bit indexing): consecutive pieces that
+/// continue one another are one fill of the whole tensor; a fill past its tensor's end
+/// is refused.
+#[test]
+fn lift_joins_the_pieces_of_one_fill_and_bounds_it_by_its_buffer() {
+    let mut c = Case::gelu();
+    c.both(|r| {
+        let out = r["regions"][1]["ptr"].as_u64().expect("out");
+        // Inserted first, so the second piece goes in first.
+        with_fill(r, out + 4 * 131072, 131072, "00000000");
+        with_fill(r, out, 131072, "00000000");
+    });
+    let l = c.lift().expect("lifts");
+    assert_eq!(l.launches.len(), 2, "{:?}", l.launches);
+    assert_eq!(l.launches[0].args[2], Arg::Scalar(Scalar::U64(262144)));
+    assert_eq!(l.launches[1].kernel, "gelu_kernel");
+
+    // A piece of another value is a fill of its own, into the middle of out.
+    let mut c = Case::gelu();
+    c.both(|r| {
+        let out = r["regions"][1]["ptr"].as_u64().expect("out");
+        with_fill(r, out + 4 * 131072, 131072, "0000803f");
+        with_fill(r, out, 131072, "00000000");
+    });
+    assert_eq!(c.lift().expect_err("offset").code(), "offset");
+
+    // One element more than out holds.
+    let mut c = Case::gelu();
+    c.both(|r| {
+        let out = r["regions"][1]["ptr"].as_u64().expect("out");
+        with_fill(r, out, 262145, "00000000");
+    });
+    let e = c.lift().expect_err("too long");
+    assert_eq!(e.code(), "fill_target", "{e}");
+    assert!(e.to_string().contains("1048580 bytes"), "{e}");
+}
+
 /// A fill whose element count changes with the draw is a plan that depends on the data.
 #[test]
 fn lift_refuses_a_fill_that_differs_between_draws() {
