@@ -160,7 +160,8 @@ pub enum Refusal {
         /// Bytes from its start.
         offset: u64,
     },
-    /// One of torch's fills writes where no tensor of the problem and no temporary lies.
+    /// One of torch's fills writes where no tensor of the problem and no temporary lies,
+    /// or past the end of the one it starts at.
     #[error("launch {launch} (torch's fill) {why}")]
     FillTarget {
         /// The launch's position.
