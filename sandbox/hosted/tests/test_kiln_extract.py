@@ -249,6 +249,15 @@ DRIVER = os.path.join(FOLDER, "..", "src", "engine", "triton", "driver.py")
 
 
 class TritonSource(unittest.TestCase):
+    def test_the_names_taken_from_triton_are_the_contracts(self):
+        # The extractor runs in the hosted jail and the Triton driver in the compile jail,
+        # each a file of its own: the two lists of `from triton import NAME` must agree.
+        driver = os.path.join(FOLDER, "..", "src", "engine", "triton", "driver.py")
+        tree = ast.parse(open(driver).read())
+        names = [ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                 and any(getattr(t, "id", None) == "TRITON_NAMES" for t in n.targets)]
+        self.assertEqual(names, [ke.TRITON_FROM])
+
     def test_jit_functions_without_their_configs_with_the_imports_and_constants_they_use(self):
         got = ke.triton_source(TRITON_SOFTMAX)
         self.assertEqual(got["kernels"], ["_exp", "softmax_kernel"])

@@ -418,6 +418,33 @@ fn check_ops(r: &Recording) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// Refuses launches on any stream but torch's current one (`a`, `b`: the two draws'
+/// launches, the same in number).
+fn current_stream_only(a: &[&LaunchOp], b: &[&LaunchOp]) -> Result<(), Refusal> {
+    match a
+        .iter()
+        .chain(b)
+        .enumerate()
+        .find(|(_, l)| l.stream != Stream::Current)
+    {
+        Some((i, l)) => Err(Refusal::SideStream {
+            launch: i % a.len().max(1),
+            kernel: shown(l),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Refuses a plan of more than [`MAX_LAUNCHES`] launches.
+fn within_launches(n: usize) -> Result<(), Refusal> {
+    if n > MAX_LAUNCHES {
+        return Err(Refusal::TooLarge(format!(
+            "{n} launches; a plan holds at most {MAX_LAUNCHES}"
+        )));
+    }
+    Ok(())
+}
+
 /// Refuses two launch sequences that differ in anything but their parameters' bytes.
 fn compare_launches(a: &[&LaunchOp], b: &[&LaunchOp]) -> Result<(), Refusal> {
     if a.len() != b.len() {
@@ -829,20 +856,8 @@ pub fn lift(
             what: "torch's fill (its elements or value)".into(),
         });
     }
-    for (i, l) in a.iter().chain(&b).enumerate() {
-        if l.stream != Stream::Current {
-            return Err(Refusal::SideStream {
-                launch: i % a.len(),
-                kernel: shown(l),
-            });
-        }
-    }
-    if a.len() > MAX_LAUNCHES {
-        return Err(Refusal::TooLarge(format!(
-            "{} launches; a plan holds at most {MAX_LAUNCHES}",
-            a.len()
-        )));
-    }
+    current_stream_only(&a, &b)?;
+    within_launches(a.len())?;
     if let Some((i, l)) = a
         .iter()
         .enumerate()

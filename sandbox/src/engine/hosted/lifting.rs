@@ -96,26 +96,7 @@ mod tests {
 
     const TRITON_SOFTMAX: &str = include_str!("../../../tests/fixtures/lift/triton_softmax.json");
 
-    const SOFTMAX_PROBLEM: &str = r#"
-name = "softmax"
-[[tensor]]
-name = "x"
-dtype = "f32"
-shape = [256, 4096]
-role = "input"
-[[tensor]]
-name = "out"
-dtype = "f32"
-shape = [256, 4096]
-role = "output"
-[tolerance]
-atol = 1e-5
-rtol = 1e-5
-[reference.torch]
-file = "reference.py"
-forward = ["x"]
-outputs = ["out"]
-"#;
+    const SOFTMAX_PROBLEM: &str = include_str!("../../../tests/fixtures/lift/softmax_problem.toml");
 
     fn run(device: &Value, first: &Value, second: &Value) -> LiftOutcome {
         let problem = ProblemSpec::from_toml(SOFTMAX_PROBLEM).expect("problem");

@@ -101,12 +101,7 @@ impl Fill {
 
     /// kiln's fill kernel for this width (an `extern "C"` name in [`source`]).
     pub fn kernel(&self) -> &'static str {
-        match self.width {
-            1 => "kiln_lift_fill_u8",
-            2 => "kiln_lift_fill_u16",
-            4 => "kiln_lift_fill_u32",
-            _ => "kiln_lift_fill_u64",
-        }
+        kernel_for(self.width)
     }
 
     /// The value argument: `unsigned int` for widths up to 4, `unsigned long long` for 8.
@@ -145,6 +140,16 @@ impl Fill {
     }
 }
 
+/// kiln's fill kernel for elements of `width` bytes (8 for any width over 4).
+fn kernel_for(width: u32) -> &'static str {
+    match width {
+        1 => "kiln_lift_fill_u8",
+        2 => "kiln_lift_fill_u16",
+        4 => "kiln_lift_fill_u32",
+        _ => "kiln_lift_fill_u64",
+    }
+}
+
 /// The device code of kiln's fill kernels of the given widths, to append to the file's
 /// source: one grid-stride loop each, `extern "C"` (their names are the launch names).
 pub fn source(widths: &[u32]) -> String {
@@ -161,13 +166,7 @@ pub fn source(widths: &[u32]) -> String {
             4 => ("unsigned int", "unsigned int"),
             _ => ("unsigned long long", "unsigned long long"),
         };
-        let name = Fill {
-            width: w,
-            elems: 0,
-            bits: 0,
-            ptr: 0,
-        }
-        .kernel();
+        let name = kernel_for(w);
         out.push_str(&format!(
             "extern \"C\" __global__ void {name}({t}* __restrict__ p, {v} v, unsigned long long n) {{\n\
              \x20   unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;\n\

@@ -929,26 +929,7 @@ const TRITON_SOFTMAX: &str = include_str!("../../../../tests/fixtures/lift/trito
 /// constexpr, and a third launch with an empty grid that reached no GPU; a sync.
 const TRITON_ROWNORM: &str = include_str!("../../../../tests/fixtures/lift/triton_rownorm.json");
 
-const SOFTMAX_PROBLEM: &str = r#"
-name = "softmax"
-[[tensor]]
-name = "x"
-dtype = "f32"
-shape = [256, 4096]
-role = "input"
-[[tensor]]
-name = "out"
-dtype = "f32"
-shape = [256, 4096]
-role = "output"
-[tolerance]
-atol = 1e-5
-rtol = 1e-5
-[reference.torch]
-file = "reference.py"
-forward = ["x"]
-outputs = ["out"]
-"#;
+const SOFTMAX_PROBLEM: &str = include_str!("../../../../tests/fixtures/lift/softmax_problem.toml");
 
 impl Case {
     fn softmax() -> Case {

@@ -21,15 +21,16 @@
 use std::collections::BTreeMap;
 
 use kiln_types::candidate::{
-    Arg, Constexpr, Launch, MAX_ARGS, MAX_CONSTEXPR_STR, MAX_CONSTEXPRS, MAX_LAUNCHES,
-    MAX_NUM_STAGES, MAX_NUM_WARPS, MAX_SOURCE_BYTES, Scalar,
+    Arg, Constexpr, Launch, MAX_ARGS, MAX_CONSTEXPR_STR, MAX_CONSTEXPRS, MAX_NUM_STAGES,
+    MAX_NUM_WARPS, MAX_SOURCE_BYTES, Scalar,
 };
 use kiln_types::{Dtype, Language, ProblemSpec};
 use serde_json::Value;
 
 use super::{
-    Class, DeviceSources, LaunchOp, Lifted, Memory, Miss, Recording, Refusal, Stream, TritonArg,
-    TritonLaunch, check_bounds, check_ops, clip, compare_launches, names, pointer_class, shown,
+    Class, DeviceSources, LaunchOp, Lifted, Memory, Miss, Recording, Refusal, TritonArg,
+    TritonLaunch, check_bounds, check_ops, clip, compare_launches, current_stream_only, names,
+    pointer_class, shown, within_launches,
 };
 
 /// Compile options a Triton launch may give at their default value only (what kiln's
@@ -482,20 +483,8 @@ pub fn lift(
     let ga: Vec<&LaunchOp> = first.launches().collect();
     let gb: Vec<&LaunchOp> = second.launches().collect();
     compare_launches(&ga, &gb)?;
-    for (i, l) in ga.iter().chain(&gb).enumerate() {
-        if l.stream != Stream::Current {
-            return Err(Refusal::SideStream {
-                launch: i % ga.len(),
-                kernel: shown(l),
-            });
-        }
-    }
-    if a.len() > MAX_LAUNCHES {
-        return Err(Refusal::TooLarge(format!(
-            "{} launches; a plan holds at most {MAX_LAUNCHES}",
-            a.len()
-        )));
-    }
+    current_stream_only(&ga, &gb)?;
+    within_launches(a.len())?;
     for (i, t) in a.iter().enumerate() {
         let plain = t.args.iter().filter(|x| !x.constexpr).count();
         if plain > MAX_ARGS {
