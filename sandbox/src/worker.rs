@@ -320,7 +320,7 @@ fn serve_on(
                 let (i, o) = &mut *io;
                 ask_reference(&mut **i, &mut **o, inputs, answer_bytes)
             };
-            let mut share = |call: cuda::target::SharedCall,
+            let mut share = |call: cuda::workspace::SharedCall,
                              tensors: &[protocol::SharedTensor],
                              fds: Vec<OwnedFd>| {
                 let mut io = io.borrow_mut();
@@ -358,9 +358,14 @@ fn serve_on(
                         exe: &exe,
                         tag,
                         torch: torch_only.then_some(&mut ask as &mut host::evaluate::TorchAsk),
-                        hosted: hosted_job,
                     };
-                    match host::evaluate::evaluate(job) {
+                    let evaluated = match &hosted_job {
+                        Some(h) if candidate.language.is_hosted() => {
+                            crate::engine::hosted::cpu::evaluate(job, h)
+                        }
+                        _ => host::evaluate::evaluate(job),
+                    };
+                    match evaluated {
                         Ok(evaluation) => Response::Evaluated {
                             evaluation: Box::new(evaluation),
                             retire: false,
@@ -369,16 +374,20 @@ fn serve_on(
                     }
                 }
                 Language::Cuda => {
-                    let job = cuda::target::Job {
+                    let job = cuda::workspace::Job {
                         problem: &problem,
                         candidate: &candidate,
                         plan: &plan,
                         reference_artifact: reference,
-                        candidate_code: cuda::target::Code::Artifact(artifact),
                         output_limit_bytes: limits.output_limit_bytes,
                         torch: gpu_torch(torch_only, share_memory, &mut ask, &mut share),
                     };
-                    on_gpu(context, job, &mut retire)
+                    on_gpu(
+                        context,
+                        job,
+                        cuda::context::Candidate::Launches(cuda::target::Code::Artifact(artifact)),
+                        &mut retire,
+                    )
                 }
                 Language::ModelNew => match &hosted_job {
                     Some(h) => {
@@ -397,7 +406,7 @@ fn serve_on(
                             }
                         };
                         let dir = RemovedOnDrop(dir);
-                        let code = cuda::target::HostedCode {
+                        let code = crate::engine::hosted::gpu_target::HostedCode {
                             artifact,
                             hosted: *h,
                             runner: host::runner_ctl::RunnerConfig {
@@ -411,16 +420,20 @@ fn serve_on(
                             },
                             dir: &dir.0,
                         };
-                        let job = cuda::target::Job {
+                        let job = cuda::workspace::Job {
                             problem: &problem,
                             candidate: &candidate,
                             plan: &plan,
                             reference_artifact: reference,
-                            candidate_code: cuda::target::Code::Hosted(&code),
                             output_limit_bytes: limits.output_limit_bytes,
                             torch: gpu_torch(torch_only, share_memory, &mut ask, &mut share),
                         };
-                        let r = on_gpu(context, job, &mut retire);
+                        let r = on_gpu(
+                            context,
+                            job,
+                            cuda::context::Candidate::Hosted(&code),
+                            &mut retire,
+                        );
                         crate::engine::hosted::gpu::kill_leftovers();
                         r
                     }
@@ -433,16 +446,22 @@ fn serve_on(
                         .and_then(|a| triton::lower::lower(&candidate, &a));
                     match lowered {
                         Ok(l) => {
-                            let job = cuda::target::Job {
+                            let job = cuda::workspace::Job {
                                 problem: &problem,
                                 candidate: &l.candidate,
                                 plan: &plan,
                                 reference_artifact: reference,
-                                candidate_code: cuda::target::Code::Parts(&l.parts),
                                 output_limit_bytes: limits.output_limit_bytes,
                                 torch: gpu_torch(torch_only, share_memory, &mut ask, &mut share),
                             };
-                            on_gpu(context, job, &mut retire)
+                            on_gpu(
+                                context,
+                                job,
+                                cuda::context::Candidate::Launches(cuda::target::Code::Parts(
+                                    &l.parts,
+                                )),
+                                &mut retire,
+                            )
                         }
                         Err(message) => failed(message),
                     }
@@ -489,12 +508,12 @@ fn gpu_torch<'a, 'b>(
     torch_only: bool,
     share_memory: bool,
     ask: &'a mut host::evaluate::TorchAsk<'b>,
-    share: &'a mut cuda::target::TorchShare<'b>,
-) -> Option<cuda::target::TorchReference<'a, 'b>> {
+    share: &'a mut cuda::workspace::TorchShare<'b>,
+) -> Option<cuda::workspace::TorchReference<'a, 'b>> {
     match (torch_only, share_memory) {
         (false, _) => None,
-        (true, true) => Some(cuda::target::TorchReference::Shared(share)),
-        (true, false) => Some(cuda::target::TorchReference::Bytes(ask)),
+        (true, true) => Some(cuda::workspace::TorchReference::Shared(share)),
+        (true, false) => Some(cuda::workspace::TorchReference::Bytes(ask)),
     }
 }
 
@@ -511,15 +530,15 @@ fn is_socket(fd: &impl AsFd) -> bool {
 fn share_reference(
     input: &mut impl Read,
     output: &mut (impl Write + AsFd),
-    call: cuda::target::SharedCall,
+    call: cuda::workspace::SharedCall,
     tensors: &[protocol::SharedTensor],
     fds: Vec<OwnedFd>,
 ) -> Result<String, String> {
     let msg = Response::ReferenceShared {
         tensors: tensors.to_vec(),
         inputs_seed: match call {
-            cuda::target::SharedCall::Reference => None,
-            cuda::target::SharedCall::Inputs { seed } => Some(seed),
+            cuda::workspace::SharedCall::Reference => None,
+            cuda::workspace::SharedCall::Inputs { seed } => Some(seed),
         },
     };
     protocol::write_message(output, &msg, &[])
@@ -579,7 +598,8 @@ fn ask_reference(
 /// a fault or timeout is leaked and `retire` set: the worker exits after answering.
 fn on_gpu(
     context: &mut Option<cuda::context::GpuContext>,
-    job: cuda::target::Job,
+    job: cuda::workspace::Job,
+    code: cuda::context::Candidate,
     retire: &mut bool,
 ) -> Response {
     let opened = match context.take() {
@@ -588,7 +608,7 @@ fn on_gpu(
     };
     match opened {
         Ok(mut l) => {
-            let r = match l.evaluate(job) {
+            let r = match l.evaluate(job, code) {
                 Ok(evaluation) => Response::Evaluated {
                     evaluation: Box::new(evaluation),
                     retire: false,
@@ -633,18 +653,18 @@ mod tests {
         let mut ask = |_: &host::evaluate::Inputs| -> Result<(Vec<Vec<u8>>, String), String> {
             Err("unused".into())
         };
-        let mut share = |_: cuda::target::SharedCall,
+        let mut share = |_: cuda::workspace::SharedCall,
                          _: &[protocol::SharedTensor],
                          _: Vec<OwnedFd>|
          -> Result<String, String> { Err("unused".into()) };
         let kind = |torch_only,
                     socket,
                     ask: &mut host::evaluate::TorchAsk,
-                    share: &mut cuda::target::TorchShare| {
+                    share: &mut cuda::workspace::TorchShare| {
             match gpu_torch(torch_only, socket, ask, share) {
                 None => "none",
-                Some(cuda::target::TorchReference::Shared(_)) => "shared",
-                Some(cuda::target::TorchReference::Bytes(_)) => "bytes",
+                Some(cuda::workspace::TorchReference::Shared(_)) => "shared",
+                Some(cuda::workspace::TorchReference::Bytes(_)) => "bytes",
             }
         };
         assert_eq!(kind(true, true, &mut ask, &mut share), "shared");

@@ -97,18 +97,11 @@ pub fn print_record(r: &Value) {
     }
 }
 
-/// How the record's candidate is run (`contract`, `hosted`): kilnd's `trust`, else its
-/// evaluation's, else its language's (records from a kilnd before trust modes: `contract`).
+/// How the record's candidate is run (`contract`, `hosted`, `lifted`): kilnd's `trust`
+/// (kilnd decides it, `kiln_types::TrustMode::of`); a kilnd from before trust modes ran
+/// every candidate under the contract.
 fn trust(r: &Value) -> String {
-    if let Some(t) = r["trust"]
-        .as_str()
-        .or_else(|| r["evaluation"]["trust"].as_str())
-    {
-        return t.to_string();
-    }
-    serde_json::from_value::<kiln_types::Language>(r["candidate"]["language"].clone())
-        .map_or(kiln_types::TrustMode::Contract, kiln_types::Language::trust)
-        .to_string()
+    r["trust"].as_str().unwrap_or("contract").to_string()
 }
 
 /// A hosted file's `lift` (kilnd's record of lifting it into a contract candidate) as

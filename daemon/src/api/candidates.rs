@@ -119,11 +119,7 @@ async fn lift_json(
     record: &crate::store::CandidateRecord,
 ) -> Result<Option<(Value, bool)>, ApiError> {
     use kiln_types::lift::LiftOutcome;
-    let Some(outcome) = record
-        .evaluation
-        .as_ref()
-        .and_then(|e| LiftOutcome::of(e.telemetry.as_ref()))
-    else {
+    let Some(outcome) = record.evaluation.as_ref().and_then(|e| e.lift.clone()) else {
         return Ok(None);
     };
     let (candidate_id, notes) = match outcome {

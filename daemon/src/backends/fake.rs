@@ -195,9 +195,7 @@ impl Backend for FakeLanes {
                 candidate: Box::new(lifted),
                 notes: vec!["1 sync dropped".into()],
             };
-            e.telemetry = Some(serde_json::json!({
-                kiln_types::lift::TELEMETRY_KEY: outcome,
-            }));
+            e.lift = Some(outcome);
         }
         Ok(e)
     }

@@ -446,6 +446,7 @@ impl Scheduler {
         let t1 = Instant::now();
         let be = backend.clone();
         let hosted = candidate.language.is_hosted();
+        let language = candidate.language;
         let mut eval = tokio::task::spawn_blocking(move || {
             be.evaluate(
                 lane_index,
@@ -489,12 +490,9 @@ impl Scheduler {
         crate::metrics::add_lane_busy(backend.name(), lane_index, eval_ms / 1e3);
         // A candidate kilnd lifted from a `ModelNew` file: kiln launched it (contract),
         // and it says where it came from.
-        if job
-            .options
-            .as_ref()
-            .is_some_and(|o| o.lifted_from.is_some())
-        {
-            eval.trust = kiln_types::TrustMode::Lifted;
+        let trust = kiln_types::TrustMode::of(language, job.options.as_ref());
+        if trust == kiln_types::TrustMode::Lifted {
+            eval.trust = trust;
         }
         if let Some(c) = eval.compile.as_mut() {
             c.duration_ms = if c.cached {
@@ -515,7 +513,7 @@ impl Scheduler {
             candidate,
             candidate_id,
             ..
-        }) = kiln_types::lift::LiftOutcome::of(eval.telemetry.as_ref())
+        }) = &eval.lift
         else {
             return;
         };
@@ -523,7 +521,7 @@ impl Scheduler {
             tracing::warn!(error = %e, "the lifted candidate is not valid: not queued");
             return;
         }
-        if candidate.content_hash() != candidate_id {
+        if candidate.content_hash() != *candidate_id {
             tracing::warn!("the lifted candidate's id does not match its content: not queued");
             return;
         }
@@ -535,7 +533,7 @@ impl Scheduler {
         match self
             .persist(|| {
                 self.store
-                    .submit_with(&candidate, None, Some(&options), &job.gpu_class)
+                    .submit_with(candidate, None, Some(&options), &job.gpu_class)
             })
             .await
         {

@@ -336,12 +336,7 @@ async fn a_lifted_evaluation_queues_its_contract_candidate_marked_lifted() {
         .expect("store")
         .expect("the file");
     let Some(kiln_types::lift::LiftOutcome::Lifted { candidate_id, .. }) =
-        kiln_types::lift::LiftOutcome::of(
-            file_rec
-                .evaluation
-                .as_ref()
-                .and_then(|e| e.telemetry.as_ref()),
-        )
+        file_rec.evaluation.as_ref().and_then(|e| e.lift.clone())
     else {
         panic!("the file's evaluation names its lifted candidate");
     };

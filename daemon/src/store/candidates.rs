@@ -37,20 +37,14 @@ pub struct CandidateRecord {
 }
 
 impl CandidateRecord {
-    /// How it was run: `lifted` when kilnd lifted it from a `ModelNew` file (its job says
-    /// so), else its evaluation's mode, else its language's.
+    /// How it was run: its evaluation's mode once it has one, else the mode its job will
+    /// give it (`kiln_types::TrustMode::of`).
     pub fn trust(&self) -> kiln_types::TrustMode {
-        if self
-            .job
-            .as_ref()
-            .and_then(|j| j.options.as_ref())
-            .is_some_and(|o| o.lifted_from.is_some())
-        {
-            return kiln_types::TrustMode::Lifted;
-        }
-        self.evaluation
-            .as_ref()
-            .map_or_else(|| self.candidate.trust(), |e| e.trust)
+        let options = self.job.as_ref().and_then(|j| j.options.as_ref());
+        self.evaluation.as_ref().map_or_else(
+            || kiln_types::TrustMode::of(self.candidate.language, options),
+            |e| e.trust,
+        )
     }
 
     /// The median of its latest evaluation when that was timed on the cuda backend (what

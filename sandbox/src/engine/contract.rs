@@ -14,8 +14,13 @@
 //! the poison pattern, elements read back) and [`compare`] (error metrics, precision
 //! tiers).
 //!
-//! Backends: `engine::host::evaluate::HostTarget` (C in runner processes) and
-//! `engine::cuda::target::GpuTarget` (CUDA kernels on the worker's GPU).
+//! Targets: `engine::host::evaluate::HostTarget` (C, or a hosted file's python, in runner
+//! processes), `engine::cuda::target::GpuTarget` (kernels kiln launches on the worker's
+//! GPU) and `engine::hosted::gpu_target::HostedGpuTarget` (a hosted file's runner on the
+//! GPU, beside the same GPU memory). A verdict reached before any candidate code could run
+//! (a module that does not load, a launch plan or scratch list kiln refuses, a file that
+//! does not import) is the target's setup's, as `Evaluation::early`; every verdict after
+//! that, `no_own_kernels` included, is the [`Session`]'s.
 
 pub mod compare;
 pub mod data;
@@ -226,6 +231,16 @@ pub trait Target {
     fn timer_evidence(&self, _excluded: &[usize]) -> Option<kiln_types::TimerEvidence> {
         None
     }
+    /// The kernels one more run of the candidate launched, as its own process claims them
+    /// (a hosted runner's profiler), sorted into its own and library ones; `Err` says why
+    /// there is no list. `None` where kiln launches every kernel itself (nothing to
+    /// claim). Asked only of a candidate found correct and timed; the claim decides
+    /// `no_own_kernels` ([`Session::run`]), never a time.
+    fn claimed_kernels(
+        &mut self,
+    ) -> Option<Result<crate::engine::hosted::kernels::Breakdown, String>> {
+        None
+    }
 }
 
 /// Why an evaluation ended before its last step.
@@ -258,6 +273,9 @@ pub struct Session<'a, T: Target> {
     pub evidence: Evidence,
     /// Telemetry returned by the target for the timing window.
     pub telemetry: Option<serde_json::Value>,
+    /// The kernels the candidate's process claims it launched, as JSON for the
+    /// evaluation's telemetry (see [`Target::claimed_kernels`]).
+    pub claimed_kernels: Option<serde_json::Value>,
 }
 
 impl<'a, T: Target> Session<'a, T> {
@@ -269,15 +287,74 @@ impl<'a, T: Target> Session<'a, T> {
             target,
             evidence: Evidence::default(),
             telemetry: None,
+            claimed_kernels: None,
         }
     }
 
     /// Runs the whole contract. `Err` is an infrastructure failure, never the candidate's.
     pub fn run(&mut self) -> Result<Evaluation, String> {
-        match self.run_contract() {
-            Ok(e) | Err(Stop::Verdict(e)) => Ok(*e),
-            Err(Stop::Infra(msg)) => Err(msg),
+        let mut e = match self.run_contract() {
+            Ok(e) | Err(Stop::Verdict(e)) => *e,
+            Err(Stop::Infra(msg)) => return Err(msg),
+        };
+        self.own_kernels(&mut e);
+        Ok(e)
+    }
+
+    /// For a candidate found correct and timed whose process claims its kernels (hosted):
+    /// a forward that launched none of its own is the reference renamed, and `ok` becomes
+    /// `no_own_kernels` (its time kept). The claim's totals are checked against kiln's
+    /// time and noted; a target that cannot say leaves the verdict and adds a note.
+    fn own_kernels(&mut self, e: &mut Evaluation) {
+        if !matches!(e.verdict, Verdict::Ok | Verdict::UnmeasurableTime) {
+            return;
         }
+        let b = match self.target.claimed_kernels() {
+            None => return,
+            Some(Ok(b)) => b,
+            Some(Err(why)) => {
+                e.evidence
+                    .notes
+                    .push(format!("kernels: not recorded ({why})"));
+                return;
+            }
+        };
+        if b.kernels.is_empty() {
+            e.evidence
+                .notes
+                .push("kernels: the runner's profiler recorded no GPU work".into());
+        } else if !b.has_own() && e.verdict == Verdict::Ok {
+            e.verdict = Verdict::NoOwnKernels;
+            e.message = format!(
+                "{}; but forward launched no kernel of its own: {} library kernel(s) ran ({}), \
+                 so it is the reference renamed and does not rank",
+                e.message,
+                b.kernels.len(),
+                b.kernels
+                    .iter()
+                    .take(3)
+                    .map(|(k, _)| k.name.chars().take(60).collect::<String>())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+        if let Some(t) = &e.timing
+            && b.own_us + b.library_us > t.median_us * 1.5 + 5.0
+        {
+            e.evidence.notes.push(format!(
+                "kernels: the runner's records sum to {:.1} us of GPU time, above the {:.1} us \
+                 kiln measured from its side: they disagree (the records are the runner's claim)",
+                b.own_us + b.library_us,
+                t.median_us
+            ));
+        }
+        e.evidence.notes.push(format!(
+            "kernels: {} recorded, {:.0} % of their GPU time in library kernels (the runner's \
+             claim)",
+            b.kernels.len(),
+            100.0 * b.library_fraction()
+        ));
+        self.claimed_kernels = Some(b.to_json());
     }
 
     /// An evaluation with the evidence gathered so far.
@@ -293,6 +370,7 @@ impl<'a, T: Target> Session<'a, T> {
             evidence,
             timing: None,
             tier: None,
+            lift: None,
             telemetry: self.telemetry.clone(),
         }
     }

@@ -6,10 +6,14 @@
 //!   manifest (`kiln_gpu::artifact`);
 //! - [`context`]: [`context::GpuContext`], the CUDA context and NVML a GPU worker keeps
 //!   between evaluations;
-//! - [`target`]: [`target::GpuTarget`], the contract's mechanics on one GPU: inputs drawn on
-//!   the GPU from the secret seed, reference outputs downloaded and scrubbed before
-//!   candidate code runs, poisoned outputs, keyed GPU-side input hashes, L2-cold timed
-//!   samples, faults and timeouts;
+//! - [`workspace`]: [`workspace::GpuWorkspace`], one evaluation's memory on the GPU and its
+//!   reference, for every target that runs candidate code there: inputs drawn on the GPU
+//!   from the secret seed, keyed GPU-side input hashes, poisoned outputs, guards after
+//!   every buffer, kept copies, the reference run and scrubbed before candidate code runs
+//!   again;
+//! - [`target`]: [`target::GpuTarget`], the contract's mechanics for a candidate kiln
+//!   launches (CUDA C, lowered Triton): its module and checked plan, L2-cold timed samples,
+//!   faults and timeouts (a hosted file's target is `engine::hosted::gpu_target`);
 //! - [`baseline`]: the reference, cuBLAS and cuDNN timed as baselines under the same protocol;
 //! - [`telemetry`]: NVML around the timing window, and which samples ran throttled;
 //! - [`timer_log`]: which figure of each timed sample is the time (CUPTI kernel span or
@@ -46,3 +50,4 @@ pub mod target;
 pub mod telemetry;
 pub mod timer_log;
 pub mod toolkit;
+pub mod workspace;

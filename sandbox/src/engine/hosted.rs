@@ -15,8 +15,10 @@
 //!   that python (the filter outlives the exec);
 //! - [`cpu`]: `modelnew-cpu` on the host backend: the host engine's runner protocol and
 //!   shared buffers, with the python runner in place of the C one;
-//! - [`gpu`]: `modelnew` on the cuda backend: the GPU engine's shared tensors, mapped by
-//!   the runner, and the time of a forward taken on the worker's clock;
+//! - [`gpu`]: `modelnew` on the cuda backend: the runner started over the GPU workspace's
+//!   shared tensors, and the time of a forward taken on the worker's clock;
+//! - [`gpu_target`]: the contract's target for such a runner (the outputs hashed after
+//!   each window, the kernels it claims, lifting);
 //! - [`kernels`]: the kernels a forward launched (the runner's claim), sorted into the
 //!   file's own and library ones.
 //!
@@ -29,6 +31,7 @@ pub mod build;
 pub mod cpu;
 pub mod gch;
 pub mod gpu;
+pub mod gpu_target;
 pub mod kernels;
 pub mod lift;
 pub mod lifting;

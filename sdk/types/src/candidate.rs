@@ -77,6 +77,17 @@ pub enum TrustMode {
 }
 
 impl TrustMode {
+    /// How a candidate in `language` is run by a job with `options`: `lifted` when kilnd
+    /// lifted it from a `ModelNew` file (the job says `lifted_from`), else its language's
+    /// mode. The one place this is decided: the scheduler writes it into the evaluation,
+    /// the store answers it for a candidate not evaluated yet, and clients read `trust`.
+    pub fn of(language: Language, options: Option<&crate::JobOptions>) -> TrustMode {
+        if options.is_some_and(|o| o.lifted_from.is_some()) {
+            return TrustMode::Lifted;
+        }
+        language.trust()
+    }
+
     /// The mode's name on the wire (`contract`, `hosted`, `lifted`).
     pub fn as_str(self) -> &'static str {
         match self {

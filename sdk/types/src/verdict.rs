@@ -438,6 +438,7 @@ pub fn t95(df: u32) -> f64 {
 
 /// A finished evaluation, as stored and returned by the API.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "stored::Evaluation")]
 pub struct Evaluation {
     /// The verdict.
     pub verdict: Verdict,
@@ -445,8 +446,10 @@ pub struct Evaluation {
     pub message: String,
     /// Backend that ran it (`host`, `cuda`).
     pub backend: String,
-    /// How it was run: `contract` (kiln launched its device code) or `hosted` (its own
-    /// Python ran in a jailed runner). Older records without it were all `contract`.
+    /// How it was run: `contract` (kiln launched its device code), `hosted` (its own
+    /// Python ran in a jailed runner) or `lifted` (a hosted file's forward, recorded and
+    /// turned into a contract candidate: kilnd sets it on that candidate's evaluation).
+    /// Older records without it were all `contract`.
     #[serde(default)]
     pub trust: crate::TrustMode,
     /// Compile step.
@@ -461,9 +464,74 @@ pub struct Evaluation {
     /// Precision tier (correct candidates only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<PrecisionTier>,
+    /// What lifting a hosted file came to (only on a hosted file's evaluation whose plan
+    /// recorded its forwards): the contract candidate kilnd queues, or why there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lift: Option<crate::lift::LiftOutcome>,
     /// Backend-specific telemetry (GPU clocks, throttle reasons, power...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<serde_json::Value>,
+}
+
+/// The stored form of an [`Evaluation`], as every version of kiln wrote it: records from
+/// before `lift` was a field of its own carried it in `telemetry.lift`, where it is read
+/// from (and removed) when the field is absent.
+mod stored {
+    use serde::Deserialize;
+
+    use super::{CompileInfo, Evidence, PrecisionTier, TimingStats, Verdict};
+
+    #[derive(Deserialize)]
+    pub struct Evaluation {
+        verdict: Verdict,
+        message: String,
+        backend: String,
+        #[serde(default)]
+        trust: crate::TrustMode,
+        #[serde(default)]
+        compile: Option<CompileInfo>,
+        #[serde(default)]
+        evidence: Evidence,
+        #[serde(default)]
+        timing: Option<TimingStats>,
+        #[serde(default)]
+        tier: Option<PrecisionTier>,
+        #[serde(default)]
+        lift: Option<crate::lift::LiftOutcome>,
+        #[serde(default)]
+        telemetry: Option<serde_json::Value>,
+    }
+
+    impl TryFrom<Evaluation> for super::Evaluation {
+        type Error = String;
+
+        fn try_from(e: Evaluation) -> Result<Self, String> {
+            let mut telemetry = e.telemetry;
+            let mut lift = e.lift;
+            let old = telemetry
+                .as_mut()
+                .and_then(serde_json::Value::as_object_mut)
+                .and_then(|t| t.remove(crate::lift::OLD_TELEMETRY_KEY));
+            if let (None, Some(old)) = (&lift, old) {
+                lift = Some(
+                    serde_json::from_value(old)
+                        .map_err(|err| format!("telemetry.lift of an older record: {err}"))?,
+                );
+            }
+            Ok(super::Evaluation {
+                verdict: e.verdict,
+                message: e.message,
+                backend: e.backend,
+                trust: e.trust,
+                compile: e.compile,
+                evidence: e.evidence,
+                timing: e.timing,
+                tier: e.tier,
+                lift,
+                telemetry,
+            })
+        }
+    }
 }
 
 impl Evaluation {
@@ -482,6 +550,7 @@ impl Evaluation {
             evidence: Evidence::default(),
             timing: None,
             tier: None,
+            lift: None,
             telemetry: None,
         }
     }

@@ -1,6 +1,8 @@
 //! [`GpuContext`]: what a GPU worker keeps from one evaluation to the next — the CUDA
 //! context (with kiln's trusted kernels and the L2 flush buffer) and NVML. Each
-//! [`GpuContext::evaluate`] sets up a fresh [`super::target::GpuTarget`] on it. After a
+//! [`GpuContext::evaluate`] sets up a fresh target on it: [`super::target::GpuTarget`] for
+//! a candidate kiln launches, `engine::hosted::gpu_target::HostedGpuTarget` for a hosted
+//! file. After a
 //! fault or a timeout the context is poisoned and the worker is replaced.
 //!
 //! The kernel tracer (CUPTI, `kiln_gpu::cupti`) is started before the context, as CUPTI
@@ -9,8 +11,10 @@
 use kiln_gpu::Gpu;
 use kiln_types::Evaluation;
 
-use super::target::{Job, evaluate_on};
+use super::target::Code;
 use super::telemetry::Telemetry;
+use super::workspace::Job;
+use crate::engine::hosted::gpu_target::HostedCode;
 
 /// What a GPU worker keeps between evaluations: the context (with kiln's trusted kernels
 /// and the L2 flush buffer) and NVML. Replaced by a fresh worker after a fault or timeout
@@ -46,11 +50,29 @@ impl GpuContext {
     }
 
     /// Evaluates one candidate on this context's GPU.
-    pub fn evaluate(&mut self, job: Job) -> Result<Evaluation, String> {
+    pub fn evaluate(&mut self, job: Job, code: Candidate) -> Result<Evaluation, String> {
         self.served += 1;
         super::printf::reset();
-        evaluate_on(&self.gpu, &mut self.telemetry, job)
+        match code {
+            Candidate::Launches(code) => {
+                super::target::evaluate_on(&self.gpu, &mut self.telemetry, job, code)
+            }
+            Candidate::Hosted(code) => crate::engine::hosted::gpu_target::evaluate_on(
+                &self.gpu,
+                &mut self.telemetry,
+                job,
+                code,
+            ),
+        }
     }
+}
+
+/// A candidate's code as a GPU worker runs it.
+pub enum Candidate<'a> {
+    /// Kernels kiln launches from the candidate's plan (trust `contract`).
+    Launches(Code<'a>),
+    /// A hosted `ModelNew` file's runner (trust `hosted`).
+    Hosted(&'a HostedCode<'a>),
 }
 
 /// Starts the process's kernel tracer from `KILN_CUPTI` (`auto` when unset); once per

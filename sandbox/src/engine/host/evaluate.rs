@@ -25,8 +25,6 @@ use crate::engine::contract::data;
 use crate::engine::contract::{
     CheckError, InputVariant, Outputs, RunFailure, Session, Target, Unwritten,
 };
-use crate::engine::hosted::Hosted;
-use crate::engine::hosted::cpu as hosted_cpu;
 use crate::protocol::RunLimits;
 
 /// One drawn input set: (tensor name, bytes).
@@ -60,9 +58,6 @@ pub struct Job<'a, 'b> {
     pub tag: &'a str,
     /// The torch reference, when the problem has no host kernel.
     pub torch: Option<&'a mut TorchAsk<'b>>,
-    /// A hosted `ModelNew` file (`modelnew-cpu`): its python runs in place of a C
-    /// artifact (`engine::hosted::cpu`).
-    pub hosted: Option<Hosted<'a>>,
 }
 
 /// The host backend's mechanics: a reference runner and a candidate runner, each with its
@@ -92,9 +87,73 @@ pub enum Reference<'a, 'b> {
     Torch(&'a mut TorchAsk<'b>, String),
 }
 
-/// Runs the whole contract. `Err` is an infrastructure failure (broken reference, no
-/// scratch space), never the candidate's fault.
-pub fn evaluate(job: Job) -> Result<Evaluation, String> {
+/// What every runner of one evaluation on the host shares: the evaluation's folder, the
+/// candidate's layout, the reference (its runner started, or the caller's torch runner)
+/// and the limits its runners start under.
+pub struct Prepared<'a, 'b> {
+    /// The candidate's buffers (as many slots as fit in [`REP_SLOT_BYTES`]).
+    pub layout: Layout,
+    /// Where the reference's outputs come from.
+    pub reference: Reference<'a, 'b>,
+    /// The evaluation's folder (the worker's scratch).
+    pub dir: std::path::PathBuf,
+    /// The candidate's artifact's path there.
+    pub cand_path: std::path::PathBuf,
+    /// Per-run wall limit.
+    pub run_timeout: Duration,
+}
+
+impl Prepared<'_, '_> {
+    /// The candidate runner's settings (`job`'s limits, its artifact at `cand_path`).
+    pub fn runner_config<'c>(&'c self, job: &JobLimits<'c>) -> RunnerConfig<'c> {
+        runner_config(job, &self.cand_path, self.run_timeout)
+    }
+}
+
+/// A runner's settings: `job`'s limits, the artifact at `artifact`, and a load limit of at
+/// least 10 s.
+fn runner_config<'c>(
+    job: &JobLimits<'c>,
+    artifact: &'c Path,
+    run_timeout: Duration,
+) -> RunnerConfig<'c> {
+    RunnerConfig {
+        exe: job.exe,
+        tag: job.tag,
+        artifact,
+        as_bytes: job.limits.memory_limit_bytes,
+        cpu_s: job.limits.cpu_limit_s,
+        output_limit: job.limits.output_limit_bytes,
+        load_timeout: Duration::from_secs(10).max(run_timeout),
+    }
+}
+
+/// The parts of a [`Job`] a runner's settings are made from.
+#[derive(Clone, Copy)]
+pub struct JobLimits<'a> {
+    /// Runner limits.
+    pub limits: &'a RunLimits,
+    /// kiln-worker's own path.
+    pub exe: &'a Path,
+    /// Tag for the runners' argv.
+    pub tag: &'a str,
+}
+
+impl<'a> Job<'a, '_> {
+    /// The parts of the job a runner's settings are made from.
+    pub fn runner_limits(&self) -> JobLimits<'a> {
+        JobLimits {
+            limits: self.limits,
+            exe: self.exe,
+            tag: self.tag,
+        }
+    }
+}
+
+/// Lays the candidate's buffers out and puts the reference in place (its runner started
+/// and loaded). `Ok(Err(e))` is the candidate's verdict already (buffers it cannot have);
+/// `Err` is an infrastructure failure (broken reference, no scratch space).
+pub fn prepare<'a, 'b>(job: Job<'a, 'b>) -> Result<Result<Prepared<'a, 'b>, Evaluation>, String> {
     let problem = job.problem;
     let ref_ks = problem.reference.kernel(kiln_types::BackendKind::Host);
     if ref_ks.is_none() && (problem.reference.torch.is_none() || job.torch.is_none()) {
@@ -103,35 +162,13 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
             problem.name
         ));
     }
-    let cand_layout = match Layout::new(&problem.tensors, &job.candidate.scratch) {
+    let layout = match Layout::new(&problem.tensors, &job.candidate.scratch) {
         Ok(l) => l.with_slots_within(REP_SLOT_BYTES),
-        Err(e) => return Ok(early(Verdict::InvalidLaunch, e)),
-    };
-    let cand_calls = match (
-        &job.hosted,
-        layout::resolve(&job.candidate.launches, &cand_layout),
-    ) {
-        (Some(_), _) => Vec::new(),
-        (None, Ok(c)) => c,
-        (None, Err(e)) => return Ok(early(Verdict::InvalidLaunch, e)),
+        Err(e) => return Ok(Err(early(Verdict::InvalidLaunch, e))),
     };
     let dir = std::env::current_dir().map_err(|e| format!("scratch: {e}"))?;
     let (ref_path, cand_path) = (dir.join("reference.so"), dir.join("candidate.so"));
-    if job.hosted.is_none() {
-        std::fs::write(&cand_path, job.candidate_artifact)
-            .map_err(|e| format!("write candidate artifact: {e}"))?;
-    }
-
     let run_timeout = Duration::from_millis(job.plan.run_timeout_ms.max(1));
-    let base = RunnerConfig {
-        exe: job.exe,
-        tag: job.tag,
-        artifact: &ref_path,
-        as_bytes: job.limits.memory_limit_bytes,
-        cpu_s: job.limits.cpu_limit_s,
-        output_limit: job.limits.output_limit_bytes,
-        load_timeout: Duration::from_secs(10).max(run_timeout),
-    };
     let reference = match (ref_ks, job.torch) {
         (Some(ref_ks), _) => {
             let ref_layout = Layout::new(&problem.tensors, &ref_ks.scratch)
@@ -140,7 +177,13 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
                 .map_err(|e| format!("reference: {e}"))?;
             std::fs::write(&ref_path, job.reference_artifact)
                 .map_err(|e| format!("write reference artifact: {e}"))?;
-            let (reference, ready) = Runner::spawn(&base, ref_layout, ref_calls)?;
+            let limits = JobLimits {
+                limits: job.limits,
+                exe: job.exe,
+                tag: job.tag,
+            };
+            let cfg = runner_config(&limits, &ref_path, run_timeout);
+            let (reference, ready) = Runner::spawn(&cfg, ref_layout, ref_calls)?;
             match ready {
                 Ok(r) if r.error.is_none() && r.missing.is_empty() => {}
                 Ok(r) => {
@@ -156,63 +199,32 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
         (None, Some(ask)) => Reference::Torch(ask, String::new()),
         (None, None) => return Err("no reference".into()),
     };
-    let cand_cfg = RunnerConfig {
-        artifact: &cand_path,
-        ..base
-    };
-    let script = dir.join(crate::engine::hosted::setup::SCRIPT_NAME);
-    let (candidate, ready) = match &job.hosted {
-        None => Runner::spawn(&cand_cfg, cand_layout, cand_calls)?,
-        Some(hosted) => {
-            let program = hosted_cpu::program(
-                problem,
-                job.candidate_artifact,
-                &cand_layout,
-                hosted,
-                &dir,
-                &script,
-            )?;
-            let cfg = RunnerConfig {
-                load_timeout: hosted.load_timeout,
-                ..cand_cfg
-            };
-            Runner::spawn_program(&cfg, cand_layout, program)?
-        }
-    };
-    let echo = match &job.hosted {
-        Some(_) => Some(crate::engine::hosted::spawn_echo(&cand_cfg)?),
-        None => None,
-    };
-    let target = HostTarget {
-        problem,
+    Ok(Ok(Prepared {
+        layout,
         reference,
-        candidate,
+        dir,
+        cand_path,
         run_timeout,
-        rep: 0,
-        trust: job.candidate.trust(),
-        echo,
+    }))
+}
+
+/// Runs a C candidate's whole contract. `Err` is an infrastructure failure (broken
+/// reference, no scratch space), never the candidate's fault.
+pub fn evaluate(job: Job) -> Result<Evaluation, String> {
+    let (problem, candidate, plan) = (job.problem, job.candidate, job.plan);
+    let (artifact, limits) = (job.candidate_artifact, job.runner_limits());
+    let p = match prepare(job)? {
+        Ok(p) => p,
+        Err(e) => return Ok(e),
     };
-    let mut session = Session::new(problem, job.plan, target);
-    if job.hosted.is_some() {
-        match &ready {
-            Ok(r) => {
-                session.evidence.notes.extend(r.notes.iter().cloned());
-                if let Some((verdict, message)) = crate::engine::hosted::ready_verdict(r) {
-                    if verdict == Verdict::RuntimeFault {
-                        session.evidence.fault = r.error.clone();
-                    }
-                    return Ok(session.verdict(verdict, message));
-                }
-            }
-            Err(end) => {
-                let f = session.target.failure(end.clone());
-                return match session.failure_verdict(f, "importing the ModelNew file") {
-                    crate::engine::contract::Stop::Verdict(e) => Ok(*e),
-                    crate::engine::contract::Stop::Infra(why) => Err(why),
-                };
-            }
-        }
-    }
+    let calls = match layout::resolve(&candidate.launches, &p.layout) {
+        Ok(c) => c,
+        Err(e) => return Ok(early(Verdict::InvalidLaunch, e)),
+    };
+    std::fs::write(&p.cand_path, artifact).map_err(|e| format!("write candidate artifact: {e}"))?;
+    let (runner, ready) = Runner::spawn(&p.runner_config(&limits), p.layout.clone(), calls)?;
+    let target = HostTarget::new(problem, p, runner, kiln_types::TrustMode::Contract, None);
+    let mut session = Session::new(problem, plan, target);
     match ready {
         Ok(r) if !r.missing.is_empty() => {
             return Ok(session.verdict(
@@ -233,35 +245,65 @@ pub fn evaluate(job: Job) -> Result<Evaluation, String> {
             ));
         }
         Ok(_) => {}
-        Err(end) => {
-            let f = session.target.failure(end);
-            return match session.failure_verdict(f, "loading the artifact") {
-                crate::engine::contract::Stop::Verdict(e) => Ok(*e),
-                crate::engine::contract::Stop::Infra(why) => Err(why),
-            };
-        }
+        Err(end) => return HostTarget::did_not_load(&mut session, end, "loading the artifact"),
     }
     let mut e = session.run()?;
-    if job.hosted.is_some() {
-        e.compile = Some(crate::engine::hosted::load_info(
-            session.target.candidate.load_ms,
-        ));
-    }
-    if let Reference::Torch(_, precision) = &session.target.reference
-        && !precision.is_empty()
-    {
-        e.evidence.notes.push(format!(
-            "reference: the problem's PyTorch module, computed in {precision}"
-        ));
-    }
+    session.target.reference_note(&mut e);
     Ok(e)
 }
 
-fn early(v: Verdict, msg: String) -> Evaluation {
+/// An evaluation on the host backend that ended before any candidate code ran.
+pub fn early(v: Verdict, msg: String) -> Evaluation {
     Evaluation::early(v, kiln_types::BackendKind::Host, msg)
 }
 
-impl HostTarget<'_, '_> {
+impl<'a, 'b> HostTarget<'a, 'b> {
+    /// The target over a started candidate runner and the reference of `p`; `echo` is
+    /// kiln's echo runner, whose round trips are the timer's overhead where the
+    /// candidate's runner is not kiln's own code (a hosted file's python).
+    pub fn new(
+        problem: &'a ProblemSpec,
+        p: Prepared<'a, 'b>,
+        candidate: Runner,
+        trust: kiln_types::TrustMode,
+        echo: Option<Runner>,
+    ) -> Self {
+        HostTarget {
+            problem,
+            reference: p.reference,
+            candidate,
+            run_timeout: p.run_timeout,
+            rep: 0,
+            trust,
+            echo,
+        }
+    }
+
+    /// The evaluation for a candidate runner that ended before it was ready (`during`
+    /// says what it was doing): its verdict, or kiln's failure.
+    pub fn did_not_load(
+        session: &mut Session<'_, Self>,
+        end: RunEnd,
+        during: &str,
+    ) -> Result<Evaluation, String> {
+        let f = session.target.failure(end);
+        match session.failure_verdict(f, during) {
+            crate::engine::contract::Stop::Verdict(e) => Ok(*e),
+            crate::engine::contract::Stop::Infra(why) => Err(why),
+        }
+    }
+
+    /// A note on `e` of how a torch reference computed, if it said.
+    pub fn reference_note(&self, e: &mut Evaluation) {
+        if let Reference::Torch(_, precision) = &self.reference
+            && !precision.is_empty()
+        {
+            e.evidence.notes.push(format!(
+                "reference: the problem's PyTorch module, computed in {precision}"
+            ));
+        }
+    }
+
     /// The contract's failure for a run that did not answer `D`.
     fn failure(&self, end: RunEnd) -> RunFailure {
         match end {

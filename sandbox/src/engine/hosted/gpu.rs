@@ -1,9 +1,9 @@
 //! `modelnew` on the cuda backend: a hosted `ModelNew` file on the lane's GPU.
 //!
-//! The GPU engine does the rest (`engine::cuda::target`): kiln's tensors are shareable
-//! allocations of the worker's context, drawn, poisoned, guarded, hashed and compared
-//! there; the reference is kilnd's trusted torch runner on the same shared memory. This
-//! module starts the python runner with one exported descriptor per tensor (it maps them,
+//! The GPU workspace does the rest (`engine::cuda::workspace`, driven by
+//! [`super::gpu_target`]): kiln's tensors are shareable allocations of the worker's
+//! context, drawn, poisoned, guarded, hashed and compared there; the reference is kilnd's
+//! trusted torch runner on the same shared memory. This module starts the python runner with one exported descriptor per tensor (it maps them,
 //! then closes them before the file is imported) and times a run from the worker's side:
 //!
 //! 1. the worker makes the inputs current, poisons the outputs, arms the guards, flushes

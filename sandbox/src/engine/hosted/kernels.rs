@@ -6,7 +6,8 @@
 //! name of a `__global__` function in the file's text (its `load_inline` sources) or of a
 //! function under `@triton.jit` (or `@jit`). A correct forward whose kernels are all
 //! library ones is the reference renamed, KernelBench's most common hack: the contract
-//! turns it into `no_own_kernels` (`engine::cuda::target`).
+//! turns it into `no_own_kernels` (`engine::contract::Session`, from the target's
+//! `claimed_kernels`).
 
 use serde::{Deserialize, Serialize};
 
