@@ -18,6 +18,9 @@ const COMPILE_PATH: &[&str] = &[
     "src/engine/hosted/artifact.rs",
     "hosted/kiln_hosted.py",
     "hosted/kiln_extract.py",
+    // kiln's Triton rules, which kiln-worker writes beside driver.py and kiln_extract.py:
+    // kiln-types owns the file (the CLI reads it too), so it lies outside this crate.
+    "../sdk/types/src/triton_rules.json",
     "src/worker.rs",
     "gpu/src/nvrtc.rs",
     "gpu/src/cxx.rs",

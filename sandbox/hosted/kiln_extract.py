@@ -32,10 +32,15 @@ triton import jit` too) as the source of a kiln Triton candidate: each function 
 less its `@triton.autotune` / `@triton.heuristics` decorators (a configuration is a launch
 plan's), after the triton imports and the module-level `NAME = tl.constexpr(<literal>)`
 constants the functions use; every other import and all host code left out, and the jit
-functions' names.
+functions' names. What a candidate may import and which decorators hold a configuration
+are kiln's Triton rules (`triton_rules.json`, which kiln writes beside this file; its one
+copy is sdk/types/src/triton_rules.json, read by the compile driver and `kiln problems
+check` too).
 """
 
 import ast
+import json
+import os
 import re
 
 # ---------------------------------------------------------------- Python: the CUDA strings
@@ -1071,12 +1076,38 @@ def kiln_flags(flags):
 
 # ---------------------------------------------------------------- Triton: the jit functions
 
-# What `from triton import NAME` may bring into a Triton candidate (kiln's Triton contract,
-# sandbox/src/engine/triton/driver.py: TRITON_NAMES).
-TRITON_FROM = {"language", "jit", "cdiv", "next_power_of_2"}
-# Decorators of a jit function that hold a launch configuration: the launch plan's
-# (constexprs, num_warps, num_stages), so they are removed.
-CONFIG_DECORATORS = {"autotune", "heuristics"}
+TRITON_RULES_FILE = "triton_rules.json"
+_TRITON_RULES = []
+
+
+def triton_rules():
+    """kiln's Triton rules (read once, on first use: the CUDA extraction does without):
+    the file kiln writes beside this one, else (run from kiln's source tree) the
+    workspace's one copy."""
+    if not _TRITON_RULES:
+        here = os.path.dirname(os.path.abspath(__file__))
+        for path in (os.path.join(here, TRITON_RULES_FILE),
+                     os.path.join(here, "..", "..", "sdk", "types", "src", TRITON_RULES_FILE)):
+            if os.path.isfile(path):
+                with open(path) as f:
+                    _TRITON_RULES.append(json.load(f))
+                break
+        else:
+            raise Unresolved(f"no {TRITON_RULES_FILE} beside the extractor")
+    return _TRITON_RULES[0]
+
+
+def _importable(name):
+    """True if a Triton candidate may import the module `name` (the rules' modules and
+    trees)."""
+    rules = triton_rules()
+    return name in rules["import_modules"] or _in_tree(name)
+
+
+def _in_tree(name):
+    """True if `name` is one of the rules' import trees (`triton.language`) or under one:
+    `from` it any public name may come."""
+    return any(name == t or name.startswith(t + ".") for t in triton_rules()["import_trees"])
 
 
 def _chain(node):
@@ -1124,8 +1155,7 @@ class _TritonNames:
                 for a in node.names:
                     if a.name != "triton" and not a.name.startswith("triton."):
                         continue
-                    allowed = a.name == "triton" or a.name == "triton.language" or \
-                        a.name.startswith("triton.language.")
+                    allowed = _importable(a.name)
                     if a.asname:
                         self.bind(a.asname, a.name, f"import {a.name} as {a.asname}" if allowed else None)
                     else:
@@ -1136,11 +1166,11 @@ class _TritonNames:
                 mod = node.module or ""
                 if node.level or not (mod == "triton" or mod.startswith("triton.")):
                     continue
-                language = mod == "triton.language" or mod.startswith("triton.language.")
+                language = _in_tree(mod)
                 for a in node.names:
                     if a.name == "*":
                         continue
-                    allowed = (mod == "triton" and a.name in TRITON_FROM) or (
+                    allowed = (mod == "triton" and a.name in triton_rules()["from_triton"]) or (
                         language and not a.name.startswith("_"))
                     bind = a.asname or a.name
                     line = None
@@ -1176,7 +1206,7 @@ def _is_jit(names, dec):
 def _is_config(names, dec):
     target = dec.func if isinstance(dec, ast.Call) else dec
     path = names.path(target) or ""
-    return path.split(".")[0] == "triton" and path.rsplit(".", 1)[-1] in CONFIG_DECORATORS
+    return path.split(".")[0] == "triton" and path.rsplit(".", 1)[-1] in triton_rules()["config_decorators"]
 
 
 def _used_names(nodes):

@@ -205,7 +205,7 @@ class Extractor(unittest.TestCase):
                 imported.add((node.module or "").split(".")[0])
         if hasattr(sys, "stdlib_module_names"):  # Python 3.10 on
             self.assertLessEqual(imported, set(sys.stdlib_module_names), imported)
-        self.assertLessEqual(imported, {"ast", "re", "textwrap"}, imported)
+        self.assertLessEqual(imported, {"ast", "json", "os", "re", "textwrap"}, imported)
 
     def test_a_modelnew_file_gives_its_device_source_and_kernels(self):
         [(src, flags)] = ke.python_sources(GELU)
@@ -248,15 +248,76 @@ except d.Refused as e:
 DRIVER = os.path.join(FOLDER, "..", "src", "engine", "triton", "driver.py")
 
 
+RULES = os.path.join(FOLDER, "..", "..", "sdk", "types", "src", "triton_rules.json")
+#: A published file whose jit function uses `triton.Config` through `from triton import`:
+#: an import kiln's rules do not let a candidate hold.
+TRITON_CONFIG_IMPORT = ("from triton import Config\nimport triton\n\n@triton.jit\n"
+                        "def k(x):\n    Config(x)\n")
+
+
+def read_rules():
+    with open(RULES) as f:
+        return json.load(f)
+
+
+def load_copy(path, tmp, name, rules):
+    """The script at `path`, copied into `tmp` with `rules` beside it as kiln-worker writes
+    them, then imported (as module `name`)."""
+    shutil.copy(path, tmp)
+    with open(os.path.join(tmp, "triton_rules.json"), "w") as f:
+        json.dump(rules, f)
+    spec = importlib.util.spec_from_file_location(name, os.path.join(tmp, os.path.basename(path)))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 class TritonSource(unittest.TestCase):
-    def test_the_names_taken_from_triton_are_the_contracts(self):
+    def test_the_extractor_and_the_driver_read_one_rules_file(self):
         # The extractor runs in the hosted jail and the Triton driver in the compile jail,
-        # each a file of its own: the two lists of `from triton import NAME` must agree.
-        driver = os.path.join(FOLDER, "..", "src", "engine", "triton", "driver.py")
-        tree = ast.parse(open(driver).read())
-        names = [ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
-                 and any(getattr(t, "id", None) == "TRITON_NAMES" for t in n.targets)]
-        self.assertEqual(names, [ke.TRITON_FROM])
+        # each a file of its own; run from the source tree both read the workspace's one
+        # rules file (kiln-worker writes it beside each: sandbox's Rust tests pin that).
+        rules = read_rules()
+        with tempfile.TemporaryDirectory() as tmp:
+            d = load_copy(DRIVER, tmp, "kiln_driver_rules_test", rules)
+        self.assertEqual(d.TRITON_NAMES, rules["from_triton"])
+        self.assertEqual(d.JIT_KWARGS, set(rules["jit_keywords"]))
+        self.assertEqual(ke.triton_rules(), rules)
+        spec = importlib.util.spec_from_file_location("kiln_driver_in_tree", DRIVER)
+        in_tree = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(in_tree)
+        self.assertEqual(in_tree.RULES, rules)
+        # Syntax the driver refuses in a kernel is named by `ast` class: a misspelt name
+        # would be skipped like one this Python lacks (only these are newer than 3.9).
+        missing = {n for n in rules["kernel_forbidden"] if not hasattr(ast, n)}
+        self.assertLessEqual(missing, {"Match", "TryStar"})
+        self.assertEqual(len(in_tree.KERNEL_FORBIDDEN), len(rules["kernel_forbidden"]) - len(missing))
+
+    def test_a_rule_added_to_the_rules_file_reaches_the_extractor_and_the_driver(self):
+        rules = read_rules()
+        self.assertNotIn("from triton import Config", ke.triton_source(TRITON_CONFIG_IMPORT)["source"])
+        rules["from_triton"].append("Config")
+        rules["kernel_builtins"].append("abs")
+        with tempfile.TemporaryDirectory() as tmp:
+            e = load_copy(EXTRACTOR, tmp, "kiln_extract_rules_test", rules)
+            d = load_copy(DRIVER, tmp, "kiln_driver_rules_test", rules)
+            self.assertIn("from triton import Config\n", e.triton_source(TRITON_CONFIG_IMPORT)["source"])
+            self.assertIn("Config", d.TRITON_NAMES)
+            self.assertIn("abs", d.SAFE_BUILTINS)
+            python = triton_python()
+            if python is None:
+                return  # the driver's filter itself needs triton
+            path = os.path.join(tmp, "candidate.py")
+            with open(path, "w") as f:
+                f.write("from triton import cdiv\nimport triton\n\n@triton.jit\ndef k(x):\n    abs(x)\n")
+            verdicts = []
+            for driver in (DRIVER, os.path.join(tmp, "driver.py")):
+                p = subprocess.run([python, "-I", "-c", CONTRACT_CHECK, driver, path],
+                                   capture_output=True, text=True, timeout=300)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                verdicts.append(p.stdout.strip())
+            self.assertIn("abs is not defined for kernels", verdicts[0])
+            self.assertEqual(verdicts[1], "accepted")
 
     def test_jit_functions_without_their_configs_with_the_imports_and_constants_they_use(self):
         got = ke.triton_source(TRITON_SOFTMAX)

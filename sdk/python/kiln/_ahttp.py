@@ -8,15 +8,12 @@ connection. One connection per request (``Connection: close``).
 from __future__ import annotations
 
 import asyncio
-import errno
 from collections import deque
 from typing import AsyncIterator, Deque, Dict, Optional, Tuple
 
-from .errors import ApiError, DaemonNotRunning, KilnError, Timeout, TransportError
+from .errors import ApiError, KilnError, Timeout, TransportError
 from .models import Event
-from ._wire import SSEParser
-
-_NOT_RUNNING = {errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK, errno.ENOTDIR}
+from ._wire import SSEParser, connect_error, exchange_broke, no_answer
 _LINE_LIMIT = 1 << 20
 _MAX_HEADERS = 100
 
@@ -26,15 +23,7 @@ async def _open(socket_path: str) -> Tuple[asyncio.StreamReader, asyncio.StreamW
     try:
         return await asyncio.open_unix_connection(socket_path, limit=_LINE_LIMIT)
     except OSError as e:
-        if e.errno in _NOT_RUNNING:
-            failure = DaemonNotRunning(socket_path, e)
-        elif e.errno in (errno.EACCES, errno.EPERM):
-            failure = TransportError(
-                f"cannot connect to kilnd at {socket_path}: permission denied (the socket is "
-                "for its owner and the `kiln` group: ask for membership or use another socket)"
-            )
-        else:
-            failure = TransportError(f"cannot connect to kilnd at {socket_path}: {e}")
+        failure = connect_error(socket_path, e)
     raise failure
 
 
@@ -134,11 +123,11 @@ async def request(
     try:
         return await asyncio.wait_for(exchange(), timeout)
     except asyncio.TimeoutError:
-        failure = Timeout(f"kilnd did not answer {method} {target} within {timeout} s")
+        failure = no_answer(method, target, timeout)
     except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as e:
         if isinstance(e, KilnError):
             raise
-        failure = TransportError(f"{method} {target}: the exchange with kilnd broke: {e!r}")
+        failure = exchange_broke(method, target, e)
     raise failure
 
 
@@ -181,7 +170,7 @@ class AsyncEventStream:
         except asyncio.TimeoutError:
             failure = Timeout("kilnd did not answer GET /v1/events in time")
         except (OSError, asyncio.IncompleteReadError) as e:
-            failure = TransportError(f"GET /v1/events: the exchange with kilnd broke: {e!r}")
+            failure = exchange_broke("GET", "/v1/events", e)
         if failure is not None:
             await self.aclose()
             raise failure

@@ -6,19 +6,15 @@ One connection per request: connecting to a local Unix socket is cheap, and it k
 
 from __future__ import annotations
 
-import errno
 import http.client
 import socket
 import threading
 from collections import deque
 from typing import Deque, Dict, Iterator, Optional, Tuple
 
-from .errors import ApiError, DaemonNotRunning, KilnError, Timeout, TransportError
+from .errors import ApiError, KilnError, Timeout, TransportError
 from .models import Event
-from ._wire import SSEParser
-
-#: errno values meaning "nobody is listening there".
-_NOT_RUNNING = {errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK, errno.ENOTDIR}
+from ._wire import SSEParser, connect_error, exchange_broke, no_answer
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -50,15 +46,7 @@ def connect(socket_path: str, timeout: Optional[float]) -> _UnixConnection:
     except socket.timeout:
         failure = Timeout(f"connecting to kilnd at {socket_path} timed out")
     except OSError as e:
-        if e.errno in _NOT_RUNNING:
-            failure = DaemonNotRunning(socket_path, e)
-        elif e.errno in (errno.EACCES, errno.EPERM):
-            failure = TransportError(
-                f"cannot connect to kilnd at {socket_path}: permission denied (the socket is "
-                "for its owner and the `kiln` group: ask for membership or use another socket)"
-            )
-        else:
-            failure = TransportError(f"cannot connect to kilnd at {socket_path}: {e}")
+        failure = connect_error(socket_path, e)
     if failure is not None:
         conn.close()
         raise failure
@@ -76,9 +64,9 @@ def request(
         resp = conn.getresponse()
         return resp.status, resp.read()
     except socket.timeout:
-        failure = Timeout(f"kilnd did not answer {method} {target} within {timeout} s")
+        failure = no_answer(method, target, timeout)
     except (http.client.HTTPException, OSError) as e:
-        failure = TransportError(f"{method} {target}: the exchange with kilnd broke: {e!r}")
+        failure = exchange_broke(method, target, e)
     finally:
         conn.close()
     assert failure is not None
@@ -119,7 +107,7 @@ class EventStream:
         except socket.timeout:
             failure = Timeout("kilnd did not answer GET /v1/events in time")
         except (http.client.HTTPException, OSError) as e:
-            failure = TransportError(f"GET /v1/events: the exchange with kilnd broke: {e!r}")
+            failure = exchange_broke("GET", "/v1/events", e)
         if failure is not None:
             self.close()
             raise failure

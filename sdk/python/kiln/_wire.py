@@ -1,15 +1,17 @@
 """What the sync and async clients share: the API calls as data, response decoding,
-and the Server-Sent Events parser. No I/O happens here."""
+the errors a failed connection or exchange becomes, and the Server-Sent Events parser.
+No I/O happens here (the procedures that make several calls are in ``_steps.py``)."""
 
 from __future__ import annotations
 
 import base64
+import errno
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Tuple, TypeVar
 from urllib.parse import quote, urlencode
 
-from .errors import ApiError, TransportError
+from .errors import ApiError, DaemonNotRunning, KilnError, Timeout, TransportError
 from .models import (
     ArchiveEntry,
     BaselineSet,
@@ -212,6 +214,32 @@ def search_request(
 def metrics() -> Call[str]:
     """``/metrics`` is text, not JSON: the decoder gets the text."""
     return Call("GET", "/metrics", None, str, text=True)
+
+
+#: errno values meaning "nobody is listening there".
+_NOT_RUNNING = {errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK, errno.ENOTDIR}
+
+
+def connect_error(socket_path: str, e: OSError) -> KilnError:
+    """What a failed connection to kilnd's socket is to the client's callers."""
+    if e.errno in _NOT_RUNNING:
+        return DaemonNotRunning(socket_path, e)
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return TransportError(
+            f"cannot connect to kilnd at {socket_path}: permission denied (the socket is "
+            "for its owner and the `kiln` group: ask for membership or use another socket)"
+        )
+    return TransportError(f"cannot connect to kilnd at {socket_path}: {e}")
+
+
+def no_answer(method: str, target: str, timeout: Optional[float]) -> Timeout:
+    """kilnd did not answer a request in time."""
+    return Timeout(f"kilnd did not answer {method} {target} within {timeout} s")
+
+
+def exchange_broke(method: str, target: str, e: BaseException) -> TransportError:
+    """The HTTP exchange of a request failed halfway."""
+    return TransportError(f"{method} {target}: the exchange with kilnd broke: {e!r}")
 
 
 def decode_response(call: "Call[T]", status: int, data: bytes) -> T:

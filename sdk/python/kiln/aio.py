@@ -4,7 +4,6 @@ as coroutines (and async iterators for events and ``submit_many``)."""
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import time
 from typing import (
@@ -23,26 +22,12 @@ from typing import (
     overload,
 )
 
-from . import _ahttp, _wire
+from . import _ahttp, _steps, _wire
 from ._ahttp import AsyncEventStream
-from ._batch import Backoff, Tracker
 from ._paths import resolve_socket
-from .candidate import CandidateLike, candidate_dict
-from .client import (
-    DEFAULT_TIMEOUT_S,
-    DEFAULT_WAIT_S,
-    FOLLOW_IDLE_S,
-    LONG_POLL_S,
-    backend_warning,
-    batch_wait,
-    evaluation_of,
-    poll_chunk,
-    settled,
-    unfinished_duplicate,
-    wasm_bytes,
-    with_warning,
-)
-from .errors import ApiError, KilnError, QueueFull, Timeout, TransportError
+from ._steps import DEFAULT_TIMEOUT_S, DEFAULT_WAIT_S, FOLLOW_IDLE_S, wasm_bytes
+from .candidate import CandidateLike
+from .errors import ApiError, KilnError, Timeout, TransportError
 from .models import (
     ArchiveEntry,
     BaselineSet,
@@ -90,6 +75,51 @@ class AsyncClient:
         timeout = self.timeout + call.server_wait_s
         status, data = await _ahttp.request(self._socket, call.method, call.target, call.body, timeout)
         return _wire.decode_response(call, status, data)
+
+    async def _run(
+        self, runner: _steps.Runner, follower: Optional["_AsyncFollower"] = None, inputs: Optional["_Enumerate"] = None
+    ) -> AsyncIterator[Any]:
+        """Runs a procedure of :mod:`kiln._steps` (as :meth:`kiln.Client._run` does),
+        yielding what it emits (its value is then ``runner.value``)."""
+        try:
+            step = runner.resume()
+            while step is not None:
+                if isinstance(step, _steps.Emit):
+                    yield step.value
+                    step = runner.resume()
+                    continue
+                try:
+                    answer = await self._do(step, follower, inputs)
+                except Exception as e:  # noqa: BLE001 - raised inside the procedure
+                    step = runner.resume(error=e)
+                else:
+                    step = runner.resume(answer)
+        finally:
+            runner.close()
+
+    async def _value(self, procedure: _steps.Procedure) -> Any:
+        """What a procedure that emits nothing returns."""
+        runner = _steps.Runner(procedure)
+        async for _ in self._run(runner):
+            pass  # such a procedure has nothing to emit
+        return runner.value
+
+    async def _do(
+        self, step: _steps.Step, follower: Optional["_AsyncFollower"], inputs: Optional["_Enumerate"]
+    ) -> Any:
+        if isinstance(step, _wire.Call):
+            return await self._call(step)
+        if isinstance(step, _steps.Sleep):
+            await asyncio.sleep(step.seconds)
+        elif isinstance(step, _steps.NextEvent):
+            assert follower is not None
+            return await follower.next_event(step.wait)
+        elif step is _steps.NEXT_INPUT:
+            assert inputs is not None
+            return await inputs.next()
+        else:  # pragma: no cover
+            raise TypeError(f"not a step: {step!r}")
+        return None
 
     async def health(self) -> Health:
         """``GET /v1/health``."""
@@ -162,16 +192,7 @@ class AsyncClient:
         timeout: float = DEFAULT_WAIT_S,
     ) -> Union[Evaluation, Submission]:
         """Submits a candidate; with ``wait``, returns its :class:`Evaluation`."""
-        deadline = time.monotonic() + timeout
-        sub = await self._call(_wire.submit(candidate_dict(candidate, problem)))
-        if not wait:
-            return sub
-        if unfinished_duplicate(sub):
-            sub = with_warning(sub, backend_warning(await self.info(), sub.backend))
-        evaluation = settled(sub)
-        if evaluation is not None:
-            return evaluation
-        return await self._wait_until(sub.id, deadline, timeout)
+        return await self._value(_steps.submit(candidate, problem, wait, timeout))
 
     async def get(self, candidate_id: str, *, wait: int = 0) -> CandidateRecord:
         """A candidate with its latest job and evaluation; ``wait`` long-polls."""
@@ -179,20 +200,7 @@ class AsyncClient:
 
     async def wait(self, candidate_id: str, timeout: float = DEFAULT_WAIT_S) -> Evaluation:
         """Waits for a submitted candidate's evaluation."""
-        return await self._wait_until(candidate_id, time.monotonic() + timeout, timeout)
-
-    async def _wait_until(self, candidate_id: str, deadline: float, timeout: float) -> Evaluation:
-        while True:
-            record = await self.get(candidate_id, wait=poll_chunk(deadline))
-            if record.finished:
-                return evaluation_of(record)
-            if time.monotonic() >= deadline:
-                state = record.job.state if record.job else None
-                raise Timeout(
-                    f"no verdict for {candidate_id} within {timeout} s (job state: {state})",
-                    candidate_id,
-                    state,
-                )
+        return await self._value(_steps.wait_until(candidate_id, time.monotonic() + timeout, timeout))
 
     async def candidates(self, problem: Optional[str] = None, limit: int = 50) -> List[CandidateSummary]:
         """Candidates, newest first, optionally of one problem."""
@@ -250,27 +258,13 @@ class AsyncClient:
         its final state; see :meth:`kiln.Client.follow_search`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         follower = await _AsyncFollower.start(self._socket)
+        procedure = _steps.follow_search(search_id, deadline, timeout, poll_interval, follower)
+        run = self._run(_steps.Runner(procedure), follower)
         try:
-            current, checked = await self.search(search_id), time.monotonic()
-            while not current.finished:
-                wait = poll_interval
-                if deadline is not None:
-                    if time.monotonic() >= deadline:
-                        raise Timeout(f"search {search_id} still running after {timeout} s", state="running")
-                    wait = min(wait, deadline - time.monotonic())
-                ev: Optional[Event] = None
-                if follower is not None and follower.alive:
-                    ev = await follower.next_event(wait)
-                else:
-                    await asyncio.sleep(wait)
-                if ev is not None and ev.search_id == search_id and ev.name in ("search", "search_log"):
-                    yield ev
-                    if ev.search_ended:
-                        return
-                elif ev is None or ev.name == "lagged" or time.monotonic() - checked >= poll_interval:
-                    current, checked = await self.search(search_id), time.monotonic()
-            yield current.as_event()
+            async for ev in run:
+                yield ev
         finally:
+            await run.aclose()
             if follower is not None:
                 await follower.close()
 
@@ -285,72 +279,15 @@ class AsyncClient:
     ) -> AsyncIterator[Outcome]:
         """Submits many candidates (an iterable or async iterable) and yields an
         :class:`Outcome` for each as it finishes; see :meth:`kiln.Client.submit_many`."""
-        if window < 1:
-            raise ValueError("window must be at least 1")
-        tracker = Tracker(timeout)
-        backoff = Backoff(timeout)
+        _steps.check_window(window)
         follower = await _AsyncFollower.start(self._socket)
-        inputs = _Enumerate(candidates)
-        held: Optional[Tuple[int, CandidateLike]] = None  # refused with a full queue: sent again
-        exhausted = False
-        info: Optional[Info] = None
-        last_sweep = time.monotonic()
+        procedure = _steps.submit_many(problem, timeout, window, poll_interval, follower)
+        run = self._run(_steps.Runner(procedure), follower, _Enumerate(candidates))
         try:
-            while True:
-                while tracker.in_flight < window:
-                    if held is None:
-                        held = None if exhausted else await inputs.next()
-                        if held is None:
-                            exhausted = True
-                            break
-                    if not backoff.due():
-                        break
-                    index, cand = held
-                    try:
-                        sub = await self._call(_wire.submit(candidate_dict(cand, problem)))
-                    except QueueFull as e:
-                        if not backoff.refused():
-                            break
-                        held = None
-                        yield Outcome(index, None, None, e)
-                        continue
-                    except (ApiError, TypeError, ValueError) as e:
-                        held = None
-                        yield Outcome(index, None, None, e)
-                        continue
-                    held = None
-                    backoff.taken()
-                    if unfinished_duplicate(sub):
-                        info = info or await self.info()
-                        sub = with_warning(sub, backend_warning(info, sub.backend))
-                    for o in tracker.add(index, sub):
-                        yield o
-                if exhausted and held is None and tracker.in_flight == 0:
-                    return
-                wait = batch_wait(poll_interval, tracker, backoff)
-                if tracker.in_flight == 0:
-                    await asyncio.sleep(wait)  # only a refused candidate waits: nothing to follow
-                elif follower is not None and follower.alive:
-                    await follower.drain(tracker, wait)
-                else:
-                    ids = tracker.waiting_ids()
-                    if ids:
-                        rec = await self.get(ids[0], wait=min(LONG_POLL_S, math.ceil(wait)))
-                        for o in tracker.resolve(rec):
-                            yield o
-                for cid in tracker.take_ready():
-                    for o in tracker.resolve(await self.get(cid)):
-                        yield o
-                now = time.monotonic()
-                stream_ok = follower is not None and follower.alive and not follower.take_lagged()
-                if not stream_ok or now - last_sweep >= poll_interval:
-                    for cid in tracker.waiting_ids():
-                        for o in tracker.resolve(await self.get(cid)):
-                            yield o
-                    last_sweep = now
-                for o in tracker.expired():
-                    yield o
+            async for o in run:
+                yield o
         finally:
+            await run.aclose()
             if follower is not None:
                 await follower.close()
 
@@ -383,7 +320,8 @@ class _AsyncFollower:
         self._stream = stream
         self._queue: "asyncio.Queue[Optional[Event]]" = asyncio.Queue()
         self.alive = True
-        self._lagged = False
+        #: The stream reported missed events (set by the batch, see :func:`kiln._steps.drain`).
+        self.lagged = False
         self._task = asyncio.ensure_future(self._run())
 
     @classmethod
@@ -425,23 +363,9 @@ class _AsyncFollower:
             self.alive = False
         return ev
 
-    async def drain(self, tracker: Tracker, wait: float) -> None:
-        """Feeds events to ``tracker`` until one of ours finished, or ``wait`` seconds."""
-        deadline = time.monotonic() + wait
-        while self.alive:
-            ev = await self.next_event(deadline - time.monotonic())
-            if ev is None:
-                return
-            if ev.name == "lagged":
-                self._lagged = True  # events were missed: the batch polls now
-                return
-            tracker.on_event(ev)
-            if tracker.has_ready and self._queue.empty():
-                return
-
-    def take_lagged(self) -> bool:
-        lagged, self._lagged = self._lagged, False
-        return lagged
+    def idle(self) -> bool:
+        """True if no event waits to be read."""
+        return self._queue.empty()
 
     async def close(self) -> None:
         self._task.cancel()

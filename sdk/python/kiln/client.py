@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import queue
 import threading
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Literal, Mapping, Optional, Tuple, TypeVar, Union, overload
+from typing import Any, Dict, Iterable, Iterator, List, Literal, Mapping, Optional, TypeVar, Union, overload
 
-from . import _http, _wire
-from ._batch import Backoff, Tracker
+from . import _http, _steps, _wire
 from ._paths import resolve_socket
-from .candidate import CandidateLike, candidate_dict
-from .errors import ApiError, BackendUnavailable, JobFailed, KilnError, QueueFull, Timeout, TransportError
+from ._steps import (  # noqa: F401 - the helpers' names stay importable from here
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_WAIT_S,
+    FOLLOW_IDLE_S,
+    LONG_POLL_S,
+    backend_warning,
+    batch_wait,
+    evaluation_of,
+    poll_chunk,
+    settled,
+    unfinished_duplicate,
+    wasm_bytes,
+    with_warning,
+)
+from .candidate import CandidateLike
+from .errors import ApiError, KilnError, Timeout, TransportError
 from .models import (
     ArchiveEntry,
     BaselineSet,
@@ -40,81 +51,6 @@ __all__ = ["Client", "DEFAULT_TIMEOUT_S", "DEFAULT_WAIT_S"]
 
 T = TypeVar("T")
 PathLike = Union[str, "os.PathLike[str]"]
-
-#: Default limit for one plain request, seconds.
-DEFAULT_TIMEOUT_S = 60.0
-#: Default limit for waiting for a verdict, seconds.
-DEFAULT_WAIT_S = 600.0
-#: Longest single long-poll (the server accepts up to 600 s).
-LONG_POLL_S = 60
-#: Silence on the event stream after which a batch stops trusting it (kilnd sends a
-#: keep-alive every 15 s) and falls back to polling.
-FOLLOW_IDLE_S = 60.0
-
-
-def settled(sub: Submission) -> Optional[Evaluation]:
-    """What a submission's answer already says: the stored evaluation of a duplicate, or
-    ``None`` if the caller must wait. Raises :class:`JobFailed` for a duplicate whose
-    job failed and :class:`BackendUnavailable` when the answer warns that the job
-    cannot run on this kilnd."""
-    rec = sub.record
-    if rec is not None and rec.finished:
-        return evaluation_of(rec)
-    if sub.warning:
-        raise BackendUnavailable(sub.id, sub.job_id, sub.warning)
-    return None
-
-
-def unfinished_duplicate(sub: Submission) -> bool:
-    """True for a duplicate still waiting: its answer carries no backend warning, so the
-    caller must ask ``/v1/info`` whether its backend runs here."""
-    return sub.duplicate and sub.record is not None and not sub.record.finished
-
-
-def backend_warning(info: Info, backend: str) -> Optional[str]:
-    """Why jobs for ``backend`` wait forever on this kilnd, or ``None`` if they run."""
-    b = info.backend(backend)
-    if b is not None and b.usable:
-        return None
-    why = b.detail if b is not None else "it is not built in"
-    return f"the {backend} backend is not usable here ({why}); the job waits in the queue"
-
-
-def with_warning(sub: Submission, warning: Optional[str]) -> Submission:
-    """``sub`` with ``warning`` (when there is one)."""
-    return dataclasses.replace(sub, warning=warning) if warning else sub
-
-
-def evaluation_of(record: CandidateRecord) -> Evaluation:
-    """The evaluation of a finished record; raises :class:`JobFailed` if its job failed."""
-    if record.evaluation is not None:
-        return record.evaluation
-    job = record.job
-    raise JobFailed(record.id, job.id if job else None, job.error if job else None)
-
-
-def wasm_bytes(wasm: Union[bytes, PathLike, None]) -> Optional[bytes]:
-    """A proposer component's bytes, from bytes or a path to a ``.wasm`` file."""
-    if wasm is None or isinstance(wasm, (bytes, bytearray)):
-        return bytes(wasm) if wasm is not None else None
-    with open(wasm, "rb") as f:
-        return f.read()
-
-
-def batch_wait(poll_interval: float, tracker: Tracker, backoff: Backoff) -> float:
-    """How long a batch may wait for news before it must look again: the poll interval,
-    shortened to the next candidate's deadline and to the held candidate's retry."""
-    wait = poll_interval
-    for t in (tracker.seconds_to_deadline(), backoff.seconds_to_retry()):
-        if t is not None:
-            wait = min(wait, t)
-    return wait
-
-
-def poll_chunk(deadline: float) -> int:
-    """Seconds for the next long-poll before ``deadline`` (0 once it has passed)."""
-    left = deadline - time.monotonic()
-    return 0 if left <= 0 else min(LONG_POLL_S, math.ceil(left))
 
 
 class Client:
@@ -146,6 +82,49 @@ class Client:
         timeout = self.timeout + call.server_wait_s
         status, data = _http.request(self._socket, call.method, call.target, call.body, timeout)
         return _wire.decode_response(call, status, data)
+
+    def _run(
+        self, runner: _steps.Runner, follower: Optional["_Follower"] = None, inputs: Optional[Iterator[Any]] = None
+    ) -> Iterator[Any]:
+        """Runs a procedure of :mod:`kiln._steps`, yielding what it emits (its value is
+        then ``runner.value``)."""
+        try:
+            step = runner.resume()
+            while step is not None:
+                if isinstance(step, _steps.Emit):
+                    yield step.value
+                    step = runner.resume()
+                    continue
+                try:
+                    answer = self._do(step, follower, inputs)
+                except Exception as e:  # noqa: BLE001 - raised inside the procedure
+                    step = runner.resume(error=e)
+                else:
+                    step = runner.resume(answer)
+        finally:
+            runner.close()
+
+    def _value(self, procedure: _steps.Procedure) -> Any:
+        """What a procedure that emits nothing returns."""
+        runner = _steps.Runner(procedure)
+        for _ in self._run(runner):
+            pass  # such a procedure has nothing to emit
+        return runner.value
+
+    def _do(self, step: _steps.Step, follower: Optional["_Follower"], inputs: Optional[Iterator[Any]]) -> Any:
+        if isinstance(step, _wire.Call):
+            return self._call(step)
+        if isinstance(step, _steps.Sleep):
+            time.sleep(step.seconds)
+        elif isinstance(step, _steps.NextEvent):
+            assert follower is not None
+            return follower.next_event(step.wait)
+        elif step is _steps.NEXT_INPUT:
+            assert inputs is not None
+            return next(inputs, None)
+        else:  # pragma: no cover
+            raise TypeError(f"not a step: {step!r}")
+        return None
 
     # -- the daemon --------------------------------------------------------------------
 
@@ -251,16 +230,7 @@ class Client:
         :class:`~kiln.errors.JobFailed` when kilnd could not evaluate it, and
         :class:`~kiln.errors.Timeout` when no verdict came in time.
         """
-        deadline = time.monotonic() + timeout
-        sub = self._call(_wire.submit(candidate_dict(candidate, problem)))
-        if not wait:
-            return sub
-        if unfinished_duplicate(sub):
-            sub = with_warning(sub, backend_warning(self.info(), sub.backend))
-        evaluation = settled(sub)
-        if evaluation is not None:
-            return evaluation
-        return self._wait_until(sub.id, deadline, timeout)
+        return self._value(_steps.submit(candidate, problem, wait, timeout))
 
     def get(self, candidate_id: str, *, wait: int = 0) -> CandidateRecord:
         """A candidate with its latest job and evaluation (``None`` until there is one).
@@ -275,20 +245,7 @@ class Client:
 
         Raises :class:`~kiln.errors.JobFailed` or :class:`~kiln.errors.Timeout`.
         """
-        return self._wait_until(candidate_id, time.monotonic() + timeout, timeout)
-
-    def _wait_until(self, candidate_id: str, deadline: float, timeout: float) -> Evaluation:
-        while True:
-            record = self.get(candidate_id, wait=poll_chunk(deadline))
-            if record.finished:
-                return evaluation_of(record)
-            if time.monotonic() >= deadline:
-                state = record.job.state if record.job else None
-                raise Timeout(
-                    f"no verdict for {candidate_id} within {timeout} s (job state: {state})",
-                    candidate_id,
-                    state,
-                )
+        return self._value(_steps.wait_until(candidate_id, time.monotonic() + timeout, timeout))
 
     def candidates(self, problem: Optional[str] = None, limit: int = 50) -> List[CandidateSummary]:
         """Candidates, newest first (``limit`` 1..1000), optionally of one problem."""
@@ -364,25 +321,9 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         follower = _Follower.start(self._socket)  # subscribed before the state is read
         try:
-            current, checked = self.search(search_id), time.monotonic()
-            while not current.finished:
-                wait = poll_interval
-                if deadline is not None:
-                    if time.monotonic() >= deadline:
-                        raise Timeout(f"search {search_id} still running after {timeout} s", state="running")
-                    wait = min(wait, deadline - time.monotonic())
-                ev: Optional[Event] = None
-                if follower is not None and follower.alive:
-                    ev = follower.next_event(wait)
-                else:
-                    time.sleep(wait)
-                if ev is not None and ev.search_id == search_id and ev.name in ("search", "search_log"):
-                    yield ev
-                    if ev.search_ended:
-                        return
-                elif ev is None or ev.name == "lagged" or time.monotonic() - checked >= poll_interval:
-                    current, checked = self.search(search_id), time.monotonic()
-            yield current.as_event()
+            yield from self._run(
+                _steps.Runner(_steps.follow_search(search_id, deadline, timeout, poll_interval, follower)), follower
+            )
         finally:
             if follower is not None:
                 follower.close()
@@ -417,71 +358,14 @@ class Client:
         daemon that cannot be reached raises. Leaving the loop early stops following;
         candidates already submitted are still evaluated by kilnd.
         """
-        if window < 1:
-            raise ValueError("window must be at least 1")
-        tracker = Tracker(timeout)
-        backoff = Backoff(timeout)
+        _steps.check_window(window)
         follower = _Follower.start(self._socket)
-        inputs = iter(enumerate(candidates))
-        held: Optional[Tuple[int, CandidateLike]] = None  # refused with a full queue: sent again
-        exhausted = False
-        info: Optional[Info] = None
-        last_sweep = time.monotonic()
         try:
-            while True:
-                while tracker.in_flight < window:
-                    if held is None:
-                        held = None if exhausted else next(inputs, None)
-                        if held is None:
-                            exhausted = True
-                            break
-                    if not backoff.due():
-                        break
-                    index, cand = held
-                    try:
-                        sub = self._call(_wire.submit(candidate_dict(cand, problem)))
-                    except QueueFull as e:
-                        if not backoff.refused():
-                            break
-                        held = None
-                        yield Outcome(index, None, None, e)
-                        continue
-                    except (ApiError, TypeError, ValueError) as e:
-                        held = None
-                        yield Outcome(index, None, None, e)
-                        continue
-                    held = None
-                    backoff.taken()
-                    if unfinished_duplicate(sub):
-                        info = info or self.info()
-                        sub = with_warning(sub, backend_warning(info, sub.backend))
-                    yield from tracker.add(index, sub)
-                if exhausted and held is None and tracker.in_flight == 0:
-                    return
-                wait = batch_wait(poll_interval, tracker, backoff)
-                if tracker.in_flight == 0:
-                    time.sleep(wait)  # only a refused candidate waits: nothing to follow
-                elif follower is not None and follower.alive:
-                    follower.drain(tracker, wait)
-                else:
-                    yield from self._long_poll_one(tracker, wait)
-                for cid in tracker.take_ready():
-                    yield from tracker.resolve(self.get(cid))
-                now = time.monotonic()
-                stream_ok = follower is not None and follower.alive and not follower.take_lagged()
-                if not stream_ok or now - last_sweep >= poll_interval:
-                    for cid in tracker.waiting_ids():
-                        yield from tracker.resolve(self.get(cid))
-                    last_sweep = now
-                yield from tracker.expired()
+            procedure = _steps.submit_many(problem, timeout, window, poll_interval, follower)
+            yield from self._run(_steps.Runner(procedure), follower, iter(enumerate(candidates)))
         finally:
             if follower is not None:
                 follower.close()
-
-    def _long_poll_one(self, tracker: Tracker, wait: float) -> Iterator[Outcome]:
-        ids = tracker.waiting_ids()
-        if ids:
-            yield from tracker.resolve(self.get(ids[0], wait=min(LONG_POLL_S, math.ceil(wait))))
 
 
 class _Follower:
@@ -491,7 +375,8 @@ class _Follower:
         self._stream = stream
         self._queue: "queue.Queue[Optional[Event]]" = queue.Queue()
         self.alive = True
-        self._lagged = False
+        #: The stream reported missed events (set by the batch, see :func:`kiln._steps.drain`).
+        self.lagged = False
         self._thread = threading.Thread(target=self._run, name="kiln-events", daemon=True)
         self._thread.start()
 
@@ -530,24 +415,9 @@ class _Follower:
             self.alive = False
         return ev
 
-    def drain(self, tracker: Tracker, wait: float) -> None:
-        """Feeds events to ``tracker`` until one of ours finished, or ``wait`` seconds."""
-        deadline = time.monotonic() + wait
-        while self.alive:
-            ev = self.next_event(deadline - time.monotonic())
-            if ev is None:
-                return
-            if ev.name == "lagged":
-                self._lagged = True  # events were missed: the batch polls now
-                return
-            tracker.on_event(ev)
-            if tracker.has_ready and self._queue.empty():
-                return
-
-    def take_lagged(self) -> bool:
-        """True (once) if the stream reported missed events since the last call."""
-        lagged, self._lagged = self._lagged, False
-        return lagged
+    def idle(self) -> bool:
+        """True if no event waits to be read."""
+        return self._queue.empty()
 
     def close(self) -> None:
         self._stream.close()

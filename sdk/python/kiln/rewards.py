@@ -16,8 +16,9 @@ per candidate out, in input order, without exceptions per candidate.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence, Tuple, Union
 
+from ._steps import Runner
 from .aio import AsyncClient
 from .candidate import HOSTED_LANGUAGES
 from .client import DEFAULT_WAIT_S, Client
@@ -313,6 +314,58 @@ class _Batch:
         return None
 
 
+#: What :func:`_plan` asks of the client: a method's name and its arguments.
+_Ask = Tuple[str, Tuple[Any, ...]]
+
+
+def _plan(
+    problem: Union[ProblemLike, Sequence[ProblemLike]],
+    sources: Sequence[Source],
+    language: str,
+    launches: Optional[Sequence[Any]],
+    baseline: Optional[str],
+    baseline_us: Optional[float],
+    measure_baselines: bool,
+) -> Generator[_Ask, Any, "_Results"]:
+    """What :func:`rewards` and :func:`arewards` do before submitting, written once: it
+    yields the client calls it needs (each sent back the answer, or thrown the error it
+    raised) and returns the batch's :class:`_Results`."""
+    ids = _per_source(problem, len(sources))
+    listing = (yield "problems", ()) if any(isinstance(p, KernelBenchProblem) for p in ids) else []
+    names = _names(ids, listing)
+    problems: Dict[str, Problem] = {}
+    for n in dict.fromkeys(names):
+        problems[n] = yield "problem", (n,)
+    measured: Dict[str, BaselineSet] = {}
+    if measure_baselines:
+        for n in problems:
+            try:
+                measured[n] = yield "baselines", (n,)
+            except (ApiError, Timeout):
+                pass
+    batch = _Batch(names, problems, measured, language, launches, baseline, baseline_us)
+    return _Results(batch, *batch.prepare(sources), len(sources))
+
+
+class _Results:
+    """The rewards of one call as the outcomes come: those refused before sending at
+    once, the others from their outcomes."""
+
+    def __init__(self, batch: _Batch, good: List[Tuple[int, Dict[str, Any]]], bad: List[Reward], n: int) -> None:
+        self.batch = batch
+        self.candidates = [c for _, c in good]
+        self._origin = [i for i, _ in good]
+        self._out: Dict[int, Reward] = {r.index: r for r in bad}
+        self._n = n
+
+    def add(self, o: Outcome) -> None:
+        i = self._origin[o.index]
+        self._out[i] = self.batch.reward(i, o)
+
+    def rewards(self) -> List[Reward]:
+        return [self._out[i] for i in range(self._n)]
+
+
 def rewards(
     client: Client,
     problem: Union[ProblemLike, Sequence[ProblemLike]],
@@ -364,24 +417,19 @@ def rewards(
     KernelBench id that names no registered problem or several); a single candidate's
     failure is its record's verdict (:data:`CLIENT_ERROR`, ...).
     """
-    ids = _per_source(problem, len(sources))
-    listing = client.problems() if any(isinstance(p, KernelBenchProblem) for p in ids) else []
-    names = _names(ids, listing)
-    problems = {n: client.problem(n) for n in dict.fromkeys(names)}
-    measured: Dict[str, BaselineSet] = {}
-    if measure_baselines:
-        for n in problems:
-            try:
-                measured[n] = client.baselines(n)
-            except (ApiError, Timeout):
-                pass
-    batch = _Batch(names, problems, measured, language, launches, baseline, baseline_us)
-    good, bad = batch.prepare(sources)
-    out: Dict[int, Reward] = {r.index: r for r in bad}
-    origin = [i for i, _ in good]
-    for o in client.submit_many([c for _, c in good], timeout=timeout, window=window):
-        out[origin[o.index]] = batch.reward(origin[o.index], o)
-    return [out[i] for i in range(len(sources))]
+    plan = Runner(_plan(problem, sources, language, launches, baseline, baseline_us, measure_baselines))
+    ask = plan.resume()
+    while ask is not None:
+        try:
+            answer = getattr(client, ask[0])(*ask[1])
+        except Exception as e:  # noqa: BLE001 - raised inside the plan
+            ask = plan.resume(error=e)
+        else:
+            ask = plan.resume(answer)
+    results: _Results = plan.value
+    for o in client.submit_many(results.candidates, timeout=timeout, window=window):
+        results.add(o)
+    return results.rewards()
 
 
 async def arewards(
@@ -398,21 +446,16 @@ async def arewards(
     measure_baselines: bool = False,
 ) -> List[Reward]:
     """:func:`rewards` for an :class:`~kiln.AsyncClient`."""
-    ids = _per_source(problem, len(sources))
-    listing = await client.problems() if any(isinstance(p, KernelBenchProblem) for p in ids) else []
-    names = _names(ids, listing)
-    problems = {n: await client.problem(n) for n in dict.fromkeys(names)}
-    measured: Dict[str, BaselineSet] = {}
-    if measure_baselines:
-        for n in problems:
-            try:
-                measured[n] = await client.baselines(n)
-            except (ApiError, Timeout):
-                pass
-    batch = _Batch(names, problems, measured, language, launches, baseline, baseline_us)
-    good, bad = batch.prepare(sources)
-    out: Dict[int, Reward] = {r.index: r for r in bad}
-    origin = [i for i, _ in good]
-    async for o in client.submit_many([c for _, c in good], timeout=timeout, window=window):
-        out[origin[o.index]] = batch.reward(origin[o.index], o)
-    return [out[i] for i in range(len(sources))]
+    plan = Runner(_plan(problem, sources, language, launches, baseline, baseline_us, measure_baselines))
+    ask = plan.resume()
+    while ask is not None:
+        try:
+            answer = await getattr(client, ask[0])(*ask[1])
+        except Exception as e:  # noqa: BLE001 - raised inside the plan
+            ask = plan.resume(error=e)
+        else:
+            ask = plan.resume(answer)
+    results: _Results = plan.value
+    async for o in client.submit_many(results.candidates, timeout=timeout, window=window):
+        results.add(o)
+    return results.rewards()

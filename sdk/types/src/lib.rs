@@ -14,6 +14,7 @@
 //! - [`lift`]: what lifting a hosted `ModelNew` file into a contract candidate came to.
 //! - [`names`]: the names people and plugins choose (problems, proposers).
 //! - [`summary`]: the summary document of the bundled search strategies (rounds, grid).
+//! - [`triton`]: what a Triton candidate's module may hold, as one rules file.
 //!
 //! Every type that is read from untrusted input denies unknown fields, so a typo is a
 //! `400` naming the field rather than a silently ignored setting; the exception is the
@@ -31,6 +32,7 @@ pub mod names;
 pub mod plugin;
 pub mod problem;
 pub mod summary;
+pub mod triton;
 pub mod verdict;
 
 pub use backend::{BackendKind, UnknownBackend};

@@ -94,6 +94,17 @@ pub struct Built {
     pub info: kiln_types::CompileInfo,
 }
 
+/// Writes the device-source extractor into `dir`, beside the runner script, with kiln's
+/// Triton rules beside it ([`kiln_types::triton::RULES_FILE`], which the extractor loads
+/// from its own folder).
+fn write_extractor(dir: &Path) -> Result<(), String> {
+    std::fs::write(dir.join(EXTRACT_NAME), EXTRACT)
+        .map_err(|e| format!("write {EXTRACT_NAME}: {e}"))?;
+    let rules = kiln_types::triton::RULES_FILE;
+    std::fs::write(dir.join(rules), kiln_types::triton::RULES_JSON)
+        .map_err(|e| format!("write {rules}: {e}"))
+}
+
 /// Runs the build of `source` in the current directory (the compile jail's scratch),
 /// for at most `timeout`. `Err` only when kiln's own part fails (scratch unwritable, the
 /// wrapper cannot start): the caller then sends the file on as it is.
@@ -107,8 +118,7 @@ pub fn build(source: &str, job: &HostedBuild, timeout: Duration) -> Result<Built
     let script = dir.join(SCRIPT_NAME);
     let candidate = dir.join(CANDIDATE_NAME);
     std::fs::write(&script, SCRIPT).map_err(|e| format!("write {SCRIPT_NAME}: {e}"))?;
-    std::fs::write(dir.join(EXTRACT_NAME), EXTRACT)
-        .map_err(|e| format!("write {EXTRACT_NAME}: {e}"))?;
+    write_extractor(&dir)?;
     std::fs::write(&candidate, source).map_err(|e| format!("write {CANDIDATE_NAME}: {e}"))?;
     // As the evaluation starts its runners: the path the jail started this worker by
     // (a private root has no /proc/self/exe).
@@ -311,6 +321,22 @@ fn collect(record: &Path, log: &mut String) -> Vec<Lib> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_extractor_is_written_with_the_one_triton_rules_file_beside_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_extractor(dir.path()).expect("write");
+        let rules = std::fs::read_to_string(dir.path().join(kiln_types::triton::RULES_FILE))
+            .expect("rules beside the extractor");
+        assert_eq!(rules, kiln_types::triton::RULES_JSON);
+        assert!(EXTRACT.contains(&format!(
+            "TRITON_RULES_FILE = \"{}\"",
+            kiln_types::triton::RULES_FILE
+        )));
+        for name in &kiln_types::triton::TritonRules::get().config_decorators {
+            assert!(!EXTRACT.contains(&format!("\"{name}\"")), "{name}");
+        }
+    }
 
     #[test]
     fn architectures_as_torch_spells_them() {

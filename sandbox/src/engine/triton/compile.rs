@@ -24,6 +24,16 @@ use crate::engine::host::compile::run_captured;
 /// The driver script, written into scratch for each compile.
 pub const DRIVER: &str = include_str!("driver.py");
 
+/// Writes the driver into `dir` with kiln's Triton rules beside it
+/// ([`kiln_types::triton::RULES_FILE`], which the driver loads from its own folder).
+fn write_driver(dir: &Path) -> std::io::Result<()> {
+    fs::write(dir.join("driver.py"), DRIVER)?;
+    fs::write(
+        dir.join(kiln_types::triton::RULES_FILE),
+        kiln_types::triton::RULES_JSON,
+    )
+}
+
 /// Most driver output kept in the log.
 const LOG_CAP: usize = 16 << 10;
 /// Largest `result.json` read.
@@ -237,7 +247,7 @@ pub fn compile(
             fs::create_dir_all(dir.join(sub))?;
         }
         fs::write(dir.join("candidate.py"), &candidate.source)?;
-        fs::write(dir.join("driver.py"), DRIVER)?;
+        write_driver(&dir)?;
         let request = serde_json::json!({
             "source": dir.join("candidate.py"),
             "arch": arch,
@@ -399,6 +409,27 @@ pub fn compile(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_driver_is_written_with_the_one_rules_file_beside_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_driver(dir.path()).expect("write");
+        let rules = fs::read_to_string(dir.path().join(kiln_types::triton::RULES_FILE))
+            .expect("rules beside the driver");
+        assert_eq!(rules, kiln_types::triton::RULES_JSON);
+        assert_eq!(
+            fs::read_to_string(dir.path().join("driver.py")).expect("driver"),
+            DRIVER
+        );
+        // The driver reads the file by that name and holds no list of its own.
+        assert!(DRIVER.contains(&format!(
+            "RULES_FILE = \"{}\"",
+            kiln_types::triton::RULES_FILE
+        )));
+        for name in &kiln_types::triton::TritonRules::get().from_triton {
+            assert!(!DRIVER.contains(&format!("\"{name}\"")), "{name}");
+        }
+    }
 
     #[test]
     fn trailing_parameters_follow_the_version() {

@@ -21,6 +21,11 @@ The result is untrusted for kiln-worker all the same (the candidate's jit code r
 Triton's compiler in this process): it reads it with size limits and checks every field.
 Errors are answered in result.json with a kind: "compile" (the source: a compile_error) or
 "launch" (the launch plan does not fit the function: an invalid_launch).
+
+The lists of names the filter goes by (what may be imported, the kernel builtins, the
+jit keywords...) are kiln's Triton rules, `triton_rules.json`: kiln-worker writes the file
+beside this script (its one copy is sdk/types/src/triton_rules.json, which kiln-types
+embeds; the hosted extractor and `kiln problems check` read the same file).
 """
 
 import ast
@@ -34,17 +39,46 @@ import sys
 import time
 import types
 
+RULES_FILE = "triton_rules.json"
+
+
+def load_rules():
+    """kiln's Triton rules: the file kiln-worker writes beside this script, else (run from
+    kiln's source tree, as the tests do) the workspace's one copy."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in (os.path.join(here, RULES_FILE),
+                 os.path.join(here, "..", "..", "..", "..", "sdk", "types", "src", RULES_FILE)):
+        if os.path.isfile(path):
+            with open(path) as f:
+                return json.load(f)
+    raise RuntimeError("no %s beside %s: kiln writes it there" % (RULES_FILE, __file__))
+
+
+RULES = load_rules()
 #: Python builtins Triton's code generator understands that reach nothing else.
-SAFE_BUILTINS = {"range", "len", "min", "max", "int", "float", "isinstance", "print", "list"}
+SAFE_BUILTINS = set(RULES["kernel_builtins"])
 #: Attributes never followed inside a kernel: a JITFunction's Python-side machinery.
-JIT_INTERNALS = {"fn", "run", "warmup", "src", "cache", "launch_metadata", "preload",
-                 "device_caches", "kernel_cache", "hash", "cache_key", "module"}
+JIT_INTERNALS = set(RULES["jit_internals"])
 #: Builtin types a parameter may be annotated with (a name lookup at definition time).
-ANNOTATION_BUILTINS = {"int", "float", "bool", "str"}
-#: What `from triton import NAME` may bring in.
-TRITON_NAMES = {"language", "jit", "cdiv", "next_power_of_2"}
+ANNOTATION_BUILTINS = set(RULES["annotation_builtins"])
+#: What `from triton import NAME` may bring in (in the rules' order, for messages).
+TRITON_NAMES = list(RULES["from_triton"])
 #: Keyword arguments accepted by `@triton.jit(...)`, each with literal values only.
-JIT_KWARGS = {"noinline", "debug", "do_not_specialize", "do_not_specialize_on_alignment"}
+JIT_KWARGS = set(RULES["jit_keywords"])
+#: Syntax refused inside a jit function (those of the rules this Python has).
+KERNEL_FORBIDDEN = tuple(getattr(ast, n) for n in RULES["kernel_forbidden"] if hasattr(ast, n))
+
+
+def importable(name):
+    """True if the module `name` may be imported (the rules' modules and trees)."""
+    return name in RULES["import_modules"] or any(
+        name == t or name.startswith(t + ".") for t in RULES["import_trees"])
+
+
+def spoken(names):
+    """`a, b and c`."""
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 #: What an attribute chain resolves to past its last module: an attribute of a
 #: triton.language object (a dtype's field), never the object a decorator or a constant
@@ -91,7 +125,7 @@ def language_owned(obj, triton, tl):
         return True
     if isinstance(obj, types.ModuleType):
         return is_language_module(obj)
-    if obj in (triton.cdiv, triton.next_power_of_2):
+    if any(obj is getattr(triton, n, None) for n in TRITON_NAMES):
         return True
     if isinstance(obj, (tl.dtype, tl.constexpr)):
         return True
@@ -165,8 +199,8 @@ class Filter:
                 if obj is self.triton:
                     if i != 0 or attr not in TRITON_NAMES:
                         refuse(self.source, node,
-                               "of the triton package only triton.language, triton.jit, "
-                               "triton.cdiv and triton.next_power_of_2 may be used")
+                               "of the triton package only %s may be used"
+                               % spoken("triton." + n for n in TRITON_NAMES))
                 elif not is_language_module(obj):
                     refuse(self.source, node, "reaches outside triton.language")
                 if not hasattr(obj, attr):
@@ -225,8 +259,7 @@ class Filter:
     def check_import(self, node):
         for alias in node.names:
             name = alias.name
-            if name != "triton" and name != "triton.language" \
-                    and not name.startswith("triton.language."):
+            if not importable(name):
                 refuse(self.source, node, HELP)
             try:
                 mod = importlib.import_module(name)
@@ -243,8 +276,7 @@ class Filter:
 
     def check_import_from(self, node):
         mod_name = node.module or ""
-        if node.level != 0 or not (mod_name == "triton" or mod_name == "triton.language"
-                                   or mod_name.startswith("triton.language.")):
+        if node.level != 0 or not importable(mod_name):
             refuse(self.source, node, HELP)
         try:
             mod = importlib.import_module(mod_name)
@@ -256,7 +288,7 @@ class Filter:
                 refuse(self.source, node, "import names one by one, no private names")
             if mod is self.triton and name not in TRITON_NAMES:
                 refuse(self.source, node,
-                       "from triton only language, jit, cdiv and next_power_of_2 may be imported")
+                       "from triton only %s may be imported" % spoken(TRITON_NAMES))
             if hasattr(mod, name):
                 obj = getattr(mod, name)
             else:
@@ -361,16 +393,9 @@ class Filter:
         for node in ast.walk(fn):
             for child in ast.iter_child_nodes(node):
                 parents[child] = node
-        forbidden = (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.ClassDef,
-                     ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Await, ast.Yield,
-                     ast.YieldFrom, ast.AsyncFor, ast.AsyncWith, ast.With, ast.Try, ast.Raise,
-                     ast.Delete)
-        for extra in ("TryStar", "Match"):
-            if hasattr(ast, extra):
-                forbidden = forbidden + (getattr(ast, extra),)
         for stmt in fn.body:
             for node in ast.walk(stmt):
-                if isinstance(node, forbidden):
+                if isinstance(node, KERNEL_FORBIDDEN):
                     refuse(self.source, node, "not allowed inside a @triton.jit function")
                 if isinstance(node, ast.Attribute):
                     self.check_attribute(node, parents)

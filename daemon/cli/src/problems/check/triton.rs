@@ -4,9 +4,13 @@
 //! without running Python; and each launch fits the `@triton.jit` function it names.
 //!
 //! The driver resolves names against the real triton package; this check cannot, so it
-//! goes by spelling (`triton.jit` or `jit`, a callee ending in `constexpr`).
+//! goes by spelling (`triton.jit` or `jit`, a callee ending in `constexpr`). The lists it
+//! goes by (which modules may be imported, what `from triton import` may bring in, the
+//! keywords `@triton.jit` takes) are kiln's Triton rules, the one file the driver and the
+//! hosted extractor read too ([`kiln_types::triton`]).
 
 use kiln_types::Launch;
+use kiln_types::triton::TritonRules;
 
 use super::Issue;
 use super::python::{self, Statement, Tok};
@@ -37,23 +41,17 @@ pub struct JitFunction {
 const HELP: &str = "a triton source holds only imports of triton and triton.language, \
                     @triton.jit functions, NAME = tl.constexpr(<literal>) constants and a \
                     docstring";
-/// Keyword arguments `@triton.jit(...)` takes.
-const JIT_KWARGS: &[&str] = &[
-    "debug",
-    "do_not_specialize",
-    "do_not_specialize_on_alignment",
-    "noinline",
-];
-/// What `from triton import ...` may bring in.
-const TRITON_NAMES: &[&str] = &["cdiv", "jit", "language", "next_power_of_2"];
 /// Python's keywords that start a statement.
 const KEYWORDS: &[&str] = &[
     "assert", "async", "await", "break", "class", "continue", "del", "for", "global", "if",
     "lambda", "match", "nonlocal", "pass", "raise", "return", "try", "while", "with", "yield",
 ];
 
-fn triton_module(name: &str) -> bool {
-    name == "triton" || name == "triton.language" || name.starts_with("triton.language.")
+/// `names`, sorted, as a list for a message.
+fn listed(names: &[String]) -> String {
+    let mut names: Vec<&str> = names.iter().map(String::as_str).collect();
+    names.sort_unstable();
+    names.join(", ")
 }
 
 /// `a.b.c` at the start of `t`: the dotted name and how many tokens it takes.
@@ -136,8 +134,13 @@ fn syntax(what: &str) -> String {
 }
 
 /// Reads the module level of a Triton source: its jit functions (none if it does not
-/// parse), and what is wrong.
+/// parse), and what is wrong, by kiln's Triton rules.
 pub fn module(source: &str) -> (Option<Vec<JitFunction>>, Vec<Issue>) {
+    module_by(source, TritonRules::get())
+}
+
+/// [`module`] by the rules given.
+fn module_by(source: &str, rules: &TritonRules) -> (Option<Vec<JitFunction>>, Vec<Issue>) {
     let statements = match python::statements(source) {
         Ok(s) => s,
         Err(e) => return (None, vec![Issue::at(e.line, syntax(&e.message))]),
@@ -151,7 +154,7 @@ pub fn module(source: &str) -> (Option<Vec<JitFunction>>, Vec<Issue>) {
             continue;
         }
         let result = if t[0].is_name("def") {
-            function(t, s.line, &decorators).map(|f| funcs.push(f))
+            function(t, s.line, &decorators, rules).map(|f| funcs.push(f))
         } else {
             if let Some(d) = decorators.first() {
                 issues.push(Issue::at(
@@ -159,7 +162,7 @@ pub fn module(source: &str) -> (Option<Vec<JitFunction>>, Vec<Issue>) {
                     "a decorator must be followed by a function definition".into(),
                 ));
             }
-            statement(t)
+            statement(t, rules)
         };
         decorators.clear();
         if let Err(m) = result {
@@ -176,15 +179,15 @@ pub fn module(source: &str) -> (Option<Vec<JitFunction>>, Vec<Issue>) {
 }
 
 /// A top-level statement other than a function definition.
-fn statement(t: &[Tok]) -> Result<(), String> {
+fn statement(t: &[Tok], rules: &TritonRules) -> Result<(), String> {
     if t.iter().all(|x| matches!(x, Tok::Str { .. })) && literal(t) {
         return Ok(()); // a docstring
     }
     if t[0].is_name("import") {
-        return import(t);
+        return import(t, rules);
     }
     if t[0].is_name("from") {
-        return import_from(t);
+        return import_from(t, rules);
     }
     if matches!(t[0], Tok::Name(_)) && t.get(1).is_some_and(|x| x.is_op("=")) {
         return constant(t);
@@ -199,7 +202,7 @@ fn statement(t: &[Tok]) -> Result<(), String> {
     Err(format!("{what} are not allowed at module level ({HELP})"))
 }
 
-fn import(t: &[Tok]) -> Result<(), String> {
+fn import(t: &[Tok], rules: &TritonRules) -> Result<(), String> {
     for part in split_top(&t[1..], ",") {
         let (module, n) = dotted(part).ok_or_else(|| syntax("invalid import"))?;
         match &part[n..] {
@@ -207,14 +210,14 @@ fn import(t: &[Tok]) -> Result<(), String> {
             [r#as, Tok::Name(_)] if r#as.is_name("as") => {}
             _ => return Err(syntax("invalid import")),
         }
-        if !triton_module(&module) {
+        if !rules.importable(&module) {
             return Err(format!("import {module}: {HELP}"));
         }
     }
     Ok(())
 }
 
-fn import_from(t: &[Tok]) -> Result<(), String> {
+fn import_from(t: &[Tok], rules: &TritonRules) -> Result<(), String> {
     let rest = &t[1..];
     if rest.first().is_some_and(|x| x.is_op(".") || x.is_op("...")) {
         return Err(format!("relative imports are not allowed: {HELP}"));
@@ -226,7 +229,7 @@ fn import_from(t: &[Tok]) -> Result<(), String> {
     if !import.is_name("import") {
         return Err(syntax("invalid import"));
     }
-    if !triton_module(&module) {
+    if !rules.importable(&module) {
         return Err(format!("from {module} import ...: {HELP}"));
     }
     if let [open, inner @ .., close] = names
@@ -251,10 +254,10 @@ fn import_from(t: &[Tok]) -> Result<(), String> {
         if name.starts_with('_') {
             return Err(format!("from {module} import {name}: no private names"));
         }
-        if module == "triton" && !TRITON_NAMES.contains(&name.as_str()) {
+        if module == "triton" && !rules.from_triton_allows(name) {
             return Err(format!(
                 "from triton import {name}: from triton only {} may be imported",
-                TRITON_NAMES.join(", ")
+                listed(&rules.from_triton)
             ));
         }
     }
@@ -279,7 +282,12 @@ fn constant(t: &[Tok]) -> Result<(), String> {
 }
 
 /// `def NAME(params) [-> ann]: ...` with its decorators.
-fn function(t: &[Tok], line: usize, decorators: &[&Statement]) -> Result<JitFunction, String> {
+fn function(
+    t: &[Tok],
+    line: usize,
+    decorators: &[&Statement],
+    rules: &TritonRules,
+) -> Result<JitFunction, String> {
     let Some(Tok::Name(name)) = t.get(1) else {
         return Err(syntax("invalid function definition"));
     };
@@ -300,7 +308,7 @@ fn function(t: &[Tok], line: usize, decorators: &[&Statement]) -> Result<JitFunc
              configs belong in the launch plan: constexprs, num_warps, num_stages)"
         ));
     };
-    jit_decorator(&decorator.tokens)?;
+    jit_decorator(&decorator.tokens, rules)?;
     let mut params = Vec::new();
     for part in split_top(&t[3..close], ",") {
         match part {
@@ -359,7 +367,7 @@ fn param(name: &str, rest: &[Tok]) -> Result<Param, String> {
 }
 
 /// `@triton.jit`, `@jit`, or either called with literal keyword arguments.
-fn jit_decorator(t: &[Tok]) -> Result<(), String> {
+fn jit_decorator(t: &[Tok], rules: &TritonRules) -> Result<(), String> {
     let only = || {
         "only @triton.jit is accepted as a decorator (autotune and heuristics configs belong \
          in the launch plan)"
@@ -377,7 +385,7 @@ fn jit_decorator(t: &[Tok]) -> Result<(), String> {
     let bad_kwargs = || {
         format!(
             "@triton.jit takes only {}, with literal values",
-            JIT_KWARGS.join(", ")
+            listed(&rules.jit_keywords)
         )
     };
     for kw in split_top(args, ",") {
@@ -399,10 +407,7 @@ fn jit_decorator(t: &[Tok]) -> Result<(), String> {
             }
             v => vec![v],
         };
-        if !eq.is_op("=")
-            || !JIT_KWARGS.contains(&key.as_str())
-            || !values.iter().all(|v| literal(v))
-        {
+        if !eq.is_op("=") || !rules.jit_keyword(key) || !values.iter().all(|v| literal(v)) {
             return Err(bad_kwargs());
         }
     }
@@ -605,6 +610,38 @@ def add(a, b, y, n: tl.int32, BLOCK: tl.constexpr = 4, GROUP: tl.constexpr = Non
                 "{src:?}: {issues:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_rule_added_to_the_rules_file_is_followed() {
+        // The check reads the rules file's lists, not lists of its own: a name added there
+        // is allowed here (the scripts' tests add one to the same file).
+        let mut v: serde_json::Value =
+            serde_json::from_str(kiln_types::triton::RULES_JSON).expect("json");
+        v["from_triton"]
+            .as_array_mut()
+            .expect("a list")
+            .push("Config".into());
+        v["jit_keywords"]
+            .as_array_mut()
+            .expect("a list")
+            .push("launch_hook".into());
+        v["import_trees"]
+            .as_array_mut()
+            .expect("a list")
+            .push("triton.tools".into());
+        let more = TritonRules::parse(&v.to_string()).expect("rules");
+        let src = "from triton import Config\nimport triton.tools.disasm\n\n\
+                   @triton.jit(launch_hook=None)\ndef f(x):\n    pass\n";
+        let refused: Vec<String> = module(src).1.into_iter().map(|i| i.message).collect();
+        assert_eq!(refused.len(), 3, "{refused:?}");
+        assert!(refused[0].contains("from triton only cdiv, jit, language, next_power_of_2"));
+        assert_eq!(module_by(src, &more).1, Vec::new());
+        assert!(
+            module_by("from triton import autotune\n", &more).1[0]
+                .message
+                .contains("from triton only Config, cdiv, jit, language, next_power_of_2")
+        );
     }
 
     #[test]
