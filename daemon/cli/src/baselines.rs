@@ -79,11 +79,27 @@ pub fn speedup_lines(speedups: &Value) -> Vec<String> {
         .into_iter()
         .flatten()
         .map(|s| {
+            let precision = text(&s["precision"]);
+            // kilnd before harnesses had every figure in process, like its candidates.
+            let harness = if s["harness"] == "hosted" {
+                "hosted"
+            } else {
+                "in process"
+            };
+            let same = if s["same_harness"] == false {
+                "; another harness than this candidate's: not comparable"
+            } else {
+                ""
+            };
             format!(
-                "  speedup   {:>7.2}x vs {} ({}, {})",
+                "  speedup   {:>7.2}x vs {} ({}{harness}, {}{same})",
                 s["speedup"].as_f64().unwrap_or(0.0),
                 text(&s["baseline"]),
-                text(&s["precision"]),
+                if precision.is_empty() {
+                    String::new()
+                } else {
+                    format!("{precision}, ")
+                },
                 us(s["baseline_us"].as_f64().unwrap_or(0.0))
             )
         })

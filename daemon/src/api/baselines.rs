@@ -95,7 +95,8 @@ pub async fn cached_here(s: &AppState, problem: &str) -> Result<Option<BaselineS
 }
 
 /// Speedups of `evaluation` (of a candidate of `problem`, timed on the cuda backend)
-/// against the baselines cached for the model of the GPU that timed it (its telemetry's
+/// against the baselines cached for the model of the GPU that timed it, each saying
+/// whether the baseline was timed by the evaluation's own harness (`same_harness`) (its telemetry's
 /// `device.uuid`; an evaluation without one only where every GPU is of one model). None
 /// measured: an empty list; never measures.
 pub async fn speedups(
@@ -115,7 +116,11 @@ pub async fn speedups(
         return json!([]);
     };
     match store.get_baselines(&key, problem).await {
-        Ok(Some(set)) => serde_json::to_value(set.speedups(median_us)).unwrap_or_default(),
+        Ok(Some(set)) => serde_json::to_value(set.speedups(
+            median_us,
+            kiln_types::baseline::Harness::of(evaluation.trust),
+        ))
+        .unwrap_or_default(),
         _ => json!([]),
     }
 }

@@ -133,7 +133,7 @@ pub async fn candidate(
     let speedups = match median {
         Some(m) => super::baselines::cached_here(&s, &record.candidate.problem)
             .await?
-            .map(|set| set.speedups(m))
+            .map(|set| set.speedups(m, kiln_types::baseline::Harness::of(record.trust())))
             .unwrap_or_default(),
         None => Vec::new(),
     };

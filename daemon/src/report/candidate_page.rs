@@ -356,11 +356,16 @@ pub fn page(inp: &CandidateInputs) -> String {
                 rows.push((
                     "speedup",
                     esc(&format!(
-                        "{} vs {} ({}, {})",
+                        "{} vs {} ({}, {}){}",
                         fmt_x(s.speedup),
                         s.baseline,
                         s.precision,
-                        fmt_us(s.baseline_us)
+                        fmt_us(s.baseline_us),
+                        if s.same_harness {
+                            ""
+                        } else {
+                            " — another harness: not comparable"
+                        }
                     )),
                 ));
             }
@@ -504,6 +509,8 @@ mod tests {
                 precision: "tf32".into(),
                 baseline_us: 20.0,
                 speedup: 2.0,
+                harness: kiln_types::baseline::Harness::InProcess,
+                same_harness: true,
             }],
             generated_at: 0,
         });

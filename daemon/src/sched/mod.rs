@@ -13,11 +13,13 @@
 //! ([`job_options`]) and ends with its evaluation stored and the job `done`, or `failed`
 //! with the reason when the backend itself broke (`job`). Jobs for a backend that is not
 //! usable here stay queued. On stop, jobs not yet on a lane go back to the queue at once,
-//! uncounted. Baselines hold a GPU lane the same way ([`baseline`]).
+//! uncounted. Baselines hold a GPU lane the same way ([`baseline`]); the hosted ones are
+//! the problem's module evaluated there as a hosted file ([`hosted_baseline`]).
 
 pub mod ahead;
 pub mod baseline;
 mod calibrate;
+pub mod hosted_baseline;
 mod job;
 pub mod job_options;
 mod lane_slots;

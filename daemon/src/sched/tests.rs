@@ -257,6 +257,114 @@ async fn baselines_are_measured_and_cached_per_lane_gpu_model() {
     sched.stop();
 }
 
+/// A problem whose reference is a PyTorch module gets its hosted baselines too, measured
+/// on the same held lane by evaluating the module as a hosted file (so a hosted
+/// candidate's speedup is against a time taken the same way); a cached set from before
+/// them is measured again once; speedups say which harness each baseline is of.
+#[tokio::test]
+async fn a_torch_problem_gets_hosted_baselines_of_its_own_module() {
+    let fake = FakeLanes::new(BackendKind::Cuda, 1);
+    let (_d, store, sched, _events) = start(fake.clone()).await;
+    let mut spec = sample_spec("kb");
+    spec.reference.cuda = None;
+    spec.reference.torch = Some(kiln_types::problem::TorchReference {
+        file: "reference.py".into(),
+        source: "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n".into(),
+        init_inputs: "[]".into(),
+        forward: vec!["x".into()],
+        constants: BTreeMap::new(),
+        state: BTreeMap::new(),
+        outputs: vec!["y".into()],
+        bool_tensors: Vec::new(),
+        precision: Default::default(),
+    });
+    spec.baseline
+        .insert("torch".into(), kiln_types::BaselineOp::Module {});
+    store.put_problem(&spec).await.expect("problem");
+    let inv = fake_inventory(&["NVIDIA H200"]);
+    let key = GpuKey {
+        model: "NVIDIA H200".into(),
+        driver: "580.159.04".into(),
+    };
+    // A set cached before hosted baselines existed: measured again, not served.
+    store
+        .put_baselines(&key, "kb", &[crate::store::measured_reference(100.0)])
+        .await
+        .expect("old set");
+    let set = sched
+        .baselines("kb", &inv, false, None)
+        .await
+        .expect("baselines");
+    use kiln_types::baseline::Harness;
+    let hosted: Vec<_> = set
+        .results
+        .iter()
+        .filter(|r| r.harness == Harness::Hosted)
+        .collect();
+    let names: Vec<&str> = hosted.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["torch-eager-hosted", "torch-compile-hosted"],
+        "{set:?}"
+    );
+    // Each is the fake's time of a hosted evaluation of a ModelNew file made of the
+    // module, run on the lane the baselines held.
+    assert!(
+        hosted.iter().all(|r| r.median_us() == Some(10.0)),
+        "{hosted:?}"
+    );
+    let (files, recorded): (Vec<String>, Vec<bool>) = {
+        let seen = fake.seen();
+        (
+            seen.evaluated
+                .iter()
+                .map(|(note, _)| note.clone())
+                .collect(),
+            seen.recorded.iter().map(|(_, rec)| *rec).collect(),
+        )
+    };
+    assert_eq!(
+        files,
+        [
+            "kiln's torch-eager-hosted baseline",
+            "kiln's torch-compile-hosted baseline"
+        ]
+    );
+    assert!(recorded.iter().all(|rec| !rec), "baselines are not lifted");
+    let file = super::hosted_baseline::candidate(
+        &spec,
+        kiln_types::baseline::BaselineKind::TorchCompileHosted,
+    )
+    .expect("a file");
+    assert_eq!(file.language, kiln_types::Language::ModelNew);
+    assert!(file.source.starts_with("import torch\nclass Model"));
+    assert!(file.source.contains("class ModelNew(Model)"));
+    assert!(file.source.contains("_kiln_torch.compile("));
+    // Now cached with its hosted figures: served without measuring.
+    let again = sched
+        .baselines("kb", &inv, false, None)
+        .await
+        .expect("cached");
+    assert_eq!(again, set);
+    assert_eq!(fake.seen().baselines_on.len(), 1);
+    // A hosted candidate at 5 us: 2x the hosted eager, same harness; the reference (in
+    // process) is another harness.
+    let speedups = set.speedups(5.0, Harness::Hosted);
+    let by = |n: &str| speedups.iter().find(|s| s.baseline == n).expect(n);
+    assert_eq!(by("torch-eager-hosted").speedup, 2.0);
+    assert!(by("torch-eager-hosted").same_harness);
+    assert!(!by("reference").same_harness);
+    let contract = set.speedups(5.0, Harness::InProcess);
+    assert!(
+        contract
+            .iter()
+            .find(|s| s.baseline == "reference")
+            .expect("ref")
+            .same_harness
+    );
+    sched.stop();
+}
+
 /// Most compiles in flight while 30 candidates go through one lane whose compiles take
 /// `compile_ms` and evaluations `eval_ms` (four compile slots), once the scheduler has
 /// timed a compile and an evaluation. (Before an evaluation has been timed, the backend

@@ -44,11 +44,17 @@ pub struct Speedup {
     pub baseline_us: f64,
     /// `baseline_us / candidate median`: above 1 is faster than the baseline.
     pub speedup: f64,
+    /// How the baseline was timed.
+    pub harness: kiln_types::baseline::Harness,
+    /// Whether the candidate was timed by the same harness: the figure to rank by (a
+    /// hosted candidate against a hosted baseline, any other against an in-process one).
+    pub same_harness: bool,
 }
 
 impl BaselineSet {
-    /// Speedup of a candidate with median `median_us` against each measured baseline.
-    pub fn speedups(&self, median_us: f64) -> Vec<Speedup> {
+    /// Speedup of a candidate with median `median_us`, timed by `harness`, against each
+    /// measured baseline.
+    pub fn speedups(&self, median_us: f64, harness: kiln_types::baseline::Harness) -> Vec<Speedup> {
         if !(median_us.is_finite() && median_us > 0.0) {
             return Vec::new();
         }
@@ -61,6 +67,8 @@ impl BaselineSet {
                     precision: r.precision.clone(),
                     baseline_us: b,
                     speedup: b / median_us,
+                    harness: r.harness,
+                    same_harness: r.harness == harness,
                 })
             })
             .collect()

@@ -376,14 +376,27 @@ class TimingStats:
 #: The torch baseline kinds: eager PyTorch and ``torch.compile`` of the same module.
 TORCH_EAGER = "torch-eager"
 TORCH_COMPILE = "torch-compile"
+#: The suffix of the hosted baselines' names (``torch-eager-hosted``): the problem's own
+#: module run through the hosted path, timed by the same harness as a hosted candidate.
+HOSTED_SUFFIX = "-hosted"
+
+
+def same_harness(kind: str, trust: Optional[str]) -> str:
+    """The torch baseline ``kind`` a candidate run under ``trust`` is compared with: its
+    hosted twin (``torch-eager-hosted``) for a ``hosted`` candidate, whose times hold the
+    hosted path's own cost as that baseline's do; ``kind`` itself otherwise."""
+    return kind + HOSTED_SUFFIX if trust == "hosted" else kind
 
 
 def torch_variant(names: "Iterable[str]", kind: str) -> Optional[str]:
-    """Which result of the torch baseline ``kind`` (``torch-eager``, ``torch-compile``)
-    stands for it among ``names`` (``torch-eager-fp32``, ``torch-eager-tf32``, ..., in
-    kilnd's order): its ``fp32`` variant (PyTorch's default precision, the one KernelBench
-    times), else the bare kind, else the first; ``None`` if there is none."""
-    found = [n for n in names if n == kind or n.startswith(kind + "-")]
+    """Which result of the torch baseline ``kind`` (``torch-eager``, ``torch-compile``,
+    or a hosted one, ``torch-eager-hosted``) stands for it among ``names``
+    (``torch-eager-fp32``, ``torch-eager-tf32``, ..., in kilnd's order): its ``fp32``
+    variant (PyTorch's default precision, the one KernelBench times), else the bare kind,
+    else the first; ``None`` if there is none. An in-process kind never picks a hosted
+    result."""
+    hosted = kind.endswith(HOSTED_SUFFIX)
+    found = [n for n in names if (n == kind or n.startswith(kind + "-")) and (hosted or not n.endswith(HOSTED_SUFFIX))]
     for preferred in (f"{kind}-fp32", kind):
         if preferred in found:
             return preferred
@@ -908,7 +921,7 @@ class CandidateRecord:
             # A record without kilnd's `lift` (the one answered to a duplicate submission):
             # the outcome as the file's evaluation recorded it, without the lifted
             # candidate's state, so a lifted file waits for its lifted result.
-            lift = Lift.from_dict(_obj(evaluation.telemetry if evaluation else None).get("lift"))
+            lift = Lift.from_dict(_obj(ev).get("lift") or _obj(evaluation.telemetry if evaluation else None).get("lift"))
         hosted: Optional[Evaluation] = None
         if lift is not None and lift.evaluation is not None:
             hosted, evaluation, trust = evaluation, lift.evaluation, lift.evaluation.trust

@@ -28,6 +28,7 @@ from .models import (
     TORCH_COMPILE,
     TORCH_EAGER,
     BaselineSet,
+    same_harness,
     CandidateRecord,
     Evaluation,
     Outcome,
@@ -90,7 +91,14 @@ class Reward:
             on the cuda backend when the problem's ``torch-eager`` baseline is measured
             on that GPU model (its ``fp32`` variant, else the one measured); otherwise
             ``None``.
-        speedup_compile: the same against ``torch.compile`` (``torch-compile``).
+        speedup_compile: the same against ``torch.compile`` (``torch-compile``). For a
+            ``hosted`` candidate both are against the hosted baselines
+            (``torch-eager-hosted``, ``torch-compile-hosted``: the problem's own module
+            timed through the same hosted path), so the ratio holds no cost of kiln's that
+            the other side lacks.
+        speedup_eager_in_process, speedup_compile_in_process: for a ``hosted`` candidate,
+            the same against the baselines timed in process (another harness: beside, for
+            comparison, never the reward); ``None`` otherwise.
         trust: how the result was obtained: ``contract``, ``hosted`` (a ``ModelNew``
             file's own Python, in kiln's jailed runner) or ``lifted`` (the GPU work of a
             ``ModelNew`` file's forward, lifted by kilnd into a contract candidate that
@@ -118,6 +126,8 @@ class Reward:
     speedup_eager: Optional[float] = None
     speedup_compile: Optional[float] = None
     trust: Optional[str] = None
+    speedup_eager_in_process: Optional[float] = None
+    speedup_compile_in_process: Optional[float] = None
     problem: Optional[str] = None
     hosted_median_us: Optional[float] = None
     lift: Optional[str] = None
@@ -281,14 +291,18 @@ class _Batch:
         problem = self.names[index]
         ev, err, cid = outcome.evaluation, outcome.error, outcome.candidate_id
         if ev is not None:
-            eager = self._over(problem, ev, kind=TORCH_EAGER)
-            compiled = self._over(problem, ev, kind=TORCH_COMPILE)
+            eager = self._over(problem, ev, kind=same_harness(TORCH_EAGER, ev.trust))
+            compiled = self._over(problem, ev, kind=same_harness(TORCH_COMPILE, ev.trust))
+            hosted = ev.trust == "hosted"
+            eager_ip = self._over(problem, ev, kind=TORCH_EAGER) if hosted else None
+            compiled_ip = self._over(problem, ev, kind=TORCH_COMPILE) if hosted else None
             speedup = self._speedup(problem, ev, eager)
             score = (speedup if speedup is not None else 1.0) if ev.ok else 0.0
             lift, hosted_us, message = _lift_fields(outcome.record, ev)
             return Reward(index, cid, ev.verdict, ev.ok, speedup, ev.median_us, message,
                           reward=score, speedup_eager=eager, speedup_compile=compiled, trust=ev.trust,
-                          problem=problem, hosted_median_us=hosted_us, lift=lift)
+                          problem=problem, hosted_median_us=hosted_us, lift=lift,
+                          speedup_eager_in_process=eager_ip, speedup_compile_in_process=compiled_ip)
         if isinstance(err, QueueFull):
             return _failure(index, cid, NO_VERDICT, f"kilnd's queue stayed full: {err.message}", problem)
         if isinstance(err, ApiError):

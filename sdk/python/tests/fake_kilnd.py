@@ -245,7 +245,7 @@ class FakeKilnd:
                 event.update(state="done", verdict=verdict, median_us=median)
             lifted = self._lift_outcome(rec) if trust == "hosted" and rec["evaluation"] is not None else None
             if lifted is not None:
-                rec["evaluation"].setdefault("telemetry", {})["lift"] = lifted
+                rec["evaluation"]["lift"] = lifted
             self.cond.notify_all()
         if self.lag:
             self.publish({"type": "lagged", "missed": 1})
@@ -278,7 +278,7 @@ class FakeKilnd:
     def queue_lifted(self, file_id: str) -> None:
         """Queues the candidate lifted from ``file_id`` (after its evaluation, as kilnd)."""
         with self.cond:
-            lift = self.records[file_id]["evaluation"]["telemetry"]["lift"]
+            lift = self.records[file_id]["evaluation"]["lift"]
             lifted_id, cand = lift["candidate_id"], lift["candidate"]
             if lifted_id in self.records:
                 return  # already stored: nothing is queued
@@ -302,7 +302,7 @@ class FakeKilnd:
     def lift_json(self, rec: Dict[str, Any]) -> "tuple[Optional[Dict[str, Any]], bool]":
         """The file's ``lift`` as kilnd answers it, and whether its lifted job has ended
         (True when there is nothing to wait for). Called with ``cond`` held."""
-        outcome = ((rec.get("evaluation") or {}).get("telemetry") or {}).get("lift")
+        outcome = (rec.get("evaluation") or {}).get("lift")
         if outcome is None:
             return None, True
         if outcome.get("marker") == "LIFT_GARBAGE":

@@ -181,6 +181,22 @@ class Models(unittest.TestCase):
         self.assertEqual(mixed.baseline_set("NVIDIA H200").gpu_model, "NVIDIA H200")  # type: ignore[union-attr]
         self.assertEqual(kiln.Problem.from_dict({"spec": {}}).baselines, [])
 
+    def test_a_hosted_candidate_is_compared_with_the_hosted_baseline(self) -> None:
+        from kiln.models import same_harness, torch_variant
+
+        names = ["torch-eager-fp32", "torch-eager-hosted", "torch-compile-hosted"]
+        self.assertEqual(same_harness("torch-eager", "hosted"), "torch-eager-hosted")
+        self.assertEqual(same_harness("torch-eager", "lifted"), "torch-eager")
+        self.assertEqual(torch_variant(names, same_harness("torch-eager", "hosted")), "torch-eager-hosted")
+        self.assertEqual(torch_variant(names, "torch-eager"), "torch-eager-fp32")
+        # An in-process kind never stands for the hosted result, even when it is the only one.
+        self.assertIsNone(torch_variant(["torch-compile-hosted"], "torch-compile"))
+        b = kiln.BaselineSet.from_dict({**self.BASELINES, "results": self.BASELINES["results"] + [
+            {"name": "torch-eager-hosted", "library": "torch", "precision": "", "status": "measured",
+             "harness": "hosted", "timing": {"median_us": 240.0}}]})
+        self.assertEqual(b.torch_us("torch-eager-hosted"), 240.0)
+        self.assertEqual(b.torch_us("torch-eager"), 40.0)
+
     def test_baselines_request(self) -> None:
         get = _wire.baselines("kb-l1-19-relu", False, None)
         self.assertEqual((get.method, get.target, get.body), ("GET", "/v1/problems/kb-l1-19-relu/baselines", None))

@@ -47,6 +47,38 @@ pub enum BaselineKind {
     TorchEager,
     /// `torch.compile` of the same op or module (`[baseline.torch]`).
     TorchCompile,
+    /// The problem's own PyTorch `Model`, run as a hosted `ModelNew` file through the
+    /// hosted path a hosted candidate takes (its runner, its wake-up, its device wait,
+    /// the hand-back of its result): the baseline a hosted candidate's speedup is taken
+    /// against (`[baseline.torch]` of a problem with a PyTorch reference).
+    TorchEagerHosted,
+    /// `torch.compile` of that `Model`, run the same way.
+    TorchCompileHosted,
+}
+
+/// How a time was taken, which decides which times a ratio may be formed of: a speedup is
+/// only the same-harness figure when the candidate and the baseline share one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Harness {
+    /// On the GPU's own clock in kiln's trusted process (CUPTI kernel records or events
+    /// around the launches): the contract's candidates, the reference, cuBLAS, cuDNN and
+    /// the torch runner's eager and compile.
+    #[default]
+    InProcess,
+    /// The worker's clock from its command to a hosted runner's answer, less kiln's
+    /// empty round trip: hosted candidates and the hosted baselines.
+    Hosted,
+}
+
+impl Harness {
+    /// The harness that timed a candidate run under `trust`.
+    pub fn of(trust: crate::TrustMode) -> Harness {
+        match trust {
+            crate::TrustMode::Hosted => Harness::Hosted,
+            crate::TrustMode::Contract | crate::TrustMode::Lifted => Harness::InProcess,
+        }
+    }
 }
 
 /// Who runs a baseline kind.
@@ -56,16 +88,52 @@ pub enum BaselineRunner {
     GpuWorker,
     /// kiln's trusted torch runner (`kiln_torch.py`).
     TorchRunner,
+    /// kilnd, through the hosted path: the problem's module written as a `ModelNew` file
+    /// ([`hosted_file`]) and evaluated on the lane like a hosted candidate.
+    HostedPath,
+}
+
+/// The `ModelNew` file of a hosted baseline `kind`: the problem's own reference module
+/// (its trusted text, as registered) with `ModelNew` naming `Model` itself (eager), or
+/// `Model` whose forward `torch.compile` compiled (compile); `None` for the other kinds.
+/// Its parameters are `Model`'s own, by the same names, so kiln sets them as it sets the
+/// reference's.
+pub fn hosted_file(
+    kind: BaselineKind,
+    reference: &crate::problem::TorchReference,
+) -> Option<String> {
+    let tail = match kind {
+        BaselineKind::TorchEagerHosted => {
+            "\n\n# kiln's hosted baseline (torch eager): the problem's own Model, run as a hosted file.\n\
+             class ModelNew(Model):\n    pass\n"
+        }
+        BaselineKind::TorchCompileHosted => {
+            "\n\n# kiln's hosted baseline (torch.compile): the problem's own Model, its forward\n\
+             # compiled, run as a hosted file.\n\
+             import functools as _kiln_functools\n\
+             import torch as _kiln_torch\n\n\n\
+             class ModelNew(Model):\n\
+             \x20   def __init__(self, *args, **kwargs):\n\
+             \x20       super().__init__(*args, **kwargs)\n\
+             \x20       self._kiln_compiled = _kiln_torch.compile(_kiln_functools.partial(Model.forward, self))\n\n\
+             \x20   def forward(self, *args):\n\
+             \x20       return self._kiln_compiled(*args)\n"
+        }
+        _ => return None,
+    };
+    Some(format!("{}{tail}", reference.source.trim_end()))
 }
 
 impl BaselineKind {
     /// Every kind, in the order they are measured and shown.
-    pub const ALL: [BaselineKind; 5] = [
+    pub const ALL: [BaselineKind; 7] = [
         BaselineKind::Reference,
         BaselineKind::Cublas,
         BaselineKind::Cudnn,
         BaselineKind::TorchEager,
         BaselineKind::TorchCompile,
+        BaselineKind::TorchEagerHosted,
+        BaselineKind::TorchCompileHosted,
     ];
 
     /// The kind's name, the stem of its results' names (`cublas` → `cublas-fp32`).
@@ -76,6 +144,8 @@ impl BaselineKind {
             BaselineKind::Cudnn => "cudnn",
             BaselineKind::TorchEager => "torch-eager",
             BaselineKind::TorchCompile => "torch-compile",
+            BaselineKind::TorchEagerHosted => "torch-eager-hosted",
+            BaselineKind::TorchCompileHosted => "torch-compile-hosted",
         }
     }
 
@@ -85,7 +155,10 @@ impl BaselineKind {
             BaselineKind::Reference => "kiln",
             BaselineKind::Cublas => "cublas",
             BaselineKind::Cudnn => "cudnn",
-            BaselineKind::TorchEager | BaselineKind::TorchCompile => "torch",
+            BaselineKind::TorchEager
+            | BaselineKind::TorchCompile
+            | BaselineKind::TorchEagerHosted
+            | BaselineKind::TorchCompileHosted => "torch",
         }
     }
 
@@ -95,7 +168,10 @@ impl BaselineKind {
             BaselineKind::Reference => None,
             BaselineKind::Cublas => Some("cublas"),
             BaselineKind::Cudnn => Some("cudnn"),
-            BaselineKind::TorchEager | BaselineKind::TorchCompile => Some("torch"),
+            BaselineKind::TorchEager
+            | BaselineKind::TorchCompile
+            | BaselineKind::TorchEagerHosted
+            | BaselineKind::TorchCompileHosted => Some("torch"),
         }
     }
 
@@ -106,6 +182,26 @@ impl BaselineKind {
                 BaselineRunner::GpuWorker
             }
             BaselineKind::TorchEager | BaselineKind::TorchCompile => BaselineRunner::TorchRunner,
+            BaselineKind::TorchEagerHosted | BaselineKind::TorchCompileHosted => {
+                BaselineRunner::HostedPath
+            }
+        }
+    }
+
+    /// How its times are taken.
+    pub fn harness(self) -> Harness {
+        match self.runner() {
+            BaselineRunner::HostedPath => Harness::Hosted,
+            BaselineRunner::GpuWorker | BaselineRunner::TorchRunner => Harness::InProcess,
+        }
+    }
+
+    /// For a hosted kind, the in-process kind it is the same-harness twin of.
+    pub fn in_process_twin(self) -> Option<BaselineKind> {
+        match self {
+            BaselineKind::TorchEagerHosted => Some(BaselineKind::TorchEager),
+            BaselineKind::TorchCompileHosted => Some(BaselineKind::TorchCompile),
+            _ => None,
         }
     }
 
@@ -119,11 +215,13 @@ impl BaselineKind {
         }
     }
 
-    /// The kinds a problem asks for: the reference, then those whose table it has.
+    /// The kinds a problem asks for: the reference, then those whose table it has (the
+    /// hosted ones only where the reference is a PyTorch module they can run).
     pub fn asked_by(spec: &ProblemSpec) -> Vec<BaselineKind> {
         BaselineKind::ALL
             .into_iter()
             .filter(|k| k.table().is_none_or(|t| spec.baseline.contains_key(t)))
+            .filter(|k| k.harness() == Harness::InProcess || spec.reference.torch.is_some())
             .collect()
     }
 
@@ -134,13 +232,16 @@ impl BaselineKind {
         status: BaselineStatus,
         detail: impl Into<String>,
     ) -> BaselineResult {
-        BaselineResult::not_measured(
-            &self.result_name(precision),
-            self.library(),
-            precision,
-            status,
-            detail,
-        )
+        BaselineResult {
+            harness: self.harness(),
+            ..BaselineResult::not_measured(
+                &self.result_name(precision),
+                self.library(),
+                precision,
+                status,
+                detail,
+            )
+        }
     }
 }
 
@@ -511,6 +612,9 @@ pub struct BaselineResult {
     /// The algorithm picked, library versions, or why it is unavailable or failed.
     #[serde(default)]
     pub detail: String,
+    /// How its times were taken (records from before hosted baselines: in process).
+    #[serde(default)]
+    pub harness: Harness,
 }
 
 impl BaselineResult {
@@ -531,6 +635,7 @@ impl BaselineResult {
             rel_l2: None,
             mismatches: None,
             detail: detail.into(),
+            harness: Harness::InProcess,
         }
     }
 

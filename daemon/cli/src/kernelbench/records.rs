@@ -14,13 +14,21 @@
 use serde::Serialize;
 use serde_json::Value;
 
-/// The torch baselines of one problem, µs (`None`: not measured; `note` says why).
+/// The torch baselines of one problem, µs (`None`: not measured; `note` says why). The
+/// answers of a run are hosted `ModelNew` files, so the figures a run's numbers are
+/// computed against are the hosted ones — the problem's own module timed by the same
+/// harness as the answers (`torch-eager-hosted`, `torch-compile-hosted`) — with the
+/// in-process ones (the torch runner's own events) kept beside them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Baselines {
-    /// torch eager (the first measured `torch-eager-*`: fp32 first).
+    /// torch eager through the hosted path (`torch-eager-hosted`).
     pub eager_us: Option<f64>,
-    /// torch.compile (the first measured `torch-compile-*`).
+    /// torch.compile through the hosted path (`torch-compile-hosted`).
     pub compile_us: Option<f64>,
+    /// torch eager timed in process (the first measured `torch-eager-*`: fp32 first).
+    pub eager_in_process_us: Option<f64>,
+    /// torch.compile timed in process (the first measured `torch-compile-*`).
+    pub compile_in_process_us: Option<f64>,
     /// Why one is missing, when it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -30,18 +38,31 @@ impl Baselines {
     /// From a baseline set (`GET/POST /v1/problems/{name}/baselines`).
     pub fn from_set(set: &Value) -> Baselines {
         let results = set["results"].as_array().cloned().unwrap_or_default();
-        let first = |kind: &str| {
+        // A set from a kilnd before hosted baselines has no `harness`: all in process.
+        let hosted = |r: &Value| r["harness"] == "hosted";
+        let first = |kind: &str, want_hosted: bool| {
             results
                 .iter()
+                .filter(|r| hosted(r) == want_hosted)
                 .filter(|r| r["name"].as_str().is_some_and(|n| n.starts_with(kind)))
                 .filter(|r| r["status"] == "measured")
                 .find_map(|r| r["timing"]["median_us"].as_f64())
         };
         let mut b = Baselines {
-            eager_us: first("torch-eager"),
-            compile_us: first("torch-compile"),
+            eager_us: first("torch-eager-hosted", true),
+            compile_us: first("torch-compile-hosted", true),
+            eager_in_process_us: first("torch-eager", false),
+            compile_in_process_us: first("torch-compile", false),
             note: None,
         };
+        if !results.iter().any(hosted) {
+            b.note = Some(
+                "no hosted baseline in kilnd's set (a kilnd before them, or a set measured \
+                 before: `kiln problems baseline NAME --remeasure`): no same-harness speedup"
+                    .into(),
+            );
+            return b;
+        }
         if b.eager_us.is_none() || b.compile_us.is_none() {
             let why: Vec<String> = results
                 .iter()
@@ -70,9 +91,8 @@ impl Baselines {
     /// None measured, for `why`.
     pub fn unavailable(why: impl Into<String>) -> Baselines {
         Baselines {
-            eager_us: None,
-            compile_us: None,
             note: Some(why.into()),
+            ..Baselines::default()
         }
     }
 }
@@ -128,10 +148,14 @@ pub struct Answer {
     pub tier: Option<String>,
     /// Library kernels' share of the recorded GPU time (hosted, on the GPU).
     pub library_fraction: Option<f64>,
-    /// torch eager time / this time.
+    /// torch eager's time through the hosted path / this time (the same harness).
     pub speedup_eager: Option<f64>,
-    /// torch.compile time / this time.
+    /// torch.compile's time through the hosted path / this time.
     pub speedup_compile: Option<f64>,
+    /// torch eager's in-process time / this time (another harness: beside, not ranked).
+    pub speedup_eager_in_process: Option<f64>,
+    /// torch.compile's in-process time / this time.
+    pub speedup_compile_in_process: Option<f64>,
     /// A hosted file lifted into a contract candidate: that candidate's verdict and median
     /// (kiln launched it: trust `lifted`), or why it was not lifted (`no: CODE`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -196,6 +220,8 @@ impl Answer {
             library_fraction: None,
             speedup_eager: None,
             speedup_compile: None,
+            speedup_eager_in_process: None,
+            speedup_compile_in_process: None,
             lift: None,
             lifted_median_us: None,
             kernelbench_correct: false,
@@ -262,6 +288,8 @@ impl Answer {
         };
         self.speedup_eager = over(b.eager_us);
         self.speedup_compile = over(b.compile_us);
+        self.speedup_eager_in_process = over(b.eager_in_process_us);
+        self.speedup_compile_in_process = over(b.compile_in_process_us);
         self
     }
 }
@@ -390,14 +418,23 @@ mod tests {
             "telemetry": {"hosted": {"library_fraction": 1.0}}}});
         let set = json!({"results": [
             {"name": "reference", "status": "measured", "timing": {"median_us": 1.0}},
-            {"name": "torch-eager-fp32", "status": "measured", "timing": {"median_us": 40.0}},
-            {"name": "torch-compile-fp32", "status": "failed", "detail": "inductor broke"}]});
+            {"name": "torch-eager-fp32", "status": "measured", "timing": {"median_us": 10.0}},
+            {"name": "torch-compile-fp32", "status": "failed", "detail": "inductor broke"},
+            {"name": "torch-eager-hosted", "harness": "hosted", "status": "measured",
+             "timing": {"median_us": 40.0}},
+            {"name": "torch-compile-hosted", "harness": "hosted", "status": "failed",
+             "detail": "inductor broke"}]});
         let b = Baselines::from_set(&set);
+        // The same harness as the answers (hosted) first; in process beside.
         assert_eq!((b.eager_us, b.compile_us), (Some(40.0), None));
+        assert_eq!(
+            (b.eager_in_process_us, b.compile_in_process_us),
+            (Some(10.0), None)
+        );
         assert!(
             b.note
                 .as_deref()
-                .is_some_and(|n| n.contains("torch-compile-fp32 failed: inductor broke")),
+                .is_some_and(|n| n.contains("torch-compile-hosted failed: inductor broke")),
             "{b:?}"
         );
         let a = Answer::from_record(&who, &record, true).with_baselines(&b);
@@ -405,6 +442,17 @@ mod tests {
         assert!(a.from_store && a.kernelbench_correct && !a.kiln_correct);
         assert_eq!(a.speedup_eager, Some(2.0));
         assert_eq!(a.speedup_compile, None);
+        assert_eq!(a.speedup_eager_in_process, Some(0.5));
+        // A set from before hosted baselines: no same-harness figure, and it says why.
+        let old = json!({"results": [
+            {"name": "torch-eager-fp32", "status": "measured", "timing": {"median_us": 40.0}}]});
+        let b = Baselines::from_set(&old);
+        assert_eq!((b.eager_us, b.eager_in_process_us), (None, Some(40.0)));
+        assert!(
+            b.note
+                .as_deref()
+                .is_some_and(|n| n.contains("no hosted baseline"))
+        );
         assert_eq!(a.library_fraction, Some(1.0));
         assert_eq!(a.trust.as_deref(), Some("hosted"));
         // A failed job: kiln's failure, said as such.

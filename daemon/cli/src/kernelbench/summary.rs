@@ -65,10 +65,16 @@ pub struct ProblemLine {
 pub struct Numbers {
     /// Correct problems over the registered problems of the level.
     pub correctness: Correctness,
-    /// `fast_p` and the geometric mean against torch eager.
+    /// `fast_p` and the geometric mean against torch eager, timed through the hosted path
+    /// like the answers (the same harness).
     pub vs_eager: Speed,
-    /// ... and against torch.compile.
+    /// ... and against torch.compile, likewise.
     pub vs_compile: Speed,
+    /// The same against torch eager timed in process (another harness: the answers' times
+    /// hold the hosted path's cost and these baselines do not; beside, for comparison).
+    pub vs_eager_in_process: Speed,
+    /// ... and against torch.compile timed in process.
+    pub vs_compile_in_process: Speed,
 }
 
 /// One view of correctness.
@@ -178,6 +184,8 @@ pub fn summarize(
         let numbers = |how: Pick| {
             let mut eager = Vec::new();
             let mut compile = Vec::new();
+            let mut eager_ip = Vec::new();
+            let mut compile_ip = Vec::new();
             for p in &registered {
                 let samples: Vec<Sample> = answers
                     .iter()
@@ -195,25 +203,27 @@ pub fn summarize(
                     .and_then(|n| baselines.get(n))
                     .cloned()
                     .unwrap_or_default();
-                let (e, c) = match score::pick(&samples, how) {
-                    None => (Outcome::unanswered(), Outcome::unanswered()),
-                    Some((correct, time_us)) => {
-                        let o = |baseline_us| Outcome {
-                            answered: true,
-                            correct,
-                            time_us,
-                            baseline_us,
-                        };
-                        (o(b.eager_us), o(b.compile_us))
-                    }
+                let picked = score::pick(&samples, how);
+                let o = |baseline_us| match picked {
+                    None => Outcome::unanswered(),
+                    Some((correct, time_us)) => Outcome {
+                        answered: true,
+                        correct,
+                        time_us,
+                        baseline_us,
+                    },
                 };
-                eager.push(e);
-                compile.push(c);
+                eager.push(o(b.eager_us));
+                compile.push(o(b.compile_us));
+                eager_ip.push(o(b.eager_in_process_us));
+                compile_ip.push(o(b.compile_in_process_us));
             }
             Numbers {
                 correctness: score::correctness(&eager),
                 vs_eager: score::speed(&eager, &THRESHOLDS),
                 vs_compile: score::speed(&compile, &THRESHOLDS),
+                vs_eager_in_process: score::speed(&eager_ip, &THRESHOLDS),
+                vs_compile_in_process: score::speed(&compile_ip, &THRESHOLDS),
             }
         };
         View {
@@ -364,6 +374,8 @@ mod tests {
                 Baselines {
                     eager_us: Some(100.0),
                     compile_us: None,
+                    eager_in_process_us: Some(50.0),
+                    compile_in_process_us: None,
                     note: Some("torch-compile-fp32 failed".into()),
                 },
             );

@@ -154,8 +154,10 @@ fn numbers_rows(title: &str, n: &Numbers) -> Vec<[String; 7]> {
         blank(),
     ]];
     for (name, s) in [
-        ("vs torch eager", &n.vs_eager),
-        ("vs torch.compile", &n.vs_compile),
+        ("vs torch eager (hosted, same harness)", &n.vs_eager),
+        ("vs torch.compile (hosted, same harness)", &n.vs_compile),
+        ("vs torch eager (in process)", &n.vs_eager_in_process),
+        ("vs torch.compile (in process)", &n.vs_compile_in_process),
     ] {
         rows.push(speed_row(name, s));
     }
@@ -329,6 +331,8 @@ pub(crate) mod tests {
                 Baselines {
                     eager_us: Some(100.0),
                     compile_us: Some(80.0),
+                    eager_in_process_us: Some(50.0),
+                    compile_in_process_us: Some(40.0),
                     note: None,
                 },
             );
