@@ -9,7 +9,7 @@
 #   scripts/build-plugins.sh            # all of them
 #   scripts/build-plugins.sh CRATE...   # only these packages
 #
-# Needs the target once: `rustup target add wasm32-wasip2`. Uses its own target dir
+# Installs the wasm32-wasip2 target with rustup when it is missing. Uses its own target dir
 # (target/plugin-guests), the same one the plugin host's tests build into, so the two
 # share their work and never wait on the main build's lock.
 # The tests build what they need themselves; set KILN_PLUGIN_WASM_DIR=target/plugins to
@@ -23,17 +23,25 @@ if [ ${#crates[@]} -eq 0 ]; then
           kiln-test-plugin-abuse kiln-test-plugin-snoop-fs kiln-test-plugin-snoop-net)
 fi
 
-if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
-  echo "build-plugins: the wasm32-wasip2 target is missing; run: rustup target add wasm32-wasip2" >&2
-  exit 1
-fi
-
 # Test binaries that run at the same time (scripts/run-tests.py) each call this script:
 # one at a time (the later ones then find everything built), and every file is installed
 # by a rename, so a reader never sees half of one.
 mkdir -p target
 exec 9>target/build-plugins.lock
 flock 9
+
+# The wasm32-wasip2 target: installed here with rustup when it is missing (once, under the
+# lock, so that callers at the same time do not run rustup together; a no-op after that),
+# for the toolchain this directory uses.
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
+  if ! command -v rustup >/dev/null 2>&1; then
+    echo "build-plugins: the wasm32-wasip2 target is missing and there is no rustup to install it;" \
+         "install it for this toolchain (rustup target add wasm32-wasip2)" >&2
+    exit 1
+  fi
+  echo "build-plugins: installing the wasm32-wasip2 target (rustup target add wasm32-wasip2)"
+  rustup target add wasm32-wasip2
+fi
 
 args=()
 for c in "${crates[@]}"; do args+=(-p "$c"); done

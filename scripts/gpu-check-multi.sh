@@ -43,10 +43,17 @@ if [ $# -ge 1 ]; then
         echo "gpu-check-multi: no bundle directory $1" >&2
         exit 1
     }
-elif [ -x "$here/kilnd" ]; then
+elif [ -x "$here/kilnd" ] || [ -f "$here/binaries.tar.xz" ]; then
     bundle=$here
 else
     bundle=$(cd "$here/.." && pwd)/gpu-bundle
+fi
+# A packed bundle (binaries.tar.xz, scripts/build-gpu-bundle.sh) is unpacked in place first.
+if [ -f "$bundle/binaries.tar.xz" ]; then
+    bash "$here/gpu-bundle-unpack.sh" "$bundle" || {
+        echo "gpu-check-multi: could not unpack $bundle/binaries.tar.xz" >&2
+        exit 1
+    }
 fi
 for b in kilnd kiln kiln-worker; do
     [ -x "$bundle/$b" ] || {

@@ -3,6 +3,7 @@
 # (scripts/build-gpu-bundle.sh). Read-only towards the GPU: nvidia-smi is only queried,
 # and nothing here changes clocks, power limits or persistence mode.
 #
+#   0. a packed bundle (binaries.tar.xz) unpacked in place, once (gpu-bundle-unpack.sh);
 #   1. nvidia-smi summary (query flags only);
 #   2. the probe: gpu_probe (compile, resources, GPU inputs, correctness, timing with L2
 #      flush and blocking kernel vs plain, NVML telemetry, faults in child processes,
@@ -69,7 +70,7 @@ if [ $# -ge 1 ]; then
         echo "gpu-check: no bundle directory $1" >&2
         exit 1
     }
-elif [ -x "$here/gpu_probe" ]; then
+elif [ -x "$here/gpu_probe" ] || [ -f "$here/binaries.tar.xz" ]; then
     bundle=$here
 else
     bundle=$(cd "$here/.." && pwd)/gpu-bundle
@@ -93,6 +94,16 @@ echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo "host: $(uname -srm)"
 echo "bundle: $bundle"
 [ -f "$bundle/BUILD-INFO" ] && sed 's/^/  /' "$bundle/BUILD-INFO"
+
+# A bundle ships its binaries, test binaries and proposers packed (binaries.tar.xz):
+# unpacked in place, once, into the layout the steps below use.
+if [ -f "$bundle/binaries.tar.xz" ]; then
+    section "unpacking the bundle"
+    bash "$here/gpu-bundle-unpack.sh" "$bundle" || {
+        echo "gpu-check: could not unpack $bundle/binaries.tar.xz"
+        exit 1
+    }
+fi
 
 section "nvidia-smi (read-only queries)"
 if command -v nvidia-smi >/dev/null 2>&1; then
@@ -163,6 +174,8 @@ if want tests && [ -d "$bundle/gpu-tests" ]; then
         KILN_WORKER="$bundle/kiln-worker" KILN_PROBLEMS="$bundle/problems" KILN_GPU_TESTS=1 \
             "$t" --test-threads=1 --nocapture ${GPU_TEST_FILTER:-} || status=1
     done
+elif want tests; then
+    echo "(no gpu-tests/ in $bundle: built with GPU_BUNDLE_TESTS=no; tests step skipped)"
 fi
 
 triton_py=${KILN_TRITON_PYTHON:-}
