@@ -16,7 +16,10 @@ message, and what lifting it came to (the lifted candidate's verdict and median,
 stayed hosted); then the counts of verdicts and of lift outcomes. Exit 0 when every file got a verdict (any verdict: judging the
 answers is kiln's job here, not this script's) and every entry's `expect` (verdicts it
 must get, kiln's own examples), `expect_lift` (`lifted` with the hosted verdict, or the
-codes of the reasons it may stay hosted for) and `min_median_us` held; 1 otherwise.
+codes of the reasons it may stay hosted for), `min_median_us` and `min_library_fraction` (the
+library kernels' share of the profiled forward's GPU time, `telemetry.hosted`) and
+`same_harness_speedup` ([low, high]: its speedup against `torch-eager-hosted`, the problem's
+own module timed through the same hosted path) held; 1 otherwise.
 
 With --lift-bench N, every file lifted `ok` is then timed as a contract candidate at
 throughput: `kiln bench throughput --candidate LIFTED --count N` (its lifted candidate as
@@ -69,24 +72,32 @@ def run(cmd, timeout, log=None):
     return code, out, err
 
 
+BASELINE_KINDS = ("torch-eager", "torch-compile", "torch-eager-hosted", "torch-compile-hosted")
+
+
 def baseline_medians(kiln, name, log):
-    """(eager µs, torch.compile µs) of the problem, measured by kilnd (None where not)."""
+    """{kind: µs} of the problem's torch baselines measured by kilnd: in process
+    (`torch-eager`, `torch-compile`: their first measured variant, fp32 first) and through
+    the hosted path (`torch-eager-hosted`, `torch-compile-hosted`); a kind not measured is
+    absent."""
     code, out, _ = run([kiln, "problems", "baseline", name, "-o", "json"], 1200, log)
     if code != 0:
-        return None, None
+        return {}
     try:
         v = json.loads(out)
     except json.JSONDecodeError:
-        return None, None
+        return {}
     got = {}
     for r in v.get("results", []):
         m = (r.get("timing") or {}).get("median_us")
-        name = str(r.get("name", ""))
-        for kind in ("torch-eager", "torch-compile"):
-            # The first measured variant of each kind (fp32 comes first).
-            if r.get("status") == "measured" and m and name.startswith(kind) and kind not in got:
+        rname = str(r.get("name", ""))
+        hosted = r.get("harness") == "hosted"
+        for kind in BASELINE_KINDS:
+            if hosted != kind.endswith("-hosted"):
+                continue
+            if r.get("status") == "measured" and m and rname.startswith(kind) and kind not in got:
                 got[kind] = m
-    return got.get("torch-eager"), got.get("torch-compile")
+    return got
 
 
 def throughput_pass(kiln, candidate_file, count, log):
@@ -197,8 +208,9 @@ def main():
     for k, m in enumerate(manifest):
         name = problem_name(m["problem_file"])
         if name not in baselines:
-            baselines[name] = (None, None) if args.no_baselines else baseline_medians(kiln, name, log)
-        eager, compiled = baselines[name]
+            baselines[name] = {} if args.no_baselines else baseline_medians(kiln, name, log)
+        eager, compiled = baselines[name].get("torch-eager"), baselines[name].get("torch-compile")
+        eager_h, compiled_h = baselines[name].get("torch-eager-hosted"), baselines[name].get("torch-compile-hosted")
         t0 = time.time()
         if args.parallel and submitted.get(k):
             code, out, err = run([kiln, "show", submitted[k], "--wait", "1800", "-o", "json"], 1900, log)
@@ -240,8 +252,10 @@ def main():
         else:
             lifted = "lift=none"
         print(f"SUMMARY {m['file']} problem={name} kind={m.get('kind')} verdict={verdict} "
-              f"trust={e.get('trust')} median_us={med} eager_us={eager} compile_us={compiled} "
-              f"speedup_eager={sp(eager)} speedup_compile={sp(compiled)} wall_s={wall:.1f} "
+              f"trust={e.get('trust')} tier={e.get('tier')} median_us={med} eager_us={eager} compile_us={compiled} "
+              f"speedup_eager={sp(eager)} speedup_compile={sp(compiled)} "
+              f"eager_hosted_us={eager_h} compile_hosted_us={compiled_h} "
+              f"speedup_eager_hosted={sp(eager_h)} speedup_compile_hosted={sp(compiled_h)} wall_s={wall:.1f} "
               f"kernels_us={kernel_us} library_fraction={hk.get('library_fraction')} "
               f"overhead_us={(med - kernel_us) if (med and kernel_us) else None} "
               f"msg={(e.get('message') or '')[:240]!r} {lifted}", flush=True)
@@ -256,8 +270,18 @@ def main():
             unmet.append(f"{m['file']}: lift {got_lift} (expected one of {want_lift})")
         if want_lift == ["lifted"] and lift.get("verdict") != e.get("verdict"):
             unmet.append(f"{m['file']}: lifted verdict {lift.get('verdict')}, hosted {e.get('verdict')}")
+        band = m.get("same_harness_speedup")
+        if band and not args.no_baselines:
+            ratio = (eager_h / med) if (eager_h and med) else None
+            if ratio is None or not band[0] <= ratio <= band[1]:
+                unmet.append(f"{m['file']} on {name}: speedup against torch-eager-hosted {ratio} "
+                             f"outside {band}")
         if m.get("min_median_us") and med is not None and med < m["min_median_us"]:
             unmet.append(f"{m['file']}: median {med} us below {m['min_median_us']}")
+        if m.get("min_library_fraction") is not None and e.get("verdict") == "ok":
+            frac = hk.get("library_fraction")
+            if frac is None or frac < m["min_library_fraction"]:
+                unmet.append(f"{m['file']}: library fraction {frac} below {m['min_library_fraction']}")
     if args.lift_bench > 0:
         for k, (m, name, lifted_id) in enumerate(lifted_ok):
             lift_bench(kiln, corpus, args, k, m, name, lifted_id, log)

@@ -7,62 +7,10 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::kernelbench::{fixture, python, runner};
+use common::hosted::{assert_correct, evaluate, hosted_setup, modelnew};
+use common::kernelbench::fixture;
 use kiln_sandbox::SandboxConfig;
-use kiln_sandbox::engine::hosted::setup::HostedSetup;
-use kiln_torch_runner::ReferenceRunner;
-use kiln_types::{Candidate, Evaluation, ProblemSpec, TrustMode, Verdict};
-
-/// A config whose hosted python is the test's, and the CPU reference runner; `None` when
-/// there is no python with torch.
-fn hosted_setup() -> Option<(tempfile::TempDir, SandboxConfig, ReferenceRunner)> {
-    let python = python()?;
-    let (dir, mut cfg) = common::setup();
-    cfg.hosted = Some(
-        HostedSetup::find(&python.display().to_string(), Duration::from_secs(120))
-            .expect("torch found"),
-    );
-    Some((dir, cfg, runner()?))
-}
-
-fn modelnew(p: &ProblemSpec, source: &str) -> Candidate {
-    serde_json::from_value(serde_json::json!({
-        "problem": p.name,
-        "language": "modelnew-cpu",
-        "source": source,
-    }))
-    .expect("candidate")
-}
-
-fn evaluate(
-    cfg: &SandboxConfig,
-    p: &ProblemSpec,
-    source: &str,
-    runner: &mut ReferenceRunner,
-) -> Evaluation {
-    let c = modelnew(p, source);
-    let out = kiln_sandbox::compile(cfg, p, &c).expect("compile step runs");
-    let art = out.artifact.expect("a hosted file is its own artifact");
-    let e = kiln_sandbox::evaluate_with(cfg, p, &[], &c, &art, &common::plan(), Some(runner))
-        .expect("evaluate runs");
-    eprintln!("{}: {} ({})", p.name, e.verdict, e.message);
-    assert_eq!(e.trust, TrustMode::Hosted, "every hosted result says so");
-    assert_eq!(e.backend, "host");
-    e
-}
-
-/// Correct on every trial: `ok`, or `unmeasurable_time` (a forward of these sizes is a few
-/// microseconds; timing is not what most of these tests check).
-fn assert_correct(e: &Evaluation) {
-    assert!(
-        matches!(e.verdict, Verdict::Ok | Verdict::UnmeasurableTime),
-        "{e:#?}"
-    );
-    assert!(e.evidence.trials_run > 0, "{e:#?}");
-    assert_eq!(e.evidence.trials_passed, e.evidence.trials_run, "{e:#?}");
-}
+use kiln_types::Verdict;
 
 const SOFTMAX_HONEST: &str = r#"
 import torch

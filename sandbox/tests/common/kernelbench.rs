@@ -43,36 +43,38 @@ pub fn runner() -> Option<ReferenceRunner> {
 pub fn imported() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("kernelbench-tiny-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../problems/kernelbench-format/tiny");
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&src)
-            .expect("fixtures")
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "py"))
-            .collect();
-        files.sort();
-        let helper = helper().expect("a python with torch");
-        let described = kiln_torch_runner::process::describe(
-            &helper,
-            &files,
-            (256 << 20, 1 << 32),
+        import_folder(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../problems/kernelbench-format/tiny"),
+            "tiny",
             kiln_types::kernelbench::KERNELBENCH_TOLERANCE,
         )
-        .expect("described");
-        for d in &described {
-            if d.refused.is_none() {
-                kiln_types::kernelbench::write(
-                    &dir,
-                    d,
-                    kiln_types::kernelbench::KERNELBENCH_TOLERANCE,
-                )
-                .expect("written");
-            }
-        }
-        dir
     })
+}
+
+/// Every KernelBench-format file of `src` imported with tolerance `tol` into a folder of
+/// its own (named by `tag` and this process) under cargo's test scratch folder, as `kiln
+/// problems import kernelbench` does; files the import refuses are left out. Returns the
+/// folder.
+pub fn import_folder(src: &Path, tag: &str, tol: kiln_types::Tolerance) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("kernelbench-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(src)
+        .expect("fixtures")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "py"))
+        .collect();
+    files.sort();
+    let helper = helper().expect("a python with torch");
+    let described =
+        kiln_torch_runner::process::describe(&helper, &files, (256 << 20, 1 << 32), tol)
+            .expect("described");
+    for d in &described {
+        if d.refused.is_none() {
+            kiln_types::kernelbench::write(&dir, d, tol).expect("written");
+        }
+    }
+    dir
 }
 
 /// One imported fixture, by name.

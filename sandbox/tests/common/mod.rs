@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod headers;
+pub mod hosted;
 pub mod kernelbench;
 
 use std::collections::HashMap;
