@@ -853,7 +853,9 @@ class Runs:
     def kernels(self, j):
         """The GPU kernels one run of slot j launched, as torch's profiler saw them in this
         process (a claim: the worker classifies them and never times with them):
-        {"kernels": [{"name", "calls", "us"}], "error": null} or {"kernels": null, "error"}."""
+        {"kernels": [{"name", "calls", "us"}], "span_us", "error": null} or
+        {"kernels": null, "error"}. `span_us` is the forward's span on the GPU, from its
+        first kernel's start to its last kernel's end on any stream."""
         if self.buffers.device != "cuda":
             return {"kernels": None, "error": "kernels are recorded on the GPU only"}
         try:
@@ -863,14 +865,19 @@ class Runs:
                 self.run(j)
                 self.sync()
             seen = {}
+            first, last = None, None
             for e in prof.events():
                 if str(getattr(e, "device_type", "")).endswith("CUDA"):
                     name = str(e.name)[:KERNEL_NAME_CHARS]
                     calls, us = seen.get(name, (0, 0.0))
                     seen[name] = (calls + 1, us + float(e.time_range.elapsed_us()))
+                    start, end = float(e.time_range.start), float(e.time_range.end)
+                    first = start if first is None else min(first, start)
+                    last = end if last is None else max(last, end)
             listed = sorted(seen.items(), key=lambda kv: -kv[1][1])[:KERNELS_MAX]
+            span = round(last - first, 3) if first is not None else None
             return {"kernels": [{"name": n, "calls": c, "us": round(u, 3)} for n, (c, u) in listed],
-                    "error": None}
+                    "span_us": span, "error": None}
         except SystemExit:
             raise
         except BaseException as e:  # noqa: BLE001 - no record is an answer too

@@ -708,18 +708,22 @@ fn a_copy_submitted_as_a_normalisation_is_wrong() {
 /// Found while writing these (KernelBench issue 165): where every output is below the
 /// absolute tolerance (softmax over 65536 values at 1e-2; at KernelBench's 1e-4, level 1's
 /// softmax over 393216), an all-zero output passes every element, on every trial kiln
-/// draws. kiln's importer warns about such a problem, and the verdict is `ok` with tier
-/// `coarse` (a relative L2 error of 1): a reward that trusts the verdict alone pays for it.
-/// This pins that behaviour; docs/security.md says what would change it.
+/// draws. kiln's importer warns about such a problem. KernelBench's check passes it; kiln's
+/// bound on the whole output's relative L2 error (`contract::MAX_REL_L2`, 0.5; zeros give 1)
+/// makes it `wrong_answer` (before it, the verdict was `ok` with tier `coarse`).
 #[test]
-fn zeros_pass_where_every_output_is_below_the_absolute_tolerance_and_the_tier_says_so() {
+fn zeros_where_every_output_is_below_the_absolute_tolerance_are_a_wrong_answer() {
     let Some((_d, cfg, mut runner)) = hosted_setup() else {
         return;
     };
     let zeros = SOFTMAX.replace("torch.softmax(x, dim=1)", "torch.zeros_like(x)");
     let e = evaluate(&cfg, &loose("kb-softmax-long-row"), &zeros, &mut runner);
-    assert_correct(&e);
+    // Every element within atol (KernelBench's check would pass it), but the output is
+    // nothing like the reference: kiln's bound on the whole output's relative L2 error.
+    assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
+    assert!(e.message.contains("relative L2 error"), "{}", e.message);
     assert_eq!(e.tier, Some(PrecisionTier::Coarse), "{e:#?}");
+    assert_eq!(e.evidence.trials_passed, e.evidence.trials_run, "no trial decided it");
 }
 
 /// Found while writing these: on all-positive inputs (`torch.rand`, how KernelBench's level

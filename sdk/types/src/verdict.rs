@@ -255,6 +255,11 @@ pub struct TimingStats {
     pub rechecks: u32,
     /// Fixed per-sample overhead of the timer (measured with an empty run), already subtracted.
     pub overhead_us: f64,
+    /// Where the timer has an overhead (a hosted file's round trip; the host runner's):
+    /// the median per run before it was subtracted (`median_us + overhead_us / reps`), µs,
+    /// beside the net `median_us`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_median_us: Option<f64>,
     /// Lower end of the 95 % confidence interval of the mean, µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ci_low_us: Option<f64>,
@@ -361,6 +366,7 @@ impl Default for TimingStats {
             reps: 1,
             rechecks: 0,
             overhead_us: 0.0,
+            raw_median_us: None,
             ci_low_us: None,
             ci_high_us: None,
             warmup_ms: 0.0,

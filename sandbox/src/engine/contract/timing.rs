@@ -121,6 +121,14 @@ fn with_timer<T: Target>(
     stats
 }
 
+/// The median per run before the timer's overhead was subtracted, where it has one: each
+/// sample is (round trip − overhead) / reps, so the raw median is the net one plus
+/// overhead / reps.
+fn raw_median(stats: &TimingStats) -> Option<f64> {
+    (stats.overhead_us > 0.0)
+        .then(|| stats.median_us + stats.overhead_us / f64::from(stats.reps.max(1)))
+}
+
 /// The statistics without the flagged samples (unchanged when every sample is flagged:
 /// the telemetry then says the whole window ran throttled).
 pub fn discard_throttled(stats: TimingStats, samples: &[f64], flagged: &[usize]) -> TimingStats {
@@ -140,6 +148,7 @@ pub fn discard_throttled(stats: TimingStats, samples: &[f64], flagged: &[usize])
     out.reps = stats.reps;
     out.rechecks = stats.rechecks;
     out.overhead_us = stats.overhead_us;
+    out.raw_median_us = raw_median(&out);
     out.warmup_ms = stats.warmup_ms;
     out.raced_out = stats.raced_out;
     out.throttled_discarded = (samples.len() - kept.len()) as u32;
@@ -322,6 +331,7 @@ fn time_once<T: Target>(
     stats.reps = reps as u32;
     stats.rechecks = rechecks;
     stats.overhead_us = overhead_us;
+    stats.raw_median_us = raw_median(&stats);
     stats.warmup_ms = warmup_ms;
     stats.raced_out = stop_reason == "raced_out";
     stats.samples_us = kiln_types::kept_samples(&samples);
@@ -474,6 +484,8 @@ mod tests {
         ran: Vec<Set>,
         checked: Vec<Set>,
         selected: usize,
+        /// What the candidate's process claims it launched (a hosted runner's list).
+        claim: Option<Result<crate::engine::hosted::kernels::Breakdown, String>>,
     }
 
     impl Scripted {
@@ -492,6 +504,7 @@ mod tests {
                 ran: Vec::new(),
                 checked: Vec::new(),
                 selected: 0,
+                claim: None,
             }
         }
     }
@@ -567,6 +580,11 @@ mod tests {
         }
         fn overhead_probe(&mut self) -> Result<Option<f64>, RunFailure> {
             Ok((!self.probes.is_empty()).then(|| self.probes.remove(0)))
+        }
+        fn claimed_kernels(
+            &mut self,
+        ) -> Option<Result<crate::engine::hosted::kernels::Breakdown, String>> {
+            self.claim.clone()
         }
         fn outputs_every_sample(&self) -> bool {
             false
@@ -655,6 +673,82 @@ mod tests {
             Ok(t) => t,
             Err(_) => panic!("timing stopped early"),
         }
+    }
+
+    /// The contract decides `no_own_kernels` from the kernels a candidate's process claims
+    /// (a hosted runner's), and flags a claimed span that disagrees with kiln's time; a
+    /// target with nothing to claim, or a claim it could not make, leaves the verdict.
+    #[test]
+    fn a_claim_of_library_kernels_only_is_no_own_kernels_and_a_span_is_evidence() {
+        use crate::engine::hosted::kernels::{KernelRecord, classify};
+        let problem = problem();
+        let plan = plan(ThrottlePolicy::Report, 4, 0.0);
+        let run = |claim| {
+            let mut target = Scripted::new(vec![100.0]);
+            target.claim = claim;
+            let mut s = Session::new(&problem, &plan, target);
+            let e = s.run().expect("evaluated");
+            (e, s.claimed_kernels)
+        };
+        let record = |name: &str, us: f64| KernelRecord {
+            name: name.into(),
+            calls: 1,
+            us,
+        };
+        let (plain, json) = run(None);
+        assert_eq!(plain.verdict, Verdict::Ok);
+        assert!(json.is_none());
+        let library = classify(
+            "no kernels here",
+            vec![record("at::vectorized_elementwise", 90.0)],
+        );
+        let (e, json) = run(Some(Ok(library)));
+        assert_eq!(e.verdict, Verdict::NoOwnKernels, "{}", e.message);
+        assert!(e.timing.is_some(), "its time is kept");
+        assert_eq!(json.expect("telemetry")["library_fraction"], 1.0);
+        let mut own = classify(
+            "__global__ void gelu(float* x) {}",
+            vec![record("gelu(float*)", 10.0), record("other", 10.0)],
+        );
+        own.span_us = Some(400.0);
+        let (e, _) = run(Some(Ok(own)));
+        assert_eq!(e.verdict, Verdict::Ok);
+        let notes = e.evidence.notes.join("\n");
+        assert!(notes.contains("span on the GPU"), "{notes}");
+        assert!(notes.contains("flagged: kiln's time"), "{notes}");
+        let mut overlapped = classify(
+            "__global__ void gelu(float* x) {}",
+            vec![record("gelu(float*)", 90.0), record("gelu(float*) 2", 90.0)],
+        );
+        overlapped.span_us = Some(95.0);
+        let (e, _) = run(Some(Ok(overlapped)));
+        assert!(e.evidence.notes.join("\n").contains("several streams"));
+        let (e, _) = run(Some(Err("no profiler".into())));
+        assert_eq!(e.verdict, Verdict::Ok);
+        assert!(
+            e.evidence
+                .notes
+                .iter()
+                .any(|n| n.contains("not recorded (no profiler)"))
+        );
+    }
+
+    /// The raw median beside the net one: the net median plus the overhead per run; none
+    /// where the timer has no overhead (the GPU's own clocks); throttled samples dropped
+    /// keep it consistent with the net median left.
+    #[test]
+    fn the_raw_median_is_the_net_one_plus_the_overhead_per_run() {
+        let mut t = stats(&[10.0, 12.0, 14.0]);
+        t.reps = 2;
+        t.overhead_us = 200.0;
+        assert_eq!(raw_median(&t), Some(112.0));
+        t.overhead_us = 0.0;
+        assert_eq!(raw_median(&t), None);
+        t.overhead_us = 50.0;
+        t.reps = 1;
+        let kept = discard_throttled(t, &[10.0, 12.0, 14.0], &[2]);
+        assert_eq!(kept.median_us, 11.0);
+        assert_eq!(kept.raw_median_us, Some(61.0));
     }
 
     #[test]

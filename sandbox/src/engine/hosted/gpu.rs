@@ -272,13 +272,16 @@ impl HostedGpu {
     }
 
     /// The kernels one more run of forward launches (`K`, untimed, on the current inputs),
-    /// as the runner's profiler saw them; `Err` says why there is no list.
-    pub fn kernels(&mut self) -> Result<Vec<KernelRecord>, String> {
+    /// as the runner's profiler saw them, and the forward's span on the GPU; `Err` says
+    /// why there is no list.
+    pub fn kernels(&mut self) -> Result<(Vec<KernelRecord>, Option<f64>), String> {
         let limit = self.run_timeout.saturating_mul(4) + Duration::from_secs(30);
         match self.runner.ask::<KernelAnswer>(b'K', limit) {
             Ok(KernelAnswer {
-                kernels: Some(k), ..
-            }) => Ok(k),
+                kernels: Some(k),
+                span_us,
+                ..
+            }) => Ok((k, span_us.filter(|s| s.is_finite() && *s >= 0.0))),
             Ok(KernelAnswer { error, .. }) => {
                 Err(error.unwrap_or_else(|| "the runner recorded nothing".into()))
             }

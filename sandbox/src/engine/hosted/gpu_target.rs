@@ -288,10 +288,9 @@ impl Target for HostedGpuTarget<'_> {
     }
 
     fn claimed_kernels(&mut self) -> Option<Result<Breakdown, String>> {
-        Some(
-            self.runner
-                .kernels()
-                .map(|records| super::kernels::classify(self.source, records)),
-        )
+        Some(self.runner.kernels().map(|(records, span_us)| Breakdown {
+            span_us,
+            ..super::kernels::classify(self.source, records)
+        }))
     }
 }

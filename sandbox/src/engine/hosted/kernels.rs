@@ -27,6 +27,10 @@ pub struct KernelRecord {
 pub struct KernelAnswer {
     /// The kernels, or `None` when it could not record them.
     pub kernels: Option<Vec<KernelRecord>>,
+    /// The forward's span on the GPU: its first kernel's start to its last kernel's end,
+    /// on any stream, µs.
+    #[serde(default)]
+    pub span_us: Option<f64>,
     /// Why not, when it could not.
     #[serde(default)]
     pub error: Option<String>,
@@ -41,6 +45,9 @@ pub struct Breakdown {
     pub own_us: f64,
     /// GPU time of library kernels, µs.
     pub library_us: f64,
+    /// The forward's span on the GPU (first kernel start to last kernel end, every
+    /// stream), µs, when the runner said.
+    pub span_us: Option<f64>,
 }
 
 impl Breakdown {
@@ -66,6 +73,7 @@ impl Breakdown {
             "own_us": self.own_us,
             "library_us": self.library_us,
             "library_fraction": self.library_fraction(),
+            "span_us": self.span_us,
             "kernels": self.kernels.iter().map(|(k, own)| serde_json::json!({
                 "name": k.name, "calls": k.calls, "us": k.us,
                 "origin": if *own { "own" } else { "library" },
@@ -81,6 +89,7 @@ pub fn classify(source: &str, records: Vec<KernelRecord>) -> Breakdown {
         kernels: Vec::new(),
         own_us: 0.0,
         library_us: 0.0,
+        span_us: None,
     };
     for k in records {
         let is_own = identifiers(&k.name).any(|id| own.iter().any(|o| o == id));
