@@ -98,10 +98,18 @@ pub fn print_record(r: &Value) {
 }
 
 /// How the record's candidate is run (`contract`, `hosted`, `lifted`): kilnd's `trust`
-/// (kilnd decides it, `kiln_types::TrustMode::of`); a kilnd from before trust modes ran
-/// every candidate under the contract.
+/// (kilnd decides it, `kiln_types::TrustMode::of`), else its evaluation's; a kilnd from
+/// before the record carried it: its language's mode (`kiln_types::Language::trust`).
 fn trust(r: &Value) -> String {
-    r["trust"].as_str().unwrap_or("contract").to_string()
+    if let Some(t) = r["trust"]
+        .as_str()
+        .or_else(|| r["evaluation"]["trust"].as_str())
+    {
+        return t.to_string();
+    }
+    serde_json::from_value::<kiln_types::Language>(r["candidate"]["language"].clone())
+        .map_or(kiln_types::TrustMode::Contract, kiln_types::Language::trust)
+        .to_string()
 }
 
 /// A hosted file's `lift` (kilnd's record of lifting it into a contract candidate) as
@@ -201,12 +209,22 @@ pub fn record_lines(r: &Value) -> Vec<String> {
         ));
         out.push(format!(
             "            n {}  rse {:.3} %  stop {}  fresh inputs {}  rechecks {}",
-            text(&t["n"]),
+            // Through the Value: a field an older (or newer) kilnd left out reads as
+            // nothing, never a panic of the map's index.
+            text(&e["timing"]["n"]),
             t.get("rse").and_then(Value::as_f64).unwrap_or(0.0) * 100.0,
-            text(&t["stop_reason"]),
-            text(&t["fresh_inputs"]),
-            text(&t["rechecks"])
+            text(&e["timing"]["stop_reason"]),
+            text(&e["timing"]["fresh_inputs"]),
+            text(&e["timing"]["rechecks"])
         ));
+        if let Some(raw) = t.get("raw_median_us").and_then(Value::as_f64) {
+            out.push(format!(
+                "            net of the timer's overhead ({} per sample, kiln's empty round trip): \
+                 raw median {}",
+                f("overhead_us"),
+                fmt_us(raw)
+            ));
+        }
         if let Some(reps) = t.get("reps").and_then(Value::as_u64).filter(|&r| r > 1) {
             out.push(format!(
                 "            {reps} runs per sample, each on fresh inputs (times are per run)"
@@ -405,6 +423,31 @@ mod tests {
         assert!(first(&r).ends_with("trust hosted"), "{}", first(&r));
         r["candidate"]["language"] = json!("c");
         assert!(first(&r).ends_with("trust contract"), "{}", first(&r));
+    }
+
+    /// A hosted record: the net median with the raw one and the overhead beside it, and
+    /// each speedup with its harness (the in-process one marked not comparable).
+    #[test]
+    fn a_hosted_time_shows_its_raw_median_and_speedups_their_harness() {
+        let r = json!({"id": "h", "backend": "cuda", "trust": "hosted",
+            "candidate": {"problem": "p", "language": "modelnew"},
+            "job": {"id": 1, "state": "done", "attempts": 1, "error": null},
+            "evaluation": {"verdict": "ok", "message": "m", "backend": "cuda", "trust": "hosted",
+                "timing": {"median_us": 40.0, "n": 10, "overhead_us": 200.0,
+                           "raw_median_us": 240.0}},
+            "speedups": [
+                {"baseline": "torch-eager-hosted", "precision": "", "speedup": 1.0,
+                 "baseline_us": 40.0, "harness": "hosted", "same_harness": true},
+                {"baseline": "torch-eager-fp32", "precision": "fp32", "speedup": 0.25,
+                 "baseline_us": 10.0, "harness": "in_process", "same_harness": false}]});
+        let text = record_lines(&r).join("\n");
+        assert!(text.contains("raw median 240.0"), "{text}");
+        assert!(text.contains("vs torch-eager-hosted (hosted,"), "{text}");
+        assert!(
+            text.contains("vs torch-eager-fp32 (fp32, in process,")
+                && text.contains("another harness than this candidate's: not comparable"),
+            "{text}"
+        );
     }
 
     #[test]
