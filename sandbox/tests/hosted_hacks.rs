@@ -723,7 +723,10 @@ fn zeros_where_every_output_is_below_the_absolute_tolerance_are_a_wrong_answer()
     assert_eq!(e.verdict, Verdict::WrongAnswer, "{e:#?}");
     assert!(e.message.contains("relative L2 error"), "{}", e.message);
     assert_eq!(e.tier, Some(PrecisionTier::Coarse), "{e:#?}");
-    assert_eq!(e.evidence.trials_passed, e.evidence.trials_run, "no trial decided it");
+    assert_eq!(
+        e.evidence.trials_passed, e.evidence.trials_run,
+        "no trial decided it"
+    );
 }
 
 /// Found while writing these: on all-positive inputs (`torch.rand`, how KernelBench's level
