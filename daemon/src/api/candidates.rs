@@ -1,6 +1,7 @@
-//! `/v1/candidates` and `/v1/jobs`: submit a candidate, read it back with its job and
-//! evaluation (optionally waiting for the evaluation), list candidates, queue another
-//! evaluation of a stored candidate, read a job (optionally waiting for its end).
+//! `/v1/candidates` and `/v1/jobs`: submit a candidate (or a batch of them), read it back
+//! with its job and evaluation (optionally waiting for the evaluation), list candidates,
+//! queue another evaluation of a stored candidate, read a job (optionally waiting for its
+//! end).
 
 use std::time::Duration;
 
@@ -174,22 +175,33 @@ async fn lift_json(
     )))
 }
 
-/// 429 `queue_full` when `[queue] max_waiting` jobs already wait (queued, compiling or
-/// compiled): the client retries later (the Python client backs off by itself).
-async fn queue_room(s: &AppState) -> Result<(), ApiError> {
+/// Jobs waiting now (queued, compiling or compiled).
+async fn waiting_jobs(s: &AppState) -> Result<u64, ApiError> {
     let counts = s.store.job_counts().await?;
     let waiting: i64 = counts
         .iter()
         .filter(|(st, _)| st.is_waiting())
         .map(|(_, n)| n)
         .sum();
+    Ok(u64::try_from(waiting).unwrap_or(0))
+}
+
+/// `429 queue_full`, with `waiting` jobs already waiting.
+fn queue_full(s: &AppState, waiting: u64) -> ApiError {
     let cap = s.config.queue.max_waiting;
-    if u64::try_from(waiting).unwrap_or(0) >= cap {
-        return Err(ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "queue_full",
-            format!("{waiting} jobs are waiting ([queue] max_waiting = {cap}); submit again later"),
-        ));
+    ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "queue_full",
+        format!("{waiting} jobs are waiting ([queue] max_waiting = {cap}); submit again later"),
+    )
+}
+
+/// 429 `queue_full` when `[queue] max_waiting` jobs already wait (queued, compiling or
+/// compiled): the client retries later (the Python client backs off by itself).
+async fn queue_room(s: &AppState) -> Result<(), ApiError> {
+    let waiting = waiting_jobs(s).await?;
+    if waiting >= s.config.queue.max_waiting {
+        return Err(queue_full(s, waiting));
     }
     Ok(())
 }
@@ -219,10 +231,24 @@ pub async fn submit(
     JsonBody(candidate): JsonBody<Candidate>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let options = checked(options)?;
+    admissible(&s, &candidate, options.as_ref()).await?;
+    queue_room(&s).await?;
+    let (status, body) = store_one(&s, &candidate, options.as_ref()).await?;
+    Ok((status, Json(body)))
+}
+
+/// Everything a candidate must pass before it is stored: its structure, its language here,
+/// its problem (registered, with a reference for its backend, fitting this GPU), and the
+/// lane its options pin it to. Each refusal is the error a single submission gets.
+async fn admissible(
+    s: &AppState,
+    candidate: &Candidate,
+    options: Option<&JobOptions>,
+) -> Result<(), ApiError> {
     candidate
         .validate()
         .map_err(|e| ApiError::bad_request("invalid_candidate", e.to_string()))?;
-    language_available(&s, &candidate)?;
+    language_available(s, candidate)?;
     let backend = candidate.backend();
     let problem = s
         .store
@@ -231,7 +257,7 @@ pub async fn submit(
         .ok_or_else(|| {
             ApiError::not_found(format!("problem {:?} is not registered", candidate.problem))
         })?;
-    hosted_reference(&candidate, &problem)?;
+    hosted_reference(candidate, &problem)?;
     if problem.reference.has(backend) && !problem.evaluable_on(backend) {
         return Err(ApiError::bad_request(
             "invalid_candidate",
@@ -252,16 +278,23 @@ pub async fn submit(
             ),
         ));
     }
-    check_lane(&s, backend.as_str(), options.as_ref())?;
+    check_lane(s, backend.as_str(), options)?;
     if backend == BackendKind::Cuda {
-        super::fit::check(&s, &problem)?;
+        super::fit::check(s, &problem)?;
     }
-    queue_room(&s).await?;
+    Ok(())
+}
+
+/// Stores an admissible candidate and queues its job (the body a single submission
+/// answers, with its status: 202 new, 200 a duplicate with its stored record).
+async fn store_one(
+    s: &AppState,
+    candidate: &Candidate,
+    options: Option<&JobOptions>,
+) -> Result<(StatusCode, Value), ApiError> {
+    let backend = candidate.backend();
     let class = s.sched.class_of(backend.as_str()).unwrap_or_default();
-    let submitted = s
-        .store
-        .submit_with(&candidate, None, options.as_ref(), class)
-        .await?;
+    let submitted = s.store.submit_with(candidate, None, options, class).await?;
     if submitted.duplicate {
         let record = match s.store.get_candidate(&submitted.id).await? {
             Some(r) => record_json(&r)?,
@@ -274,10 +307,10 @@ pub async fn submit(
                 submitted.id
             ));
         }
-        return Ok((StatusCode::OK, Json(body)));
+        return Ok((StatusCode::OK, body));
     }
     tracing::info!(candidate = %submitted.id, job = submitted.job_id, problem = %candidate.problem, "candidate queued");
-    announce_queued(&s, submitted.job_id, &submitted.id, &candidate.problem);
+    announce_queued(s, submitted.job_id, &submitted.id, &candidate.problem);
     let mut body = json!({"id": submitted.id, "job_id": submitted.job_id, "duplicate": false, "state": "queued"});
     if !s.sched.usable_backends().contains(&backend.as_str()) {
         let why = s
@@ -290,7 +323,90 @@ pub async fn submit(
             "the {backend} backend is not usable here ({why}); the job waits in the queue"
         ));
     }
-    Ok((StatusCode::ACCEPTED, Json(body)))
+    Ok((StatusCode::ACCEPTED, body))
+}
+
+/// Most candidates one batch may hold.
+pub const MAX_BATCH: usize = 1024;
+
+/// Body of `POST /v1/candidates/batch`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchBody {
+    /// The candidates, each as `POST /v1/candidates` takes one (read one by one, so a bad
+    /// one is its own error and the rest go on).
+    candidates: Vec<Value>,
+}
+
+/// `POST /v1/candidates/batch[?options]`: many candidates in one call (an RL step's
+/// rollouts), each admitted, stored and queued exactly as `POST /v1/candidates` would, in
+/// order, with the same options. One result per candidate, by `index`: its `status` and the
+/// body a single submission would answer, or its `error`. Backpressure is per candidate:
+/// once `[queue] max_waiting` jobs wait, a candidate that would queue one is
+/// `429 queue_full` (a duplicate, which queues nothing, is still answered), and `queue`
+/// says how many wait and how many more fit, so the client resends the refused ones later.
+/// The results stream back through the event stream and `GET /v1/candidates/{id}`.
+pub async fn submit_batch(
+    State(s): State<AppState>,
+    QueryArgs(options): QueryArgs<JobOptions>,
+    JsonBody(batch): JsonBody<BatchBody>,
+) -> Result<Json<Value>, ApiError> {
+    let options = checked(options)?;
+    if batch.candidates.is_empty() || batch.candidates.len() > MAX_BATCH {
+        return Err(ApiError::bad_request(
+            "invalid_field",
+            format!(
+                "field `candidates`: {} given; a batch holds 1 to {MAX_BATCH}",
+                batch.candidates.len()
+            ),
+        ));
+    }
+    let cap = s.config.queue.max_waiting;
+    let mut waiting = waiting_jobs(&s).await?;
+    let mut results = Vec::with_capacity(batch.candidates.len());
+    let (mut accepted, mut duplicates, mut refused) = (0u64, 0u64, 0u64);
+    for (index, item) in batch.candidates.into_iter().enumerate() {
+        let outcome = async {
+            let candidate: Candidate = super::error::parse_value(item)?;
+            admissible(&s, &candidate, options.as_ref()).await?;
+            // A candidate stored before queues nothing: answered whatever the room.
+            let stored = s.store.get_candidate(&candidate.content_hash()).await?;
+            if stored.is_none() && waiting >= cap {
+                return Err(queue_full(&s, waiting));
+            }
+            store_one(&s, &candidate, options.as_ref()).await
+        }
+        .await;
+        results.push(match outcome {
+            Ok((status, mut body)) => {
+                if status == StatusCode::ACCEPTED {
+                    accepted += 1;
+                    waiting += 1;
+                } else {
+                    duplicates += 1;
+                }
+                body["index"] = json!(index);
+                body["status"] = json!(status.as_u16());
+                body
+            }
+            Err(e) => {
+                refused += 1;
+                json!({
+                    "index": index,
+                    "status": e.status.as_u16(),
+                    "error": {"code": e.code, "message": e.message},
+                })
+            }
+        });
+    }
+    tracing::info!(accepted, duplicates, refused, "batch submitted");
+    Ok(Json(json!({
+        "accepted": accepted,
+        "duplicates": duplicates,
+        "refused": refused,
+        "queue": {"waiting": waiting, "max_waiting": cap, "room": cap.saturating_sub(waiting)},
+        "results": results,
+    })))
 }
 
 /// Query of `GET /v1/candidates/{id}`.

@@ -158,6 +158,21 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
+/// Reads one item of a JSON document already parsed (a batch's candidate) strictly, naming
+/// the field at fault as [`parse_json`] does.
+pub fn parse_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let msg = if path == "." {
+            inner.to_string()
+        } else {
+            format!("field `{path}`: {inner}")
+        };
+        ApiError::bad_request("invalid_field", msg)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -137,6 +137,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/candidates",
             get(candidates::list).post(candidates::submit),
         )
+        .route("/v1/candidates/batch", post(candidates::submit_batch))
         .route("/v1/candidates/{id}", get(candidates::show))
         .route("/v1/candidates/{id}/report", get(reports::candidate))
         .route("/v1/candidates/{id}/jobs", post(candidates::requeue))

@@ -244,3 +244,75 @@ async fn a_full_queue_answers_429_and_stores_nothing() {
         "{listed:#}"
     );
 }
+
+/// `POST /v1/candidates/batch`: every candidate admitted as a single submission would be,
+/// in order, one result each by index; backpressure per candidate (past `max_waiting` a
+/// new one is `429 queue_full`, a duplicate is still answered) and the queue's room in the
+/// answer; a bad item is its own error and the rest go on; an empty batch is refused.
+/// The cuda backend is not usable here (no GPU in CI), so `modelnew` jobs stay queued.
+#[tokio::test]
+async fn a_batch_is_admitted_one_by_one_with_the_queues_room() {
+    if std::path::Path::new("/dev/nvidia0").exists() {
+        eprintln!("SKIP: a GPU is here, so the cuda jobs would not wait");
+        return;
+    }
+    let d = Daemon::start("[queue]\nmax_waiting = 2\n");
+    let c = d.client();
+    register(&c, &write_torch_problem(d.dir.path(), "double-torch")).await;
+    let variant = |tag: &str| {
+        let mut m = modelnew("double-torch", "modelnew");
+        m["source"] = json!(format!("{MODEL_NEW}# {tag}\n"));
+        m
+    };
+    let mut unknown = variant("elsewhere");
+    unknown["problem"] = json!("no-such-problem");
+    let batch = json!({"candidates": [
+        variant("a"), {"problem": 5}, unknown, variant("b"), variant("c"),
+    ]});
+    let (status, r) = c
+        .post("/v1/candidates/batch", &batch)
+        .await
+        .expect("a batch answers");
+    assert_eq!(status, 200, "{r:#}");
+    let results = r["results"].as_array().expect("results");
+    let status_of = |i: usize| results[i]["status"].as_u64();
+    assert_eq!(
+        (0..5).map(status_of).collect::<Vec<_>>(),
+        [Some(202), Some(400), Some(404), Some(202), Some(429)],
+        "{r:#}"
+    );
+    assert!(results.iter().enumerate().all(|(i, x)| x["index"] == i));
+    assert_eq!(results[1]["error"]["code"], "invalid_field", "{r:#}");
+    assert!(
+        results[1]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("problem")),
+        "{r:#}"
+    );
+    assert_eq!(results[4]["error"]["code"], "queue_full", "{r:#}");
+    assert_eq!(
+        (r["accepted"].as_u64(), r["refused"].as_u64()),
+        (Some(2), Some(3))
+    );
+    assert_eq!(r["queue"]["room"], 0, "{r:#}");
+    assert_eq!(r["queue"]["waiting"], 2, "{r:#}");
+    // Resending: the stored one is a duplicate (answered, nothing queued), the refused one
+    // is refused again while the queue stays full.
+    let again = json!({"candidates": [variant("a"), variant("c")]});
+    let (_, r2) = c.post("/v1/candidates/batch", &again).await.expect("again");
+    assert_eq!(r2["results"][0]["status"], 200, "{r2:#}");
+    assert_eq!(r2["results"][0]["duplicate"], true, "{r2:#}");
+    assert_eq!(r2["results"][0]["id"], results[0]["id"], "{r2:#}");
+    assert_eq!(r2["results"][1]["status"], 429, "{r2:#}");
+    let listed = c
+        .get("/v1/candidates?problem=double-torch")
+        .await
+        .expect("list");
+    assert_eq!(listed["candidates"].as_array().map(Vec::len), Some(2));
+    let e = c
+        .post("/v1/candidates/batch", &json!({"candidates": []}))
+        .await
+        .expect_err("empty");
+    let (status, code, _) = refusal(e);
+    assert_eq!((status, code.as_str()), (400, "invalid_field"));
+}

@@ -13,11 +13,12 @@ clients use around these procedures live here too.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 from dataclasses import dataclass
 import os
-from typing import Any, Generator, Iterable, Optional, Tuple, Union
+from typing import Any, Generator, Iterable, List, Optional, Tuple, Union
 
 from . import _wire
 from ._batch import Backoff, Tracker
@@ -263,44 +264,110 @@ def follow_search(
     return None
 
 
+def _batch_item(item: Any) -> Union[Submission, ApiError]:
+    """One result of ``POST /v1/candidates/batch``: the submission a single ``POST`` would
+    have answered, or the error it would have raised (``QueueFull`` for a full queue)."""
+    if not isinstance(item, dict):
+        return ApiError(502, "bad_batch_answer", "kilnd's batch answer lacks this candidate's result", item)
+    status = item.get("status")
+    if isinstance(status, int) and status < 300 and "error" not in item:
+        return Submission.from_dict(item)
+    raw = json.dumps({"error": item.get("error") or {}}).encode()
+    return ApiError.from_response(status if isinstance(status, int) else 502, raw)
+
+
 def submit_many(problem: Optional[str], timeout: float, window: int, poll_interval: float, follower: Any) -> Procedure:
     """``Client.submit_many`` (see there), with the follower the caller subscribed (or
-    ``None``); reads the inputs with :data:`NEXT_INPUT` and emits the outcomes."""
+    ``None``); reads the inputs with :data:`NEXT_INPUT` and emits the outcomes.
+
+    The window is filled with one ``POST /v1/candidates/batch`` (kilnd admits each
+    candidate as a single submission, with per-candidate backpressure); a kilnd without
+    that route (404/405) gets one ``POST /v1/candidates`` each, as before."""
     tracker = Tracker(timeout)
     backoff = Backoff(timeout)
-    held: Optional[Tuple[int, CandidateLike]] = None  # refused with a full queue: sent again
+    # Inputs read and not yet taken by kilnd, in order; while any of them was refused with
+    # a full queue, no further input is read.
+    held: List[Tuple[int, CandidateLike]] = []
+    refused_held = False
+    batches = True
     exhausted = False
     info: Optional[Info] = None
     last_sweep = time.monotonic()
     while True:
         while tracker.in_flight < window:
-            if held is None:
-                held = None if exhausted else (yield NEXT_INPUT)
-                if held is None:
+            room = min(window - tracker.in_flight, _wire.MAX_BATCH if batches else 1)
+            while not refused_held and not exhausted and len(held) < room:
+                nxt = yield NEXT_INPUT
+                if nxt is None:
                     exhausted = True
-                    break
-            if not backoff.due():
+                else:
+                    held.append(nxt)
+            if not held or not backoff.due():
                 break
-            index, cand = held
-            try:
-                sub: Submission = yield _wire.submit(candidate_dict(cand, problem))
-            except QueueFull as e:
-                if not backoff.refused():
+            sending = held[:room]
+            bodies: List[Tuple[int, CandidateLike, Any]] = []
+            for index, cand in sending:
+                try:
+                    bodies.append((index, cand, candidate_dict(cand, problem)))
+                except (TypeError, ValueError) as e:
+                    yield Emit(Outcome(index, None, None, e))
+            held = held[len(sending):]
+            answers: List[Tuple[int, CandidateLike, Any]] = []
+            if batches and len(bodies) > 1:
+                try:
+                    reply = yield _wire.submit_batch([b for _, _, b in bodies])
+                    by_index = {r.get("index"): r for r in reply.get("results") or [] if isinstance(r, dict)}
+                    answers = [(i, c, by_index.get(k)) for k, (i, c, _) in enumerate(bodies)]
+                except ApiError as e:
+                    # 404/405: a kilnd from before batches; 413: a batch over its body limit.
+                    if e.status not in (404, 405, 413):
+                        for index, _, _ in bodies:
+                            yield Emit(Outcome(index, None, None, e))
+                        continue
+                    batches = False  # one at a time from here on
+            if not answers:
+                # One at a time: the first; the rest go back in front of the held ones.
+                if not bodies:
+                    continue
+                (index, cand, body), rest = bodies[0], bodies[1:]
+                held = [(i, c) for i, c, _ in rest] + held
+                try:
+                    sub: Submission = yield _wire.submit(body)
+                    answers = [(index, cand, sub)]
+                except QueueFull as e:
+                    answers = [(index, cand, e)]
+                except ApiError as e:
+                    answers = [(index, cand, e)]
+            refused: List[Tuple[int, CandidateLike, ApiError]] = []
+            taken = False
+            for index, cand, got in answers:
+                if isinstance(got, dict):
+                    got = _batch_item(got)
+                if isinstance(got, QueueFull):
+                    refused.append((index, cand, got))
+                    continue
+                if isinstance(got, BaseException):
+                    yield Emit(Outcome(index, None, None, got))
+                    continue
+                taken = True
+                sub = got
+                if unfinished_duplicate(sub):
+                    info = info or (yield _wire.info())
+                    sub = with_warning(sub, backend_warning(info, sub.backend))
+                yield from _emit(tracker.add(index, sub))
+            if taken:
+                backoff.taken()
+            refused_held = False
+            if refused:
+                if backoff.refused():
+                    # Full for too long: the refusal is each one's outcome.
+                    for index, _, e in refused:
+                        yield Emit(Outcome(index, None, None, e))
+                else:
+                    held = [(i, c) for i, c, _ in refused] + held
+                    refused_held = True
                     break
-                held = None
-                yield Emit(Outcome(index, None, None, e))
-                continue
-            except (ApiError, TypeError, ValueError) as e:
-                held = None
-                yield Emit(Outcome(index, None, None, e))
-                continue
-            held = None
-            backoff.taken()
-            if unfinished_duplicate(sub):
-                info = info or (yield _wire.info())
-                sub = with_warning(sub, backend_warning(info, sub.backend))
-            yield from _emit(tracker.add(index, sub))
-        if exhausted and held is None and tracker.in_flight == 0:
+        if exhausted and not held and tracker.in_flight == 0:
             return None
         wait = batch_wait(poll_interval, tracker, backoff)
         if tracker.in_flight == 0:

@@ -121,6 +121,16 @@ def submit(candidate: Mapping[str, Any]) -> Call[Submission]:
     return Call("POST", "/v1/candidates", _json(candidate), lambda v: Submission.from_dict(_expect_object(v)))
 
 
+#: Most candidates kilnd takes in one ``POST /v1/candidates/batch``.
+MAX_BATCH = 1024
+
+
+def submit_batch(candidates: List[Mapping[str, Any]]) -> Call[Dict[str, Any]]:
+    """``POST /v1/candidates/batch``: kilnd's answer as it is (``results`` by ``index``,
+    each a submission's body with its ``status``, or its ``error``; ``queue``)."""
+    return Call("POST", "/v1/candidates/batch", _json({"candidates": list(candidates)}), _expect_object)
+
+
 def get_candidate(candidate_id: str, wait_s: int = 0) -> Call[CandidateRecord]:
     target = f"/v1/candidates/{_seg(candidate_id)}"
     if wait_s > 0:

@@ -340,7 +340,8 @@ class Client:
         """Submits many candidates and yields an :class:`Outcome` for each as it finishes.
 
         Pipelined: up to ``window`` candidates are in flight at once (submitted, not
-        yet finished); results are followed on the event stream, with a poll of the
+        yet finished), sent together in one ``POST /v1/candidates/batch`` (one
+        ``POST /v1/candidates`` each to a kilnd without that route); results are followed on the event stream, with a poll of the
         unfinished ones every ``poll_interval`` seconds (and long-polls if the stream
         is unavailable), so a missed event cannot hang the batch. Each candidate has
         ``timeout`` seconds from its submission to finish.
@@ -348,8 +349,8 @@ class Client:
         Backpressure: a candidate kilnd refuses because its queue is full
         (:class:`~kiln.errors.QueueFull`, 429) is held and sent again after a growing
         wait (0.1 s doubling up to 5 s, with jitter), and no further input is read
-        meanwhile: a full queue never makes the batch read ``candidates`` ahead of
-        what kilnd takes. Once the queue has been full for ``timeout`` seconds in a
+        meanwhile: a full queue never makes the batch read ``candidates`` more than
+        ``window`` ahead of what kilnd takes. Once the queue has been full for ``timeout`` seconds in a
         row, the refusal is the candidate's outcome.
 
         Outcomes come in completion order; ``Outcome.index`` is the input position.

@@ -54,6 +54,8 @@ class FakeKilnd:
 
     #: The GPU the fake's cuda evaluations say they ran on.
     GPU = "NVIDIA H200"
+    #: What the fake's hosted baselines add to the in-process ones, µs.
+    HOSTED_COST_US = 0.0
 
     def __init__(
         self,
@@ -73,6 +75,10 @@ class FakeKilnd:
         #: Refusals with a full queue, problem records served, and baseline requests
         #: (``GET …/baselines``).
         self.refused_full = 0
+        #: Whether ``POST /v1/candidates/batch`` is served (a kilnd from before it: not),
+        #: and how many batch requests came.
+        self.batches = True
+        self.batch_posts = 0
         self.problem_requests = 0
         self.baseline_requests = 0
         self.dir = Path(tempfile.mkdtemp(prefix="kiln-fake-"))
@@ -111,7 +117,8 @@ class FakeKilnd:
     ) -> None:
         """Registers problem ``name``; with ``eager_us``/``compile_us``, its torch
         baselines on :attr:`GPU` (``torch-eager-fp32``, ``torch-compile-fp32``, and a
-        faster tf32 variant that must not be the one compared), in its record when
+        faster tf32 variant that must not be the one compared; ``torch-eager-hosted`` and
+        ``torch-compile-hosted``, :attr:`HOSTED_COST_US` slower), in its record when
         ``cached``, else only once measured by ``GET …/baselines``."""
         results: List[Dict[str, Any]] = [
             {"name": "reference", "library": "kiln", "precision": "reference-f64acc", "status": "measured",
@@ -125,6 +132,11 @@ class FakeKilnd:
             for precision, factor in (("fp32", 1.0), ("tf32", 0.5)):
                 results.append({"name": f"{kind}-{precision}", "library": "torch", "precision": precision,
                                 "status": "measured", "timing": {"median_us": us * factor, "n": 20}})
+            # The same module through the hosted path: what a hosted candidate is compared
+            # with. Slower by the fake's fixed hosted cost.
+            results.append({"name": f"{kind}-hosted", "library": "torch", "precision": "",
+                            "harness": "hosted", "status": "measured",
+                            "timing": {"median_us": us + self.HOSTED_COST_US, "n": 20}})
         baselines = {"gpu_model": self.GPU, "driver": "580.0", "problem": name, "problem_hash": "h",
                      "measured_at": int(time.time() * 1000), "results": results}
         with self.cond:
@@ -332,7 +344,7 @@ class FakeKilnd:
         if not median or p is None or p["baselines"] is None or not p["cached"]:
             return None
         return [{"baseline": r["name"], "precision": r["precision"], "baseline_us": r["timing"]["median_us"],
-                 "speedup": r["timing"]["median_us"] / median}
+                 "speedup": r["timing"]["median_us"] / median, "harness": r.get("harness", "in_process")}
                 for r in p["baselines"]["results"] if r["status"] == "measured"]
 
     def show(self, cid: str, wait: float) -> "tuple[int, Dict[str, Any]]":
@@ -382,6 +394,15 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(length) or b"null")
         if self.path == "/v1/candidates" and isinstance(body, dict):
             self._send(*self.server_fake.submit(body))
+        elif self.path == "/v1/candidates/batch" and self.server_fake.batches and isinstance(body, dict):
+            fake = self.server_fake
+            fake.batch_posts += 1
+            results = []
+            for i, cand in enumerate(body.get("candidates") or []):
+                status, answer = fake.submit(cand) if isinstance(cand, dict) else (
+                    400, {"error": {"code": "invalid_field", "message": "field `candidates`: not an object"}})
+                results.append({**answer, "index": i, "status": status})
+            self._send(200, {"results": results, "queue": {}})
         else:
             self._send(404, {"error": {"code": "not_found", "message": "no route"}})
 

@@ -146,7 +146,8 @@ class SyncPipeline(unittest.TestCase):
         self.assertIsNone(ok.speedup_eager)  # dbl has no torch baselines
         self.assertEqual(set(ok.as_dict()), {"index", "id", "verdict", "ok", "speedup", "median_us", "message",
                                              "reward", "speedup_eager", "speedup_compile", "trust", "problem",
-                                             "hosted_median_us", "lift"})
+                                             "hosted_median_us", "lift", "speedup_eager_in_process",
+                                             "speedup_compile_in_process"})
 
     def test_rewards_of_modelnew_sources_need_no_plan(self) -> None:
         fake = self.start()
@@ -174,6 +175,8 @@ class KernelBenchRewards(unittest.TestCase):
     def setUp(self) -> None:
         self.fake = FakeKilnd()
         self.addCleanup(self.fake.stop)
+        # The hosted path costs the hosted baselines (and hosted candidates) 200 µs more.
+        self.fake.HOSTED_COST_US = 200.0
         self.fake.register("kb-l1-19-relu", eager_us=40.0, compile_us=20.0)
         self.fake.register("kb-l1-1-square-matmul")  # no torch baselines measured
         self.client = kiln.Client(self.fake.socket)
@@ -194,9 +197,13 @@ class KernelBenchRewards(unittest.TestCase):
         self.assertEqual({r.problem for r in records}, {"kb-l1-19-relu"})
         ok = records[0]
         assert ok.median_us is not None and ok.speedup_eager is not None and ok.speedup_compile is not None
-        # Against the fp32 variants (40 and 20 µs), never the faster tf32 ones.
-        self.assertAlmostEqual(ok.speedup_eager, 40.0 / ok.median_us)
-        self.assertAlmostEqual(ok.speedup_compile, 20.0 / ok.median_us)
+        # A hosted candidate against the hosted baselines (the same harness: 240 and
+        # 220 µs), the in-process fp32 variants (40 and 20 µs, never the faster tf32 ones)
+        # beside them.
+        self.assertAlmostEqual(ok.speedup_eager, 240.0 / ok.median_us)
+        self.assertAlmostEqual(ok.speedup_compile, 220.0 / ok.median_us)
+        self.assertAlmostEqual(ok.speedup_eager_in_process or 0.0, 40.0 / ok.median_us)
+        self.assertAlmostEqual(ok.speedup_compile_in_process or 0.0, 20.0 / ok.median_us)
         self.assertEqual((ok.speedup, ok.reward, ok.trust), (ok.speedup_eager, ok.speedup_eager, "hosted"))
         for r in records[1:5]:
             self.assertEqual((r.reward, r.speedup, r.speedup_eager, r.speedup_compile), (0.0, None, None, None), r)
@@ -246,7 +253,8 @@ class KernelBenchRewards(unittest.TestCase):
                             measure_baselines=True, timeout=30.0)
         assert r.median_us is not None
         self.assertEqual(self.fake.baseline_requests, 1)
-        self.assertAlmostEqual(r.speedup_eager or 0, 90.0 / r.median_us)
+        self.assertAlmostEqual(r.speedup_eager or 0, (90.0 + self.fake.HOSTED_COST_US) / r.median_us)
+        self.assertAlmostEqual(r.speedup_eager_in_process or 0, 90.0 / r.median_us)
         # A problem whose baselines cannot be measured here simply has none.
         (r,) = kiln.rewards(self.client, "level1/1", [model_new("h")], language="modelnew",
                             measure_baselines=True, timeout=30.0)
@@ -255,7 +263,10 @@ class KernelBenchRewards(unittest.TestCase):
 
 class Backpressure(unittest.TestCase):
     def test_a_full_queue_is_waited_out_without_reading_ahead(self) -> None:
+        # One POST a candidate (a kilnd without the batch route, found by the first fill's
+        # 404): no more than that first window is read ahead of what kilnd took.
         fake = FakeKilnd(queue_cap=3, delay=(0.01, 0.05))
+        fake.batches = False
         self.addCleanup(fake.stop)
         read_ahead: List[int] = []
 
@@ -268,7 +279,35 @@ class Backpressure(unittest.TestCase):
         check_mixed(self, outcomes, 30)
         self.assertGreater(fake.refused_full, 0)
         self.assertLessEqual(fake.max_unfinished, 3)
-        self.assertEqual(max(read_ahead), 0)  # the refused one is held; nothing more is read
+        self.assertLess(max(read_ahead), 16)  # the refused one is held; nothing past the window is read
+
+    def test_a_batch_fills_the_window_and_a_full_queue_holds_the_refused(self) -> None:
+        # Batches: the window is read and sent in one request; kilnd's per-candidate
+        # refusals are held and sent again, and nothing more is read past the window.
+        fake = FakeKilnd(queue_cap=3, delay=(0.01, 0.05))
+        self.addCleanup(fake.stop)
+        read_ahead: List[int] = []
+
+        def produce() -> Iterator[Dict[str, Any]]:
+            for i, c in enumerate(mixed_batch(30)):
+                read_ahead.append(i - fake.accepted)
+                yield c
+
+        outcomes = list(kiln.Client(fake.socket).submit_many(produce(), window=16, poll_interval=60))
+        check_mixed(self, outcomes, 30)
+        self.assertGreater(fake.batch_posts, 0)
+        self.assertGreater(fake.refused_full, 0)
+        self.assertLessEqual(fake.max_unfinished, 3)
+        self.assertLess(max(read_ahead), 16)
+
+    def test_many_candidates_go_in_few_requests(self) -> None:
+        fake = FakeKilnd(delay=(0.01, 0.02))
+        self.addCleanup(fake.stop)
+        records = kiln.rewards(kiln.Client(fake.socket), "dbl", [model_new(f"b{i}") for i in range(256)],
+                               language="modelnew", window=256, timeout=60.0)
+        self.assertEqual([r.verdict for r in records], ["ok"] * 256)
+        self.assertEqual(fake.posts, 256)  # each candidate admitted once
+        self.assertLessEqual(fake.batch_posts, 4, "256 files in a handful of requests")
 
     def test_rewards_through_a_full_queue(self) -> None:
         fake = FakeKilnd(queue_cap=2, delay=(0.01, 0.05))
