@@ -13,6 +13,7 @@
 #   gpu-bundle/gpu-check.sh   the runner (a copy of scripts/gpu-check.sh)
 #   gpu-bundle/gpu-check-multi.sh  the multi-GPU checks (scripts/gpu-check-multi.sh)
 #   gpu-bundle/gpu-libs.sh    what both source to find the CUDA libraries
+#   gpu-bundle/gpu-calls.sh   gpu-check.sh steps in one device call, results packed (scripts/gpu-calls.sh)
 #   gpu-bundle/gpu-bundle-unpack.sh  unpacks binaries.tar.xz in place (see below)
 #   gpu-bundle/timer-floor/   floor.cu + run.sh: the timer floor measured outside kiln
 #   gpu-bundle/kiln_torch.py  the trusted torch runner (found beside kiln-worker)
@@ -136,7 +137,7 @@ mkdir -p "$out/proposers"
 for p in hill-climb idea-branch map-elites example-minimal; do
     cp "target/proposers/$p.wasm" "$out/proposers/"
 done
-cp scripts/gpu-check.sh scripts/gpu-check-multi.sh scripts/gpu-libs.sh scripts/gpu-bundle-unpack.sh "$out/"
+cp scripts/gpu-check.sh scripts/gpu-check-multi.sh scripts/gpu-libs.sh scripts/gpu-bundle-unpack.sh scripts/gpu-calls.sh "$out/"
 # The timer floor outside kiln (built with nvcc there, when the host has it).
 cp -r scripts/timer-floor "$out/timer-floor"
 # The trusted torch runner (torch baselines), found beside kiln-worker.
