@@ -144,7 +144,7 @@ mod tests {
         );
         assert_eq!(sp.len(), 1);
         assert!(
-            sp[0].contains("0.42x vs cublas-fp32 (fp32, 2.714 ms)"),
+            sp[0].contains("0.42x vs cublas-fp32 (fp32, in process, 2.714 ms)"),
             "{sp:?}"
         );
     }
