@@ -83,11 +83,9 @@ fn one(
             rel_l2: e.evidence.errors.iter().map(|m| m.rel_l2).reduce(f64::max),
             mismatches: Some(e.evidence.errors.iter().map(|m| m.mismatches).sum()),
             detail: format!(
-                "the problem's Model as a hosted ModelNew file, timed as a hosted candidate \
-                 is ({}{})",
-                e.trust,
+                "the problem's Model as a hosted ModelNew file{}, timed as a hosted candidate is",
                 if kind == BaselineKind::TorchCompileHosted {
-                    ", forward under torch.compile"
+                    " (forward under torch.compile)"
                 } else {
                     ""
                 }

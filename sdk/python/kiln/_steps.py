@@ -334,9 +334,7 @@ def submit_many(problem: Optional[str], timeout: float, window: int, poll_interv
                 try:
                     sub: Submission = yield _wire.submit(body)
                     answers = [(index, cand, sub)]
-                except QueueFull as e:
-                    answers = [(index, cand, e)]
-                except ApiError as e:
+                except ApiError as e:  # QueueFull among them: held below
                     answers = [(index, cand, e)]
             refused: List[Tuple[int, CandidateLike, ApiError]] = []
             taken = False
